@@ -1,0 +1,39 @@
+// strata: one executable, one subcommand per job. Errors from bad input end the process with a message and a
+// non-zero exit code, never a crash.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <map>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+int main(int argc, char **argv) {
+    CLI::App app{"strata: Mixture-of-Experts inference on GPUs that hold only part of the model"};
+    app.require_subcommand(1);
+    app.set_version_flag("--version", "strata 0.1.0");
+
+    std::map<CLI::App *, strata::cli::Run> runs;
+    auto add = [&](strata::cli::Run (*f)(CLI::App &)) {
+        size_t before = app.get_subcommands({}).size();
+        strata::cli::Run run = f(app);
+        auto subs = app.get_subcommands({});
+        if (subs.size() > before) runs[subs.back()] = std::move(run);
+    };
+    add(strata::cli::add_inspect);
+    add(strata::cli::add_synth);
+    add(strata::cli::add_tokenize);
+    add(strata::cli::add_template);
+
+    CLI11_PARSE(app, argc, argv);
+    try {
+        for (auto &[sub, run] : runs)
+            if (sub->parsed()) return run();
+    } catch (const strata::Error &e) {
+        std::fprintf(stderr, "strata: error: %s\n", e.what());
+        return 1;
+    } catch (const std::bad_alloc &) {
+        std::fprintf(stderr, "strata: error: out of memory\n");
+        return 1;
+    }
+    return 1;
+}

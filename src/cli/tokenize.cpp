@@ -1,0 +1,18 @@
+// strata tokenize: placeholder until its implementation lands.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "cli/commands.h"
+
+namespace strata::cli {
+
+Run add_tokenize(CLI::App &app) {
+    CLI::App *sub = app.add_subcommand("tokenize", "(not implemented yet)");
+    sub->allow_extras();
+    return [] {
+        std::fprintf(stderr, "strata: tokenize is not implemented yet\n");
+        return 2;
+    };
+}
+
+}  // namespace strata::cli

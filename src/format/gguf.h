@@ -1,0 +1,149 @@
+// GGUF v3 container: a validating, zero-copy reader over an mmap'd (or in-memory) file, and a writer.
+// The reader checks every count, length and offset before anything is used; the model layer above it decides
+// what the keys and tensors mean. Shapes use ggml order: ne[0] is the contiguous dimension.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "format/dtype.h"
+
+namespace strata {
+
+enum class GgufType : int32_t {
+    U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7, STRING = 8, ARRAY = 9,
+    U64 = 10, I64 = 11, F64 = 12,
+};
+const char *gguf_type_name(GgufType t);
+
+// One metadata value. Scalars are held by value; strings and arrays point into the file's bytes (reader) or into
+// storage the value owns (writer side). Arrays are flat: one element type, no nesting.
+struct GgufValue {
+    GgufType type = GgufType::U8;
+    GgufType elem_type = GgufType::U8;  // for ARRAY
+    uint64_t u = 0;                     // unsigned integer types and BOOL
+    int64_t i = 0;                      // signed integer types
+    double f = 0;                       // F32, F64
+    std::string_view str;               // STRING
+    uint64_t count = 0;                 // ARRAY: number of elements
+    const uint8_t *array_data = nullptr;        // ARRAY of numbers/bools: the packed little-endian elements
+    std::vector<std::string_view> array_strs;   // ARRAY of strings
+
+    // Typed access; each throws strata::Error naming `key` and the expected vs found type.
+    uint64_t as_uint(std::string_view key) const;  // any integer type >= 0, or bool
+    int64_t as_int(std::string_view key) const;    // any integer type in range
+    double as_float(std::string_view key) const;   // F32, F64 or any integer
+    bool as_bool(std::string_view key) const;
+    std::string_view as_string(std::string_view key) const;
+    std::vector<int64_t> as_int_array(std::string_view key) const;
+    std::vector<double> as_float_array(std::string_view key) const;
+    const std::vector<std::string_view> &as_string_array(std::string_view key) const;
+};
+
+struct GgufKV {
+    std::string_view key;
+    GgufValue value;
+};
+
+struct GgufTensor {
+    std::string_view name;
+    DType type = DType::F32;
+    int32_t n_dims = 0;
+    int64_t ne[4] = {1, 1, 1, 1};  // ne[0] contiguous; unused dims are 1
+    uint64_t offset = 0;           // relative to the data section
+    uint64_t n_bytes = 0;          // exact size of the tensor data
+    const uint8_t *data = nullptr; // into the mapped file
+
+    int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
+    std::string shape_str() const;  // "[2048, 128, 512]"
+};
+
+class GgufFile {
+public:
+    // mmap and validate; throws strata::Error "FILE: field at byte N: problem" on anything malformed.
+    static std::unique_ptr<GgufFile> open(const std::string &path);
+    // Validate and view a byte buffer the caller keeps alive (tests, fuzzing).
+    static std::unique_ptr<GgufFile> from_memory(const uint8_t *data, size_t size, std::string label = "<memory>");
+    ~GgufFile();
+    GgufFile(const GgufFile &) = delete;
+    GgufFile &operator=(const GgufFile &) = delete;
+
+    const std::string &path() const { return path_; }
+    uint32_t version() const { return version_; }
+    uint32_t alignment() const { return alignment_; }
+    uint64_t data_offset() const { return data_offset_; }  // absolute byte offset of the data section
+    size_t file_size() const { return size_; }
+    const uint8_t *bytes() const { return base_; }
+
+    const std::vector<GgufKV> &kvs() const { return kvs_; }
+    const GgufValue *find(std::string_view key) const;  // nullptr when absent
+    const GgufValue &get(std::string_view key) const;   // throws naming the missing key
+
+    const std::vector<GgufTensor> &tensors() const { return tensors_; }
+    const GgufTensor *find_tensor(std::string_view name) const;
+
+    // general.architecture, or "" when absent.
+    std::string_view architecture() const;
+
+private:
+    GgufFile() = default;
+    void parse();
+
+    std::string path_;
+    const uint8_t *base_ = nullptr;
+    size_t size_ = 0;
+    void *map_ = nullptr;  // non-null when we own an mmap
+    size_t map_size_ = 0;
+    uint32_t version_ = 0;
+    uint32_t alignment_ = 32;
+    uint64_t data_offset_ = 0;
+    std::vector<GgufKV> kvs_;
+    std::vector<GgufTensor> tensors_;
+    struct Index;
+    std::unique_ptr<Index> index_;  // name -> position lookups
+};
+
+// Writer: collects metadata and tensors, then writes a v3 file. Values are owned here.
+class GgufWriter {
+public:
+    GgufWriter();
+    ~GgufWriter();
+
+    void set_alignment(uint32_t alignment);  // also written as general.alignment when not 32
+
+    void add_u8(std::string key, uint8_t v);
+    void add_i8(std::string key, int8_t v);
+    void add_u16(std::string key, uint16_t v);
+    void add_i16(std::string key, int16_t v);
+    void add_u32(std::string key, uint32_t v);
+    void add_i32(std::string key, int32_t v);
+    void add_u64(std::string key, uint64_t v);
+    void add_i64(std::string key, int64_t v);
+    void add_f32(std::string key, float v);
+    void add_f64(std::string key, double v);
+    void add_bool(std::string key, bool v);
+    void add_string(std::string key, std::string v);
+    // Numeric/bool arrays: raw little-endian elements of elem_type.
+    void add_array(std::string key, GgufType elem_type, const void *elems, uint64_t count);
+    void add_string_array(std::string key, std::vector<std::string> v);
+
+    // Tensor bytes are copied (or produced later by `fill`, for files larger than memory).
+    void add_tensor(std::string name, DType type, std::vector<int64_t> ne, const void *data, size_t n_bytes);
+    using Fill = void (*)(void *ctx, uint8_t *dst, size_t n_bytes);
+    void add_tensor_lazy(std::string name, DType type, std::vector<int64_t> ne, Fill fill, void *ctx);
+
+    // Throws strata::Error on a bad key/name/shape or an I/O failure.
+    void write(const std::string &path) const;
+    std::vector<uint8_t> write_to_memory() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata
