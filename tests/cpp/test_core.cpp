@@ -1,0 +1,49 @@
+// Core helpers: half/bfloat16 conversions and the dtype table.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/fp16.h"
+#include "format/dtype.h"
+
+using namespace strata;
+
+TEST(Fp16, RoundTripsEveryHalf) {
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        float f = f16_to_f32(uint16_t(h));
+        if (std::isnan(f)) continue;
+        EXPECT_EQ(f32_to_f16(f), h) << "half bits " << h;
+    }
+}
+
+TEST(Fp16, RoundsToNearestEven) {
+    // 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties to even (1.0).
+    EXPECT_EQ(f32_to_f16(1.0f + 0x1p-11f), 0x3c00);
+    // 1 + 3*2^-11 is halfway between 1+2^-10 (odd) and 1+2^-9 (even).
+    EXPECT_EQ(f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02);
+    EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);
+    EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);  // halfway to 65536 rounds to inf
+    EXPECT_EQ(f32_to_f16(0x1p-24f), 0x0001);   // smallest subnormal
+    EXPECT_EQ(f32_to_f16(0x1p-25f), 0x0000);   // exactly half of it: ties to even (zero)
+    EXPECT_EQ(f32_to_f16(0x1.8p-25f), 0x0001);
+    EXPECT_EQ(f32_to_f16(-0.0f), 0x8000);
+}
+
+TEST(Bf16, RoundsToNearestEven) {
+    EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+    EXPECT_EQ(bf16_to_f32(0x3f80), 1.0f);
+    EXPECT_EQ(f32_to_bf16(bits_to_f32(0x3f808000)), 0x3f80);  // tie, even stays
+    EXPECT_EQ(f32_to_bf16(bits_to_f32(0x3f818000)), 0x3f82);  // tie, odd rounds up
+    EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(NAN))));
+}
+
+TEST(DType, TableMatchesFormat) {
+    EXPECT_EQ(dtype_info(DType::Q4_K).block_bytes, 144);
+    EXPECT_EQ(dtype_info(DType::IQ1_M).block_bytes, 56);
+    EXPECT_EQ(dtype_info(DType::MXFP4).block_size, 32);
+    EXPECT_EQ(dtype_info(int32_t(4)), nullptr);  // Q4_2: removed from ggml
+    EXPECT_EQ(dtype_info(int32_t(40)), nullptr);
+    EXPECT_EQ(row_bytes(DType::Q6_K, 512), 420u);
+    EXPECT_EQ(dtype_from_name("iq2_xxs"), DType::IQ2_XXS);
+    EXPECT_FALSE(dtype_from_name("Q9_K").has_value());
+}
