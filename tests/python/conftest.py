@@ -1,10 +1,13 @@
 """Shared pytest fixtures: where the built binaries and the shared test data are."""
 import os
 import pathlib
+import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # the tools/ packages (tools.golden) import from the project root
+    sys.path.insert(0, str(ROOT))
 
 
 def _build_dir() -> pathlib.Path:
@@ -41,3 +44,21 @@ def shared_dir() -> pathlib.Path:
     if not (p / "testdata").is_dir():
         pytest.skip(f"shared test data not found at {p}/testdata (it lives beside the project checkout)")
     return p
+
+
+@pytest.fixture(scope="session")
+def golden_dir(build_dir: pathlib.Path) -> pathlib.Path:
+    """The golden GGUF models (tools/golden), regenerated into <build>/golden from the seeded generator: F32, F16, BF16
+    and Q8_0 always, the quantized mixes when the manifest records their hashes and $STRATA_BIN can quantize."""
+    from tools.golden import generate, manifest
+
+    out = build_dir / "golden"
+    data = manifest.load()
+    models = list(data["models"])
+    generate.generate(out, models, generate.FLOAT_VARIANTS, log=lambda *_: None)
+    strata = pathlib.Path(os.environ.get("STRATA_BIN", _build_dir() / "bin" / "strata"))
+    for m in models:
+        mixes = [v for v in generate.QUANT_VARIANTS if v in data["models"][m].get("files", {})]
+        if mixes and strata.is_file():
+            generate.generate(out, [m], mixes, strata, log=lambda *_: None)
+    return out
