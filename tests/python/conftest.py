@@ -5,6 +5,11 @@ import sys
 
 import pytest
 
+# The Python checks multiply small matrices: BLAS worker threads only contend with the build and each other (the golden
+# numpy reference ran 20x slower with two threads than with one on a busy 2-core machine). Set before numpy loads.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # the tools/ packages (tools.golden) import from the project root
     sys.path.insert(0, str(ROOT))
