@@ -17,5 +17,6 @@ Run add_synth(CLI::App &app);
 Run add_tokenize(CLI::App &app);
 Run add_template(CLI::App &app);
 Run add_quantize(CLI::App &app);
+Run add_run(CLI::App &app);
 
 }  // namespace strata::cli

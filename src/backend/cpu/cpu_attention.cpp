@@ -107,7 +107,7 @@ void CpuBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int6
     for (const BatchSeg &s : b.segs) {
         const int64_t n_kv = s.pos0 + s.n;
         // Cached keys and values of this sequence back in f32: [n_kv, kv_cols] each.
-        std::vector<float> kf(static_cast<size_t>(n_kv * L.kv_cols)), vf(size_t(n_kv * L.kv_cols));
+        std::vector<float> kf(static_cast<size_t>(n_kv * L.kv_cols)), vf(static_cast<size_t>(n_kv * L.kv_cols));
         pool_.parallel_for(n_kv, 64, [&](int64_t p0, int64_t p1) {
             for (int64_t p = p0; p < p1; p++) {
                 kv_load_row(kt, caches_->k_row(L, s.slot, p), kf.data() + p * L.kv_cols, L.kv_cols);

@@ -47,7 +47,7 @@ void delta_rule_recurrent(const DeltaRuleIo &io, int64_t n, int64_t d_k, int64_t
 //   V' = U - W S;  O = diag(e^gamma) Q S + ((Q K^T) . D . M) V';  S <- e^gamma_C S + sum_r e^(gamma_C - gamma_r) k_r v'_r^T
 // solved by forward substitution instead of forming (I + A)^-1.
 void delta_rule_chunked(const DeltaRuleIo &io, int64_t n, int64_t d_k, int64_t d_v, float *S, int64_t C) {
-    std::vector<float> gam(static_cast<size_t>(C)), W(size_t(C * d_k)), U(size_t(C * d_v)), KK(size_t(C * C)), QK(size_t(C * C));
+    std::vector<float> gam(static_cast<size_t>(C)), W(static_cast<size_t>(C * d_k)), U(static_cast<size_t>(C * d_v)), KK(static_cast<size_t>(C * C)), QK(static_cast<size_t>(C * C));
     std::vector<float> Snew(static_cast<size_t>(d_k * d_v));
     for (int64_t c0 = 0; c0 < n; c0 += C) {
         const int64_t L = std::min(C, n - c0);
@@ -172,7 +172,7 @@ void CpuBackend::gdn(int64_t il, const LayerWeights &Lw, Act qkv, Act z, Act bet
         }
 
         // 3. beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias), per token and v-head.
-        std::vector<float> g(static_cast<size_t>(n * n_v)), beta(size_t(n * n_v));
+        std::vector<float> g(static_cast<size_t>(n * n_v)), beta(static_cast<size_t>(n * n_v));
         for (int64_t t = 0; t < n; t++)
             for (int64_t j = 0; j < n_v; j++) {
                 float bj, aj;
