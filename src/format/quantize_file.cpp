@@ -41,9 +41,7 @@ DType choose_quantized_type(const QuantizeOptions &opt, const std::string &name,
     return target;
 }
 
-namespace {
-
-void copy_kv(GgufWriter &w, const GgufKV &kv) {
+void gguf_copy_kv(GgufWriter &w, const GgufKV &kv) {
     std::string key(kv.key);
     const GgufValue &v = kv.value;
     switch (v.type) {
@@ -69,6 +67,8 @@ void copy_kv(GgufWriter &w, const GgufKV &kv) {
             break;
     }
 }
+
+namespace {
 
 // llama.cpp's general.file_type for a file whose bulk is `t` (the "mostly" type).
 uint32_t file_type_for(DType t) {
@@ -136,7 +136,7 @@ QuantizeReport quantize_file(const std::string &in_path, const std::string &out_
     if (in->alignment() != 32) w.set_alignment(in->alignment());
     for (const GgufKV &kv : in->kvs()) {
         if (kv.key == "general.file_type" || kv.key == "general.alignment") continue;
-        copy_kv(w, kv);
+        gguf_copy_kv(w, kv);
     }
     w.add_u32("general.file_type", file_type_for(opt.default_type));
 

@@ -23,6 +23,11 @@ struct QuantizeOptions {
     int n_threads = 0;    // 0: all hardware threads
 };
 
+class GgufWriter;
+struct GgufKV;
+// Adds a metadata pair read from one file to a writer, same key, type and value.
+void gguf_copy_kv(GgufWriter &w, const GgufKV &kv);
+
 // Parses "REGEX=TYPE" (the last '=' splits). Throws strata::Error naming the bad part.
 QuantizeRule parse_quantize_rule(const std::string &text);
 
