@@ -1,6 +1,6 @@
 // Quantizers for the grid i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M): for each group of 8, the
-// nearest grid point by exhaustive search under the format's sign rules, with least-squares scales fitted by a few
-// Lloyd iterations. Simple and deterministic; not ggml's neighbour-table search, and no importance weights.
+// exactly nearest grid point under the format's sign rules, with scales fitted by a few Lloyd iterations (choose
+// points, refit the scale by least squares). Simple and deterministic; no importance weights, modest quality.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -254,10 +254,9 @@ struct SignedPlan {
 };
 
 // Integer scales and grid points for the super-block scale in p.d, the scale groups' fitted scales as targets:
-// each k is the best of its rounding's neighbours by the error it gives. Returns the block's squared error.
+// each k is the best of its rounding's neighbours by the error it gives.
 template <class DbOf>
-float assign_signed(const Codebook &cb, const float *s_sub, int per_scale, DbOf db_of, SignedPlan &p) {
-    float total = 0.0f;
+void assign_signed(const Codebook &cb, const float *s_sub, int per_scale, DbOf db_of, SignedPlan &p) {
     const float unit = db_of(p.d, 1) - db_of(p.d, 0);  // scales are affine in k
     for (int i = 0; i < 32 / per_scale; i++) {
         const int k0 = unit > 0.0f ? round_clamp((s_sub[i] - db_of(p.d, 0)) / unit, 0, 15) : 0;
@@ -277,9 +276,7 @@ float assign_signed(const Codebook &cb, const float *s_sub, int per_scale, DbOf 
                 for (int q = 0; q < per_scale; q++) p.choice[i * per_scale + q] = c[q];
             }
         }
-        total += best;
     }
-    return total;
 }
 
 template <class DbOf>

@@ -26,9 +26,23 @@ inline uint32_t load_u32(const uint8_t *p) {
     return v;
 }
 
-// gguf's np_roundf: round half away from zero (C's roundf for every finite input).
-inline float round_away(float v) {
-    return std::round(v);
+// gguf's np_roundf (round half away from zero) as an int in [lo, hi]; NaN gives 0. Only non-finite input reaches
+// the clamp, where gguf's own result is whatever its float-to-int cast does.
+inline int round_away(float v, int lo, int hi) {
+    if (std::isnan(v)) return 0;
+    return int(std::fmin(std::fmax(std::round(v), float(lo)), float(hi)));
+}
+
+// trunc(v) clamped to [0, hi], as gguf computes levels (astype(uint8), then clip); NaN gives 0.
+inline int trunc_clamp(float v, int hi) {
+    if (!(v > 0.0f)) return 0;
+    return v >= float(hi) ? hi : int(v);
+}
+
+// a + b with numpy's NaN result when both are NaN (x86 returns the first operand's, quieted; a is a product here,
+// so already quiet). Written out because a compiler may swap the operands of a commutative +.
+inline float add_first_nan(float a, float b) {
+    return std::isnan(a) ? a : a + b;
 }
 
 float absmax(const float *x, int n) {
@@ -95,7 +109,7 @@ void dequant_q4_1(const uint8_t *src, float *dst, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, dst += 32) {
         const auto b = load_block<BlockQ4_1>(src, i);
         const float d = f16_to_f32(b.d), m = f16_to_f32(b.m);
-        for (int j = 0; j < 32; j++) dst[j] = d * float(nibble32(b.qs, j)) + m;
+        for (int j = 0; j < 32; j++) dst[j] = add_first_nan(d * float(nibble32(b.qs, j)), m);
     }
 }
 
@@ -118,7 +132,7 @@ void dequant_q5_1(const uint8_t *src, float *dst, int64_t nb) {
         const uint32_t qh = load_u32(b.qh);
         for (int j = 0; j < 32; j++) {
             const int q = nibble32(b.qs, j) | int(((qh >> j) & 1) << 4);
-            dst[j] = d * float(q) + m;
+            dst[j] = add_first_nan(d * float(q), m);
         }
     }
 }
@@ -157,7 +171,7 @@ void quant_q8_0(const float *src, uint8_t *dst, int64_t nb) {
         BlockQ8_0 b;
         const float d = absmax(src, 32) / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        for (int j = 0; j < 32; j++) b.qs[j] = int8_t(round_away(src[j] * id));
+        for (int j = 0; j < 32; j++) b.qs[j] = int8_t(round_away(src[j] * id, -128, 127));
         b.d = f32_to_f16(d);
         store_block(dst, i, b);
     }
@@ -171,7 +185,7 @@ void quant_q8_1(const float *src, uint8_t *dst, int64_t nb) {
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         int sum = 0;
         for (int j = 0; j < 32; j++) {
-            b.qs[j] = int8_t(round_away(src[j] * id));
+            b.qs[j] = int8_t(round_away(src[j] * id, -128, 127));
             sum += b.qs[j];
         }
         b.d = f32_to_f16(d);
@@ -185,7 +199,7 @@ void quant_q4_0(const float *src, uint8_t *dst, int64_t nb) {
         const float d = signed_absmax(32, src) / -8.0f;  // the largest magnitude maps to level -8
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         uint8_t q[32];
-        for (int j = 0; j < 32; j++) q[j] = uint8_t(clamp_int(int(std::trunc(src[j] * id + 8.5f)), 0, 15));
+        for (int j = 0; j < 32; j++) q[j] = uint8_t(trunc_clamp(src[j] * id + 8.5f, 15));
         BlockQ4_0 b;
         b.d = f32_to_f16(d);
         pack_nibbles32(q, b.qs);
@@ -200,7 +214,7 @@ void quant_q4_1(const float *src, uint8_t *dst, int64_t nb) {
         const float d = (mx - mn) / 15.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         uint8_t q[32];
-        for (int j = 0; j < 32; j++) q[j] = uint8_t(clamp_int(int(std::trunc((src[j] - mn) * id + 0.5f)), 0, 15));
+        for (int j = 0; j < 32; j++) q[j] = uint8_t(trunc_clamp((src[j] - mn) * id + 0.5f, 15));
         BlockQ4_1 b;
         b.d = f32_to_f16(d);
         b.m = f32_to_f16(mn);
@@ -223,7 +237,7 @@ void quant_q5_0(const float *src, uint8_t *dst, int64_t nb) {
         const float d = signed_absmax(32, src) / -16.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         uint8_t q[32];
-        for (int j = 0; j < 32; j++) q[j] = uint8_t(clamp_int(int(std::trunc(src[j] * id + 16.5f)), 0, 31));
+        for (int j = 0; j < 32; j++) q[j] = uint8_t(trunc_clamp(src[j] * id + 16.5f, 31));
         BlockQ5_0 b;
         b.d = f32_to_f16(d);
         pack_q5(q, b.qs, b.qh);
@@ -238,7 +252,7 @@ void quant_q5_1(const float *src, uint8_t *dst, int64_t nb) {
         const float d = (mx - mn) / 31.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         uint8_t q[32];
-        for (int j = 0; j < 32; j++) q[j] = uint8_t(clamp_int(int(std::trunc((src[j] - mn) * id + 0.5f)), 0, 31));
+        for (int j = 0; j < 32; j++) q[j] = uint8_t(trunc_clamp((src[j] - mn) * id + 0.5f, 31));
         BlockQ5_1 b;
         b.d = f32_to_f16(d);
         b.m = f32_to_f16(mn);
@@ -257,7 +271,7 @@ void quant_mxfp4(const float *src, uint8_t *dst, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, src += 32) {
         const float amax = absmax(src, 32);
         int e = 0;
-        if (amax > 0.0f) e = clamp_int(int(std::floor(float(std::log2(double(amax))))) - 2 + 127, 0, 255);
+        if (amax > 0.0f) e = round_clamp(std::floor(float(std::log2(double(amax)))) - 2.0f + 127.0f, 0, 255);
         const float d = e8m0_half(uint8_t(e));
         uint8_t q[32];
         for (int j = 0; j < 32; j++) {

@@ -283,3 +283,24 @@ TEST(Quant, UnalignedRows) {
         EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * 4), 0) << dtype_name(t);
     }
 }
+
+// Garbage in (NaN, infinities, values beyond fp16 range, subnormals) must still give well-formed blocks: no crash,
+// no undefined float-to-int conversion (run under -fsanitize=undefined,float-cast-overflow to see that), and the
+// finite blocks of such a row are unaffected by their neighbours.
+TEST(Quant, NonFiniteAndExtremeInput) {
+    std::vector<float> x = gaussian(256 * 6, 8);
+    const std::vector<float> clean(x.begin() + 256 * 5, x.end());
+    for (int e = 0; e < 256; e++) {
+        x[e] = e % 3 == 0 ? NAN : x[e];                                         // block 0: NaNs
+        x[256 + e] = e % 5 == 0 ? (e % 2 ? INFINITY : -INFINITY) : x[256 + e];  // block 1: infinities
+        x[512 + e] *= 1e30f;                                                    // block 2: beyond fp16 scales
+        x[768 + e] *= 1e-41f;                                                   // block 3: f32 subnormals
+        x[1024 + e] = e == 17 ? 3.0e38f : 0.0f;                                 // block 4: one huge value
+    }
+    for (DType t : k_quantizable) {
+        const std::vector<uint8_t> q = quantize(t, x);
+        const std::vector<float> y = dequantize(t, q, x.size());
+        const std::vector<float> y_clean = round_trip(t, clean);
+        EXPECT_EQ(std::memcmp(y.data() + 256 * 5, y_clean.data(), 256 * 4), 0) << dtype_name(t);
+    }
+}
