@@ -136,6 +136,9 @@ void Tokenizer::init() {
         if (type == TokenType::control || type == TokenType::unknown) {
             specials_->add(text_[i], int32_t(i), /*control=*/true);
         } else if (type == TokenType::user_defined) {
+            // SentencePiece matches user-defined pieces in the escaped text, where no plain space is left, so a
+            // piece spelled with one never matches.
+            if (spm_ && s.tokens[i].find(' ') != std::string::npos) continue;
             specials_->add(text_[i], int32_t(i), /*control=*/false);
         }
     }
@@ -185,6 +188,7 @@ void Tokenizer::encode_text(std::string_view text, bool first, std::vector<int32
         for (std::string_view w : words) bpe_->encode_word(w, out);
         return;
     }
+    if (text.empty() && !(first && add_space_prefix_)) return;
     std::string escaped;
     escaped.reserve(text.size() + 8);
     if (first && add_space_prefix_) escaped += kSpmSpace;
@@ -197,16 +201,19 @@ void Tokenizer::encode(std::string_view text, bool add_special, bool parse_speci
     if (add_special && add_bos_) out.push_back(spec_.bos);
     std::vector<tok::SpecialTokenMatcher::Fragment> fragments;
     specials_->split(text, parse_special, fragments);
-    // SentencePiece's dummy prefix goes before the text and after each special token, as llama.cpp does: the
-    // text after a special token starts a new word.
-    bool after_special = true;
+    // SentencePiece's dummy prefix goes before the text, and after each control token (the text after one starts
+    // afresh, as in llama.cpp); not after a user-defined token, which SentencePiece treats as part of the text.
+    bool starts_afresh = true;
     for (const auto &f : fragments) {
         if (f.id >= 0) {
+            const bool user_defined = token_type(f.id) == TokenType::user_defined;
+            // Text that opens with a user-defined token still gets its dummy prefix, as a piece of its own.
+            if (spm_ && user_defined && starts_afresh) encode_text({}, true, out);
             out.push_back(f.id);
-            after_special = true;
+            starts_afresh = !user_defined;
         } else {
-            encode_text(f.text, after_special, out);
-            after_special = false;
+            encode_text(f.text, starts_afresh, out);
+            starts_afresh = false;
         }
     }
     if (add_special && add_eos_) out.push_back(spec_.eos);
