@@ -60,9 +60,14 @@ std::string render_plain_fallback(const nlohmann::ordered_json &messages, bool a
         if (!m.is_object()) throw Error("each message must be a JSON object");
         std::string role = m.contains("role") && m["role"].is_string() ? m["role"].get<std::string>() : "user";
         if (!role.empty() && role[0] >= 'a' && role[0] <= 'z') role[0] = char(role[0] - 32);
-        out += role + ": " + (m.contains("content") ? text_of(m["content"]) : "");
+        out += role;
+        out += ": ";
+        if (m.contains("content")) out += text_of(m["content"]);
         if (m.contains("tool_calls") && m["tool_calls"].is_array())
-            for (const auto &call : m["tool_calls"]) out += "\n" + call.dump();
+            for (const auto &call : m["tool_calls"]) {
+                out.push_back('\n');
+                out += call.dump();
+            }
         out += "\n\n";
     }
     if (add_generation_prompt) out += "Assistant:";

@@ -537,6 +537,11 @@ Value Interp::getitem(const Value &obj, const Value &key) {
             }
             if (!m.is_undefined() || m.is_unsafe_undefined()) return m;
         }
+        // jinja2 words a missing non-string key differently ("list object has no element 3").
+        if (!key.is_string()) {
+            std::string t = type_repr(obj);
+            return Value::undefined(t.substr(1, t.size() - 2) + " has no element " + key.repr());
+        }
         return Value::undefined(type_repr(obj) + " has no attribute " + key.repr());
     };
     switch (obj.kind()) {
@@ -589,7 +594,8 @@ Value Interp::call(const Value &fn, Args &args) {
 
 // ---- operators -----------------------------------------------------------------------------------------------
 
-static int64_t checked(bool overflow, int64_t v) {
+// Takes the result by reference: it must be read after the overflow builtin has written it.
+static int64_t checked_op(bool overflow, const int64_t &v) {
     if (overflow) throw_error("integer overflow (values beyond 64 bits are not supported)");
     return v;
 }
@@ -605,7 +611,7 @@ Value Interp::binop(const std::string &op, const Value &a, const Value &b) {
     int64_t r = 0;
     if (op == "+") {
         if (floats) return Value::number(a.as_double() + b.as_double());
-        if (nums) return Value::integer(checked(__builtin_add_overflow(a.as_int(), b.as_int(), &r), r));
+        if (nums) return Value::integer(checked_op(__builtin_add_overflow(a.as_int(), b.as_int(), &r), r));
         if (a.is_string() && b.is_string()) {
             // Markup + str escapes the plain side (markupsafe's __add__/__radd__); str + str stays plain.
             if (a.is_safe() != b.is_safe())
@@ -626,12 +632,12 @@ Value Interp::binop(const std::string &op, const Value &a, const Value &b) {
     }
     if (op == "-") {
         if (floats) return Value::number(a.as_double() - b.as_double());
-        if (nums) return Value::integer(checked(__builtin_sub_overflow(a.as_int(), b.as_int(), &r), r));
+        if (nums) return Value::integer(checked_op(__builtin_sub_overflow(a.as_int(), b.as_int(), &r), r));
         return unsupported();
     }
     if (op == "*") {
         if (floats) return Value::number(a.as_double() * b.as_double());
-        if (nums) return Value::integer(checked(__builtin_mul_overflow(a.as_int(), b.as_int(), &r), r));
+        if (nums) return Value::integer(checked_op(__builtin_mul_overflow(a.as_int(), b.as_int(), &r), r));
         const Value *seq = a.is_int() ? &b : &a, *cnt = a.is_int() ? &a : &b;
         if (cnt->is_int() && (seq->is_string() || seq->is_list_like())) {
             int64_t n = std::max<int64_t>(cnt->as_int(), 0);
@@ -681,7 +687,10 @@ Value Interp::binop(const std::string &op, const Value &a, const Value &b) {
         if (!nums) return unsupported();
         if (!floats && b.as_int() >= 0) {
             int64_t base = a.as_int(), e = b.as_int(), acc = 1;
-            while (e-- > 0) acc = checked(__builtin_mul_overflow(acc, base, &acc), acc);
+            while (e-- > 0) {
+                int64_t next = 0;
+                acc = checked_op(__builtin_mul_overflow(acc, base, &next), next);
+            }
             return Value::integer(acc);
         }
         return Value::number(std::pow(a.as_double(), b.as_double()));
