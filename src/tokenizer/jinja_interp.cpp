@@ -303,6 +303,8 @@ void Interp::assign(const Expr &target, const Value &v, const ScopeP &sc) {
     switch (target.kind) {
     case EK::Name: sc->vars[target.name] = v; return;
     case EK::Tuple: {
+        if (!v.is_string() && !v.is_list_like() && v.kind() != Kind::Dict && !v.is_undefined())
+            throw_error_at(target.line, "cannot unpack non-iterable " + v.type_name() + " object");
         List items = iterate(v);
         size_t n = target.sub.size();
         if (items.size() < n)

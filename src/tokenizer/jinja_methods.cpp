@@ -96,9 +96,7 @@ static std::vector<std::string> split_ws(const std::string &s, int64_t maxsplit)
         while (i < c.size() && is_py_space(c[i])) i++;
         if (i >= c.size()) break;
         if (maxsplit >= 0 && int64_t(out.size()) == maxsplit) {
-            size_t e = c.size();
-            while (e > i && is_py_space(c[e - 1])) e--;
-            out.push_back(encode_utf8(c.substr(i, e - i)));
+            out.push_back(encode_utf8(c.substr(i)));  // the rest, trailing whitespace included
             break;
         }
         size_t j = i;
