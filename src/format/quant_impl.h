@@ -126,4 +126,10 @@ void quant_iq3_s(const float *src, uint8_t *dst, int64_t nb);
 void quant_iq1_s(const float *src, uint8_t *dst, int64_t nb);
 void quant_iq1_m(const float *src, uint8_t *dst, int64_t nb);
 
+// quant_ternary.cpp
+void dequant_tq1_0(const uint8_t *src, float *dst, int64_t nb);
+void dequant_tq2_0(const uint8_t *src, float *dst, int64_t nb);
+void quant_tq1_0(const float *src, uint8_t *dst, int64_t nb);
+void quant_tq2_0(const float *src, uint8_t *dst, int64_t nb);
+
 }  // namespace strata::quant_detail

@@ -26,6 +26,7 @@ SCALE_FIELDS = {
     T.Q5_K: [(0, "f16"), (2, "f16")], T.Q6_K: [(208, "f16")],
     T.IQ2_XXS: [(0, "f16")], T.IQ2_XS: [(0, "f16")], T.IQ2_S: [(0, "f16")], T.IQ3_XXS: [(0, "f16")],
     T.IQ3_S: [(0, "f16")], T.IQ1_S: [(0, "f16")], T.IQ1_M: [(48, "iq1m")], T.IQ4_XS: [(0, "f16")],
+    T.TQ1_0: [(52, "f16")], T.TQ2_0: [(64, "f16")],
     # not in gguf: checked against ref_dequant below
     T.Q8_1: [(0, "f16"), (2, "f16")], T.Q8_K: [(0, "f32")],
 }
@@ -37,7 +38,7 @@ E8M0_EDGES = [0, 1, 2, 3, 126, 127, 128, 129, 253, 254, 255]
 F32_EDGES = [0x00000000, 0x80000000, 0x00000001, 0x007FFFFF, 0x3F800000, 0xBF800000, 0x7F7FFFFF,
              0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000, 0x7F800001]
 
-QUANT_TYPES_GGUF = [T.BF16, T.F16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.MXFP4]
+QUANT_TYPES_GGUF = [T.BF16, T.F16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.MXFP4, T.TQ1_0, T.TQ2_0]
 QUANT_TYPES_OURS = [T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS, T.Q8_1, T.Q8_K,
                     T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M]
 
@@ -289,8 +290,8 @@ def test_quant_io_rejects_bad_input(io, tmp_path):
     assert r.returncode == 1 and "not a whole number of 256-element Q4_K blocks" in r.stderr
     r = io.run("quant", "Q9_9", tmp_path / "x.f32", tmp_path / "out")
     assert r.returncode == 1 and "unknown type Q9_9" in r.stderr
-    r = io.run("quant", "TQ2_0", tmp_path / "x.f32", tmp_path / "out")
-    assert r.returncode == 1 and "no quantizer" in r.stderr
+    r = io.run("quant", "I32", tmp_path / "x.f32", tmp_path / "out")
+    assert r.returncode == 1 and "no quantizer for I32" in r.stderr
     r = io.run("dequant", "Q8_0", tmp_path / "missing.bin", tmp_path / "out")
     assert r.returncode == 1 and "missing.bin" in r.stderr
     assert io.run("dequant").returncode == 2
