@@ -26,21 +26,13 @@ inline void store_block(uint8_t *dst, int64_t i, const B &b) {
     std::memcpy(dst + i * int64_t(sizeof(B)), &b, sizeof(B));
 }
 
-// Round to nearest, ties to even (the default rounding mode), as an int. Our own quantizers use this; the ones that
-// must match gguf byte for byte use that package's rounding instead (see quant_legacy.cpp).
-inline int nearest_int(float v) {
-    return int(std::nearbyint(v));
-}
-
-inline int clamp_int(int v, int lo, int hi) {
-    return v < lo ? lo : (v > hi ? hi : v);
-}
-
-// nearest_int clamped to [lo, hi], safe for any float (NaN gives lo): the float is clamped before conversion.
+// Round to nearest, ties to even (the default rounding mode), clamped to [lo, hi]; safe for any float (NaN gives lo)
+// because the clamp happens before the conversion. Our own quantizers round with this; the ones that must match gguf
+// byte for byte use that package's rounding instead (see quant_legacy.cpp).
 inline int round_clamp(float v, int lo, int hi) {
     if (!(v > float(lo))) return lo;
     if (v >= float(hi)) return hi;
-    return nearest_int(v);
+    return int(std::nearbyint(v));
 }
 
 // The value an fp16 field will hold for v.

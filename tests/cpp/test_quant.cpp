@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -165,12 +166,9 @@ TEST(Quant, RepresentableValuesSurvive) {
         {DType::Q8_K, 256, [&](int e) { return e == 9 ? 127 * d : float(pick(-126, 126)) * d; }},
         {DType::Q4_0, 32, [&](int e) { return e == 3 ? -8 * d : float(pick(-7, 7)) * d; }},
         {DType::Q5_0, 32, [&](int e) { return e == 3 ? 16 * d : float(pick(-15, 15)) * d; }},
-        {DType::Q4_1, 32, [&](int e) { return 0.5f + d * float(e == 0   ? 0
-                                                               : e == 1 ? 15
-                                                                        : pick(0, 15)); }},
-        {DType::Q5_1, 32, [&](int e) { return -1.25f + d * float(e == 0   ? 0
-                                                                 : e == 1 ? 31
-                                                                          : pick(0, 31)); }},
+        // the block's min (level 0) and max (level 15 / 31) are in it: elements 0 and 1
+        {DType::Q4_1, 32, [&](int e) { return 0.5f + d * float(e < 2 ? 15 * e : pick(0, 15)); }},
+        {DType::Q5_1, 32, [&](int e) { return -1.25f + d * float(e < 2 ? 31 * e : pick(0, 31)); }},
         {DType::MXFP4, 32, [&](int e) { return d * float(e == 5 ? -12 : kvalues_mxfp4[pick(0, 15)]); }},
         {DType::IQ4_NL, 32, [&](int e) { return d * float(kvalues_iq4nl[e == 2 ? 0 : pick(1, 15)]); }},
         // sub-block scales d*(ls-32) with ls = 0 everywhere, the largest level -127 in every sub-block

@@ -95,7 +95,7 @@ def random_blocks(t, rng) -> np.ndarray:
         edges = {"f16": F16_EDGES, "iq1m": F16_EDGES, "e8m0": E8M0_EDGES, "f32": F32_EDGES}[kind]
         for v in edges:
             b = rng.integers(0, 256, size=(32, nbytes), dtype=np.uint8)
-            if kind in ("f16",):
+            if kind == "f16":
                 b[:, off:off + 2] = np.frombuffer(np.uint16(v).tobytes(), np.uint8)
             elif kind == "f32":
                 b[:, off:off + 4] = np.frombuffer(np.uint32(v).tobytes(), np.uint8)
@@ -107,14 +107,14 @@ def random_blocks(t, rng) -> np.ndarray:
                     w[:, k] = (w[:, k] & 0x0FFF) | (((v >> (4 * k)) & 0xF) << 12)
                 b[:, off:off + 8] = w.view(np.uint8)
             blocks.append(b)
-        # and the same edge value in every field at once (d and dmin/m both extreme)
-    if len(SCALE_FIELDS[t]) == 2:
+    if len(SCALE_FIELDS[t]) == 2:  # d and dmin (or m, or s): every pair of edge values, NaN with NaN included
         (o1, _), (o2, _) = SCALE_FIELDS[t]
-        for v in F16_EDGES:
-            b = rng.integers(0, 256, size=(16, nbytes), dtype=np.uint8)
-            for o in (o1, o2):
-                b[:, o:o + 2] = np.frombuffer(np.uint16(v).tobytes(), np.uint8)
-            blocks.append(b)
+        for v1 in F16_EDGES:
+            for v2 in F16_EDGES:
+                b = rng.integers(0, 256, size=(4, nbytes), dtype=np.uint8)
+                b[:, o1:o1 + 2] = np.frombuffer(np.uint16(v1).tobytes(), np.uint8)
+                b[:, o2:o2 + 2] = np.frombuffer(np.uint16(v2).tobytes(), np.uint8)
+                blocks.append(b)
     return np.concatenate(blocks)
 
 
@@ -216,8 +216,6 @@ def test_quant_bytes_match_gguf(io, data, t):
 @pytest.mark.parametrize("t", QUANT_TYPES_OURS, ids=lambda t: t.name)
 def test_quant_decodes_identically(io, data, t):
     for kind, x in data.items():
-        if t in (T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M):
-            x = x[:256 * 16]  # the grid searches are slow-ish; 16 super-blocks per kind is plenty for validity
         q = io.quant(t, x)
         assert q.size == x.size // block_size(t) * block_bytes(t)
         ours = io.dequant(t, q)
