@@ -93,7 +93,7 @@ def render() -> str:
         ctype = "uint64_t" if nbytes == 8 else "uint32_t"
         what = "int8 values -1/0/1" if signed else "magnitudes " + "/".join(str(int(v)) for v in cls.grid_map)
         parts.append(f"// {len(values)} entries of {nbytes} {what}, element j in byte j.")
-        parts.append(format_array(ctype, name, values, 2 * nbytes, 4 if nbytes == 8 else 8))
+        parts.append(format_array(ctype, name, values, 2 * nbytes, 5 if nbytes == 8 else 8))
         parts.append("")
     ksigns = list(quants.IQ2_XXS.ksigns)
     assert len(ksigns) == 128

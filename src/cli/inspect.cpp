@@ -41,11 +41,16 @@ std::string quoted(const std::string &s, size_t max = 60) {
     size_t n = 0;
     for (; n < s.size() && n < max; n++) {
         unsigned char c = static_cast<unsigned char>(s[n]);
-        if (c == '"' || c == '\\') out += '\\', out += char(c);
-        else if (c == '\n') out += "\\n";
-        else if (c == '\t') out += "\\t";
-        else if (c < 0x20 || c == 0x7f) out += strfmt("\\x%02x", c);
-        else out += char(c);
+        if (c == '"' || c == '\\')
+            out += '\\', out += char(c);
+        else if (c == '\n')
+            out += "\\n";
+        else if (c == '\t')
+            out += "\\t";
+        else if (c < 0x20 || c == 0x7f)
+            out += strfmt("\\x%02x", c);
+        else
+            out += char(c);
     }
     while (n < s.size() && (static_cast<unsigned char>(s[n]) & 0xc0) == 0x80) out += s[n++];
     return out + (n < s.size() ? "\"..." : "\"");
@@ -65,8 +70,8 @@ std::string show(const json &v) {
 // A metadata value from value_summary(): arrays as "[N x type] first, elements, ...".
 std::string show_summary(const json &m) {
     if (m["type"] != "array") return show(m["value"]);
-    std::string s = strfmt("[%s x %s]", commas(m["count"].get<uint64_t>()).c_str(),
-                           m["elem_type"].get<std::string>().c_str());
+    std::string s =
+        strfmt("[%s x %s]", commas(m["count"].get<uint64_t>()).c_str(), m["elem_type"].get<std::string>().c_str());
     const json &items = m["value"];
     for (size_t i = 0; i < items.size(); i++) s += (i ? ", " : " ") + show(items[i]);
     return s + (m.contains("truncated") ? ", ..." : "");
@@ -81,7 +86,7 @@ void print_header(const json &j) {
     std::printf("               %s metadata keys; %s tensors, %s of tensor data\n", commas(f["n_kv"]).c_str(),
                 commas(f["n_tensors"]).c_str(), human_bytes(f["tensor_bytes"]).c_str());
     std::printf("Architecture   %s", j["architecture"].is_null() ? "(none: no general.architecture)"
-                                                                  : j["architecture"].get<std::string>().c_str());
+                                                                 : j["architecture"].get<std::string>().c_str());
     if (!j["name"].is_null()) std::printf("  (%s)", quoted(j["name"].get<std::string>()).c_str());
     std::printf("\n");
 }
@@ -114,8 +119,9 @@ void print_tokenizer(const json &t) {
 
 // Keys not already shown above.
 void print_other_metadata(const json &j) {
-    std::set<std::string> shown = {"general.architecture", "general.name", "tokenizer.ggml.model",
-                                   "tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.merges",
+    std::set<std::string> shown = {"general.architecture",         "general.name",
+                                   "tokenizer.ggml.model",         "tokenizer.ggml.pre",
+                                   "tokenizer.ggml.tokens",        "tokenizer.ggml.merges",
                                    "tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token",
                                    "tokenizer.chat_template"};
     for (auto &[which, tok] : j["tokenizer"]["special_tokens"].items())
@@ -127,8 +133,7 @@ void print_other_metadata(const json &j) {
         if (shown.count(key) || (!prefix.empty() && key.compare(0, prefix.size(), prefix) == 0)) continue;
         if (!header) std::printf("\nOther metadata\n");
         header = true;
-        std::printf("  %-40s %-7s %s\n", key.c_str(), m["type"].get<std::string>().c_str(),
-                    show_summary(m).c_str());
+        std::printf("  %-40s %-7s %s\n", key.c_str(), m["type"].get<std::string>().c_str(), show_summary(m).c_str());
     }
 }
 

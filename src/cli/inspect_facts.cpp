@@ -20,9 +20,9 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-constexpr uint64_t k_full_array = 16;    // arrays up to this many elements are shown whole
-constexpr uint64_t k_array_head = 8;     // longer ones: this many first elements
-constexpr size_t k_full_string = 256;    // longer strings: their length and a prefix of this many bytes
+constexpr uint64_t k_full_array = 16;  // arrays up to this many elements are shown whole
+constexpr uint64_t k_array_head = 8;   // longer ones: this many first elements
+constexpr size_t k_full_string = 256;  // longer strings: their length and a prefix of this many bytes
 
 // The shortest decimal that reads back as the same float, so 1e-06f shows as 1e-06 and not 9.99999997e-07.
 double shortest_f32(double v) {
@@ -43,13 +43,26 @@ std::string_view utf8_prefix(std::string_view s, size_t n) {
 
 json scalar(const GgufValue &v) {
     switch (v.type) {
-    case GgufType::U8: case GgufType::U16: case GgufType::U32: case GgufType::U64: return v.u;
-    case GgufType::I8: case GgufType::I16: case GgufType::I32: case GgufType::I64: return v.i;
-    case GgufType::F32: return shortest_f32(v.f);
-    case GgufType::F64: return std::isfinite(v.f) ? json(v.f) : json(strfmt("%g", v.f));
-    case GgufType::BOOL: return v.u != 0;
-    case GgufType::STRING: return std::string(utf8_prefix(v.str, k_full_string));
-    case GgufType::ARRAY: break;
+        case GgufType::U8:
+        case GgufType::U16:
+        case GgufType::U32:
+        case GgufType::U64:
+            return v.u;
+        case GgufType::I8:
+        case GgufType::I16:
+        case GgufType::I32:
+        case GgufType::I64:
+            return v.i;
+        case GgufType::F32:
+            return shortest_f32(v.f);
+        case GgufType::F64:
+            return std::isfinite(v.f) ? json(v.f) : json(strfmt("%g", v.f));
+        case GgufType::BOOL:
+            return v.u != 0;
+        case GgufType::STRING:
+            return std::string(utf8_prefix(v.str, k_full_string));
+        case GgufType::ARRAY:
+            break;
     }
     STRATA_ASSERT(false);
     return nullptr;
@@ -109,7 +122,9 @@ json file_facts(const GgufFile &f) {
     return j;
 }
 
-const char *gating_name(uint64_t v) { return v == 1 ? "softmax" : v == 2 ? "sigmoid" : nullptr; }
+const char *gating_name(uint64_t v) {
+    return v == 1 ? "softmax" : v == 2 ? "sigmoid" : nullptr;
+}
 
 // The {arch}.* keys, prefix removed; short arrays whole.
 json hyperparameters(const GgufFile &f, const std::string &arch) {
@@ -144,8 +159,7 @@ json tokenizer_facts(const GgufFile &f) {
     j["pre"] = str("tokenizer.ggml.pre");
     const GgufValue *tokens = f.find("tokenizer.ggml.tokens");
     const std::vector<std::string_view> *toks = nullptr;
-    if (tokens && tokens->type == GgufType::ARRAY && tokens->elem_type == GgufType::STRING)
-        toks = &tokens->array_strs;
+    if (tokens && tokens->type == GgufType::ARRAY && tokens->elem_type == GgufType::STRING) toks = &tokens->array_strs;
     j["vocab_size"] = toks ? json(toks->size()) : json(nullptr);
     const GgufValue *merges = f.find("tokenizer.ggml.merges");
     j["n_merges"] = merges && merges->type == GgufType::ARRAY ? json(merges->count) : json(nullptr);
@@ -158,8 +172,8 @@ json tokenizer_facts(const GgufFile &f) {
         json t;
         uint64_t id = v->as_uint(key);
         t["id"] = id;
-        t["text"] = toks && id < toks->size() ? json(std::string(utf8_prefix((*toks)[id], k_full_string)))
-                                                : json(nullptr);
+        t["text"] =
+            toks && id < toks->size() ? json(std::string(utf8_prefix((*toks)[id], k_full_string))) : json(nullptr);
         special[which] = std::move(t);
     }
     j["special_tokens"] = std::move(special);

@@ -33,7 +33,7 @@ std::string shown(std::string_view s) {
 }
 
 // Smallest encodings, used to refuse counts that cannot fit in the rest of the file before reserving for them.
-constexpr uint64_t k_min_kv_bytes = 8 + 1 + 4 + 1;                // key length, 1-byte key, type, u8 value
+constexpr uint64_t k_min_kv_bytes = 8 + 1 + 4 + 1;                   // key length, 1-byte key, type, u8 value
 constexpr uint64_t k_min_tensor_info_bytes = 8 + 1 + 4 + 8 + 4 + 8;  // name length, name, n_dims, 1 dim, type, offset
 
 }  // namespace
@@ -41,12 +41,12 @@ constexpr uint64_t k_min_tensor_info_bytes = 8 + 1 + 4 + 8 + 4 + 8;  // name len
 // Bounds-checked little-endian reads. `What` is a callable returning the field's description; it is only called
 // when something is wrong, so the common path builds no strings.
 class GgufParser {
-public:
+  public:
     GgufParser(GgufFile &f) : f_(f), base_(f.base_), size_(f.size_) {}
 
     void parse();
 
-private:
+  private:
     template <class What>
     [[noreturn]] void fail_at(size_t at, const What &what, const std::string &problem) const {
         fail("%s: %s at byte %zu: %s", f_.path_.c_str(), std::string(what()).c_str(), at, problem.c_str());
@@ -116,22 +116,46 @@ void GgufParser::read_value(GgufValue &v, GgufType type, const What &what) {
     v.type = type;
     size_t at = pos_;
     switch (type) {
-    case GgufType::U8: v.u = read<uint8_t>(what); break;
-    case GgufType::I8: v.i = read<int8_t>(what); break;
-    case GgufType::U16: v.u = read<uint16_t>(what); break;
-    case GgufType::I16: v.i = read<int16_t>(what); break;
-    case GgufType::U32: v.u = read<uint32_t>(what); break;
-    case GgufType::I32: v.i = read<int32_t>(what); break;
-    case GgufType::U64: v.u = read<uint64_t>(what); break;
-    case GgufType::I64: v.i = read<int64_t>(what); break;
-    case GgufType::F32: v.f = read<float>(what); break;
-    case GgufType::F64: v.f = read<double>(what); break;
-    case GgufType::BOOL:
-        v.u = read<uint8_t>(what);
-        if (v.u > 1) fail_at(at, what, strfmt("bool must be 0 or 1, found %" PRIu64, v.u));
-        break;
-    case GgufType::STRING: v.str = read_string(what); break;
-    case GgufType::ARRAY: read_array(v, what); break;
+        case GgufType::U8:
+            v.u = read<uint8_t>(what);
+            break;
+        case GgufType::I8:
+            v.i = read<int8_t>(what);
+            break;
+        case GgufType::U16:
+            v.u = read<uint16_t>(what);
+            break;
+        case GgufType::I16:
+            v.i = read<int16_t>(what);
+            break;
+        case GgufType::U32:
+            v.u = read<uint32_t>(what);
+            break;
+        case GgufType::I32:
+            v.i = read<int32_t>(what);
+            break;
+        case GgufType::U64:
+            v.u = read<uint64_t>(what);
+            break;
+        case GgufType::I64:
+            v.i = read<int64_t>(what);
+            break;
+        case GgufType::F32:
+            v.f = read<float>(what);
+            break;
+        case GgufType::F64:
+            v.f = read<double>(what);
+            break;
+        case GgufType::BOOL:
+            v.u = read<uint8_t>(what);
+            if (v.u > 1) fail_at(at, what, strfmt("bool must be 0 or 1, found %" PRIu64, v.u));
+            break;
+        case GgufType::STRING:
+            v.str = read_string(what);
+            break;
+        case GgufType::ARRAY:
+            read_array(v, what);
+            break;
     }
 }
 
@@ -145,8 +169,8 @@ void GgufParser::read_array(GgufValue &v, const What &what) {
     auto what_count = [&] { return std::string(what()) + " element count"; };
     v.count = read<uint64_t>(what_count);
     if (v.count > GGUF_MAX_ARRAY_ELEMENTS)
-        fail_at(at, what_count, strfmt("%" PRIu64 " elements is more than the limit of %" PRIu64, v.count,
-                                       GGUF_MAX_ARRAY_ELEMENTS));
+        fail_at(at, what_count,
+                strfmt("%" PRIu64 " elements is more than the limit of %" PRIu64, v.count, GGUF_MAX_ARRAY_ELEMENTS));
     // Each element takes at least its size (8 for a string's length) in the rest of the file: refuse counts that
     // cannot fit before allocating anything for them. count <= 2^30 and size <= 8, so no overflow.
     size_t elem_bytes = v.elem_type == GgufType::STRING ? 8 : gguf_type_size(v.elem_type);
@@ -187,8 +211,7 @@ void GgufParser::parse_header(uint64_t &n_tensors, uint64_t &n_kv) {
                            "); only little-endian GGUF version %" PRIu32 " is supported",
                            version, __builtin_bswap32(version), GGUF_VERSION));
         fail_at(4, what_version,
-                strfmt("found GGUF version %" PRIu32 "; only version %" PRIu32 " is supported", version,
-                       GGUF_VERSION));
+                strfmt("found GGUF version %" PRIu32 "; only version %" PRIu32 " is supported", version, GGUF_VERSION));
     }
     f_.version_ = version;
 
@@ -199,11 +222,12 @@ void GgufParser::parse_header(uint64_t &n_tensors, uint64_t &n_kv) {
     // The counts are checked against what could possibly fit after the header.
     uint64_t rest = size_ - pos_;
     if (n_kv > rest / k_min_kv_bytes)
-        fail_at(16, what_nkv, strfmt("%" PRIu64 " metadata keys cannot fit in the %" PRIu64 " bytes after the header",
-                                     n_kv, rest));
+        fail_at(16, what_nkv,
+                strfmt("%" PRIu64 " metadata keys cannot fit in the %" PRIu64 " bytes after the header", n_kv, rest));
     if (n_tensors > rest / k_min_tensor_info_bytes)
-        fail_at(8, what_nt, strfmt("%" PRIu64 " tensor infos cannot fit in the %" PRIu64 " bytes after the header",
-                                   n_tensors, rest));
+        fail_at(
+            8, what_nt,
+            strfmt("%" PRIu64 " tensor infos cannot fit in the %" PRIu64 " bytes after the header", n_tensors, rest));
 }
 
 void GgufParser::parse_kvs(uint64_t n_kv) {
@@ -267,8 +291,7 @@ void GgufParser::parse_tensor_info(size_t i) {
     int32_t type_id = read<int32_t>(what("type"));
     const DTypeInfo *info = dtype_info(type_id);
     if (info == nullptr)
-        fail_at(at, what("type"),
-                strfmt("ggml type id %" PRId32 " is unknown or was removed from ggml", type_id));
+        fail_at(at, what("type"), strfmt("ggml type id %" PRId32 " is unknown or was removed from ggml", type_id));
     t.type = info->type;
     if (t.ne[0] % info->block_size != 0)
         fail_at(at, what("type"),
@@ -276,8 +299,7 @@ void GgufParser::parse_tensor_info(size_t i) {
                        info->block_size, t.ne[0]));
     std::optional<uint64_t> bytes = gguf_tensor_bytes(t.type, t.ne, t.n_dims);
     if (!bytes)
-        fail_at(at, what("type"),
-                strfmt("shape %s of %s is too large to address", t.shape_str().c_str(), info->name));
+        fail_at(at, what("type"), strfmt("shape %s of %s is too large to address", t.shape_str().c_str(), info->name));
     t.n_bytes = *bytes;
 
     offset_pos_.push_back(pos_);
@@ -299,14 +321,14 @@ void GgufParser::check_tensor_data() {
         const GgufTensor &t = ts[i];
         if (t.offset % f_.alignment_ != 0)
             fail_at(offset_pos_[i], what(i),
-                    strfmt("offset %" PRIu64 " is not a multiple of the alignment %" PRIu32, t.offset,
-                           f_.alignment_));
+                    strfmt("offset %" PRIu64 " is not a multiple of the alignment %" PRIu32, t.offset, f_.alignment_));
         uint64_t start, end;
         if (__builtin_add_overflow(f_.data_offset_, t.offset, &start) ||
             __builtin_add_overflow(start, t.n_bytes, &end) || end > size_)
             fail_at(offset_pos_[i], what(i),
                     strfmt("data [data section + %" PRIu64 ", %" PRIu64 " bytes] runs past the end of the file "
-                           "(size %zu)", t.offset, t.n_bytes, size_));
+                           "(size %zu)",
+                           t.offset, t.n_bytes, size_));
         f_.tensors_[i].data = base_ + start;
         f_.data_end_ = std::max(f_.data_end_, end);
     }
@@ -348,9 +370,11 @@ void GgufParser::parse() {
     uint64_t a = f_.alignment_;
     f_.data_offset_ = n_tensors == 0 ? end_of_infos : (end_of_infos + a - 1) / a * a;
     if (f_.data_offset_ > size_)
-        fail_at(size_t(end_of_infos), [] { return "tensor data section"; },
-                strfmt("padded to the alignment %" PRIu64 " it starts at byte %" PRIu64
-                       ", past the end of the file (size %zu)", a, f_.data_offset_, size_));
+        fail_at(
+            size_t(end_of_infos), [] { return "tensor data section"; },
+            strfmt("padded to the alignment %" PRIu64 " it starts at byte %" PRIu64
+                   ", past the end of the file (size %zu)",
+                   a, f_.data_offset_, size_));
     f_.data_end_ = f_.data_offset_;
     check_tensor_data();
 }

@@ -25,7 +25,7 @@ const char *gguf_type_name(GgufType t);  // "u8", "i32", "f32", "bool", "string"
 // Limits the reader enforces (the same as ggml's, so that files we accept load there too).
 constexpr uint32_t GGUF_VERSION = 3;
 constexpr uint32_t GGUF_DEFAULT_ALIGNMENT = 32;
-constexpr size_t GGUF_MAX_NAME = 64;                       // tensor names are shorter than this
+constexpr size_t GGUF_MAX_NAME = 64;  // tensor names are shorter than this
 constexpr uint64_t GGUF_MAX_ARRAY_ELEMENTS = 1ull << 30;
 constexpr uint64_t GGUF_MAX_STRING_BYTES = 1ull << 30;
 constexpr int GGUF_MAX_DIMS = 4;

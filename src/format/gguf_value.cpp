@@ -13,30 +13,56 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "GGUF values are read i
 
 const char *gguf_type_name(GgufType t) {
     switch (t) {
-    case GgufType::U8: return "u8";
-    case GgufType::I8: return "i8";
-    case GgufType::U16: return "u16";
-    case GgufType::I16: return "i16";
-    case GgufType::U32: return "u32";
-    case GgufType::I32: return "i32";
-    case GgufType::F32: return "f32";
-    case GgufType::BOOL: return "bool";
-    case GgufType::STRING: return "string";
-    case GgufType::ARRAY: return "array";
-    case GgufType::U64: return "u64";
-    case GgufType::I64: return "i64";
-    case GgufType::F64: return "f64";
+        case GgufType::U8:
+            return "u8";
+        case GgufType::I8:
+            return "i8";
+        case GgufType::U16:
+            return "u16";
+        case GgufType::I16:
+            return "i16";
+        case GgufType::U32:
+            return "u32";
+        case GgufType::I32:
+            return "i32";
+        case GgufType::F32:
+            return "f32";
+        case GgufType::BOOL:
+            return "bool";
+        case GgufType::STRING:
+            return "string";
+        case GgufType::ARRAY:
+            return "array";
+        case GgufType::U64:
+            return "u64";
+        case GgufType::I64:
+            return "i64";
+        case GgufType::F64:
+            return "f64";
     }
     return "unknown";
 }
 
 size_t gguf_type_size(GgufType t) {
     switch (t) {
-    case GgufType::U8: case GgufType::I8: case GgufType::BOOL: return 1;
-    case GgufType::U16: case GgufType::I16: return 2;
-    case GgufType::U32: case GgufType::I32: case GgufType::F32: return 4;
-    case GgufType::U64: case GgufType::I64: case GgufType::F64: return 8;
-    case GgufType::STRING: case GgufType::ARRAY: return 0;
+        case GgufType::U8:
+        case GgufType::I8:
+        case GgufType::BOOL:
+            return 1;
+        case GgufType::U16:
+        case GgufType::I16:
+            return 2;
+        case GgufType::U32:
+        case GgufType::I32:
+        case GgufType::F32:
+            return 4;
+        case GgufType::U64:
+        case GgufType::I64:
+        case GgufType::F64:
+            return 8;
+        case GgufType::STRING:
+        case GgufType::ARRAY:
+            return 0;
     }
     return 0;
 }
@@ -61,10 +87,14 @@ bool gguf_valid_utf8(std::string_view s) {
         }
         int n;
         uint32_t cp;
-        if (c >= 0xc2 && c <= 0xdf) n = 1, cp = c & 0x1f;
-        else if (c >= 0xe0 && c <= 0xef) n = 2, cp = c & 0x0f;
-        else if (c >= 0xf0 && c <= 0xf4) n = 3, cp = c & 0x07;
-        else return false;  // stray continuation byte, overlong 2-byte lead (c0/c1) or past U+10FFFF (f5..ff)
+        if (c >= 0xc2 && c <= 0xdf)
+            n = 1, cp = c & 0x1f;
+        else if (c >= 0xe0 && c <= 0xef)
+            n = 2, cp = c & 0x0f;
+        else if (c >= 0xf0 && c <= 0xf4)
+            n = 3, cp = c & 0x07;
+        else
+            return false;  // stray continuation byte, overlong 2-byte lead (c0/c1) or past U+10FFFF (f5..ff)
         if (end - p <= n) return false;
         for (int k = 1; k <= n; k++) {
             if ((p[k] & 0xc0) != 0x80) return false;
@@ -105,14 +135,15 @@ bool is_unsigned(GgufType t) {
 bool is_signed(GgufType t) {
     return t == GgufType::I8 || t == GgufType::I16 || t == GgufType::I32 || t == GgufType::I64;
 }
-bool is_float(GgufType t) { return t == GgufType::F32 || t == GgufType::F64; }
+bool is_float(GgufType t) {
+    return t == GgufType::F32 || t == GgufType::F64;
+}
 
 [[noreturn]] void wrong_type(std::string_view key, const char *expected, const GgufValue &v) {
     if (v.type == GgufType::ARRAY)
         fail("metadata key '%.*s': expected %s, found an array of %s", int(key.size()), key.data(), expected,
              gguf_type_name(v.elem_type));
-    fail("metadata key '%.*s': expected %s, found %s", int(key.size()), key.data(), expected,
-         gguf_type_name(v.type));
+    fail("metadata key '%.*s': expected %s, found %s", int(key.size()), key.data(), expected, gguf_type_name(v.type));
 }
 
 // One packed little-endian element, widened. Integers go to u/i, floats to f, as in a scalar GgufValue.
@@ -121,17 +152,55 @@ GgufValue element(const GgufValue &v, uint64_t i) {
     e.type = v.elem_type;
     const uint8_t *p = v.array_data + i * gguf_type_size(v.elem_type);
     switch (v.elem_type) {
-    case GgufType::U8: case GgufType::BOOL: e.u = p[0]; break;
-    case GgufType::I8: e.i = int8_t(p[0]); break;
-    case GgufType::U16: { uint16_t x; std::memcpy(&x, p, 2); e.u = x; break; }
-    case GgufType::I16: { int16_t x; std::memcpy(&x, p, 2); e.i = x; break; }
-    case GgufType::U32: { uint32_t x; std::memcpy(&x, p, 4); e.u = x; break; }
-    case GgufType::I32: { int32_t x; std::memcpy(&x, p, 4); e.i = x; break; }
-    case GgufType::U64: std::memcpy(&e.u, p, 8); break;
-    case GgufType::I64: std::memcpy(&e.i, p, 8); break;
-    case GgufType::F32: { float x; std::memcpy(&x, p, 4); e.f = x; break; }
-    case GgufType::F64: std::memcpy(&e.f, p, 8); break;
-    case GgufType::STRING: case GgufType::ARRAY: STRATA_ASSERT(false);
+        case GgufType::U8:
+        case GgufType::BOOL:
+            e.u = p[0];
+            break;
+        case GgufType::I8:
+            e.i = int8_t(p[0]);
+            break;
+        case GgufType::U16: {
+            uint16_t x;
+            std::memcpy(&x, p, 2);
+            e.u = x;
+            break;
+        }
+        case GgufType::I16: {
+            int16_t x;
+            std::memcpy(&x, p, 2);
+            e.i = x;
+            break;
+        }
+        case GgufType::U32: {
+            uint32_t x;
+            std::memcpy(&x, p, 4);
+            e.u = x;
+            break;
+        }
+        case GgufType::I32: {
+            int32_t x;
+            std::memcpy(&x, p, 4);
+            e.i = x;
+            break;
+        }
+        case GgufType::U64:
+            std::memcpy(&e.u, p, 8);
+            break;
+        case GgufType::I64:
+            std::memcpy(&e.i, p, 8);
+            break;
+        case GgufType::F32: {
+            float x;
+            std::memcpy(&x, p, 4);
+            e.f = x;
+            break;
+        }
+        case GgufType::F64:
+            std::memcpy(&e.f, p, 8);
+            break;
+        case GgufType::STRING:
+        case GgufType::ARRAY:
+            STRATA_ASSERT(false);
     }
     return e;
 }
@@ -156,8 +225,8 @@ int64_t GgufValue::as_int(std::string_view key) const {
     if (is_signed(type)) return i;
     if (is_unsigned(type)) {
         if (u > uint64_t(std::numeric_limits<int64_t>::max()))
-            fail("metadata key '%.*s': %" PRIu64 " does not fit a signed 64-bit integer", int(key.size()),
-                 key.data(), u);
+            fail("metadata key '%.*s': %" PRIu64 " does not fit a signed 64-bit integer", int(key.size()), key.data(),
+                 u);
         return int64_t(u);
     }
     wrong_type(key, "an integer", *this);

@@ -17,7 +17,7 @@ namespace {
 
 // Where serialized bytes go: a growing buffer or a buffered file.
 class Sink {
-public:
+  public:
     virtual ~Sink() = default;
     virtual void write(const void *p, size_t n) = 0;
     void zeros(size_t n) {
@@ -25,7 +25,9 @@ public:
         for (size_t k = 0; k < n; k += sizeof(k_zero)) write(k_zero, std::min(sizeof(k_zero), n - k));
     }
     template <class T>
-    void put(T v) { write(&v, sizeof(v)); }
+    void put(T v) {
+        write(&v, sizeof(v));
+    }
     void put_string(std::string_view s) {
         put<uint64_t>(s.size());
         write(s.data(), s.size());
@@ -34,7 +36,7 @@ public:
 };
 
 class MemorySink : public Sink {
-public:
+  public:
     void write(const void *p, size_t n) override {
         const auto *b = static_cast<const uint8_t *>(p);
         out.insert(out.end(), b, b + n);
@@ -44,7 +46,7 @@ public:
 };
 
 class FileSink : public Sink {
-public:
+  public:
     FileSink(const std::string &path) : path_(path) {
         f_ = std::fopen(path.c_str(), "wb");
         if (f_ == nullptr) fail("%s: cannot create: %s", path.c_str(), std::strerror(errno));
@@ -64,13 +66,15 @@ public:
         if (std::fclose(f) != 0) fail("%s: write failed: %s", path_.c_str(), std::strerror(errno));
     }
 
-private:
+  private:
     std::string path_;
     std::FILE *f_ = nullptr;
     std::vector<char> buf_;
 };
 
-uint64_t pad_to(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+uint64_t pad_to(uint64_t n, uint64_t a) {
+    return (n + a - 1) / a * a;
+}
 
 }  // namespace
 
@@ -79,9 +83,9 @@ struct GgufWriter::Impl {
         std::string key;
         GgufType type = GgufType::U8;
         GgufType elem_type = GgufType::U8;
-        uint64_t count = 0;               // ARRAY
-        std::vector<uint8_t> raw;         // a scalar's bytes or an array's packed elements
-        std::vector<std::string> strs;    // STRING (one) or ARRAY of STRING
+        uint64_t count = 0;             // ARRAY
+        std::vector<uint8_t> raw;       // a scalar's bytes or an array's packed elements
+        std::vector<std::string> strs;  // STRING (one) or ARRAY of STRING
     };
     struct Tensor {
         std::string name;
@@ -146,9 +150,15 @@ GgufWriter::~GgufWriter() = default;
 GgufWriter::GgufWriter(GgufWriter &&) noexcept = default;
 GgufWriter &GgufWriter::operator=(GgufWriter &&) noexcept = default;
 
-size_t GgufWriter::n_kv() const { return impl_->kvs.size(); }
-size_t GgufWriter::n_tensors() const { return impl_->tensors.size(); }
-size_t GgufWriter::stream_chunk_bytes() { return 16u << 20; }
+size_t GgufWriter::n_kv() const {
+    return impl_->kvs.size();
+}
+size_t GgufWriter::n_tensors() const {
+    return impl_->tensors.size();
+}
+size_t GgufWriter::stream_chunk_bytes() {
+    return 16u << 20;
+}
 
 void GgufWriter::set_alignment(uint32_t alignment) {
     if (alignment == 0 || (alignment & (alignment - 1)) != 0)
@@ -174,8 +184,12 @@ void set_scalar(std::vector<uint8_t> &raw, T v) {
 
 }  // namespace
 
-void GgufWriter::add_u8(std::string key, uint8_t v) { set_scalar(impl_->new_kv(std::move(key), GgufType::U8).raw, v); }
-void GgufWriter::add_i8(std::string key, int8_t v) { set_scalar(impl_->new_kv(std::move(key), GgufType::I8).raw, v); }
+void GgufWriter::add_u8(std::string key, uint8_t v) {
+    set_scalar(impl_->new_kv(std::move(key), GgufType::U8).raw, v);
+}
+void GgufWriter::add_i8(std::string key, int8_t v) {
+    set_scalar(impl_->new_kv(std::move(key), GgufType::I8).raw, v);
+}
 void GgufWriter::add_u16(std::string key, uint16_t v) {
     set_scalar(impl_->new_kv(std::move(key), GgufType::U16).raw, v);
 }
@@ -201,7 +215,9 @@ void GgufWriter::add_u64(std::string key, uint64_t v) {
 void GgufWriter::add_i64(std::string key, int64_t v) {
     set_scalar(impl_->new_kv(std::move(key), GgufType::I64).raw, v);
 }
-void GgufWriter::add_f32(std::string key, float v) { set_scalar(impl_->new_kv(std::move(key), GgufType::F32).raw, v); }
+void GgufWriter::add_f32(std::string key, float v) {
+    set_scalar(impl_->new_kv(std::move(key), GgufType::F32).raw, v);
+}
 void GgufWriter::add_f64(std::string key, double v) {
     set_scalar(impl_->new_kv(std::move(key), GgufType::F64).raw, v);
 }
@@ -234,8 +250,8 @@ void GgufWriter::add_array(std::string key, GgufType elem_type, const void *elem
 
 void GgufWriter::add_string_array(std::string key, std::vector<std::string> v) {
     if (v.size() > GGUF_MAX_ARRAY_ELEMENTS)
-        fail("GGUF writer: metadata key '%s': %zu elements is more than the limit of %" PRIu64, key.c_str(),
-             v.size(), GGUF_MAX_ARRAY_ELEMENTS);
+        fail("GGUF writer: metadata key '%s': %zu elements is more than the limit of %" PRIu64, key.c_str(), v.size(),
+             GGUF_MAX_ARRAY_ELEMENTS);
     for (size_t k = 0; k < v.size(); k++)
         if (!gguf_valid_utf8(v[k]) || v[k].size() > GGUF_MAX_STRING_BYTES)
             check_string(strfmt("metadata key '%s' element %zu", key.c_str(), k), v[k]);
@@ -247,24 +263,48 @@ void GgufWriter::add_string_array(std::string key, std::vector<std::string> v) {
 
 void GgufWriter::add_kv(std::string key, const GgufValue &v) {
     switch (v.type) {
-    case GgufType::U8: add_u8(std::move(key), uint8_t(v.u)); break;
-    case GgufType::I8: add_i8(std::move(key), int8_t(v.i)); break;
-    case GgufType::U16: add_u16(std::move(key), uint16_t(v.u)); break;
-    case GgufType::I16: add_i16(std::move(key), int16_t(v.i)); break;
-    case GgufType::U32: add_u32(std::move(key), uint32_t(v.u)); break;
-    case GgufType::I32: add_i32(std::move(key), int32_t(v.i)); break;
-    case GgufType::U64: add_u64(std::move(key), v.u); break;
-    case GgufType::I64: add_i64(std::move(key), v.i); break;
-    case GgufType::F32: add_f32(std::move(key), float(v.f)); break;
-    case GgufType::F64: add_f64(std::move(key), v.f); break;
-    case GgufType::BOOL: add_bool(std::move(key), v.u != 0); break;
-    case GgufType::STRING: add_string(std::move(key), std::string(v.str)); break;
-    case GgufType::ARRAY:
-        if (v.elem_type == GgufType::STRING)
-            add_string_array(std::move(key), std::vector<std::string>(v.array_strs.begin(), v.array_strs.end()));
-        else
-            add_array(std::move(key), v.elem_type, v.array_data, v.count);
-        break;
+        case GgufType::U8:
+            add_u8(std::move(key), uint8_t(v.u));
+            break;
+        case GgufType::I8:
+            add_i8(std::move(key), int8_t(v.i));
+            break;
+        case GgufType::U16:
+            add_u16(std::move(key), uint16_t(v.u));
+            break;
+        case GgufType::I16:
+            add_i16(std::move(key), int16_t(v.i));
+            break;
+        case GgufType::U32:
+            add_u32(std::move(key), uint32_t(v.u));
+            break;
+        case GgufType::I32:
+            add_i32(std::move(key), int32_t(v.i));
+            break;
+        case GgufType::U64:
+            add_u64(std::move(key), v.u);
+            break;
+        case GgufType::I64:
+            add_i64(std::move(key), v.i);
+            break;
+        case GgufType::F32:
+            add_f32(std::move(key), float(v.f));
+            break;
+        case GgufType::F64:
+            add_f64(std::move(key), v.f);
+            break;
+        case GgufType::BOOL:
+            add_bool(std::move(key), v.u != 0);
+            break;
+        case GgufType::STRING:
+            add_string(std::move(key), std::string(v.str));
+            break;
+        case GgufType::ARRAY:
+            if (v.elem_type == GgufType::STRING)
+                add_string_array(std::move(key), std::vector<std::string>(v.array_strs.begin(), v.array_strs.end()));
+            else
+                add_array(std::move(key), v.elem_type, v.array_data, v.count);
+            break;
     }
 }
 
@@ -292,8 +332,7 @@ GgufWriter::Impl::Tensor GgufWriter::Impl::make_tensor(std::string name, DType t
         if (t.ne[0] >= 0 && t.ne[0] % info->block_size != 0)
             fail("GGUF writer: tensor '%s' %s: ne[0] is not a multiple of the %s block size %d", t.name.c_str(),
                  shape_of(t).c_str(), info->name, info->block_size);
-        fail("GGUF writer: tensor '%s': shape %s is negative or too large", t.name.c_str(),
-             shape_of(t).c_str());
+        fail("GGUF writer: tensor '%s': shape %s is negative or too large", t.name.c_str(), shape_of(t).c_str());
     }
     t.n_bytes = *bytes;
     return t;
@@ -304,8 +343,7 @@ GgufWriter::Impl::Tensor &GgufWriter::Impl::insert(Tensor t) {
     return tensors.emplace_back(std::move(t));
 }
 
-void GgufWriter::add_tensor(std::string name, DType type, std::vector<int64_t> ne, const void *data,
-                            size_t n_bytes) {
+void GgufWriter::add_tensor(std::string name, DType type, std::vector<int64_t> ne, const void *data, size_t n_bytes) {
     Impl::Tensor t = impl_->make_tensor(std::move(name), type, ne);
     if (n_bytes != t.n_bytes)
         fail("GGUF writer: tensor '%s' of type %s and shape %s needs %" PRIu64 " bytes, got %zu", t.name.c_str(),

@@ -1,5 +1,5 @@
 // quant.h's entry points: argument checks and dispatch to the per-type block functions (quant_legacy.cpp,
-// quant_k.cpp, quant_iq.cpp, quant_iq_grid.cpp). No arithmetic here.
+// quant_k.cpp, quant_iq.cpp, quant_iq_grid.cpp, quant_ternary.cpp). No arithmetic here.
 #include "format/quant.h"
 
 #include "core/error.h"
@@ -43,6 +43,8 @@ constexpr QuantFns k_fns[] = {
     {DType::IQ3_S, dequant_iq3_s, quant_iq3_s},
     {DType::IQ1_S, dequant_iq1_s, quant_iq1_s},
     {DType::IQ1_M, dequant_iq1_m, quant_iq1_m},
+    {DType::TQ1_0, dequant_tq1_0, quant_tq1_0},
+    {DType::TQ2_0, dequant_tq2_0, quant_tq2_0},
 };
 
 const QuantFns *find(DType t) {

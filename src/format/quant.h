@@ -10,7 +10,8 @@
 namespace strata {
 
 // Whether a reference dequantizer / quantizer exists for the type. Both exist for F32, F16, BF16, Q4_0, Q4_1, Q5_0,
-// Q5_1, Q8_0, Q8_1, MXFP4, Q2_K ... Q6_K, Q8_K, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M.
+// Q5_1, Q8_0, Q8_1, MXFP4, Q2_K ... Q6_K, Q8_K, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M,
+// TQ1_0, TQ2_0; neither for the integer types and F64.
 bool can_dequantize(DType t);
 bool can_quantize(DType t);
 
@@ -20,12 +21,12 @@ bool can_quantize(DType t);
 void dequantize_row(DType t, const void *src, float *dst, int64_t n);
 
 // Encode n floats as type t into dst (row_bytes(t, n) bytes, any alignment). Deterministic: the bytes depend only on
-// the input block by block. Throws strata::Error as dequantize_row does (and for a type without a quantizer).
-// Where gguf-py has a quantizer (BF16, F16 via numpy, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4) the bytes are its bytes,
-// except that NaN inputs to F16 come out quiet and MXFP4 blocks whose largest magnitude is below 2^-125 keep e = 0
-// where gguf's exponent wraps around. Q8_1 stores s = d * sum(qs) (the CPU convention); Q8_K stores an f32 d that is
-// negative when the block's largest-magnitude value is positive. The other quantizers are our own (see
-// quant_k.cpp, quant_iq.cpp, quant_iq_grid.cpp).
+// the input, block by block. Throws strata::Error as dequantize_row does (and for a type without a quantizer).
+// Where gguf-py has a quantizer (BF16, F16 via numpy, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, TQ1_0, TQ2_0) the bytes
+// are its bytes, except that NaN inputs to F16 come out quiet and MXFP4 blocks whose largest magnitude is below
+// 2^-125 keep e = 0 where gguf's exponent wraps around. Q8_1 stores s = d * sum(qs) (the CPU convention); Q8_K
+// stores an f32 d that is negative when the block's largest-magnitude value is positive. The K-quant and i-quant
+// quantizers are our own (quant_k.cpp, quant_iq.cpp, quant_iq_grid.cpp).
 void quantize_row(DType t, const float *src, void *dst, int64_t n);
 
 }  // namespace strata

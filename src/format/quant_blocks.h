@@ -43,6 +43,10 @@ struct BlockIQ1S { uint16_t d; uint8_t qs[32]; uint16_t qh[8]; };
 struct BlockIQ1M { uint8_t qs[32]; uint8_t qh[16]; uint8_t scales[8]; };  // fp16 d is spread over scales' top nibbles
 struct BlockIQ4XS { uint16_t d; uint16_t scales_h; uint8_t scales_l[4]; uint8_t qs[128]; };
 
+// ---- ternary (256 elements) --------------------------------------------------------------------------------------
+struct BlockTQ1_0 { uint8_t qs[48]; uint8_t qh[4]; uint16_t d; };  // base-3 digits, 5 per byte (4 in qh)
+struct BlockTQ2_0 { uint8_t qs[64]; uint16_t d; };                 // 2 bits per value, as Q2_K's qs
+
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22);
 static_assert(sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_1) == 36);
 static_assert(sizeof(BlockIQ4NL) == 18 && sizeof(BlockMXFP4) == 17);
@@ -51,6 +55,7 @@ static_assert(sizeof(BlockQ5K) == 176 && sizeof(BlockQ6K) == 210 && sizeof(Block
 static_assert(sizeof(BlockIQ2XXS) == 66 && sizeof(BlockIQ2XS) == 74 && sizeof(BlockIQ2S) == 82);
 static_assert(sizeof(BlockIQ3XXS) == 98 && sizeof(BlockIQ3S) == 110 && sizeof(BlockIQ1S) == 50);
 static_assert(sizeof(BlockIQ1M) == 56 && sizeof(BlockIQ4XS) == 136);
+static_assert(sizeof(BlockTQ1_0) == 54 && sizeof(BlockTQ2_0) == 66);
 
 // clang-format on
 

@@ -26,21 +26,13 @@ inline void store_block(uint8_t *dst, int64_t i, const B &b) {
     std::memcpy(dst + i * int64_t(sizeof(B)), &b, sizeof(B));
 }
 
-// Round to nearest, ties to even (the default rounding mode), as an int. Our own quantizers use this; the ones that
-// must match gguf byte for byte use that package's rounding instead (see quant_legacy.cpp).
-inline int nearest_int(float v) {
-    return int(std::nearbyint(v));
-}
-
-inline int clamp_int(int v, int lo, int hi) {
-    return v < lo ? lo : (v > hi ? hi : v);
-}
-
-// nearest_int clamped to [lo, hi], safe for any float (NaN gives lo): the float is clamped before conversion.
+// Round to nearest, ties to even (the default rounding mode), clamped to [lo, hi]; safe for any float (NaN gives lo)
+// because the clamp happens before the conversion. Our own quantizers round with this; the ones that must match gguf
+// byte for byte use that package's rounding instead (see quant_legacy.cpp).
 inline int round_clamp(float v, int lo, int hi) {
     if (!(v > float(lo))) return lo;
     if (v >= float(hi)) return hi;
-    return nearest_int(v);
+    return int(std::nearbyint(v));
 }
 
 // The value an fp16 field will hold for v.
@@ -125,5 +117,11 @@ void quant_iq3_xxs(const float *src, uint8_t *dst, int64_t nb);
 void quant_iq3_s(const float *src, uint8_t *dst, int64_t nb);
 void quant_iq1_s(const float *src, uint8_t *dst, int64_t nb);
 void quant_iq1_m(const float *src, uint8_t *dst, int64_t nb);
+
+// quant_ternary.cpp
+void dequant_tq1_0(const uint8_t *src, float *dst, int64_t nb);
+void dequant_tq2_0(const uint8_t *src, float *dst, int64_t nb);
+void quant_tq1_0(const float *src, uint8_t *dst, int64_t nb);
+void quant_tq2_0(const float *src, uint8_t *dst, int64_t nb);
 
 }  // namespace strata::quant_detail

@@ -1,6 +1,5 @@
 // Reference dequantization of every i-quant (IQ1_S ... IQ4_XS), bit for bit in gguf-py's operation order, and the
-// quantizers of the two non-linear 4-bit formats IQ4_NL / IQ4_XS. The grid formats' quantizers are in
-// quant_iq_grid.cpp.
+// quantizers of the non-linear 4-bit formats IQ4_NL / IQ4_XS. Not the grid formats' quantizers (quant_iq_grid.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstring>

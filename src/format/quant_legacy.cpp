@@ -177,7 +177,8 @@ void quant_q8_0(const float *src, uint8_t *dst, int64_t nb) {
     }
 }
 
-// CPU flavour of Q8_1: s = d * sum(qs) with the unrounded d (ggml's CUDA quantizer stores sum(x) instead).
+// CPU flavour of Q8_1: levels as Q8_0's (round(x * (1/d)), half away from zero), s = d * sum(qs) with the unrounded
+// d, both fields fp16 (ggml's CUDA quantizer stores s = sum(x) instead).
 void quant_q8_1(const float *src, uint8_t *dst, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, src += 32) {
         BlockQ8_1 b;

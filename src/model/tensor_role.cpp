@@ -11,17 +11,28 @@ namespace strata {
 
 const char *tensor_role_name(TensorRole r) {
     switch (r) {
-    case TensorRole::Embedding: return "embedding";
-    case TensorRole::Output: return "output";
-    case TensorRole::Attention: return "attention";
-    case TensorRole::Gdn: return "gdn";
-    case TensorRole::Router: return "router";
-    case TensorRole::RoutedExpert: return "routed_expert";
-    case TensorRole::SharedExpert: return "shared_expert";
-    case TensorRole::Norm: return "norm";
-    case TensorRole::Mtp: return "mtp";
-    case TensorRole::DenseFfn: return "dense_ffn";
-    case TensorRole::Other: return "other";
+        case TensorRole::Embedding:
+            return "embedding";
+        case TensorRole::Output:
+            return "output";
+        case TensorRole::Attention:
+            return "attention";
+        case TensorRole::Gdn:
+            return "gdn";
+        case TensorRole::Router:
+            return "router";
+        case TensorRole::RoutedExpert:
+            return "routed_expert";
+        case TensorRole::SharedExpert:
+            return "shared_expert";
+        case TensorRole::Norm:
+            return "norm";
+        case TensorRole::Mtp:
+            return "mtp";
+        case TensorRole::DenseFfn:
+            return "dense_ffn";
+        case TensorRole::Other:
+            return "other";
     }
     return "other";
 }
@@ -39,13 +50,17 @@ int tensor_layer(std::string_view name, std::string_view *rest) {
 
 namespace {
 
-bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool starts_with(std::string_view s, std::string_view p) {
+    return s.substr(0, p.size()) == p;
+}
 bool ends_with(std::string_view s, std::string_view p) {
     return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
 }
 
 // The first dot-separated component: "ffn_gate_exps" of "ffn_gate_exps.weight".
-std::string_view base_of(std::string_view rest) { return rest.substr(0, rest.find('.')); }
+std::string_view base_of(std::string_view rest) {
+    return rest.substr(0, rest.find('.'));
+}
 
 TensorRole global_role(std::string_view base) {
     if (base == "token_embd") return TensorRole::Embedding;

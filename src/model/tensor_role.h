@@ -33,8 +33,8 @@ struct TensorClass {
 
 // What the name alone cannot say, taken from the file.
 struct TensorRoleContext {
-    int n_trunk_layers = -1;          // blocks with an index >= this are MTP blocks; -1 when the file has none
-    std::vector<bool> ssm_layers;     // [il]: block il has ssm_* tensors (a GDN layer), so its attn_qkv is GDN's
+    int n_trunk_layers = -1;       // blocks with an index >= this are MTP blocks; -1 when the file has none
+    std::vector<bool> ssm_layers;  // [il]: block il has ssm_* tensors (a GDN layer), so its attn_qkv is GDN's
 };
 
 // {arch}.block_count - {arch}.nextn_predict_layers, and which blocks carry ssm_* tensors.

@@ -11,7 +11,9 @@
 
 namespace strata::testing {
 
-inline uint8_t sample_byte(size_t tensor_index, size_t k) { return uint8_t((k * 131 + tensor_index * 29 + 7) & 0xff); }
+inline uint8_t sample_byte(size_t tensor_index, size_t k) {
+    return uint8_t((k * 131 + tensor_index * 29 + 7) & 0xff);
+}
 
 inline std::vector<uint8_t> sample_bytes(size_t tensor_index, size_t n) {
     std::vector<uint8_t> b(n);

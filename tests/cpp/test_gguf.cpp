@@ -2,12 +2,12 @@
 // offsets, data section), typed access, and one test per kind of malformed file with the message it must give.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "format/gguf.h"
@@ -215,12 +215,14 @@ TEST(GgufWriterFill, LazyAndStreamedTensorsMatchCopiedOnes) {
         const std::vector<uint8_t> *src;
         int calls = 0;
     } ctx{&data};
-    lazy.add_tensor_lazy("x", DType::F32, {ne0, ne1},
-                         [](void *c, uint8_t *dst, size_t nb) {
-                             auto *cx = static_cast<Ctx *>(c);
-                             cx->calls++;
-                             std::memcpy(dst, cx->src->data(), nb);
-                         }, &ctx);
+    lazy.add_tensor_lazy(
+        "x", DType::F32, {ne0, ne1},
+        [](void *c, uint8_t *dst, size_t nb) {
+            auto *cx = static_cast<Ctx *>(c);
+            cx->calls++;
+            std::memcpy(dst, cx->src->data(), nb);
+        },
+        &ctx);
     std::vector<std::pair<uint64_t, size_t>> pieces;
     streamed.add_tensor_streamed("x", DType::F32, {ne0, ne1}, [&](uint64_t off, uint8_t *dst, size_t nb) {
         pieces.emplace_back(off, nb);
@@ -400,7 +402,8 @@ TEST(GgufReject, ValueTypesAndArrays) {
         body(r);
         return r.b;
     };
-    EXPECT_HAS(parse_error(kv_raw(13, [](RawGguf &r) { r.zeros(8); })), "metadata key 0 ('k') type at byte 33: unknown value type 13");
+    EXPECT_HAS(parse_error(kv_raw(13, [](RawGguf &r) { r.zeros(8); })),
+               "metadata key 0 ('k') type at byte 33: unknown value type 13");
     EXPECT_HAS(parse_error(kv_raw(7, [](RawGguf &r) { r.put<uint8_t>(2); })), "bool must be 0 or 1, found 2");
     EXPECT_HAS(parse_error(kv_raw(8, [](RawGguf &r) { r.put<uint64_t>(1ull << 40); })),
                "metadata key 0 ('k') value at byte 37: string of 1099511627776 bytes is longer than the limit");
@@ -412,8 +415,10 @@ TEST(GgufReject, ValueTypesAndArrays) {
                "element count at byte 41: 1073741825 elements is more than the limit of 1073741824");
     EXPECT_HAS(parse_error(kv_raw(9, [](RawGguf &r) { r.put<int32_t>(8).put<uint64_t>(1000).zeros(64); })),
                "1000 elements of string need at least 8000 bytes but only 64 remain");
-    EXPECT_HAS(parse_error(kv_raw(9, [](RawGguf &r) { r.put<int32_t>(7).put<uint64_t>(3).put<uint8_t>(1).put<uint8_t>(0).put<uint8_t>(5); })),
-               "element 2 is a bool but holds 5");
+    EXPECT_HAS(
+        parse_error(kv_raw(
+            9, [](RawGguf &r) { r.put<int32_t>(7).put<uint64_t>(3).put<uint8_t>(1).put<uint8_t>(0).put<uint8_t>(5); })),
+        "element 2 is a bool but holds 5");
     EXPECT_HAS(parse_error(kv_raw(9, [](RawGguf &r) { r.put<int32_t>(8).put<uint64_t>(2).str("ok").str("\x80"); })),
                "metadata key 0 ('k') value element 1 at byte 59: string is not valid UTF-8");
 }
@@ -451,9 +456,11 @@ TEST(GgufReject, TensorTypesRemovedOrUnknownAreNamed) {
 }
 
 TEST(GgufReject, TensorShapes) {
-    EXPECT_HAS(parse_error(one_tensor("w", {}, 0, 0, 64)), "tensor info 0 (w) n_dims at byte 33: 0 dimensions; must be 1 to 4");
+    EXPECT_HAS(parse_error(one_tensor("w", {}, 0, 0, 64)),
+               "tensor info 0 (w) n_dims at byte 33: 0 dimensions; must be 1 to 4");
     EXPECT_HAS(parse_error(one_tensor("w", {1, 1, 1, 1, 1}, 0, 0, 64)), "5 dimensions");
-    EXPECT_HAS(parse_error(one_tensor("w", {4, -2}, 0, 0, 64)), "tensor info 0 (w) dimension at byte 45: ne[1] = -2 is negative");
+    EXPECT_HAS(parse_error(one_tensor("w", {4, -2}, 0, 0, 64)),
+               "tensor info 0 (w) dimension at byte 45: ne[1] = -2 is negative");
     EXPECT_HAS(parse_error(one_tensor("w", {100}, 12, 0, 1024)),
                "Q4_K packs 256 elements per block but ne[0] = 100 is not a multiple of it");
     EXPECT_HAS(parse_error(one_tensor("w", {1ll << 40, 1ll << 40}, 0, 0, 64)), "is too large to address");
@@ -462,7 +469,8 @@ TEST(GgufReject, TensorShapes) {
 
 TEST(GgufReject, TensorNames) {
     std::string long_name(64, 'x');
-    EXPECT_HAS(parse_error(one_tensor(long_name, {1}, 0, 0, 64)), "name of 64 bytes is too long (must be shorter than 64)");
+    EXPECT_HAS(parse_error(one_tensor(long_name, {1}, 0, 0, 64)),
+               "name of 64 bytes is too long (must be shorter than 64)");
     EXPECT_HAS(parse_error(one_tensor("", {1}, 0, 0, 64)), "tensor info 0 () name at byte 24: name is empty");
     RawGguf r;
     r.header(2, 0).tensor_info("w", {1}, 0, 0).tensor_info("w", {1}, 0, 32).pad(32).zeros(64);
@@ -472,17 +480,23 @@ TEST(GgufReject, TensorNames) {
 TEST(GgufReject, TensorDataPlacement) {
     // The example from the format notes: data past the end names the tensor, the range and the file size.
     std::string m = parse_error(one_tensor("blk.0.attn_q.weight", {64, 4}, 0, 0, 512));
-    EXPECT_HAS(m, "t.gguf: tensor info 0 (blk.0.attn_q.weight) offset at byte 75: data [data section + 0, 1024 bytes] "
-                  "runs past the end of the file (size 608)");
+    EXPECT_HAS(m,
+               "t.gguf: tensor info 0 (blk.0.attn_q.weight) offset at byte 75: data [data section + 0, 1024 bytes] "
+               "runs past the end of the file (size 608)");
     EXPECT_HAS(parse_error(one_tensor("w", {4}, 0, 8, 64)), "offset 8 is not a multiple of the alignment 32");
     EXPECT_HAS(parse_error(one_tensor("w", {4}, 0, UINT64_MAX - 31, 64)), "runs past the end of the file");
     RawGguf o;
     o.header(2, 0).tensor_info("a", {16}, 0, 0).tensor_info("b", {8}, 0, 32).pad(32).zeros(128);
-    EXPECT_HAS(parse_error(o.b), "tensor info 1 (b) offset at byte 82: data [file offset 128, 32 bytes] overlaps "
-                                 "tensor info 0 (a) data [file offset 96, 64 bytes]");
+    EXPECT_HAS(parse_error(o.b),
+               "tensor info 1 (b) offset at byte 82: data [file offset 128, 32 bytes] overlaps "
+               "tensor info 0 (a) data [file offset 96, 64 bytes]");
     // A zero-byte tensor between them must not hide the overlap.
     RawGguf z;
-    z.header(3, 0).tensor_info("a", {16}, 0, 0).tensor_info("z", {0}, 0, 32).tensor_info("b", {8}, 0, 32).pad(32)
+    z.header(3, 0)
+        .tensor_info("a", {16}, 0, 0)
+        .tensor_info("z", {0}, 0, 32)
+        .tensor_info("b", {8}, 0, 32)
+        .pad(32)
         .zeros(128);
     EXPECT_HAS(parse_error(z.b), "tensor info 2 (b) offset");
     // Tensors need not be in offset order, only apart.
@@ -494,8 +508,9 @@ TEST(GgufReject, TensorDataPlacement) {
 TEST(GgufReject, DataSectionPastTheEnd) {
     RawGguf r;
     r.header(1, 0).tensor_info("w", {0}, 0, 0);  // 57 bytes; padded data section at 64 > size
-    EXPECT_HAS(parse_error(r.b), "tensor data section at byte 57: padded to the alignment 32 it starts at byte 64, "
-                                 "past the end of the file (size 57)");
+    EXPECT_HAS(parse_error(r.b),
+               "tensor data section at byte 57: padded to the alignment 32 it starts at byte 64, "
+               "past the end of the file (size 57)");
 }
 
 TEST(GgufOpen, ReportsMissingAndNonRegularFiles) {

@@ -20,8 +20,25 @@ constexpr const char *k_label = "corrupt.gguf";
 
 // ---- where the fields of a valid file are (a plain walk, trusting the file) -----------------------------------
 
-enum class Kind { Version, NTensors, NKv, KeyLen, KeyByte, ValueType, StrLen, StrByte, ElemType, Count, Bool,
-                  Alignment, NameLen, NDims, Dim, TensorType, Offset };
+enum class Kind {
+    Version,
+    NTensors,
+    NKv,
+    KeyLen,
+    KeyByte,
+    ValueType,
+    StrLen,
+    StrByte,
+    ElemType,
+    Count,
+    Bool,
+    Alignment,
+    NameLen,
+    NDims,
+    Dim,
+    TensorType,
+    Offset
+};
 
 struct Field {
     Kind kind;
@@ -226,8 +243,8 @@ TEST(GgufCorrupt, HugeCountsLengthsDimensionsAndOffsets) {
                           fd.kind == Kind::Dim || fd.kind == Kind::Offset;
             if (!is_u64) continue;
             for (uint64_t v : huge)
-                expect_rejected(with(s.bytes, fd.pos, v), strfmt("%s: field at %zu = %llu", s.name, fd.pos,
-                                                                 (unsigned long long)v), t);
+                expect_rejected(with(s.bytes, fd.pos, v),
+                                strfmt("%s: field at %zu = %llu", s.name, fd.pos, (unsigned long long)v), t);
         }
     }
     EXPECT_GE(t.rejected, 200u);
@@ -242,32 +259,37 @@ TEST(GgufCorrupt, WrongTypesVersionsMagicAndValues) {
         for (const Field &fd : w.out) {
             std::string what = strfmt("%s: field at %zu", s.name, fd.pos);
             switch (fd.kind) {
-            case Kind::ValueType:
-                for (int32_t v : {13, -1, 1 << 30}) expect_rejected(with(s.bytes, fd.pos, v), what + " value type", t);
-                break;
-            case Kind::ElemType:
-                for (int32_t v : {9, 13, -7}) expect_rejected(with(s.bytes, fd.pos, v), what + " element type", t);
-                break;
-            case Kind::TensorType:
-                for (int32_t v : {4, 5, 31, 32, 33, 36, 37, 38, 40, -1})
-                    expect_rejected(with(s.bytes, fd.pos, v), what + " removed ggml type", t);
-                if (fd.ne0 % 256 != 0)  // a K-quant needs whole 256-element blocks per row
-                    expect_rejected(with(s.bytes, fd.pos, int32_t(DType::Q4_K)), what + " Q4_K", t);
-                break;
-            case Kind::NDims:
-                for (uint32_t v : {0u, 5u, UINT32_MAX}) expect_rejected(with(s.bytes, fd.pos, v), what + " n_dims", t);
-                break;
-            case Kind::Bool:
-                for (uint8_t v : {2, 0x80, 0xff}) expect_rejected(with(s.bytes, fd.pos, v), what + " bool", t);
-                break;
-            case Kind::Alignment:
-                for (uint32_t v : {0u, 3u, 48u, 0x80000001u}) expect_rejected(with(s.bytes, fd.pos, v), what + " alignment", t);
-                break;
-            case Kind::KeyByte: case Kind::StrByte:
-                // 0xff never occurs in UTF-8; 0x80 cannot start a character.
-                for (uint8_t v : {0xff, 0x80, 0xc0}) expect_rejected(with(s.bytes, fd.pos, v), what + " UTF-8", t);
-                break;
-            default: break;
+                case Kind::ValueType:
+                    for (int32_t v : {13, -1, 1 << 30})
+                        expect_rejected(with(s.bytes, fd.pos, v), what + " value type", t);
+                    break;
+                case Kind::ElemType:
+                    for (int32_t v : {9, 13, -7}) expect_rejected(with(s.bytes, fd.pos, v), what + " element type", t);
+                    break;
+                case Kind::TensorType:
+                    for (int32_t v : {4, 5, 31, 32, 33, 36, 37, 38, 40, -1})
+                        expect_rejected(with(s.bytes, fd.pos, v), what + " removed ggml type", t);
+                    if (fd.ne0 % 256 != 0)  // a K-quant needs whole 256-element blocks per row
+                        expect_rejected(with(s.bytes, fd.pos, int32_t(DType::Q4_K)), what + " Q4_K", t);
+                    break;
+                case Kind::NDims:
+                    for (uint32_t v : {0u, 5u, UINT32_MAX})
+                        expect_rejected(with(s.bytes, fd.pos, v), what + " n_dims", t);
+                    break;
+                case Kind::Bool:
+                    for (uint8_t v : {2, 0x80, 0xff}) expect_rejected(with(s.bytes, fd.pos, v), what + " bool", t);
+                    break;
+                case Kind::Alignment:
+                    for (uint32_t v : {0u, 3u, 48u, 0x80000001u})
+                        expect_rejected(with(s.bytes, fd.pos, v), what + " alignment", t);
+                    break;
+                case Kind::KeyByte:
+                case Kind::StrByte:
+                    // 0xff never occurs in UTF-8; 0x80 cannot start a character.
+                    for (uint8_t v : {0xff, 0x80, 0xc0}) expect_rejected(with(s.bytes, fd.pos, v), what + " UTF-8", t);
+                    break;
+                default:
+                    break;
             }
         }
     }

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -56,7 +57,7 @@ const DType k_quantizable[] = {
     DType::F32,     DType::F16,   DType::BF16,  DType::Q8_0,   DType::Q8_1,    DType::Q8_K,   DType::Q4_0,
     DType::Q4_1,    DType::Q5_0,  DType::Q5_1,  DType::MXFP4,  DType::IQ4_NL,  DType::Q2_K,   DType::Q3_K,
     DType::Q4_K,    DType::Q5_K,  DType::Q6_K,  DType::IQ4_XS, DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S,
-    DType::IQ3_XXS, DType::IQ3_S, DType::IQ1_S, DType::IQ1_M,
+    DType::IQ3_XXS, DType::IQ3_S, DType::IQ1_S, DType::IQ1_M,  DType::TQ1_0,   DType::TQ2_0,
 };
 
 }  // namespace
@@ -70,14 +71,34 @@ struct RmseBound {
 };
 
 const RmseBound k_rmse_bounds[] = {
-    {DType::F16, 0.000207, 0.000212},  {DType::BF16, 0.001667, 0.00171},  {DType::Q8_0, 0.005334, 0.00545},
-    {DType::Q8_1, 0.005334, 0.00545},  {DType::Q8_K, 0.006938, 0.00708},  {DType::Q6_K, 0.017163, 0.0176},
-    {DType::Q5_K, 0.034455, 0.0352},   {DType::Q5_1, 0.037787, 0.0386},   {DType::Q5_0, 0.042571, 0.0435},
-    {DType::Q4_K, 0.069945, 0.0714},   {DType::IQ4_NL, 0.073250, 0.0748}, {DType::IQ4_XS, 0.073822, 0.0753},
-    {DType::Q4_1, 0.078106, 0.0797},   {DType::Q4_0, 0.085705, 0.0875},   {DType::MXFP4, 0.114769, 0.118},
-    {DType::IQ3_S, 0.130187, 0.133},   {DType::Q3_K, 0.143926, 0.147},    {DType::IQ3_XXS, 0.178487, 0.183},
-    {DType::IQ2_S, 0.239121, 0.244},   {DType::Q2_K, 0.261954, 0.268},    {DType::IQ2_XS, 0.285683, 0.292},
-    {DType::IQ2_XXS, 0.328646, 0.336}, {DType::IQ1_M, 0.412129, 0.421},   {DType::IQ1_S, 0.444762, 0.454},
+    // type, measured, bound (measured + ~2%, rounded up)
+    {DType::F16, 0.000207, 0.000212},
+    {DType::BF16, 0.001667, 0.00171},
+    {DType::Q8_0, 0.005334, 0.00545},
+    {DType::Q8_1, 0.005334, 0.00545},
+    {DType::Q8_K, 0.006938, 0.00708},
+    {DType::Q6_K, 0.017163, 0.0176},
+    {DType::Q5_K, 0.034455, 0.0352},
+    {DType::Q5_1, 0.037787, 0.0386},
+    {DType::Q5_0, 0.042571, 0.0435},
+    {DType::Q4_K, 0.069945, 0.0714},
+    {DType::IQ4_NL, 0.073250, 0.0748},
+    {DType::IQ4_XS, 0.073822, 0.0753},
+    {DType::Q4_1, 0.078106, 0.0797},
+    {DType::Q4_0, 0.085705, 0.0875},
+    {DType::MXFP4, 0.114769, 0.118},
+    {DType::IQ3_S, 0.130187, 0.133},
+    {DType::Q3_K, 0.143926, 0.147},
+    {DType::IQ3_XXS, 0.178487, 0.183},
+    {DType::IQ2_S, 0.239121, 0.244},
+    {DType::Q2_K, 0.261954, 0.268},
+    {DType::IQ2_XS, 0.285683, 0.292},
+    {DType::IQ2_XXS, 0.328646, 0.336},
+    {DType::IQ1_M, 0.412129, 0.421},
+    {DType::IQ1_S, 0.444762, 0.454},
+    // ternary formats are for weights trained ternary; with d = max|x| a Gaussian row loses most of its values
+    {DType::TQ2_0, 0.802540, 0.819},
+    {DType::TQ1_0, 0.802540, 0.819},
 };
 
 TEST(Quant, RoundTripErrorWithinBounds) {
@@ -145,12 +166,9 @@ TEST(Quant, RepresentableValuesSurvive) {
         {DType::Q8_K, 256, [&](int e) { return e == 9 ? 127 * d : float(pick(-126, 126)) * d; }},
         {DType::Q4_0, 32, [&](int e) { return e == 3 ? -8 * d : float(pick(-7, 7)) * d; }},
         {DType::Q5_0, 32, [&](int e) { return e == 3 ? 16 * d : float(pick(-15, 15)) * d; }},
-        {DType::Q4_1, 32, [&](int e) { return 0.5f + d * float(e == 0   ? 0
-                                                               : e == 1 ? 15
-                                                                        : pick(0, 15)); }},
-        {DType::Q5_1, 32, [&](int e) { return -1.25f + d * float(e == 0   ? 0
-                                                                 : e == 1 ? 31
-                                                                          : pick(0, 31)); }},
+        // the block's min (level 0) and max (level 15 / 31) are in it: elements 0 and 1
+        {DType::Q4_1, 32, [&](int e) { return 0.5f + d * float(e < 2 ? 15 * e : pick(0, 15)); }},
+        {DType::Q5_1, 32, [&](int e) { return -1.25f + d * float(e < 2 ? 31 * e : pick(0, 31)); }},
         {DType::MXFP4, 32, [&](int e) { return d * float(e == 5 ? -12 : kvalues_mxfp4[pick(0, 15)]); }},
         {DType::IQ4_NL, 32, [&](int e) { return d * float(kvalues_iq4nl[e == 2 ? 0 : pick(1, 15)]); }},
         // sub-block scales d*(ls-32) with ls = 0 everywhere, the largest level -127 in every sub-block
@@ -158,6 +176,8 @@ TEST(Quant, RepresentableValuesSurvive) {
         // integer levels with the most negative one in every sub-block of 16: scale 1 exactly
         {DType::Q6_K, 256, [&](int e) { return float(e % 16 == 4 ? -32 : pick(-31, 31)); }},
         {DType::Q3_K, 256, [&](int e) { return float(e % 16 == 4 ? -4 : pick(-3, 3)); }},
+        {DType::TQ1_0, 256, [&](int e) { return d * float(e == 100 ? 1 : pick(-1, 1)); }},
+        {DType::TQ2_0, 256, [&](int e) { return d * float(e == 100 ? -1 : pick(-1, 1)); }},
     };
     for (const Case &c : cases) {
         std::vector<float> x(size_t(c.block) * 8);

@@ -9,7 +9,9 @@ using namespace strata;
 
 namespace {
 
-TensorRole role(std::string_view name, const TensorRoleContext &ctx = {}) { return classify_tensor(name, ctx).role; }
+TensorRole role(std::string_view name, const TensorRoleContext &ctx = {}) {
+    return classify_tensor(name, ctx).role;
+}
 
 }  // namespace
 
@@ -38,9 +40,9 @@ TEST(TensorRole, Qwen3MoeBlock) {
 TEST(TensorRole, Qwen3NextGdnAndSharedExperts) {
     TensorRoleContext ctx;
     ctx.ssm_layers = {true, true, true, false};
-    for (const char *g : {"ssm_conv1d.weight", "ssm_dt.bias", "ssm_a", "ssm_ba.weight", "ssm_norm.weight",
-                          "ssm_out.weight", "ssm_beta.weight", "ssm_alpha.weight", "ssm_in.weight",
-                          "attn_gate.weight", "attn_qkv.weight"})
+    for (const char *g :
+         {"ssm_conv1d.weight", "ssm_dt.bias", "ssm_a", "ssm_ba.weight", "ssm_norm.weight", "ssm_out.weight",
+          "ssm_beta.weight", "ssm_alpha.weight", "ssm_in.weight", "attn_gate.weight", "attn_qkv.weight"})
         EXPECT_EQ(role(std::string("blk.0.") + g, ctx), TensorRole::Gdn) << g;
     EXPECT_EQ(role("blk.3.attn_qkv.weight", ctx), TensorRole::Attention);
     EXPECT_EQ(role("blk.3.attn_q.weight", ctx), TensorRole::Attention);

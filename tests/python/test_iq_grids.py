@@ -29,9 +29,10 @@ def parse_array(text: str, name: str) -> np.ndarray:
 def test_header_decodes_to_gguf_grids():
     """Independently of the script: unpack the header's integers and compare with gguf's float grids."""
     text = HEADER.read_text()
-    for name, cls, nbytes, signed in [("iq2xxs_grid", quants.IQ2_XXS, 8, False), ("iq2xs_grid", quants.IQ2_XS, 8, False),
-                                      ("iq2s_grid", quants.IQ2_S, 8, False), ("iq3xxs_grid", quants.IQ3_XXS, 4, False),
-                                      ("iq3s_grid", quants.IQ3_S, 4, False), ("iq1s_grid", quants.IQ1_S, 8, True)]:
+    grids = [("iq2xxs_grid", quants.IQ2_XXS, 8, False), ("iq2xs_grid", quants.IQ2_XS, 8, False),
+             ("iq2s_grid", quants.IQ2_S, 8, False), ("iq3xxs_grid", quants.IQ3_XXS, 4, False),
+             ("iq3s_grid", quants.IQ3_S, 4, False), ("iq1s_grid", quants.IQ1_S, 8, True)]
+    for name, cls, nbytes, signed in grids:
         cls.init_grid()
         want = np.asarray(cls.grid).reshape(cls.grid_shape)
         raw = parse_array(text, name)

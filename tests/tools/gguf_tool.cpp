@@ -19,12 +19,25 @@ namespace {
 
 json scalar_json(const GgufValue &v) {
     switch (v.type) {
-    case GgufType::U8: case GgufType::U16: case GgufType::U32: case GgufType::U64: return v.u;
-    case GgufType::I8: case GgufType::I16: case GgufType::I32: case GgufType::I64: return v.i;
-    case GgufType::F32: case GgufType::F64: return v.f;
-    case GgufType::BOOL: return v.u != 0;
-    case GgufType::STRING: return std::string(v.str);
-    case GgufType::ARRAY: break;
+        case GgufType::U8:
+        case GgufType::U16:
+        case GgufType::U32:
+        case GgufType::U64:
+            return v.u;
+        case GgufType::I8:
+        case GgufType::I16:
+        case GgufType::I32:
+        case GgufType::I64:
+            return v.i;
+        case GgufType::F32:
+        case GgufType::F64:
+            return v.f;
+        case GgufType::BOOL:
+            return v.u != 0;
+        case GgufType::STRING:
+            return std::string(v.str);
+        case GgufType::ARRAY:
+            break;
     }
     STRATA_ASSERT(false);
     return nullptr;
