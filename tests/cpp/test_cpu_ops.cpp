@@ -38,7 +38,7 @@ TEST_P(DeltaRule, ChunkedEqualsRecurrent) {
     std::vector<float> q = randn(size_t(n * dk), 1), k = randn(size_t(n * dk), 2), v = randn(size_t(n * dv), 3);
     l2norm_rows(q, n, dk, 1.0f / std::sqrt(float(dk)));
     l2norm_rows(k, n, dk, 1.0f);
-    std::vector<float> g(size_t(n)), beta(size_t(n));
+    std::vector<float> g(static_cast<size_t>(n)), beta(static_cast<size_t>(n));
     std::mt19937_64 rng(4);
     std::uniform_real_distribution<float> u(0.0f, 1.0f);
     for (int t = 0; t < n; t++) {
@@ -46,7 +46,7 @@ TEST_P(DeltaRule, ChunkedEqualsRecurrent) {
         beta[size_t(t)] = u(rng);
     }
     std::vector<float> s0 = randn(size_t(dk * dv), 5, 0.3f);
-    std::vector<float> s_rec = s0, s_chk = s0, o_rec(size_t(n * dv)), o_chk(size_t(n * dv));
+    std::vector<float> s_rec = s0, s_chk = s0, o_rec(static_cast<size_t>(n * dv)), o_chk(static_cast<size_t>(n * dv));
     DeltaRuleIo io{q.data(), k.data(), v.data(), g.data(), beta.data(), dk, dk, dv, 1, o_rec.data(), dv};
     delta_rule_recurrent(io, n, dk, dv, s_rec.data());
     io.o = o_chk.data();
@@ -81,7 +81,7 @@ TEST(CpuMatmul, EqualsDequantizeThenMultiply) {
         w.host = wq.data();
         w.row_bytes = row_bytes(type, K);
         w.expert_stride = w.row_bytes * size_t(N);
-        std::vector<float> x = randn(size_t(T * K), 12), y(size_t(T * N));
+        std::vector<float> x = randn(size_t(T * K), 12), y(static_cast<size_t>(T * N));
         cpu_matmul(pool, w, Act{x.data(), T, K, K}, Act{y.data(), T, N, N});
 
         const DType vt = cpu_vec_dot_type(type);

@@ -42,18 +42,56 @@ float max_abs(const std::vector<float> &v) {
     return m;
 }
 
-void expect_close(const std::vector<float> &a, const std::vector<float> &b, float rel, const char *what) {
+// The engine issue's tolerances. Float weights: max |difference| <= 1e-3 x max |logit| at every position.
+// Quantized weights (activations are quantized per row, so a different chunking can move a value across a rounding
+// step): NMSE over all positions <= 1e-3, and the same top-1 token at >= 99% of the positions where the reference
+// has a clear winner. The synthetic models have random output matrices and near-flat logits; a top-2 gap below
+// k_clear_gap (about 5x the rms logit error these comparisons show) is a tie, not a decision.
+constexpr float k_clear_gap = 0.1f;
+
+void expect_close(const std::vector<float> &a, const std::vector<float> &b, int64_t n_vocab, bool quantized,
+                  const char *what) {
     ASSERT_EQ(a.size(), b.size()) << what;
-    const float tol = rel * std::max(max_abs(a), 1e-6f);
-    float worst = 0;
-    for (size_t i = 0; i < a.size(); i++) worst = std::max(worst, std::fabs(a[i] - b[i]));
-    EXPECT_LE(worst, tol) << what;
+    if (!quantized) {
+        const float tol = 1e-3f * std::max(max_abs(a), 1e-6f);
+        float worst = 0;
+        for (size_t i = 0; i < a.size(); i++) worst = std::max(worst, std::fabs(a[i] - b[i]));
+        EXPECT_LE(worst, tol) << what;
+        return;
+    }
+    const size_t rows = a.size() / size_t(n_vocab);
+    size_t clear = 0, same_top1 = 0;
+    double err = 0, ref = 0;
+    for (size_t r = 0; r < rows; r++) {
+        const float *x = a.data() + r * size_t(n_vocab), *y = b.data() + r * size_t(n_vocab);
+        int64_t ax = 0, ay = 0;
+        for (int64_t i = 0; i < n_vocab; i++) {
+            err += double(x[i] - y[i]) * (x[i] - y[i]);
+            ref += double(x[i]) * x[i];
+            if (x[i] > x[ax]) ax = i;
+            if (y[i] > y[ay]) ay = i;
+        }
+        float second = -INFINITY;
+        for (int64_t i = 0; i < n_vocab; i++)
+            if (i != ax) second = std::max(second, x[i]);
+        if (x[ax] - second >= k_clear_gap) {
+            clear++;
+            same_top1 += ax == ay;
+        }
+    }
+    EXPECT_LE(err / ref, 1e-3) << what;
+    EXPECT_GE(clear, rows / 2) << what << ": too few positions with a clear top-1 to judge";
+    EXPECT_GE(double(same_top1), 0.99 * double(clear)) << what;
 }
 
 }  // namespace
 
-class EngineTest : public ::testing::TestWithParam<const char *> {
+class EngineTest : public ::testing::TestWithParam<std::tuple<const char *, bool>> {
 protected:
+    bool quantized() const { return std::get<1>(GetParam()); }
+    void expect_close(const std::vector<float> &a, const std::vector<float> &b, const char *what) {
+        ::expect_close(a, b, 512, quantized(), what);
+    }
     std::unique_ptr<Engine> make(int64_t n_batch, int32_t n_seq = 2) {
         EngineConfig cfg;
         cfg.n_threads = 2;
@@ -61,7 +99,9 @@ protected:
         cfg.n_batch = n_batch;
         cfg.n_seq_max = n_seq;
         cfg.kv_type = KvType::F32;
-        return make_cpu_engine(model_path(GetParam(), DType::Q4_K, DType::Q8_0), cfg);
+        const char *preset = std::get<0>(GetParam());
+        if (quantized()) return make_cpu_engine(model_path(preset, DType::Q4_K, DType::Q8_0), cfg);
+        return make_cpu_engine(model_path(preset, DType::F32, DType::F32), cfg);
     }
 };
 
@@ -83,7 +123,7 @@ TEST_P(EngineTest, TokenByTokenEqualsPrefill) {
         b->decode({{sb, {t}, false}}, out);
         lb.insert(lb.end(), out[0].begin(), out[0].end());
     }
-    expect_close(la[0], lb, 1e-4f, "prefill vs token by token");
+    expect_close(la[0], lb, "prefill vs token by token");
     EXPECT_EQ(b->seq_len(sb), 40);
 }
 
@@ -95,7 +135,7 @@ TEST_P(EngineTest, ChunkSizeDoesNotMatter) {
         std::vector<std::vector<float>> l;
         e->decode({{e->new_sequence(), prompt, true}}, l);
         if (ref.empty()) ref = l[0];
-        else expect_close(ref, l[0], 1e-4f, "chunked prefill");
+        else expect_close(ref, l[0], "chunked prefill");
     }
 }
 
@@ -128,7 +168,7 @@ TEST_P(EngineTest, BatchedSequencesEqualEachAlone) {
 }
 
 TEST_P(EngineTest, ForkContinuesFromThePrefix) {
-    const std::vector<int32_t> prefix = prompt_tokens(12, 5), tail = prompt_tokens(6, 6);
+    const std::vector<int32_t> prefix = prompt_tokens(12, 5), tail = prompt_tokens(30, 6);
     auto e = make(512, 3);
     std::vector<std::vector<float>> l;
     int32_t s = e->new_sequence();
@@ -145,7 +185,7 @@ TEST_P(EngineTest, ForkContinuesFromThePrefix) {
     std::vector<std::vector<float>> lr;
     ref->decode({{ref->new_sequence(), whole, true}}, lr);
     std::vector<float> tail_ref(lr[0].end() - int64_t(tail.size()) * ref->n_vocab(), lr[0].end());
-    expect_close(tail_ref, lf[0], 1e-4f, "fork vs one sequence");
+    expect_close(tail_ref, lf[0], "fork vs one sequence");
 }
 
 TEST_P(EngineTest, BadInputChangesNothing) {
@@ -164,4 +204,12 @@ TEST_P(EngineTest, BadInputChangesNothing) {
     EXPECT_NO_THROW(e->new_sequence());
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, EngineTest, ::testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen35moe"));
+INSTANTIATE_TEST_SUITE_P(Tiny, EngineTest,
+                         ::testing::Combine(::testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen35moe"),
+                                            ::testing::Bool()),
+                         [](const auto &info) {
+                             std::string n = std::get<0>(info.param);
+                             for (char &c : n)
+                                 if (c == '-') c = '_';
+                             return n + (std::get<1>(info.param) ? "_q4k" : "_f32");
+                         });
