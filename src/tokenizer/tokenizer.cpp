@@ -21,11 +21,12 @@ constexpr std::string_view kSpmSpace = "\xE2\x96\x81";  // U+2581, SentencePiece
 // Turn-ending tokens of the chat formats we serve. A model file names one EOS; generation must also stop at
 // the others its template uses (Qwen instruct models end turns with <|im_end|> but name <|endoftext|> as EOS in
 // some files, and the reverse in others).
+// clang-format off
 constexpr std::string_view kEogSpellings[] = {
     "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<|return|>", "<|call|>",
-    "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>",  // DeepSeek's <｜end▁of▁sentence｜>
-    "<end_of_turn>",
+    "<｜end▁of▁sentence｜>", "<end_of_turn>",
 };
+// clang-format on
 
 std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
     std::string out;
@@ -86,7 +87,6 @@ void Tokenizer::init() {
 
     if (s.model == "gpt2") {
         pre_ = tok::PreTokenizer::for_name(s.pre);
-        if (s.merges.empty()) fail("tokenizer.ggml.merges is missing or empty (needed by a gpt2 tokenizer)");
         bpe_ = std::make_unique<tok::BpeModel>();
         std::vector<std::string_view> merges(s.merges.begin(), s.merges.end());
         bpe_->build(merges, [this](std::string_view sp) { return find_token(sp); });
@@ -174,7 +174,9 @@ int32_t Tokenizer::find_token(std::string_view spelling) const {
     return it == index_->by_spelling.end() ? -1 : it->second;
 }
 
-bool Tokenizer::is_eog(int32_t id) const { return std::binary_search(eog_ids_.begin(), eog_ids_.end(), id); }
+bool Tokenizer::is_eog(int32_t id) const {
+    return std::binary_search(eog_ids_.begin(), eog_ids_.end(), id);
+}
 
 std::string Tokenizer::token_text(int32_t id) const {
     if (id < 0 || id >= n_vocab()) fail("token id %d is out of range (the vocabulary has %d tokens)", id, n_vocab());
@@ -196,8 +198,7 @@ void Tokenizer::encode_text(std::string_view text, bool first, std::vector<int32
     spm_->encode(escaped, out);
 }
 
-void Tokenizer::encode(std::string_view text, bool add_special, bool parse_special,
-                       std::vector<int32_t> &out) const {
+void Tokenizer::encode(std::string_view text, bool add_special, bool parse_special, std::vector<int32_t> &out) const {
     if (add_special && add_bos_) out.push_back(spec_.bos);
     std::vector<tok::SpecialTokenMatcher::Fragment> fragments;
     specials_->split(text, parse_special, fragments);

@@ -54,14 +54,22 @@ int run(int argc, char **argv) {
             if (i + 1 >= argc) fail("%s needs a value", argv[i]);
             return argv[++i];
         };
-        if (!std::strcmp(argv[i], "-m")) gguf_path = value();
-        else if (!std::strcmp(argv[i], "--spec")) spec_path = value();
-        else if (!std::strcmp(argv[i], "--pre")) pre = value();
-        else if (!std::strcmp(argv[i], "--no-parse-special")) parse_special = false;
-        else if (!std::strcmp(argv[i], "--add-special")) add_special = true;
-        else if (!std::strcmp(argv[i], "--check-roundtrip")) roundtrip = true;
-        else if (!std::strcmp(argv[i], "--bench")) bench_s = std::stod(value());
-        else fail("unknown argument %s", argv[i]);
+        if (!std::strcmp(argv[i], "-m"))
+            gguf_path = value();
+        else if (!std::strcmp(argv[i], "--spec"))
+            spec_path = value();
+        else if (!std::strcmp(argv[i], "--pre"))
+            pre = value();
+        else if (!std::strcmp(argv[i], "--no-parse-special"))
+            parse_special = false;
+        else if (!std::strcmp(argv[i], "--add-special"))
+            add_special = true;
+        else if (!std::strcmp(argv[i], "--check-roundtrip"))
+            roundtrip = true;
+        else if (!std::strcmp(argv[i], "--bench"))
+            bench_s = std::stod(value());
+        else
+            fail("unknown argument %s", argv[i]);
     }
     if (gguf_path.empty() == spec_path.empty()) fail("give exactly one of -m FILE.gguf and --spec FILE.json");
 
