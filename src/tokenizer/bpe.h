@@ -41,9 +41,9 @@ class BpeModel {
   public:
     static constexpr size_t kCacheWordBytes = 30, kCacheIds = 16;
 
-    // tokens: the vocabulary in byte-level form; merges: "left right" in byte-level form, in rank order.
-    // `lookup` maps a byte-level string to its id (-1 when absent). Merges whose parts or result are not tokens
-    // cannot apply to any text and are skipped (counted in n_skipped_merges).
+    // merges: "left right" in byte-level form, in rank order. `lookup` maps a byte-level spelling to its token
+    // id (-1 when absent). Merges whose parts or result are not tokens cannot apply to any text and are skipped
+    // (counted in n_skipped_merges).
     void build(const std::vector<std::string_view> &merges, const std::function<int32_t(std::string_view)> &lookup);
 
     // Appends the ids of one pre-tokenized word (raw bytes). A byte whose token the vocabulary lacks becomes

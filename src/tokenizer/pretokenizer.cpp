@@ -1,5 +1,8 @@
 // Pre-tokenizer patterns and the PCRE2 matching loop. The patterns are those of the models' Hugging Face
 // tokenizer.json files (the reference the ids must match), not llama.cpp's ASCII-only rewrites of them.
+// Unicode properties come from PCRE2's tables (Unicode 14 in Debian 12's PCRE2 10.42); the reference's regex
+// library may know newer ones, so letters first assigned after Unicode 14 (Kawi, CJK Extension H, ...) can split
+// differently until PCRE2 is updated.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer/pretokenizer.h"
 

@@ -113,7 +113,8 @@ class Tokenizer {
 
 // Turns ids into text as they are generated, emitting only whole UTF-8 characters: bytes of a character split
 // across tokens are held back until it is complete, and bytes that can never form one come out as U+FFFD, so
-// what push() returns is always valid UTF-8.
+// what push() returns is always valid UTF-8. Unlike decode(), a SentencePiece token keeps its leading space: in a
+// stream the text continues a prompt. One decoder per stream; the tokenizer must outlive it.
 class StreamDecoder {
   public:
     explicit StreamDecoder(const Tokenizer &tok, bool render_special = false)
