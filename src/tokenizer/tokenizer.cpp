@@ -120,7 +120,7 @@ void Tokenizer::init() {
         std::vector<std::string_view> merges(s.merges.begin(), s.merges.end());
         bpe_->build(merges, [this](std::string_view sp) { return find_token(sp); });
         bpe_->set_unk(s.unk);
-        // Byte-level BPE models add no BOS unless the file says so (Qwen, DeepSeek and gpt-oss files do).
+        // Byte-level BPE models add a BOS only when the file asks for one (DeepSeek-V3 files do, Qwen files not).
         add_bos_ = s.add_bos.value_or(false);
     } else if (s.model == "llama") {
         if (s.scores.empty()) s.scores.assign(n, 0.0f);
