@@ -294,32 +294,37 @@ Value Value::object(std::shared_ptr<Object> o) {
     return v;
 }
 
-Value Value::from_json(const nlohmann::ordered_json &j) {
+// Input nesting is bounded: templates never need more, and it keeps hostile JSON from exhausting the stack.
+static Value from_json_at(const nlohmann::ordered_json &j, int depth) {
+    if (depth > 512) throw_error("JSON input nested more than 512 levels deep");
+    using V = Value;
     using T = nlohmann::ordered_json::value_t;
     switch (j.type()) {
-    case T::null: return none();
-    case T::boolean: return boolean(j.get<bool>());
-    case T::number_integer: return integer(j.get<int64_t>());
+    case T::null: return V::none();
+    case T::boolean: return V::boolean(j.get<bool>());
+    case T::number_integer: return V::integer(j.get<int64_t>());
     case T::number_unsigned: {
         uint64_t u = j.get<uint64_t>();
-        return u <= uint64_t(INT64_MAX) ? integer(int64_t(u)) : number(double(u));
+        return u <= uint64_t(INT64_MAX) ? V::integer(int64_t(u)) : V::number(double(u));
     }
-    case T::number_float: return number(j.get<double>());
-    case T::string: return string(j.get<std::string>());
+    case T::number_float: return V::number(j.get<double>());
+    case T::string: return V::string(j.get<std::string>());
     case T::array: {
         List l;
         l.reserve(j.size());
-        for (const auto &e : j) l.push_back(from_json(e));
-        return list(std::move(l));
+        for (const auto &e : j) l.push_back(from_json_at(e, depth + 1));
+        return V::list(std::move(l));
     }
     case T::object: {
         Dict d;
-        for (auto it = j.begin(); it != j.end(); ++it) d.set(string(it.key()), from_json(it.value()));
-        return dict(std::move(d));
+        for (auto it = j.begin(); it != j.end(); ++it) d.set(V::string(it.key()), from_json_at(it.value(), depth + 1));
+        return V::dict(std::move(d));
     }
-    default: return none();
+    default: return V::none();
     }
 }
+
+Value Value::from_json(const nlohmann::ordered_json &j) { return from_json_at(j, 0); }
 
 double Value::as_double() const {
     if (kind_ == Kind::Float) return f_;
@@ -414,29 +419,6 @@ std::string Value::repr() const {
     if (kind_ == Kind::String) return safe_ ? "Markup(" + python_str_repr(*s_) + ")" : python_str_repr(*s_);
     if (kind_ == Kind::Undefined) return "Undefined";
     return to_str();
-}
-
-nlohmann::ordered_json Value::to_json() const {
-    using J = nlohmann::ordered_json;
-    switch (kind_) {
-    case Kind::None: return nullptr;
-    case Kind::Bool: return b_;
-    case Kind::Int: return i_;
-    case Kind::Float: return f_;
-    case Kind::String: return *s_;
-    case Kind::List:
-    case Kind::Tuple: {
-        J a = J::array();
-        for (const Value &e : *list_) a.push_back(e.to_json());
-        return a;
-    }
-    case Kind::Dict: {
-        J o = J::object();
-        for (const auto &[k, v] : dict_->items()) o[k.is_string() ? k.str() : k.to_str()] = v.to_json();
-        return o;
-    }
-    default: throw_error("Object of type " + type_name() + " is not JSON serializable");
-    }
 }
 
 // ---- equality, ordering, iteration ---------------------------------------------------------------------------

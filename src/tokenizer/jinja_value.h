@@ -114,7 +114,6 @@ public:
     // Raises the Undefined's error when this is Undefined (used where jinja2 would raise UndefinedError).
     void require_defined() const;
 
-    nlohmann::ordered_json to_json() const;  // errors for values JSON cannot hold
 
 private:
     Kind kind_ = Kind::Undefined;

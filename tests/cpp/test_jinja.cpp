@@ -181,6 +181,23 @@ TEST(JinjaErrors, NameTheLine) {
     EXPECT_EQ(err("{# open"), "t:1: syntax error: Missing end of comment tag");
 }
 
+TEST(JinjaErrors, HostileNestingIsAnErrorNotACrash) {
+    std::string deep_parens = "{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}";
+    EXPECT_NE(err(deep_parens).find("nested too deeply"), std::string::npos);
+    std::string long_chain = "{{ 1";
+    for (int i = 0; i < 100000; i++) long_chain += "+1";
+    EXPECT_NE(err(long_chain + " }}").find("nested too deeply"), std::string::npos);
+    std::string deep_ifs;
+    for (int i = 0; i < 3000; i++) deep_ifs += "{% if true %}";
+    EXPECT_NE(err(deep_ifs).find("nested too deeply"), std::string::npos);
+    EXPECT_NE(err("{% macro m(n) %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}").find("maximum recursion depth"),
+              std::string::npos);
+    std::string deep_json = std::string(1000, '[') + std::string(1000, ']');
+    EXPECT_NE(err("{{ x }}", "{\"x\": " + deep_json + "}").find("nested more than 512"), std::string::npos);
+    // Sandbox limits, as jinja2's sandbox has them.
+    EXPECT_NE(err("{{ range(200000)|length }}").find("Range too big"), std::string::npos);
+}
+
 TEST(JinjaValue, FloatReprAndJson) {
     using jinja::float_repr;
     EXPECT_EQ(float_repr(1e22), "1e+22");
