@@ -270,6 +270,11 @@ Value Value::list(List items) {
     v.list_ = std::make_shared<const List>(std::move(items));
     return v;
 }
+Value Value::generator(List items) {
+    Value v = list(std::move(items));
+    v.safe_ = true;
+    return v;
+}
 Value Value::tuple(List items) {
     Value v = list(std::move(items));
     v.kind_ = Kind::Tuple;
@@ -351,7 +356,7 @@ std::string Value::type_name() const {
     case Kind::Int: return "int";
     case Kind::Float: return "float";
     case Kind::String: return safe_ ? "Markup" : "str";
-    case Kind::List: return "list";
+    case Kind::List: return safe_ ? "generator" : "list";
     case Kind::Tuple: return "tuple";
     case Kind::Dict: return "dict";
     case Kind::Callable: return "function";
@@ -368,7 +373,7 @@ bool Value::truthy() const {
     case Kind::Int: return i_ != 0;
     case Kind::Float: return f_ != 0;
     case Kind::String: return !s_->empty();
-    case Kind::List:
+    case Kind::List: return safe_ || !list_->empty();
     case Kind::Tuple: return !list_->empty();
     case Kind::Dict: return dict_->size() != 0;
     default: return true;
@@ -397,7 +402,7 @@ std::string Value::to_str() const {
     case Kind::Int: return std::to_string(i_);
     case Kind::Float: return float_repr(f_);
     case Kind::String: return *s_;
-    case Kind::List: return join_repr(*list_, "[", "]", false);
+    case Kind::List: return safe_ ? "<generator object>" : join_repr(*list_, "[", "]", false);
     case Kind::Tuple: return join_repr(*list_, "(", ")", true);
     case Kind::Dict: {
         std::string out = "{";
@@ -429,6 +434,7 @@ bool equals(const Value &a, const Value &b) {
         return a.as_int() == b.as_int();
     }
     if (a.kind() != b.kind()) return false;
+    if (a.is_generator() || b.is_generator()) return a.identity() == b.identity();
     switch (a.kind()) {
     case Kind::Undefined:
     case Kind::None: return true;
@@ -459,7 +465,7 @@ bool less_than(const Value &a, const Value &b) {
         return a.as_int() < b.as_int();
     }
     if (a.is_string() && b.is_string()) return a.str() < b.str();  // UTF-8 byte order is code point order
-    if (a.is_list_like() && a.kind() == b.kind()) {
+    if (a.is_list_like() && a.kind() == b.kind() && !a.is_generator() && !b.is_generator()) {
         const List &x = a.items(), &y = b.items();
         for (size_t i = 0; i < x.size() && i < y.size(); i++)
             if (!equals(x[i], y[i])) return less_than(x[i], y[i]);
@@ -506,6 +512,8 @@ int64_t length(const Value &v) {
         return n == int64_t(v.str().size()) ? n : int64_t(decode_utf8(v.str()).size());
     }
     case Kind::List:
+        if (v.is_generator()) throw_error("object of type 'generator' has no len()");
+        return int64_t(v.items().size());
     case Kind::Tuple: return int64_t(v.items().size());
     case Kind::Dict: return int64_t(v.dict_ref().size());
     default: throw_error("object of type '" + v.type_name() + "' has no len()");
@@ -584,6 +592,7 @@ static void dump_value(std::string &out, const Value &v, const JsonStyle &st, in
     case Kind::String: dump_string(out, v.str(), st.ensure_ascii); return;
     case Kind::List:
     case Kind::Tuple: {
+        if (v.is_generator()) throw_error("Object of type generator is not JSON serializable");
         const List &l = v.items();
         if (l.empty()) {
             out += "[]";
