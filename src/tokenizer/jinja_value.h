@@ -99,7 +99,8 @@ public:
     bool as_bool() const { return b_; }
     int64_t as_int() const { return kind_ == Kind::Bool ? int64_t(b_) : i_; }
     double as_double() const;
-    const std::string &str() const { return *s_; }  // String (and the hint of an Undefined)
+    // String (and the hint of an Undefined; empty for a bare Value()).
+    const std::string &str() const { return s_ ? *s_ : empty_string(); }
     const List &items() const { return *list_; }
     const Dict &dict_ref() const { return *dict_; }
     const Callable &callable_ref() const { return *fn_; }
@@ -120,6 +121,10 @@ public:
 
 
 private:
+    static const std::string &empty_string() {
+        static const std::string e;
+        return e;
+    }
     Kind kind_ = Kind::Undefined;
     bool b_ = false;
     bool safe_ = false;  // String: Markup; Undefined: a refused method; List: a generator
