@@ -16,8 +16,10 @@ import sys
 CODE = [
     # C++
     '#include <iostream>\n#include <vector>\n\nint main(int argc, char **argv) {\n    std::vector<int> v{1, 2, 3};\n'
-    '    for (auto &x : v) x <<= 2;\n    std::cout << "sum=" << v[0] + v[1] << \'\\n\';\n    return argc > 1 ? 0 : -1;\n}\n',
-    'template <typename T, size_t N>\nconstexpr T dot(const std::array<T, N> &a, const std::array<T, N> &b) noexcept {\n'
+    '    for (auto &x : v) x <<= 2;\n    std::cout << "sum=" << v[0] + v[1] << \'\\n\';\n'
+    '    return argc > 1 ? 0 : -1;\n}\n',
+    'template <typename T, size_t N>\n'
+    'constexpr T dot(const std::array<T, N> &a, const std::array<T, N> &b) noexcept {\n'
     '    T acc{};  // accumulate in T\n    for (size_t i = 0; i < N; ++i) acc += a[i] * b[i];\n    return acc;\n}\n',
     'struct Node { Node *next = nullptr; int32_t value = 0x7fffffff; };\nstatic_assert(sizeof(Node) == 16, "layout");\n'
     'auto p = std::make_unique<Node>(); p->next = nullptr; if (p && !p->next) { /* empty */ }\n',
@@ -39,27 +41,37 @@ CODE = [
     '  if (res.status !== 200 && res.status !== 304) throw new Error(`HTTP ${res.status}`);\n  return res;\n}\n',
     'document.querySelectorAll("div.item > a[href^=\'http\']").forEach((el, i) => { el.dataset.idx = i; });\n',
     # Go
-    'func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {\n\tctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)\n'
-    '\tdefer cancel()\n\tif err := s.handle(ctx, w, r); err != nil {\n\t\thttp.Error(w, err.Error(), http.StatusInternalServerError)\n\t}\n}\n',
+    'func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {\n'
+    '\tctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)\n'
+    '\tdefer cancel()\n\tif err := s.handle(ctx, w, r); err != nil {\n'
+    '\t\thttp.Error(w, err.Error(), http.StatusInternalServerError)\n\t}\n}\n',
     # SQL, shell, Makefile
-    'SELECT u.id, COUNT(*) AS n_orders, SUM(o.total_cents) / 100.0 AS total\nFROM users u LEFT JOIN orders o ON o.user_id = u.id\n'
-    "WHERE u.created_at >= '2024-01-01' AND u.email LIKE '%@example.com'\nGROUP BY u.id HAVING COUNT(*) > 3 ORDER BY total DESC;\n",
-    'for f in ./*.txt; do\n  [ -s "$f" ] || continue\n  echo "${f%.txt}: $(wc -l < "$f")" 2>/dev/null\ndone | sort -u >> out.log\n'
+    'SELECT u.id, COUNT(*) AS n_orders, SUM(o.total_cents) / 100.0 AS total\n'
+    'FROM users u LEFT JOIN orders o ON o.user_id = u.id\n'
+    "WHERE u.created_at >= '2024-01-01' AND u.email LIKE '%@example.com'\n"
+    "GROUP BY u.id HAVING COUNT(*) > 3 ORDER BY total DESC;\n",
+    'for f in ./*.txt; do\n  [ -s "$f" ] || continue\n  echo "${f%.txt}: $(wc -l < "$f")" 2>/dev/null\n'
+    'done | sort -u >> out.log\n'
     'export PATH="$HOME/.local/bin:$PATH"; cd ~ && ls -la | grep -v \'^d\' | awk \'{print $9}\'\n',
-    'CFLAGS ?= -O2 -Wall\n\nall: main.o util.o\n\t$(CC) $(CFLAGS) -o app $^\n\n%.o: %.c\n\t$(CC) $(CFLAGS) -c $< -o $@\n',
+    'CFLAGS ?= -O2 -Wall\n\nall: main.o util.o\n\t$(CC) $(CFLAGS) -o app $^\n\n%.o: %.c\n'
+    '\t$(CC) $(CFLAGS) -c $< -o $@\n',
     # markup and data
     '<!DOCTYPE html>\n<html lang="en">\n<head><meta charset="utf-8"><title>Test &amp; more</title></head>\n'
     '<body>\n  <p class="x">Hello&nbsp;<b>world</b>!</p>\n  <!-- comment -->\n</body>\n</html>\n',
     '{\n  "name": "strata",\n  "version": "0.1.0",\n  "tags": ["moe", "gguf", "cuda"],\n  "ratio": 0.875,\n'
     '  "nested": {"a": null, "b": [true, false], "c": "\\u00e9\\n"}\n}\n',
-    'server:\n  port: 8080\n  hosts:\n    - alpha.local\n    - beta.local\n  tls: {enabled: true, cert: /etc/ssl/cert.pem}\n',
+    'server:\n  port: 8080\n  hosts:\n    - alpha.local\n    - beta.local\n'
+    '  tls: {enabled: true, cert: /etc/ssl/cert.pem}\n',
     '| col A | col B | col C |\n|:------|:-----:|------:|\n| 1     | two   | 3.0   |\n| `x`   | **y** | _z_   |\n',
     '\\begin{equation}\n  \\int_0^\\infty e^{-x^2}\\,dx = \\frac{\\sqrt{\\pi}}{2}\n\\end{equation}\n',
-    '--- a/src/main.c\n+++ b/src/main.c\n@@ -10,7 +10,8 @@ int main(void)\n-    return 0;\n+    int rc = run();\n+    return rc;\n }\n',
+    '--- a/src/main.c\n+++ b/src/main.c\n@@ -10,7 +10,8 @@ int main(void)\n-    return 0;\n+    int rc = run();\n'
+    '+    return rc;\n }\n',
     'id,name,price,qty\n1,"Widget, large",19.99,3\n2,Gadget,5,100\n3,"Quote ""inside""",0.5,7\n',
-    'C:\\Users\\Admin\\AppData\\Local\\Temp\\file_01.tmp and /usr/local/lib/python3.11/site-packages/numpy/__init__.py\n',
+    'C:\\Users\\Admin\\AppData\\Local\\Temp\\file_01.tmp and '
+    '/usr/local/lib/python3.11/site-packages/numpy/__init__.py\n',
     'https://example.com/search?q=tokenizer+test&lang=en#results mailto:someone@example.org ftp://10.0.0.1:21/pub\n',
-    'uuid 123e4567-e89b-12d3-a456-426614174000 sha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\n',
+    'uuid 123e4567-e89b-12d3-a456-426614174000 sha256 '
+    '9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\n',
     'aGVsbG8gd29ybGQhIFRoaXMgaXMgYmFzZTY0IGVuY29kZWQgdGV4dC4uLg==\n0000000 6865 6c6c 6f20 776f 726c 640a\n',
     'XMLHttpRequest getElementById HTTPServerError parseJSONToHTML iPhone eBay McDonald ABCdef aBCDef\n'
     'snake_case_name SCREAMING_SNAKE_CASE kebab-case-name camelCaseName PascalCaseName __dunder__\n',

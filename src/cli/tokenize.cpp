@@ -37,12 +37,18 @@ std::string escaped(std::string_view s) {
             pos += n;
             continue;
         }
-        if (c == '\\') out += "\\\\";
-        else if (c == '\n') out += "\\n";
-        else if (c == '\r') out += "\\r";
-        else if (c == '\t') out += "\\t";
-        else if (c < 0x20 || c >= 0x7F) out += strfmt("\\x%02x", c);
-        else out += char(c);
+        if (c == '\\')
+            out += "\\\\";
+        else if (c == '\n')
+            out += "\\n";
+        else if (c == '\r')
+            out += "\\r";
+        else if (c == '\t')
+            out += "\\t";
+        else if (c < 0x20 || c >= 0x7F)
+            out += strfmt("\\x%02x", c);
+        else
+            out += char(c);
         pos++;
     }
     return out;
@@ -57,8 +63,9 @@ Run add_tokenize(CLI::App &app) {
     };
     auto opt = std::make_shared<Options>();
     CLI::App *sub = app.add_subcommand(
-        "tokenize", "Print the token ids of the text on standard input, as the model's tokenizer produces them. The "
-                    "text is taken exactly as read, a final newline included (use printf or echo -n to leave it out)");
+        "tokenize",
+        "Print the token ids of the text on standard input, as the model's tokenizer produces them. The "
+        "text is taken exactly as read, a final newline included (use printf or echo -n to leave it out)");
     sub->add_option("-m,--model", opt->model, "GGUF model (or vocabulary-only) file")->required();
     sub->add_flag("--pieces", opt->pieces,
                   "One token per line: id, a tab, and the text it stands for (\\n, \\t, \\\\ and \\xNN escapes for "

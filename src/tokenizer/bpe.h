@@ -14,7 +14,7 @@ namespace strata::tok {
 // Open-addressing map from a pair of token ids to (rank, merged id): the lookup at the heart of the merge loop,
 // flat and probe-local so that it stays fast with 150k+ merges.
 class MergeTable {
-public:
+  public:
     struct Entry {
         uint64_t key = kEmpty;
         int32_t rank = 0;
@@ -27,7 +27,7 @@ public:
     const Entry *find(int32_t left, int32_t right) const;
     size_t size() const { return size_; }
 
-private:
+  private:
     static constexpr uint64_t kEmpty = ~uint64_t(0);
     static uint64_t key(int32_t l, int32_t r) { return uint64_t(uint32_t(l)) << 32 | uint32_t(r); }
     size_t slot(uint64_t k) const { return size_t((k * 0x9E3779B97F4A7C15ull) >> shift_); }
@@ -38,12 +38,12 @@ private:
 };
 
 class BpeModel {
-public:
+  public:
     static constexpr size_t kCacheWordBytes = 30, kCacheIds = 16;
 
-    // tokens: the vocabulary in byte-level form; merges: "left right" in byte-level form, in rank order.
-    // `lookup` maps a byte-level string to its id (-1 when absent). Merges whose parts or result are not tokens
-    // cannot apply to any text and are skipped (counted in n_skipped_merges).
+    // merges: "left right" in byte-level form, in rank order. `lookup` maps a byte-level spelling to its token
+    // id (-1 when absent). Merges whose parts or result are not tokens cannot apply to any text and are skipped
+    // (counted in n_skipped_merges).
     void build(const std::vector<std::string_view> &merges, const std::function<int32_t(std::string_view)> &lookup);
 
     // Appends the ids of one pre-tokenized word (raw bytes). A byte whose token the vocabulary lacks becomes
@@ -55,7 +55,7 @@ public:
     int32_t byte_token(uint8_t b) const { return byte_ids_[b]; }
     void set_unk(int32_t id) { unk_id_ = id; }
 
-private:
+  private:
     void merge_short(std::vector<int32_t> &ids) const;
     void merge_long(std::vector<int32_t> &ids) const;
 

@@ -92,4 +92,16 @@ GgufChatInfo read_chat_info(const GgufFile &file) {
     return info;
 }
 
+ModelChat::ModelChat(const GgufFile &file, const std::string &name) : info_(read_chat_info(file)) {
+    if (info_.chat_template.empty()) notice_ = name + ": " + kPlainFallbackNotice;
+    else tmpl_ = ChatTemplate::parse(info_.chat_template, name + ":tokenizer.chat_template");
+}
+
+std::string ModelChat::render(const nlohmann::ordered_json &messages, const nlohmann::ordered_json &tools,
+                              bool add_generation_prompt, const nlohmann::ordered_json &extra_context) const {
+    if (!tmpl_) return render_plain_fallback(messages, add_generation_prompt, info_.bos_token);
+    return render_chat(*tmpl_, messages, tools, add_generation_prompt, info_.bos_token, info_.eos_token,
+                       extra_context);
+}
+
 }  // namespace strata

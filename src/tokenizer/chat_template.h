@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "tokenizer/jinja.h"
@@ -53,5 +54,27 @@ struct GgufChatInfo {
     std::string eos_token;
 };
 GgufChatInfo read_chat_info(const GgufFile &file);
+
+// A model's chat formatting, parsed once (for `strata run --chat` and the server): the file's template when it has
+// one, else the plain fallback. Callers print `notice()` (non-empty only for the fallback) once to the user.
+class ModelChat {
+public:
+    // `name` labels the template in error messages (usually the model path). Throws strata::Error when the file's
+    // template does not parse.
+    ModelChat(const GgufFile &file, const std::string &name);
+
+    bool has_template() const { return tmpl_.has_value(); }
+    const std::string &notice() const { return notice_; }
+    const GgufChatInfo &info() const { return info_; }
+
+    std::string render(const nlohmann::ordered_json &messages, const nlohmann::ordered_json &tools,
+                       bool add_generation_prompt,
+                       const nlohmann::ordered_json &extra_context = nlohmann::ordered_json::object()) const;
+
+private:
+    GgufChatInfo info_;
+    std::optional<ChatTemplate> tmpl_;
+    std::string notice_;
+};
 
 }  // namespace strata

@@ -28,9 +28,10 @@ std::string Template::render(const nlohmann::ordered_json &context) const {
     static const ScopeP builtins = Interp::builtin_globals();
     auto globals = std::make_shared<Scope>();
     globals->parent = builtins;
-    if (context.is_object())
-        for (auto it = context.begin(); it != context.end(); ++it) globals->vars[it.key()] = Value::from_json(it.value());
     try {
+        if (context.is_object())
+            for (auto it = context.begin(); it != context.end(); ++it)
+                globals->vars[it.key()] = Value::from_json(it.value());
         Interp in(globals);
         return in.run(*body_);
     } catch (const TemplateError &e) {

@@ -1,6 +1,6 @@
 // Builtin filters and tests of the chat-template language, following jinja2 3.1's definitions (and transformers'
-// tojson override: json.dumps with ensure_ascii=False, no HTML escaping). Filters jinja2 returns as generators
-// (map, select, items, reverse, ...) return lists here. Not the methods or globals (jinja_methods.cpp).
+// tojson override: json.dumps with ensure_ascii=False, no HTML escaping). Filters that return generators in jinja2
+// (map, select, items, reverse, ...) return generator-flagged lists. Not the methods or globals (jinja_methods.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -76,7 +76,7 @@ bool py_less(const Value &a, const Value &b) {
     a.require_defined();
     b.require_defined();
     bool ok = (a.is_number() && b.is_number()) || (a.is_string() && b.is_string()) ||
-              (a.is_list_like() && a.kind() == b.kind());
+              (a.is_list_like() && a.kind() == b.kind() && !a.is_generator() && !b.is_generator());
     if (!ok)
         throw_error("'<' not supported between instances of '" + a.type_name() + "' and '" + b.type_name() + "'");
     return less_than(a, b);
@@ -128,7 +128,7 @@ Value f_batch(Interp &, const Value &v, Args &a) {
             while (int64_t(cur.size()) < n) cur.push_back(fill);
         out.push_back(Value::list(std::move(cur)));
     }
-    return Value::list(std::move(out));
+    return Value::generator(std::move(out));
 }
 
 Value f_capitalize(Interp &, const Value &v, Args &a) {
@@ -382,11 +382,11 @@ Value f_indent(Interp &, const Value &v, Args &a) {
 
 Value f_items(Interp &, const Value &v, Args &a) {
     ArgReader(a, "items").done(0);
-    if (v.is_undefined()) return Value::list({});
+    if (v.is_undefined()) return Value::generator({});
     if (v.kind() != Kind::Dict) throw_error("Can only get item pairs from a mapping.");
     List out;
     for (const auto &[k, x] : v.dict_ref().items()) out.push_back(Value::tuple({k, x}));
-    return Value::list(std::move(out));
+    return Value::generator(std::move(out));
 }
 
 Value f_join(Interp &in, const Value &v, Args &a) {
@@ -435,20 +435,20 @@ Value f_map(Interp &in, const Value &v, Args &a) {
             else throw_error("Unexpected keyword argument '" + k + "'");
         }
         if (attribute.is_undefined()) throw_error("map requires a filter argument");
-        if (!v.truthy()) return Value::list({});
+        if (!v.truthy()) return Value::generator({});
         for (const Value &x : iterate(v)) out.push_back(lookup_path(in, x, attr_parts(attribute), dflt));
-        return Value::list(std::move(out));
+        return Value::generator(std::move(out));
     }
     std::string name = a.pos[0].to_str();
     if (!has_filter(name)) throw_error("No filter named '" + name + "'.");
-    if (!v.truthy()) return Value::list({});
+    if (!v.truthy()) return Value::generator({});
     for (const Value &x : iterate(v)) {
         Args sub;
         sub.pos.assign(a.pos.begin() + 1, a.pos.end());
         sub.kw = a.kw;
         out.push_back(in.apply_filter(name, x, sub));
     }
-    return Value::list(std::move(out));
+    return Value::generator(std::move(out));
 }
 
 Value select_common(Interp &in, const Value &v, Args &a, bool attr, bool keep) {
@@ -459,7 +459,7 @@ Value select_common(Interp &in, const Value &v, Args &a, bool attr, bool keep) {
     std::string test = has_test_name ? a.pos[off].to_str() : "";
     if (has_test_name && !has_test(test)) throw_error("No test named '" + test + "'.");
     List out;
-    if (!v.truthy()) return Value::list({});
+    if (!v.truthy()) return Value::generator({});
     for (const Value &x : iterate(v)) {
         Value probe = attr ? lookup_path(in, x, parts) : x;
         bool ok;
@@ -473,7 +473,7 @@ Value select_common(Interp &in, const Value &v, Args &a, bool attr, bool keep) {
         }
         if (ok == keep) out.push_back(x);
     }
-    return Value::list(std::move(out));
+    return Value::generator(std::move(out));
 }
 Value f_select(Interp &in, const Value &v, Args &a) { return select_common(in, v, a, false, true); }
 Value f_reject(Interp &in, const Value &v, Args &a) { return select_common(in, v, a, false, false); }
@@ -515,7 +515,7 @@ Value f_reverse(Interp &, const Value &v, Args &a) {
     if (v.is_string()) return slice(v, Value(), Value(), Value::integer(-1));
     List l = iterate(v);
     std::reverse(l.begin(), l.end());
-    return Value::list(std::move(l));
+    return Value::generator(std::move(l));
 }
 
 Value f_round(Interp &, const Value &v, Args &a) {
@@ -564,7 +564,7 @@ Value f_slice(Interp &, const Value &v, Args &a) {
         if (!fill.is_none() && i >= extra) part.push_back(fill);
         out.push_back(Value::list(std::move(part)));
     }
-    return Value::list(std::move(out));
+    return Value::generator(std::move(out));
 }
 
 Value f_sort(Interp &in, const Value &v, Args &a) {
@@ -722,7 +722,7 @@ Value f_unique(Interp &in, const Value &v, Args &a) {
         seen.push_back(k);
         out.push_back(x);
     }
-    return Value::list(std::move(out));
+    return Value::generator(std::move(out));
 }
 
 Value f_wordcount(Interp &, const Value &v, Args &a) {
@@ -781,7 +781,7 @@ bool cmp_args(const Value &v, const Value &o, const char *op) {
     v.require_defined();
     o.require_defined();
     bool ok = (v.is_number() && o.is_number()) || (v.is_string() && o.is_string()) ||
-              (v.is_list_like() && v.kind() == o.kind());
+              (v.is_list_like() && v.kind() == o.kind() && !v.is_generator() && !o.is_generator());
     if (!ok)
         throw_error(std::string("'") + op + "' not supported between instances of '" + v.type_name() + "' and '" +
                     o.type_name() + "'");
@@ -848,7 +848,7 @@ bool t_sameas(Interp &, const Value &v, Args &a) {
 }
 // jinja2: len() and __getitem__ both work (strings, lists, tuples, dicts, and Undefined).
 bool t_sequence(Interp &, const Value &v, Args &) {
-    return v.is_undefined() || v.is_string() || v.is_list_like() || v.kind() == Kind::Dict;
+    return v.is_undefined() || v.is_string() || (v.is_list_like() && !v.is_generator()) || v.kind() == Kind::Dict;
 }
 bool t_string(Interp &, const Value &v, Args &) { return v.is_string(); }
 

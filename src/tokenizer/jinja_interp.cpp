@@ -74,7 +74,7 @@ Value slice(const Value &obj, const Value &start, const Value &stop, const Value
     if (is_str) {
         cps = decode_utf8(obj.str());
         n = int64_t(cps.size());
-    } else if (obj.is_list_like()) {
+    } else if (obj.is_list_like() && !obj.is_generator()) {
         items = &obj.items();
         n = int64_t(items->size());
     } else {
@@ -555,7 +555,7 @@ Value Interp::getitem(const Value &obj, const Value &key) {
     case Kind::List:
     case Kind::Tuple:
     case Kind::String: {
-        if (key.kind() == Kind::Tuple) return missing();
+        if (key.kind() == Kind::Tuple || obj.is_generator()) return missing();
         if (!key.is_int()) return missing();
         int64_t i = key.as_int();
         if (obj.is_string()) {
@@ -622,7 +622,7 @@ Value Interp::binop(const std::string &op, const Value &a, const Value &b) {
                                      true);
             return Value::string(a.str() + b.str(), a.is_safe());
         }
-        if (a.kind() == b.kind() && a.is_list_like()) {
+        if (a.kind() == b.kind() && a.is_list_like() && !a.is_generator() && !b.is_generator()) {
             List l = a.items();
             l.insert(l.end(), b.items().begin(), b.items().end());
             return a.kind() == Kind::List ? Value::list(std::move(l)) : Value::tuple(std::move(l));
@@ -641,7 +641,7 @@ Value Interp::binop(const std::string &op, const Value &a, const Value &b) {
         if (floats) return Value::number(a.as_double() * b.as_double());
         if (nums) return Value::integer(checked_op(__builtin_mul_overflow(a.as_int(), b.as_int(), &r), r));
         const Value *seq = a.is_int() ? &b : &a, *cnt = a.is_int() ? &a : &b;
-        if (cnt->is_int() && (seq->is_string() || seq->is_list_like())) {
+        if (cnt->is_int() && (seq->is_string() || seq->is_list_like()) && !seq->is_generator()) {
             int64_t n = std::max<int64_t>(cnt->as_int(), 0);
             if (seq->is_string()) {
                 if (n * int64_t(seq->str().size()) > (int64_t(1) << 30)) throw_error("string repetition too large");
@@ -708,7 +708,7 @@ Value Interp::compare(const std::string &op, const Value &a, const Value &b) {
     a.require_defined();
     b.require_defined();
     bool ok = (a.is_number() && b.is_number()) || (a.is_string() && b.is_string()) ||
-              (a.is_list_like() && a.kind() == b.kind());
+              (a.is_list_like() && a.kind() == b.kind() && !a.is_generator() && !b.is_generator());
     if (!ok)
         throw_error("'" + op + "' not supported between instances of '" + a.type_name() + "' and '" + b.type_name() +
                     "'");

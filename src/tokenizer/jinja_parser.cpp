@@ -24,6 +24,20 @@ private:
     std::vector<std::vector<std::string>> end_stack_;  // end tags the open blocks wait for
     std::vector<std::string> tag_stack_;               // open block names, for messages
     int loop_depth_ = 0;
+    int nesting_ = 0;  // expression and block nesting, bounded so a hostile template cannot exhaust the stack
+
+    // Counts one level of recursive descent for the lifetime of a parse function.
+    struct Nest {
+        Parser &p;
+        explicit Nest(Parser &parser, int line) : p(parser) {
+            if (++p.nesting_ > 300) fail_at(line, "template nested too deeply (more than 300 levels)");
+        }
+        ~Nest() { p.nesting_--; }
+    };
+    // A left-associative chain (a + b + c ..., x|f|g ...) deepens the tree by one level per link.
+    void chain(int &links, int line) const {
+        if (nesting_ + ++links > 300) fail_at(line, "template nested too deeply (more than 300 levels)");
+    }
 
     [[noreturn]] static void fail_at(int line, std::string msg) { throw_error_at(line, std::move(msg)); }
 
@@ -141,6 +155,7 @@ private:
 
     StmtP parse_statement() {
         const Token &tk = cur();
+        Nest guard(*this, tk.line);
         if (tk.type != Tok::Name) fail_at(tk.line, "tag name expected");
         std::string n = tk.text;
         int line = tk.line;
@@ -409,12 +424,17 @@ private:
         return t;
     }
 
-    ExprP parse_expression(bool with_condexpr) { return with_condexpr ? parse_condexpr() : parse_or(); }
+    ExprP parse_expression(bool with_condexpr) {
+        Nest n(*this, cur().line);
+        return with_condexpr ? parse_condexpr() : parse_or();
+    }
 
     ExprP parse_condexpr() {
         int line = cur().line;
         ExprP e = parse_or();
+        int links = 0;
         while (skip_name("if")) {
+            chain(links, line);
             auto c = node(EK::Cond, line);
             ExprP test = parse_or();
             ExprP other = skip_name("else") ? parse_condexpr() : nullptr;
@@ -437,16 +457,25 @@ private:
     ExprP parse_or() {
         int line = cur().line;
         ExprP l = parse_and();
-        while (skip_name("or")) l = binary(EK::Or, std::move(l), parse_and(), line);
+        int links = 0;
+        while (skip_name("or")) {
+            chain(links, line);
+            l = binary(EK::Or, std::move(l), parse_and(), line);
+        }
         return l;
     }
     ExprP parse_and() {
         int line = cur().line;
         ExprP l = parse_not();
-        while (skip_name("and")) l = binary(EK::And, std::move(l), parse_not(), line);
+        int links = 0;
+        while (skip_name("and")) {
+            chain(links, line);
+            l = binary(EK::And, std::move(l), parse_not(), line);
+        }
         return l;
     }
     ExprP parse_not() {
+        Nest guard(*this, cur().line);
         if (is_name("not")) {
             auto n = node(EK::Not, next().line);
             n->sub.push_back(parse_not());
@@ -479,7 +508,9 @@ private:
     ExprP parse_math1() {
         int line = cur().line;
         ExprP l = parse_concat();
+        int links = 0;
         while (is_op("+") || is_op("-")) {
+            chain(links, line);
             std::string op = next().text;
             l = binary(EK::Bin, std::move(l), parse_concat(), line, op);
         }
@@ -497,7 +528,9 @@ private:
     ExprP parse_math2() {
         int line = cur().line;
         ExprP l = parse_pow();
+        int links = 0;
         while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
+            chain(links, line);
             std::string op = next().text;
             l = binary(EK::Bin, std::move(l), parse_pow(), line, op);
         }
@@ -506,11 +539,16 @@ private:
     ExprP parse_pow() {
         int line = cur().line;
         ExprP l = parse_unary(true);
-        while (skip_op("**")) l = binary(EK::Bin, std::move(l), parse_unary(true), line, "**");
+        int links = 0;
+        while (skip_op("**")) {
+            chain(links, line);
+            l = binary(EK::Bin, std::move(l), parse_unary(true), line, "**");
+        }
         return l;
     }
     ExprP parse_unary(bool with_filter) {
         int line = cur().line;
+        Nest guard(*this, line);
         ExprP n;
         if (skip_op("-")) {
             n = node(EK::Neg, line);
@@ -585,7 +623,9 @@ private:
     }
 
     ExprP parse_postfix(ExprP n) {
+        int links = 0;
         while (true) {
+            chain(links, cur().line);
             if (is_op(".") || is_op("[")) n = parse_subscript(std::move(n));
             else if (is_op("(")) n = parse_call(std::move(n));
             else return n;
@@ -593,7 +633,9 @@ private:
     }
 
     ExprP parse_filter_expr(ExprP n) {
+        int links = 0;
         while (true) {
+            chain(links, cur().line);
             if (is_op("|")) n = parse_filters(std::move(n));
             else if (is_name("is")) n = parse_test(std::move(n));
             else if (is_op("(")) n = parse_call(std::move(n));
@@ -719,7 +761,9 @@ private:
 
     // `| f | g(args)`; start_inline: the first filter has no leading `|` ({% filter f %}).
     ExprP parse_filters(ExprP n, bool start_inline = false) {
+        int links = 0;
         while (is_op("|") || start_inline) {
+            chain(links, cur().line);
             if (!start_inline) i_++;
             start_inline = false;
             int line = cur().line;

@@ -270,6 +270,11 @@ Value Value::list(List items) {
     v.list_ = std::make_shared<const List>(std::move(items));
     return v;
 }
+Value Value::generator(List items) {
+    Value v = list(std::move(items));
+    v.safe_ = true;
+    return v;
+}
 Value Value::tuple(List items) {
     Value v = list(std::move(items));
     v.kind_ = Kind::Tuple;
@@ -294,32 +299,37 @@ Value Value::object(std::shared_ptr<Object> o) {
     return v;
 }
 
-Value Value::from_json(const nlohmann::ordered_json &j) {
+// Input nesting is bounded: templates never need more, and it keeps hostile JSON from exhausting the stack.
+static Value from_json_at(const nlohmann::ordered_json &j, int depth) {
+    if (depth > 512) throw_error("JSON input nested more than 512 levels deep");
+    using V = Value;
     using T = nlohmann::ordered_json::value_t;
     switch (j.type()) {
-    case T::null: return none();
-    case T::boolean: return boolean(j.get<bool>());
-    case T::number_integer: return integer(j.get<int64_t>());
+    case T::null: return V::none();
+    case T::boolean: return V::boolean(j.get<bool>());
+    case T::number_integer: return V::integer(j.get<int64_t>());
     case T::number_unsigned: {
         uint64_t u = j.get<uint64_t>();
-        return u <= uint64_t(INT64_MAX) ? integer(int64_t(u)) : number(double(u));
+        return u <= uint64_t(INT64_MAX) ? V::integer(int64_t(u)) : V::number(double(u));
     }
-    case T::number_float: return number(j.get<double>());
-    case T::string: return string(j.get<std::string>());
+    case T::number_float: return V::number(j.get<double>());
+    case T::string: return V::string(j.get<std::string>());
     case T::array: {
         List l;
         l.reserve(j.size());
-        for (const auto &e : j) l.push_back(from_json(e));
-        return list(std::move(l));
+        for (const auto &e : j) l.push_back(from_json_at(e, depth + 1));
+        return V::list(std::move(l));
     }
     case T::object: {
         Dict d;
-        for (auto it = j.begin(); it != j.end(); ++it) d.set(string(it.key()), from_json(it.value()));
-        return dict(std::move(d));
+        for (auto it = j.begin(); it != j.end(); ++it) d.set(V::string(it.key()), from_json_at(it.value(), depth + 1));
+        return V::dict(std::move(d));
     }
-    default: return none();
+    default: return V::none();
     }
 }
+
+Value Value::from_json(const nlohmann::ordered_json &j) { return from_json_at(j, 0); }
 
 double Value::as_double() const {
     if (kind_ == Kind::Float) return f_;
@@ -346,7 +356,7 @@ std::string Value::type_name() const {
     case Kind::Int: return "int";
     case Kind::Float: return "float";
     case Kind::String: return safe_ ? "Markup" : "str";
-    case Kind::List: return "list";
+    case Kind::List: return safe_ ? "generator" : "list";
     case Kind::Tuple: return "tuple";
     case Kind::Dict: return "dict";
     case Kind::Callable: return "function";
@@ -363,7 +373,7 @@ bool Value::truthy() const {
     case Kind::Int: return i_ != 0;
     case Kind::Float: return f_ != 0;
     case Kind::String: return !s_->empty();
-    case Kind::List:
+    case Kind::List: return safe_ || !list_->empty();
     case Kind::Tuple: return !list_->empty();
     case Kind::Dict: return dict_->size() != 0;
     default: return true;
@@ -392,7 +402,7 @@ std::string Value::to_str() const {
     case Kind::Int: return std::to_string(i_);
     case Kind::Float: return float_repr(f_);
     case Kind::String: return *s_;
-    case Kind::List: return join_repr(*list_, "[", "]", false);
+    case Kind::List: return safe_ ? "<generator object>" : join_repr(*list_, "[", "]", false);
     case Kind::Tuple: return join_repr(*list_, "(", ")", true);
     case Kind::Dict: {
         std::string out = "{";
@@ -416,29 +426,6 @@ std::string Value::repr() const {
     return to_str();
 }
 
-nlohmann::ordered_json Value::to_json() const {
-    using J = nlohmann::ordered_json;
-    switch (kind_) {
-    case Kind::None: return nullptr;
-    case Kind::Bool: return b_;
-    case Kind::Int: return i_;
-    case Kind::Float: return f_;
-    case Kind::String: return *s_;
-    case Kind::List:
-    case Kind::Tuple: {
-        J a = J::array();
-        for (const Value &e : *list_) a.push_back(e.to_json());
-        return a;
-    }
-    case Kind::Dict: {
-        J o = J::object();
-        for (const auto &[k, v] : dict_->items()) o[k.is_string() ? k.str() : k.to_str()] = v.to_json();
-        return o;
-    }
-    default: throw_error("Object of type " + type_name() + " is not JSON serializable");
-    }
-}
-
 // ---- equality, ordering, iteration ---------------------------------------------------------------------------
 
 bool equals(const Value &a, const Value &b) {
@@ -447,6 +434,7 @@ bool equals(const Value &a, const Value &b) {
         return a.as_int() == b.as_int();
     }
     if (a.kind() != b.kind()) return false;
+    if (a.is_generator() || b.is_generator()) return a.identity() == b.identity();
     switch (a.kind()) {
     case Kind::Undefined:
     case Kind::None: return true;
@@ -477,7 +465,7 @@ bool less_than(const Value &a, const Value &b) {
         return a.as_int() < b.as_int();
     }
     if (a.is_string() && b.is_string()) return a.str() < b.str();  // UTF-8 byte order is code point order
-    if (a.is_list_like() && a.kind() == b.kind()) {
+    if (a.is_list_like() && a.kind() == b.kind() && !a.is_generator() && !b.is_generator()) {
         const List &x = a.items(), &y = b.items();
         for (size_t i = 0; i < x.size() && i < y.size(); i++)
             if (!equals(x[i], y[i])) return less_than(x[i], y[i]);
@@ -524,6 +512,8 @@ int64_t length(const Value &v) {
         return n == int64_t(v.str().size()) ? n : int64_t(decode_utf8(v.str()).size());
     }
     case Kind::List:
+        if (v.is_generator()) throw_error("object of type 'generator' has no len()");
+        return int64_t(v.items().size());
     case Kind::Tuple: return int64_t(v.items().size());
     case Kind::Dict: return int64_t(v.dict_ref().size());
     default: throw_error("object of type '" + v.type_name() + "' has no len()");
@@ -602,6 +592,7 @@ static void dump_value(std::string &out, const Value &v, const JsonStyle &st, in
     case Kind::String: dump_string(out, v.str(), st.ensure_ascii); return;
     case Kind::List:
     case Kind::Tuple: {
+        if (v.is_generator()) throw_error("Object of type generator is not JSON serializable");
         const List &l = v.items();
         if (l.empty()) {
             out += "[]";

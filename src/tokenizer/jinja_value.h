@@ -76,6 +76,9 @@ public:
     static Value number(double f);
     static Value string(std::string s, bool safe = false);
     static Value list(List items);
+    // What jinja2's select/map/reverse/... return: a Python generator. Always true, no len(), not subscriptable,
+    // not JSON. (Unlike Python it can be iterated more than once.)
+    static Value generator(List items);
     static Value tuple(List items);
     static Value dict(Dict d);
     static Value callable(std::string name, std::function<Value(Interp &, Args &)> fn);
@@ -89,13 +92,15 @@ public:
     bool is_int() const { return kind_ == Kind::Int || kind_ == Kind::Bool; }  // Python: bool is an int
     bool is_number() const { return is_int() || kind_ == Kind::Float; }
     bool is_list_like() const { return kind_ == Kind::List || kind_ == Kind::Tuple; }
-    bool is_safe() const { return safe_; }  // a Markup string (|safe, |escape)
+    bool is_safe() const { return kind_ == Kind::String && safe_; }  // a Markup string (|safe, |escape)
     bool is_unsafe_undefined() const { return kind_ == Kind::Undefined && safe_; }
+    bool is_generator() const { return kind_ == Kind::List && safe_; }
 
     bool as_bool() const { return b_; }
     int64_t as_int() const { return kind_ == Kind::Bool ? int64_t(b_) : i_; }
     double as_double() const;
-    const std::string &str() const { return *s_; }  // String (and the hint of an Undefined)
+    // String (and the hint of an Undefined; empty for a bare Value()).
+    const std::string &str() const { return s_ ? *s_ : empty_string(); }
     const List &items() const { return *list_; }
     const Dict &dict_ref() const { return *dict_; }
     const Callable &callable_ref() const { return *fn_; }
@@ -114,12 +119,15 @@ public:
     // Raises the Undefined's error when this is Undefined (used where jinja2 would raise UndefinedError).
     void require_defined() const;
 
-    nlohmann::ordered_json to_json() const;  // errors for values JSON cannot hold
 
 private:
+    static const std::string &empty_string() {
+        static const std::string e;
+        return e;
+    }
     Kind kind_ = Kind::Undefined;
     bool b_ = false;
-    bool safe_ = false;
+    bool safe_ = false;  // String: Markup; Undefined: a refused method; List: a generator
     int64_t i_ = 0;
     double f_ = 0;
     std::shared_ptr<const std::string> s_;

@@ -1,5 +1,8 @@
 // Pre-tokenizer patterns and the PCRE2 matching loop. The patterns are those of the models' Hugging Face
 // tokenizer.json files (the reference the ids must match), not llama.cpp's ASCII-only rewrites of them.
+// Unicode properties come from PCRE2's tables (Unicode 14 in Debian 12's PCRE2 10.42); the reference's regex
+// library may know newer ones, so letters first assigned after Unicode 14 (Kawi, CJK Extension H, ...) can split
+// differently until PCRE2 is updated.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer/pretokenizer.h"
 
@@ -80,8 +83,9 @@ std::string onig_to_pcre2(std::string_view p) {
                 out += kWhiteSpace;
                 if (!in_class) out += ']';
             } else if (e == 'S') {
-                if (in_class) fail("pre-tokenizer pattern: \\S inside a character class is not supported: %.*s",
-                                   int(p.size()), p.data());
+                if (in_class)
+                    fail("pre-tokenizer pattern: \\S inside a character class is not supported: %.*s", int(p.size()),
+                         p.data());
                 out += "[^";
                 out += kWhiteSpace;
                 out += ']';
@@ -99,8 +103,8 @@ std::string onig_to_pcre2(std::string_view p) {
             if (i + 1 < p.size() && p[i + 1] == ']') out += p[++i];
             continue;
         }
-        if (in_class && c == '[') fail("pre-tokenizer pattern: nested character classes are not supported: %.*s",
-                                       int(p.size()), p.data());
+        if (in_class && c == '[')
+            fail("pre-tokenizer pattern: nested character classes are not supported: %.*s", int(p.size()), p.data());
         if (in_class && c == ']') in_class = false;
         out += c;
     }
@@ -119,8 +123,7 @@ std::unique_ptr<PreTokenizer> PreTokenizer::for_name(std::string_view name) {
     if (name == "gpt-4o") return from_patterns({kGpt4o});
     std::string known;
     for (auto n : known_names()) known += (known.empty() ? "" : ", ") + std::string(n);
-    fail("tokenizer.ggml.pre '%.*s' is not supported (supported: %s)", int(name.size()), name.data(),
-         known.c_str());
+    fail("tokenizer.ggml.pre '%.*s' is not supported (supported: %s)", int(name.size()), name.data(), known.c_str());
 }
 
 std::unique_ptr<PreTokenizer> PreTokenizer::from_patterns(std::vector<std::string> patterns) {

@@ -11,7 +11,7 @@
 namespace strata::tok {
 
 class PreTokenizer {
-public:
+  public:
     // The pre-tokenizer of a `tokenizer.ggml.pre` name: "qwen2", "qwen35", "deepseek-v3" or "gpt-4o". Throws
     // strata::Error naming the name (and the supported ones) for anything else.
     static std::unique_ptr<PreTokenizer> for_name(std::string_view name);
@@ -34,7 +34,7 @@ public:
 
     const std::vector<std::string> &patterns() const { return patterns_; }
 
-private:
+  private:
     PreTokenizer() = default;
     struct Compiled;
     std::vector<std::string> patterns_;

@@ -10,7 +10,7 @@
 namespace strata::tok {
 
 class SpecialTokenMatcher {
-public:
+  public:
     // `control`: matched only when the caller asks for special tokens to be parsed (they steer the model, so text
     // from a user must not be able to produce them); otherwise matched always (user-defined tokens stand for
     // plain text, as they do in the reference tokenizer).
@@ -27,7 +27,7 @@ public:
     // matches starting there the longest.
     void split(std::string_view text, bool parse_control, std::vector<Fragment> &out) const;
 
-private:
+  private:
     struct Trie {
         struct Node {
             int32_t id = -1;

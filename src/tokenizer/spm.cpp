@@ -41,8 +41,9 @@ void SpmModel::build(const std::vector<std::string_view> &pieces, const std::vec
         const int32_t t = types[i];
         if (t == kTypeByte) {
             const int b = parse_byte_piece(pieces[i]);
-            if (b < 0) fail("tokenizer.ggml.tokens[%zu] '%s' has the byte type but is not of the form <0xXX>", i,
-                            storage_[i].c_str());
+            if (b < 0)
+                fail("tokenizer.ggml.tokens[%zu] '%s' has the byte type but is not of the form <0xXX>", i,
+                     storage_[i].c_str());
             if (byte_ids_[b] < 0) byte_ids_[b] = int32_t(i);
             has_byte_pieces_ = true;
             continue;

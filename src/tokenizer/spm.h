@@ -12,7 +12,7 @@
 namespace strata::tok {
 
 class SpmModel {
-public:
+  public:
     // pieces/scores/types: the vocabulary as stored (types use the GGUF token_type numbers). unk_id < 0: none.
     void build(const std::vector<std::string_view> &pieces, const std::vector<float> &scores,
                const std::vector<int32_t> &types, int32_t unk_id);
@@ -23,7 +23,7 @@ public:
     bool byte_fallback() const { return has_byte_pieces_; }
     int32_t byte_token(uint8_t b) const { return byte_ids_[b]; }
 
-private:
+  private:
     struct PieceInfo {
         int32_t id;
         float score;

@@ -3,7 +3,6 @@
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
-#include <unordered_map>
 
 #include "core/error.h"
 #include "tokenizer/bpe.h"
@@ -21,11 +20,12 @@ constexpr std::string_view kSpmSpace = "\xE2\x96\x81";  // U+2581, SentencePiece
 // Turn-ending tokens of the chat formats we serve. A model file names one EOS; generation must also stop at
 // the others its template uses (Qwen instruct models end turns with <|im_end|> but name <|endoftext|> as EOS in
 // some files, and the reverse in others).
+// clang-format off
 constexpr std::string_view kEogSpellings[] = {
     "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<|return|>", "<|call|>",
-    "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>",  // DeepSeek's <｜end▁of▁sentence｜>
-    "<end_of_turn>",
+    "<｜end▁of▁sentence｜>", "<end_of_turn>",
 };
+// clang-format on
 
 std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
     std::string out;
@@ -44,8 +44,39 @@ std::string replace_all(std::string_view s, std::string_view from, std::string_v
 
 }  // namespace
 
+// Spelling -> id, flat: each slot holds a hash tag and the id, and the spelling is compared in place, which keeps
+// loading a 150k-token vocabulary (half a million lookups for the merges) to a few cache misses per lookup.
 struct Tokenizer::Index {
-    std::unordered_map<std::string_view, int32_t> by_spelling;
+    std::vector<uint64_t> slots;  // (hash >> 32) << 32 | (id + 1); 0 = empty
+    size_t mask = 0;
+
+    void build(const std::vector<std::string> &tokens) {
+        size_t cap = 16;
+        while (cap < tokens.size() * 2) cap *= 2;
+        slots.assign(cap, 0);
+        mask = cap - 1;
+        for (size_t id = 0; id < tokens.size(); id++) {
+            const uint64_t h = std::hash<std::string_view>{}(tokens[id]);
+            for (size_t i = h & mask;; i = (i + 1) & mask) {
+                if (slots[i] == 0) {
+                    slots[i] = (h >> 32) << 32 | (id + 1);
+                    break;
+                }
+                // Two tokens spelled alike: the lower id keeps the spelling.
+                if (slots[i] >> 32 == h >> 32 && tokens[(slots[i] & 0xFFFFFFFF) - 1] == tokens[id]) break;
+            }
+        }
+    }
+
+    int32_t find(const std::vector<std::string> &tokens, std::string_view s) const {
+        const uint64_t h = std::hash<std::string_view>{}(s);
+        for (size_t i = h & mask;; i = (i + 1) & mask) {
+            const uint64_t e = slots[i];
+            if (e == 0) return -1;
+            const size_t id = (e & 0xFFFFFFFF) - 1;
+            if (e >> 32 == h >> 32 && tokens[id] == s) return int32_t(id);
+        }
+    }
 };
 
 Tokenizer::Tokenizer() = default;
@@ -81,17 +112,15 @@ void Tokenizer::init() {
     check_id(s.pad, "padding_token_id");
 
     index_ = std::make_unique<Index>();
-    index_->by_spelling.reserve(n);
-    for (size_t i = 0; i < n; i++) index_->by_spelling.emplace(s.tokens[i], int32_t(i));
+    index_->build(s.tokens);
 
     if (s.model == "gpt2") {
         pre_ = tok::PreTokenizer::for_name(s.pre);
-        if (s.merges.empty()) fail("tokenizer.ggml.merges is missing or empty (needed by a gpt2 tokenizer)");
         bpe_ = std::make_unique<tok::BpeModel>();
         std::vector<std::string_view> merges(s.merges.begin(), s.merges.end());
         bpe_->build(merges, [this](std::string_view sp) { return find_token(sp); });
         bpe_->set_unk(s.unk);
-        // Byte-level BPE models add no BOS unless the file says so (Qwen, DeepSeek and gpt-oss files do).
+        // Byte-level BPE models add a BOS only when the file asks for one (DeepSeek-V3 files do, Qwen files not).
         add_bos_ = s.add_bos.value_or(false);
     } else if (s.model == "llama") {
         if (s.scores.empty()) s.scores.assign(n, 0.0f);
@@ -170,11 +199,12 @@ TokenType Tokenizer::token_type(int32_t id) const {
 }
 
 int32_t Tokenizer::find_token(std::string_view spelling) const {
-    auto it = index_->by_spelling.find(spelling);
-    return it == index_->by_spelling.end() ? -1 : it->second;
+    return index_->find(spec_.tokens, spelling);
 }
 
-bool Tokenizer::is_eog(int32_t id) const { return std::binary_search(eog_ids_.begin(), eog_ids_.end(), id); }
+bool Tokenizer::is_eog(int32_t id) const {
+    return std::binary_search(eog_ids_.begin(), eog_ids_.end(), id);
+}
 
 std::string Tokenizer::token_text(int32_t id) const {
     if (id < 0 || id >= n_vocab()) fail("token id %d is out of range (the vocabulary has %d tokens)", id, n_vocab());
@@ -196,8 +226,7 @@ void Tokenizer::encode_text(std::string_view text, bool first, std::vector<int32
     spm_->encode(escaped, out);
 }
 
-void Tokenizer::encode(std::string_view text, bool add_special, bool parse_special,
-                       std::vector<int32_t> &out) const {
+void Tokenizer::encode(std::string_view text, bool add_special, bool parse_special, std::vector<int32_t> &out) const {
     if (add_special && add_bos_) out.push_back(spec_.bos);
     std::vector<tok::SpecialTokenMatcher::Fragment> fragments;
     specials_->split(text, parse_special, fragments);

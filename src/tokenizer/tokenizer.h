@@ -16,17 +16,23 @@ class GgufFile;
 
 // tokenizer.ggml.token_type values.
 enum class TokenType : int32_t {
-    undefined = 0, normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6,
+    undefined = 0,
+    normal = 1,
+    unknown = 2,
+    control = 3,
+    user_defined = 4,
+    unused = 5,
+    byte = 6,
 };
 
 // Everything the tokenizer reads from a model file, so that tests and tools can also build one by hand.
 struct VocabSpec {
-    std::string model;                 // tokenizer.ggml.model: "gpt2" or "llama"
-    std::string pre;                   // tokenizer.ggml.pre (gpt2 only)
-    std::vector<std::string> tokens;   // byte-level form for gpt2, U+2581 for spaces for llama
-    std::vector<int32_t> types;        // TokenType per token; empty = all normal
-    std::vector<float> scores;         // llama only; empty = all 0
-    std::vector<std::string> merges;   // gpt2 only, "left right", in rank order
+    std::string model;                // tokenizer.ggml.model: "gpt2" or "llama"
+    std::string pre;                  // tokenizer.ggml.pre (gpt2 only)
+    std::vector<std::string> tokens;  // byte-level form for gpt2, U+2581 for spaces for llama
+    std::vector<int32_t> types;       // TokenType per token; empty = all normal
+    std::vector<float> scores;        // llama only; empty = all 0
+    std::vector<std::string> merges;  // gpt2 only, "left right", in rank order
     int32_t bos = -1, eos = -1, eot = -1, eom = -1, unk = -1, pad = -1;  // -1: none
     std::optional<bool> add_bos, add_eos, add_space_prefix;              // absent: the model's default
 };
@@ -42,7 +48,7 @@ class SpecialTokenMatcher;
 }  // namespace tok
 
 class Tokenizer {
-public:
+  public:
     // Reads the tokenizer.ggml.* keys. Throws strata::Error naming the key or value for a missing key, an
     // unsupported model or pre-tokenizer, or inconsistent arrays.
     static std::unique_ptr<Tokenizer> from_gguf(const GgufFile &file);
@@ -88,7 +94,7 @@ public:
     const std::string &model_name() const { return spec_.model; }
     const std::string &pre_name() const { return spec_.pre; }
 
-private:
+  private:
     Tokenizer();
     void init();
     void encode_text(std::string_view text, bool first, std::vector<int32_t> &out) const;
@@ -107,9 +113,10 @@ private:
 
 // Turns ids into text as they are generated, emitting only whole UTF-8 characters: bytes of a character split
 // across tokens are held back until it is complete, and bytes that can never form one come out as U+FFFD, so
-// what push() returns is always valid UTF-8.
+// what push() returns is always valid UTF-8. Unlike decode(), a SentencePiece token keeps its leading space: in a
+// stream the text continues a prompt. One decoder per stream; the tokenizer must outlive it.
 class StreamDecoder {
-public:
+  public:
     explicit StreamDecoder(const Tokenizer &tok, bool render_special = false)
         : tok_(tok), render_special_(render_special) {}
 
@@ -119,7 +126,7 @@ public:
     std::string flush();
     size_t pending_bytes() const { return pending_.size(); }
 
-private:
+  private:
     const Tokenizer &tok_;
     bool render_special_;
     std::string pending_;

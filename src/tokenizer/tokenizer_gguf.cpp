@@ -54,7 +54,11 @@ VocabSpec read_vocab_spec(const GgufFile &f) {
         const std::vector<double> scores = v->as_float_array("tokenizer.ggml.scores");
         s.scores.assign(scores.begin(), scores.end());
     }
-    if (f.find("tokenizer.ggml.merges")) s.merges = read_strings(f, "tokenizer.ggml.merges");
+    if (f.find("tokenizer.ggml.merges")) {
+        s.merges = read_strings(f, "tokenizer.ggml.merges");
+    } else if (s.model == "gpt2") {
+        fail("tokenizer.ggml.merges is missing: a gpt2 tokenizer needs its merges");
+    }
     s.bos = read_id(f, "tokenizer.ggml.bos_token_id");
     s.eos = read_id(f, "tokenizer.ggml.eos_token_id");
     s.eot = read_id(f, "tokenizer.ggml.eot_token_id");
@@ -67,6 +71,8 @@ VocabSpec read_vocab_spec(const GgufFile &f) {
     return s;
 }
 
-std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile &f) { return from_spec(read_vocab_spec(f)); }
+std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile &f) {
+    return from_spec(read_vocab_spec(f));
+}
 
 }  // namespace strata

@@ -80,10 +80,14 @@ size_t utf8_seq_len(std::string_view s, size_t pos) {
 uint32_t utf8_decode(std::string_view s, size_t pos, size_t n) {
     const auto b = [&](size_t k) { return uint32_t(uint8_t(s[pos + k])); };
     switch (n) {
-        case 1: return b(0);
-        case 2: return (b(0) & 0x1F) << 6 | (b(1) & 0x3F);
-        case 3: return (b(0) & 0x0F) << 12 | (b(1) & 0x3F) << 6 | (b(2) & 0x3F);
-        default: return (b(0) & 0x07) << 18 | (b(1) & 0x3F) << 12 | (b(2) & 0x3F) << 6 | (b(3) & 0x3F);
+        case 1:
+            return b(0);
+        case 2:
+            return (b(0) & 0x1F) << 6 | (b(1) & 0x3F);
+        case 3:
+            return (b(0) & 0x0F) << 12 | (b(1) & 0x3F) << 6 | (b(2) & 0x3F);
+        default:
+            return (b(0) & 0x07) << 18 | (b(1) & 0x3F) << 12 | (b(2) & 0x3F) << 6 | (b(3) & 0x3F);
     }
 }
 
@@ -147,7 +151,9 @@ void utf8_append_sanitized(std::string &out, std::string_view s) {
     }
 }
 
-uint32_t byte_to_codepoint(uint8_t b) { return byte_level_tables().to_cp[b]; }
+uint32_t byte_to_codepoint(uint8_t b) {
+    return byte_level_tables().to_cp[b];
+}
 
 int codepoint_to_byte(uint32_t cp) {
     const auto &t = byte_level_tables();

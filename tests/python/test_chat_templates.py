@@ -242,3 +242,79 @@ def test_error_names_template_line(strata_bin, tmp_path):
                          capture_output=True)
     assert got.returncode != 0
     assert f"{t}:3:" in got.stderr.decode() and "no way" in got.stderr.decode()
+
+
+def _gguf_metadata(path):
+    """GGUF v3 metadata as a dict: a small sequential reader (the gguf package's reader takes half a minute on a
+    150k-token vocabulary). Arrays of strings become lists of str, other arrays are skipped."""
+    import struct
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    fmts = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+    data = path.read_bytes()
+    pos = 0
+
+    def take(n):
+        nonlocal pos
+        pos += n
+        return data[pos - n:pos]
+
+    def string():
+        (n,) = struct.unpack("<Q", take(8))
+        return take(n).decode("utf-8")
+
+    assert take(4) == b"GGUF"
+    _version, _n_tensors, n_kv = struct.unpack("<IQQ", take(20))
+    out = {}
+    for _ in range(n_kv):
+        key = string()
+        (vt,) = struct.unpack("<I", take(4))
+        if vt == 8:
+            out[key] = string()
+        elif vt == 9:
+            et, n = struct.unpack("<IQ", take(12))
+            if et == 8:
+                out[key] = [string() for _ in range(n)]
+            else:
+                take(sizes[et] * n)
+        else:
+            (out[key],) = struct.unpack(fmts[vt], take(sizes[vt]))
+    return out
+
+
+def test_model_file_template_and_tokens(shared_dir, strata_bin, tmp_path):
+    """`strata template -m` renders the file's tokenizer.chat_template with its bos/eos token texts."""
+    path = shared_dir / "testdata" / "vocab" / "ggml-vocab-qwen2.gguf"
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    meta = _gguf_metadata(path)
+    source = meta["tokenizer.chat_template"]
+    bos = meta["tokenizer.ggml.tokens"][meta["tokenizer.ggml.bos_token_id"]]
+    eos = meta["tokenizer.ggml.tokens"][meta["tokenizer.ggml.eos_token_id"]]
+    messages, tools = conversations()["multi_turn"]
+    m = tmp_path / "m.json"
+    m.write_text(json.dumps(messages))
+    for agp in (False, True):
+        want = hf_render.render(source, messages, tools, agp, bos_token=bos, eos_token=eos)
+        cmd = [str(strata_bin), "template", "-m", str(path), "--messages", str(m)]
+        got = subprocess.run(cmd + (["--add-generation-prompt"] if agp else []), capture_output=True)
+        assert got.returncode == 0, got.stderr
+        assert got.stdout.decode("utf-8") == want
+
+
+def test_model_file_without_template_falls_back(strata_bin, tmp_path):
+    gguf = pytest.importorskip("gguf")
+    path = tmp_path / "plain.gguf"
+    w = gguf.GGUFWriter(str(path), "test")
+    w.add_token_list(["<s>", "</s>", "x"])
+    w.add_bos_token_id(0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    m = tmp_path / "m.json"
+    m.write_text(json.dumps([{"role": "system", "content": "S"}, {"role": "user", "content": "hi"}]))
+    got = subprocess.run([str(strata_bin), "template", "-m", str(path), "--messages", str(m),
+                          "--add-generation-prompt"], capture_output=True)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == b"<s>System: S\n\nUser: hi\n\nAssistant:"
+    assert b"no chat template" in got.stderr

@@ -172,6 +172,11 @@ SNIPPETS = [
     "{{ (users|selectattr('admin', 'defined')|list)|length }}|{{ users|rejectattr('admin', 'undefined')|map(attribute='name')|join(',') }}",
     "{{ words|map('lower')|unique|list }}|{{ words|unique(case_sensitive=true)|list }}|{{ words|sort|reverse|join }}",
     "{{ 10 // 3 * 3 + 10 % 3 }}|{{ 2 ** 3 ** 2 }}|{{ (2 ** 3) ** 2 }}|{{ 7 / 7 }}|{{ 1e300 * 1e10 }}|{{ -1e300 * 1e10 }}",
+    # generators (select, map, reverse, ...): always true, no len(), not subscriptable, not JSON
+    "{% if [1]|select('even') %}T{% else %}F{% endif %}{% if []|reverse %}T{% endif %}{{ [1]|select is sequence }}|{{ ([1]|map('int'))[0] }}|{{ [1]|map('int') is iterable }}",
+    "{{ [1]|select|length }}",
+    "{{ [1]|select|tojson }}",
+    "{{ namespace(a=1) }}|{% for x in [1, 2] %}{{ loop }}{% endfor %}|{{ (users|selectattr('admin')|list)[0].name }}",
     # syntax errors (must fail; wording is jinja2's own)
     "{% if t %}unclosed",
     "{% for x in l %}{% endif %}",

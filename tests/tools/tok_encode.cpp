@@ -2,7 +2,7 @@
 // record, so Python can compare them with a reference tokenizer; --bench measures throughput instead. Not a user
 // tool (that is `strata tokenize`).
 //
-//   tok_encode (-m FILE.gguf | --spec FILE.json) [--pre NAME] [--no-parse-special] [--add-special]
+//   tok_encode -m FILE.gguf [--pre NAME] [--no-parse-special] [--add-special]
 //              [--check-roundtrip] [--bench SECONDS] < records.jsonl
 //
 // --pre swaps the file's pre-tokenizer for another, so every pre-tokenizer can be checked on the one real
@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -25,28 +24,8 @@ using namespace strata;
 
 namespace {
 
-VocabSpec spec_from_json(const std::string &path) {
-    std::ifstream in(path);
-    if (!in) fail("cannot open %s", path.c_str());
-    const nlohmann::json j = nlohmann::json::parse(in);
-    VocabSpec s;
-    s.model = j.at("model").get<std::string>();
-    s.pre = j.value("pre", "");
-    s.tokens = j.at("tokens").get<std::vector<std::string>>();
-    s.types = j.value("types", std::vector<int32_t>{});
-    s.scores = j.value("scores", std::vector<float>{});
-    s.merges = j.value("merges", std::vector<std::string>{});
-    s.bos = j.value("bos", -1);
-    s.eos = j.value("eos", -1);
-    s.unk = j.value("unk", -1);
-    if (j.contains("add_bos")) s.add_bos = j["add_bos"].get<bool>();
-    if (j.contains("add_eos")) s.add_eos = j["add_eos"].get<bool>();
-    if (j.contains("add_space_prefix")) s.add_space_prefix = j["add_space_prefix"].get<bool>();
-    return s;
-}
-
 int run(int argc, char **argv) {
-    std::string gguf_path, spec_path, pre;
+    std::string gguf_path, pre;
     bool parse_special = true, add_special = false, roundtrip = false;
     double bench_s = 0;
     for (int i = 1; i < argc; i++) {
@@ -54,24 +33,24 @@ int run(int argc, char **argv) {
             if (i + 1 >= argc) fail("%s needs a value", argv[i]);
             return argv[++i];
         };
-        if (!std::strcmp(argv[i], "-m")) gguf_path = value();
-        else if (!std::strcmp(argv[i], "--spec")) spec_path = value();
-        else if (!std::strcmp(argv[i], "--pre")) pre = value();
-        else if (!std::strcmp(argv[i], "--no-parse-special")) parse_special = false;
-        else if (!std::strcmp(argv[i], "--add-special")) add_special = true;
-        else if (!std::strcmp(argv[i], "--check-roundtrip")) roundtrip = true;
-        else if (!std::strcmp(argv[i], "--bench")) bench_s = std::stod(value());
-        else fail("unknown argument %s", argv[i]);
+        if (!std::strcmp(argv[i], "-m"))
+            gguf_path = value();
+        else if (!std::strcmp(argv[i], "--pre"))
+            pre = value();
+        else if (!std::strcmp(argv[i], "--no-parse-special"))
+            parse_special = false;
+        else if (!std::strcmp(argv[i], "--add-special"))
+            add_special = true;
+        else if (!std::strcmp(argv[i], "--check-roundtrip"))
+            roundtrip = true;
+        else if (!std::strcmp(argv[i], "--bench"))
+            bench_s = std::stod(value());
+        else
+            fail("unknown argument %s", argv[i]);
     }
-    if (gguf_path.empty() == spec_path.empty()) fail("give exactly one of -m FILE.gguf and --spec FILE.json");
-
-    VocabSpec spec;
-    if (!gguf_path.empty()) {
-        auto file = GgufFile::open(gguf_path);
-        spec = read_vocab_spec(*file);
-    } else {
-        spec = spec_from_json(spec_path);
-    }
+    if (gguf_path.empty()) fail("-m FILE.gguf is required");
+    auto file = GgufFile::open(gguf_path);
+    VocabSpec spec = read_vocab_spec(*file);
     if (!pre.empty()) spec.pre = pre;
     auto tok = Tokenizer::from_spec(std::move(spec));
 
