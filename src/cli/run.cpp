@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 
@@ -12,6 +14,7 @@
 #include "core/threads.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::cli {
@@ -54,7 +57,8 @@ Run add_run(CLI::App &app) {
         int n_predict = 128, threads = 0;
         int64_t ctx = 4096, batch = 512;
         SamplerParams sp;
-        bool ignore_eos = false, no_special = false;
+        std::string system;
+        bool ignore_eos = false, chat = false;
     };
     auto a = std::make_shared<Args>();
     CLI::App *sub = app.add_subcommand("run", "Generate text from a prompt");
@@ -77,15 +81,31 @@ Run add_run(CLI::App &app) {
     sub->add_option("--repeat-last-n", a->sp.repeat_last_n, "Window for penalties")->capture_default_str();
     sub->add_option("-s,--seed", a->sp.seed, "Random seed")->capture_default_str();
     sub->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-generation tokens");
+    sub->add_flag("--chat", a->chat,
+                  "Chat through the file's template: the prompt is a user message; without a prompt, read one user "
+                  "turn per line from stdin");
+    sub->add_option("--system", a->system, "System message for --chat");
     sub->add_option("--dump", a->dump_pattern,
                     "Write named intermediates matching this regex (e.g. 'blk\\.3\\..*') as .f32 files");
     sub->add_option("--dump-dir", a->dump_dir, "Directory for --dump files")->capture_default_str();
 
     return [a] {
         int n_prompt_sources = !a->prompt.empty() + !a->prompt_file.empty() + !a->tokens.empty();
-        if (n_prompt_sources != 1) fail("give exactly one of --prompt, --file or --tokens");
+        if (n_prompt_sources > 1) fail("give only one of --prompt, --file or --tokens");
+        if (n_prompt_sources == 0 && !a->chat) fail("give a prompt: --prompt, --file or --tokens (or --chat)");
+        if (a->chat && !a->tokens.empty()) fail("--chat takes text, not --tokens");
+        if (!a->system.empty() && !a->chat) fail("--system needs --chat");
         if (a->n_predict < 0) fail("--n-predict must be >= 0 (got %d)", a->n_predict);
         validate(a->sp);
+
+        std::string text = a->prompt;
+        if (!a->prompt_file.empty()) {
+            std::ifstream in(a->prompt_file, std::ios::binary);
+            if (!in) fail("--file: cannot read '%s'", a->prompt_file.c_str());
+            std::stringstream ss;
+            ss << in.rdbuf();
+            text = ss.str();
+        }
 
         EngineConfig cfg;
         cfg.n_threads = a->threads;
@@ -102,26 +122,12 @@ Run add_run(CLI::App &app) {
 
         std::unique_ptr<Tokenizer> tok;
         if (eng->model().file->find("tokenizer.ggml.model")) tok = Tokenizer::from_gguf(*eng->model().file);
-
-        std::vector<int32_t> prompt;
-        if (!a->tokens.empty()) {
-            prompt = parse_token_list(a->tokens);
-        } else {
-            if (!tok) fail("%s has no tokenizer; give the prompt as --tokens", a->model.c_str());
-            std::string text = a->prompt;
-            if (!a->prompt_file.empty()) {
-                std::ifstream in(a->prompt_file, std::ios::binary);
-                if (!in) fail("--file: cannot read '%s'", a->prompt_file.c_str());
-                std::stringstream ss;
-                ss << in.rdbuf();
-                text = ss.str();
-            }
-            prompt = tok->encode(text, /*add_special=*/true, /*parse_special=*/true);
-            if (prompt.empty()) fail("the prompt is empty after tokenization");
+        if (!tok && a->tokens.empty()) fail("%s has no tokenizer; give the prompt as --tokens", a->model.c_str());
+        std::unique_ptr<ModelChat> chat;
+        if (a->chat) {
+            chat = std::make_unique<ModelChat>(*eng->model().file, a->model);
+            if (!chat->notice().empty()) std::fprintf(stderr, "strata: %s\n", chat->notice().c_str());
         }
-        if (int64_t(prompt.size()) + a->n_predict > a->ctx)
-            fail("the prompt (%zu tokens) plus --n-predict (%d) exceed the context size %lld; raise --ctx-size",
-                 prompt.size(), a->n_predict, (long long)a->ctx);
 
         Tracer tracer;
         std::regex dump_re;
@@ -144,40 +150,107 @@ Run add_run(CLI::App &app) {
         }
 
         Sampler sampler(a->sp);
-        std::unique_ptr<StreamDecoder> stream;
-        if (tok) {
-            stream = std::make_unique<StreamDecoder>(*tok);
-            std::fputs(tok->decode(prompt).c_str(), stdout);
-            std::fflush(stdout);
-        }
-        int32_t seq = eng->new_sequence();
+        const int32_t seq = eng->new_sequence();
+        std::vector<int32_t> in_cache;  // the tokens the sequence holds
         std::vector<std::vector<float>> logits;
-        std::vector<int32_t> history = prompt;
 
-        auto t_prompt = std::chrono::steady_clock::now();
-        eng->decode({{seq, prompt, false}}, logits);
-        const double prompt_s = seconds_since(t_prompt);
-
-        auto t_gen = std::chrono::steady_clock::now();
-        int n_gen = 0;
-        for (; n_gen < a->n_predict; n_gen++) {
-            dump_step++;
-            int32_t next = sampler.sample(logits[0].data(), eng->n_vocab(), history);
-            history.push_back(next);
-            if (stream) std::fputs(stream->push(next).c_str(), stdout);
-            else std::printf("%s%d", n_gen ? " " : "", next);
-            std::fflush(stdout);
-            if (!a->ignore_eos && tok && tok->is_eog(next)) {
-                n_gen++;
-                break;
+        // Feeds `tokens` after what the cache holds (dropping the cache when it is not a prefix), then generates
+        // and streams up to n_predict tokens; returns the generated text.
+        auto turn = [&](const std::vector<int32_t> &tokens, bool echo_prompt) {
+            size_t common = 0;
+            while (common < in_cache.size() && common < tokens.size() && in_cache[common] == tokens[common]) common++;
+            if (common < in_cache.size()) {  // diverged: start the sequence over
+                eng->drop(seq);
+                if (eng->new_sequence() != seq) fail("internal: sequence slot changed");
+                in_cache.clear();
+                common = 0;
             }
-            if (n_gen + 1 < a->n_predict) eng->decode({{seq, {next}, false}}, logits);
+            if (common == tokens.size()) {  // nothing new: re-read the last token to get its logits
+                eng->drop(seq);
+                eng->new_sequence();
+                in_cache.clear();
+                common = 0;
+            }
+            std::vector<int32_t> fresh(tokens.begin() + int64_t(common), tokens.end());
+            if (int64_t(tokens.size()) + a->n_predict > a->ctx)
+                fail("the prompt (%zu tokens) plus --n-predict (%d) exceed the context size %lld; raise --ctx-size",
+                     tokens.size(), a->n_predict, (long long)a->ctx);
+            if (echo_prompt && tok) std::fputs(tok->decode(tokens).c_str(), stdout);
+            std::fflush(stdout);
+
+            auto t_prompt = std::chrono::steady_clock::now();
+            eng->decode({{seq, fresh, false}}, logits);
+            const double prompt_s = seconds_since(t_prompt);
+            in_cache = tokens;
+
+            std::unique_ptr<StreamDecoder> stream;
+            if (tok) stream = std::make_unique<StreamDecoder>(*tok);
+            std::string reply;
+            auto t_gen = std::chrono::steady_clock::now();
+            int n_gen = 0;
+            for (; n_gen < a->n_predict; n_gen++) {
+                dump_step++;
+                int32_t next = sampler.sample(logits[0].data(), eng->n_vocab(), in_cache);
+                if (!a->ignore_eos && tok && tok->is_eog(next)) {
+                    n_gen++;
+                    in_cache.push_back(next);
+                    eng->decode({{seq, {next}, false}}, logits);
+                    break;
+                }
+                if (stream) {
+                    std::string piece = stream->push(next);
+                    reply += piece;
+                    std::fputs(piece.c_str(), stdout);
+                } else {
+                    std::printf("%s%d", n_gen ? " " : "", next);
+                }
+                std::fflush(stdout);
+                in_cache.push_back(next);
+                if (n_gen + 1 < a->n_predict) eng->decode({{seq, {next}, false}}, logits);
+                else in_cache.pop_back();  // not fed to the model
+            }
+            if (stream) {
+                std::string rest = stream->flush();
+                reply += rest;
+                std::fputs(rest.c_str(), stdout);
+            }
+            std::printf("\n");
+            std::fflush(stdout);
+            const double gen_s = seconds_since(t_gen);
+            std::fprintf(stderr, "strata: prompt %zu tokens, %.1f tok/s | generated %d tokens, %.1f tok/s\n",
+                         fresh.size(), double(fresh.size()) / prompt_s, n_gen,
+                         n_gen > 0 ? double(n_gen) / gen_s : 0.0);
+            return reply;
+        };
+
+        if (!a->chat) {
+            std::vector<int32_t> prompt = !a->tokens.empty()
+                                              ? parse_token_list(a->tokens)
+                                              : tok->encode(text, /*add_special=*/true, /*parse_special=*/true);
+            if (prompt.empty()) fail("the prompt is empty after tokenization");
+            turn(prompt, true);
+            return 0;
         }
-        if (stream) std::fputs(stream->flush().c_str(), stdout);
-        std::printf("\n");
-        const double gen_s = seconds_since(t_gen);
-        std::fprintf(stderr, "strata: prompt %zu tokens, %.1f tok/s | generated %d tokens, %.1f tok/s\n",
-                     prompt.size(), double(prompt.size()) / prompt_s, n_gen, n_gen > 0 ? double(n_gen) / gen_s : 0.0);
+
+        nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+        if (!a->system.empty()) messages.push_back({{"role", "system"}, {"content", a->system}});
+        auto chat_turn = [&](const std::string &user) {
+            messages.push_back({{"role", "user"}, {"content", user}});
+            std::string rendered = chat->render(messages, nlohmann::ordered_json(), true);
+            // Special tokens in the rendered text are parsed as such: the template's own, and any the user typed
+            // (acceptable for a local terminal; the server must keep user text from forging them).
+            std::string reply = turn(tok->encode(rendered, false, true), false);
+            messages.push_back({{"role", "assistant"}, {"content", reply}});
+        };
+        if (!text.empty()) {
+            chat_turn(text);
+            return 0;
+        }
+        std::string line;
+        while (std::fprintf(stderr, "> "), std::getline(std::cin, line)) {
+            if (line.empty()) continue;
+            chat_turn(line);
+        }
         return 0;
     };
 }

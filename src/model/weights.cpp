@@ -36,7 +36,8 @@ Weight TensorLoader::view(const GgufTensor &t, const std::vector<int64_t> &ne) c
 Weight TensorLoader::maybe(const std::string &name, std::vector<int64_t> ne) {
     const GgufTensor *t = f_.find_tensor(name);
     if (!t) return Weight{};
-    bool same = int(ne.size()) >= t->n_dims;
+    // Trailing dimensions of 1 don't count: a gate vector may be stored as {n_embd} or {n_embd, 1}.
+    bool same = ne.size() <= 4;
     for (size_t i = 0; i < 4 && same; i++) {
         int64_t want = i < ne.size() ? ne[i] : 1;
         same = t->ne[i] == want;
