@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <unistd.h>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -43,6 +44,22 @@ KvType parse_kv_type(const std::string &s) {
     if (s == "q8_0") return KvType::Q8_0;
     if (s == "f32") return KvType::F32;
     fail("--kv-type: expected f16, q8_0 or f32, got '%s'", s.c_str());
+}
+
+// A progress bar on stderr for long loads (only on a terminal, only for files worth it).
+std::function<void(uint64_t, uint64_t)> progress_bar(const char *label) {
+    if (!isatty(2)) return nullptr;
+    return [label, last = -1](uint64_t done, uint64_t total) mutable {
+        if (total < (uint64_t(1) << 30)) return;
+        const int pct = int(100 * done / total);
+        if (pct == last) return;
+        last = pct;
+        const int w = 40, fill = pct * w / 100;
+        std::fprintf(stderr, "\r%s [%.*s%*s] %3d%% of %.1f GiB", label, fill, "########################################",
+                     w - fill, "", pct, double(total) / double(1u << 30));
+        if (done == total) std::fprintf(stderr, "\n");
+        std::fflush(stderr);
+    };
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -113,6 +130,7 @@ Run add_run(CLI::App &app) {
         cfg.n_batch = a->batch;
         cfg.kv_type = parse_kv_type(a->kv_type);
         std::fprintf(stderr, "strata: loading %s\n", a->model.c_str());
+        cfg.load_progress = progress_bar("strata: reading weights");
         auto t_load = std::chrono::steady_clock::now();
         std::unique_ptr<Engine> eng = make_cpu_engine(a->model, cfg);
         for (const std::string &w : eng->model().warnings) std::fprintf(stderr, "strata: warning: %s\n", w.c_str());

@@ -140,25 +140,62 @@ struct TensorPlan {
     ThreadPool *pool;
 };
 
-void fill_tensor(void *ctx, uint8_t *dst, size_t n_bytes) {
-    const TensorPlan &t = *static_cast<const TensorPlan *>(ctx);
-    const int64_t ne0 = t.ne[0];
-    int64_t n_rows = 1;
-    for (size_t i = 1; i < t.ne.size(); i++) n_rows *= t.ne[i];
-    const size_t rb = row_bytes(t.type, ne0);
-    STRATA_ASSERT(rb * size_t(n_rows) == n_bytes);
-    t.pool->parallel_for(n_rows, 16, [&](int64_t r0, int64_t r1) {
-        std::vector<float> row(static_cast<size_t>(ne0));
-        for (int64_t r = r0; r < r1; r++) {
-            for (int64_t i = 0; i < ne0; i++) {
-                float z = normal_at(t.key, uint64_t(r * ne0 + i));
-                row[size_t(i)] = t.dist.kind == Dist::NEG_EXP ? -std::exp(t.dist.mean + t.dist.std * z)
-                                                              : t.dist.mean + t.dist.std * z;
-            }
-            if (t.type == DType::F32) std::memcpy(dst + size_t(r) * rb, row.data(), rb);
-            else quantize_row(t.type, row.data(), dst + size_t(r) * rb, ne0);
+float draw(const Dist &d, uint64_t key, uint64_t i) {
+    const float z = normal_at(key, i);
+    return d.kind == Dist::NEG_EXP ? -std::exp(d.mean + d.std * z) : d.mean + d.std * z;
+}
+
+// Large tensors are assembled from a pool of pre-quantized 256-element pieces picked by a hash of their position:
+// quantizing every value of a 45 GB file would take far longer than writing it, and the pieces are still valid
+// blocks with the intended scale. Small tensors are drawn value by value.
+constexpr int64_t k_pool_pieces = 8192, k_piece = 256, k_pool_threshold = int64_t(1) << 24;
+
+struct PiecePool {
+    std::vector<uint8_t> bytes;
+    size_t piece_bytes = 0;
+};
+
+PiecePool make_pool(const TensorPlan &t) {
+    PiecePool p;
+    p.piece_bytes = row_bytes(t.type, k_piece);
+    p.bytes.resize(p.piece_bytes * size_t(k_pool_pieces));
+    t.pool->parallel_for(k_pool_pieces, 64, [&](int64_t i0, int64_t i1) {
+        std::vector<float> v(static_cast<size_t>(k_piece));
+        for (int64_t i = i0; i < i1; i++) {
+            for (int64_t j = 0; j < k_piece; j++) v[size_t(j)] = draw(t.dist, t.key ^ 0x5bd1e995u, uint64_t(i * k_piece + j));
+            quantize_row(t.type, v.data(), p.bytes.data() + size_t(i) * p.piece_bytes, k_piece);
         }
     });
+    return p;
+}
+
+void fill_rows(const TensorPlan &t, const PiecePool *pool, int64_t row0, int64_t n_rows, uint8_t *dst) {
+    const int64_t ne0 = t.ne[0];
+    const size_t rb = row_bytes(t.type, ne0);
+    t.pool->parallel_for(n_rows, 4, [&](int64_t r0, int64_t r1) {
+        std::vector<float> row(static_cast<size_t>(ne0));
+        for (int64_t r = r0; r < r1; r++) {
+            uint8_t *out = dst + size_t(r) * rb;
+            const int64_t gr = row0 + r;
+            if (pool) {
+                for (int64_t p = 0; p < ne0 / k_piece; p++) {
+                    const uint64_t pick = mix64(t.key ^ mix64(uint64_t(gr * (ne0 / k_piece) + p))) % k_pool_pieces;
+                    std::memcpy(out + size_t(p) * pool->piece_bytes, pool->bytes.data() + pick * pool->piece_bytes,
+                                pool->piece_bytes);
+                }
+                continue;
+            }
+            for (int64_t i = 0; i < ne0; i++) row[size_t(i)] = draw(t.dist, t.key, uint64_t(gr * ne0 + i));
+            if (t.type == DType::F32) std::memcpy(out, row.data(), rb);
+            else quantize_row(t.type, row.data(), out, ne0);
+        }
+    });
+}
+
+int64_t n_rows_of(const std::vector<int64_t> &ne) {
+    int64_t rows = 1;
+    for (size_t i = 1; i < ne.size(); i++) rows *= ne[i];
+    return rows;
 }
 
 // ---- metadata -------------------------------------------------------------------------------------------------
@@ -292,7 +329,17 @@ SynthReport write_synthetic_model(const SynthOptions &opt, const std::string &pa
         for (size_t i = 1; i < ne.size(); i++) rows *= ne[i];
         rep.bytes += row_bytes(type, ne[0]) * uint64_t(rows);
         rep.n_tensors++;
-        w.add_tensor_lazy(name, type, ne, fill_tensor, t.get());
+        const TensorPlan *tp = t.get();
+        const int64_t n_elem = ne[0] * rows;
+        auto pool_holder = std::make_shared<std::unique_ptr<PiecePool>>();
+        const bool pooled = n_elem >= k_pool_threshold && ne[0] % k_piece == 0;
+        w.add_tensor_streamed(name, type, ne, [tp, pooled, pool_holder](uint64_t offset, uint8_t *dst, size_t n) {
+            if (pooled && !*pool_holder) *pool_holder = std::make_unique<PiecePool>(make_pool(*tp));
+            const size_t rb = row_bytes(tp->type, tp->ne[0]);
+            STRATA_ASSERT(offset % rb == 0 && n % rb == 0);
+            fill_rows(*tp, pooled ? pool_holder->get() : nullptr, int64_t(offset / rb), int64_t(n / rb), dst);
+            if (pooled && offset + n == rb * size_t(n_rows_of(tp->ne))) pool_holder->reset();  // tensor done
+        });
         plans.push_back(std::move(t));
     };
     auto mat = [&](int64_t ne0) { return Dist{Dist::NORMAL, 0.0f, 1.0f / std::sqrt(float(ne0))}; };

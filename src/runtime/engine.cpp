@@ -2,6 +2,11 @@
 #include "runtime/engine.h"
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <unistd.h>
+
+#include "core/threads.h"
 
 #include "core/error.h"
 
@@ -129,8 +134,34 @@ void Engine::decode(const std::vector<SeqInput> &inputs, std::vector<std::vector
     }
 }
 
+void prefault_weights(const Model &m, int n_threads, const std::function<void(uint64_t, uint64_t)> &progress) {
+    const uint64_t begin = m.file->data_offset(), end = m.file->file_size();
+    if (end <= begin) return;
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && double(end - begin) > 0.75 * double(pages) * double(page)) return;
+    const uint64_t total = end - begin, step = uint64_t(64) << 20;
+    const uint8_t *base = m.file->bytes();
+    ThreadPool pool(n_threads);
+    std::atomic<uint64_t> done{0};
+    std::mutex mu;
+    const int64_t n_steps = int64_t((total + step - 1) / step);
+    pool.parallel_for(n_steps, 1, [&](int64_t s0, int64_t s1) {
+        for (int64_t s = s0; s < s1; s++) {
+            const uint64_t a = begin + uint64_t(s) * step, b = std::min(end, a + step);
+            volatile uint8_t sink = 0;
+            for (uint64_t o = a; o < b; o += 4096) sink = sink + base[o];
+            const uint64_t d = done += b - a;
+            if (progress) {
+                std::lock_guard<std::mutex> lock(mu);
+                progress(d, total);
+            }
+        }
+    });
+}
+
 std::unique_ptr<Engine> make_cpu_engine(const std::string &path, const EngineConfig &cfg) {
     std::unique_ptr<Model> m = load_model(path);
+    prefault_weights(*m, cfg.n_threads, cfg.load_progress);
     return std::make_unique<Engine>(std::move(m), make_cpu_backend(cfg.n_threads), cfg);
 }
 

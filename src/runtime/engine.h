@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,8 @@ struct EngineConfig {
     int64_t n_ctx = 4096;     // positions per sequence
     int64_t n_batch = 512;    // tokens per forward pass (prefill chunk)
     KvType kv_type = KvType::F16;
+    // Called while a model file's weights are read into memory at start (bytes done, bytes in all).
+    std::function<void(uint64_t done, uint64_t total)> load_progress;
 };
 
 // Work for one sequence in a decode() call: append `tokens` at its end; logits for every new position when
@@ -64,6 +67,10 @@ private:
     std::vector<int64_t> seq_len_;  // per slot; -1 when free
     const Tracer *tracer_ = nullptr;
 };
+
+// Reads every weight byte once, in parallel, so the first tokens don't wait on page faults; skipped when the file
+// would not fit comfortably in memory (then the OS pages it in on demand). Reports progress as it goes.
+void prefault_weights(const Model &m, int n_threads, const std::function<void(uint64_t, uint64_t)> &progress);
 
 // Loads a model file and builds an engine on the CPU backend.
 std::unique_ptr<Engine> make_cpu_engine(const std::string &path, const EngineConfig &cfg);
