@@ -16,5 +16,7 @@ Run add_inspect(CLI::App &app);
 Run add_synth(CLI::App &app);
 Run add_tokenize(CLI::App &app);
 Run add_template(CLI::App &app);
+Run add_quantize(CLI::App &app);
+Run add_run(CLI::App &app);
 
 }  // namespace strata::cli

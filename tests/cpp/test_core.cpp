@@ -47,3 +47,34 @@ TEST(DType, TableMatchesFormat) {
     EXPECT_EQ(dtype_from_name("iq2_xxs"), DType::IQ2_XXS);
     EXPECT_FALSE(dtype_from_name("Q9_K").has_value());
 }
+
+#include <atomic>
+
+#include "core/error.h"
+#include "core/threads.h"
+
+TEST(ThreadPool, CoversRangeExactlyOnce) {
+    ThreadPool pool(4);
+    std::vector<std::atomic<int>> hits(1000);
+    for (int rep = 0; rep < 50; rep++) {
+        pool.parallel_for(1000, 7, [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; i++) hits[size_t(i)]++;
+        });
+    }
+    for (auto &h : hits) EXPECT_EQ(h.load(), 50);
+}
+
+TEST(ThreadPool, PropagatesErrors) {
+    ThreadPool pool(3);
+    EXPECT_THROW(pool.run([](int ith, int) {
+        if (ith == 2) fail("worker %d failed", ith);
+    }),
+                 Error);
+    int sum = 0;
+    std::mutex mu;
+    pool.run([&](int ith, int) {
+        std::lock_guard<std::mutex> lock(mu);
+        sum += ith;
+    });
+    EXPECT_EQ(sum, 0 + 1 + 2);  // the pool still works after an error
+}

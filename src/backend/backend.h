@@ -1,0 +1,115 @@
+// The op vocabulary of the engine, as a device-neutral interface. Model code (model/arch/*.cpp) calls these and
+// never sees a device; the CPU backend is the reference every other backend is tested against.
+//
+// Conventions: activations are row-major f32 matrices in the backend's memory, one row per token of the batch
+// (`Act`, with a row stride so column ranges can be viewed without copies). Weights are the model's views
+// (model/weights.h); y = matmul(W, x) means y[t, n] = sum_k W[n, k] x[t, k] (W has ne = {k, n}).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/weights.h"
+
+namespace strata {
+
+struct Act {
+    float *data = nullptr;
+    int64_t rows = 0, cols = 0;
+    int64_t stride = 0;  // floats from one row's start to the next (>= cols)
+
+    Act cols_view(int64_t c0, int64_t n) const { return {data + c0, rows, n, stride}; }
+    Act rows_view(int64_t r0, int64_t n) const { return {data + r0 * stride, n, cols, stride}; }
+    float *row(int64_t r) const { return data + r * stride; }
+    bool contiguous() const { return stride == cols; }
+};
+
+// Tokens [row0, row0 + n) of a batch are positions pos0.. of the sequence held in cache slot `slot`.
+struct BatchSeg {
+    int32_t slot = 0;
+    int64_t pos0 = 0;
+    int64_t n = 0;
+    int64_t row0 = 0;
+};
+
+struct BatchInfo {
+    std::vector<BatchSeg> segs;  // in row order, covering every row once
+    int64_t n_tokens = 0;
+};
+
+enum class KvType { F32, F16, Q8_0 };
+const char *kv_type_name(KvType t);
+
+struct CacheConfig {
+    int32_t n_slots = 1;   // sequences held at once
+    int64_t n_ctx = 4096;  // positions per sequence
+    KvType kv_type = KvType::F16;
+};
+
+struct RopeParams {
+    int64_t head_dim = 0;  // columns per head
+    int64_t n_rot = 0;     // leading dims of each head that rotate (NeoX pairing: i with i + n_rot/2)
+    float theta = 10000.0f;
+};
+
+struct MoeParams {
+    int64_t n_expert = 0, n_expert_used = 0;
+    bool norm_weights = true;
+    float weights_scale = 0.0f;  // 0: none
+};
+
+struct GdnParams {
+    int64_t n_k_heads = 0, n_v_heads = 0, head_k_dim = 0, head_v_dim = 0, conv_kernel = 0;
+    bool ba_grouped = false;   // qwen3next: b and a interleaved per k-head group in one projection
+    bool vhead_tiled = false;  // v-head j uses k-head j mod n_k (else j div (n_v/n_k))
+    float eps = 1e-6f;         // of the gated RMSNorm
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    virtual std::string name() const = 0;
+
+    // Set-up: make the model's weights usable (uploads, conversions) and size the caches.
+    virtual void prepare(Model &m) = 0;
+    virtual void init_caches(const HParams &hp, const CacheConfig &cfg) = 0;
+
+    // Scratch activations, valid until reset_scratch() (called once per forward pass).
+    virtual Act alloc(int64_t rows, int64_t cols) = 0;
+    virtual void reset_scratch() = 0;
+    virtual void download(const Act &src, float *host) = 0;  // rows x cols, packed
+
+    // Sequence slots: copy the first n_pos positions of one slot's caches (and its recurrent state) to another.
+    virtual void copy_slot(int32_t src, int32_t dst, int64_t n_pos) = 0;
+    virtual void clear_slot(int32_t slot) = 0;
+
+    // --- ops ---
+    virtual void embed(const Weight &tok_embd, const int32_t *ids, Act out) = 0;
+    // out = x / rms(x) * w over groups of w.ne[0] columns (a whole row, or each head for q/k norms).
+    virtual void rms_norm(Act x, const Weight &w, float eps, Act out) = 0;
+    virtual void matmul(const Weight &w, Act x, Act out) = 0;
+    virtual void add(Act a, Act b, Act out) = 0;
+    virtual void mul_sigmoid(Act x, Act gate) = 0;  // x *= sigmoid(gate), elementwise
+    // dst row i = src row rows[i].
+    virtual void gather_rows(Act src, const std::vector<int64_t> &rows, Act dst) = 0;
+    // src columns are pairs of `width`-wide blocks [a0 b0 a1 b1 ...]: a gets the first of each pair, b the second.
+    virtual void deinterleave(Act src, int64_t width, Act a, Act b) = 0;
+    // Rotates each head of x in place at its token's position.
+    virtual void rope(Act x, const RopeParams &rp, const BatchInfo &b) = 0;
+    // Stores k, v (rows per token, n_head_kv heads) at their positions in layer il's cache, then causal GQA
+    // attention of q over each sequence's cache; out has n_head * head_dim columns.
+    virtual void attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                           float scale, const BatchInfo &b, Act out) = 0;
+    // Gated DeltaNet core of layer il: causal conv (with the slot's conv state) and SiLU over qkv, per-head L2
+    // norms, the gated delta rule (with the slot's recurrent state), gated RMSNorm with z. out: value_dim cols.
+    virtual void gdn(int64_t il, const LayerWeights &L, Act qkv, Act z, Act beta_in, Act alpha_in,
+                     const GdnParams &p, const BatchInfo &b, Act out) = 0;
+    // Routed experts (softmax routing, top-k, ties to the lower id) plus the gated shared expert when present.
+    virtual void moe(const LayerWeights &L, Act x, const MoeParams &p, Act out) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+
+}  // namespace strata

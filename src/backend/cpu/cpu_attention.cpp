@@ -1,0 +1,148 @@
+// Attention on the CPU: KV cache storage and causal GQA attention of each sequence's new tokens over its cache.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/cpu_caches.h"
+#include "core/error.h"
+#include "core/fp16.h"
+#include "format/quant.h"
+
+namespace strata {
+
+size_t kv_row_bytes(KvType t, int64_t n) {
+    switch (t) {
+        case KvType::F32: return size_t(n) * 4;
+        case KvType::F16: return size_t(n) * 2;
+        case KvType::Q8_0: return row_bytes(DType::Q8_0, n);
+    }
+    return 0;
+}
+
+void kv_store_row(KvType t, const float *src, uint8_t *dst, int64_t n) {
+    switch (t) {
+        case KvType::F32: std::memcpy(dst, src, size_t(n) * 4); break;
+        case KvType::F16: quantize_row(DType::F16, src, dst, n); break;
+        case KvType::Q8_0: quantize_row(DType::Q8_0, src, dst, n); break;
+    }
+}
+
+void kv_load_row(KvType t, const uint8_t *src, float *dst, int64_t n) {
+    switch (t) {
+        case KvType::F32: std::memcpy(dst, src, size_t(n) * 4); break;
+        case KvType::F16: dequantize_row(DType::F16, src, dst, n); break;
+        case KvType::Q8_0: dequantize_row(DType::Q8_0, src, dst, n); break;
+    }
+}
+
+void CpuBackend::init_caches(const HParams &hp, const CacheConfig &cfg) {
+    if (cfg.n_slots <= 0 || cfg.n_ctx <= 0) fail("cache: need at least one slot and one position");
+    caches_ = std::make_unique<Caches>();
+    caches_->cfg = cfg;
+    caches_->layers.resize(size_t(hp.n_layer));
+    for (int64_t il = 0; il < hp.n_layer; il++) {
+        Caches::Layer &L = caches_->layers[size_t(il)];
+        if (hp.is_recurrent(il)) {
+            L.conv_rows = hp.ssm_conv_kernel - 1;
+            L.conv_cols = hp.gdn_conv_dim();
+            L.conv.assign(size_t(cfg.n_slots * L.conv_rows * L.conv_cols), 0.0f);
+            L.state_floats = hp.ssm_dt_rank * hp.ssm_d_state * hp.gdn_head_v_dim();
+            L.state.assign(size_t(cfg.n_slots * L.state_floats), 0.0f);
+        } else {
+            L.attn = true;
+            L.kv_cols = hp.n_head_kv * hp.head_dim_k;
+            if (cfg.kv_type == KvType::Q8_0 && hp.head_dim_k % 32 != 0)
+                fail("--kv-type q8_0 needs a head size that is a multiple of 32 (this model: %lld)",
+                     (long long)hp.head_dim_k);
+            L.kv_row_bytes = kv_row_bytes(cfg.kv_type, L.kv_cols);
+            size_t bytes = size_t(cfg.n_slots) * size_t(cfg.n_ctx) * L.kv_row_bytes;
+            L.k.assign(bytes, 0);
+            L.v.assign(bytes, 0);
+        }
+    }
+}
+
+void CpuBackend::copy_slot(int32_t src, int32_t dst, int64_t n_pos) {
+    STRATA_ASSERT(caches_ && src >= 0 && dst >= 0 && src < caches_->cfg.n_slots && dst < caches_->cfg.n_slots);
+    if (src == dst) return;
+    for (Caches::Layer &L : caches_->layers) {
+        if (L.attn) {
+            std::memcpy(caches_->k_row(L, dst, 0), caches_->k_row(L, src, 0), size_t(n_pos) * L.kv_row_bytes);
+            std::memcpy(caches_->v_row(L, dst, 0), caches_->v_row(L, src, 0), size_t(n_pos) * L.kv_row_bytes);
+        } else {
+            std::memcpy(caches_->conv(L, dst), caches_->conv(L, src), size_t(L.conv_rows * L.conv_cols) * 4);
+            std::memcpy(caches_->state(L, dst), caches_->state(L, src), size_t(L.state_floats) * 4);
+        }
+    }
+}
+
+void CpuBackend::clear_slot(int32_t slot) {
+    STRATA_ASSERT(caches_ && slot >= 0 && slot < caches_->cfg.n_slots);
+    for (Caches::Layer &L : caches_->layers) {
+        if (L.attn) continue;  // attention rows beyond a sequence's length are never read
+        std::fill_n(caches_->conv(L, slot), L.conv_rows * L.conv_cols, 0.0f);
+        std::fill_n(caches_->state(L, slot), L.state_floats, 0.0f);
+    }
+}
+
+void CpuBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                           float scale, const BatchInfo &b, Act out) {
+    STRATA_ASSERT(caches_ && il < int64_t(caches_->layers.size()));
+    Caches::Layer &L = caches_->layers[size_t(il)];
+    STRATA_ASSERT(L.attn && k.cols == L.kv_cols && v.cols == L.kv_cols && q.cols == n_head * head_dim);
+    const KvType kt = caches_->cfg.kv_type;
+    const int64_t n_ctx = caches_->cfg.n_ctx;
+
+    for (const BatchSeg &s : b.segs) {
+        if (s.pos0 + s.n > n_ctx)
+            fail("sequence in slot %d needs %lld positions; the context holds %lld", s.slot,
+                 (long long)(s.pos0 + s.n), (long long)n_ctx);
+        for (int64_t t = 0; t < s.n; t++) {
+            kv_store_row(kt, k.row(s.row0 + t), caches_->k_row(L, s.slot, s.pos0 + t), L.kv_cols);
+            kv_store_row(kt, v.row(s.row0 + t), caches_->v_row(L, s.slot, s.pos0 + t), L.kv_cols);
+        }
+    }
+
+    const int64_t group = n_head / n_head_kv;
+    for (const BatchSeg &s : b.segs) {
+        const int64_t n_kv = s.pos0 + s.n;
+        // Cached keys and values of this sequence back in f32: [n_kv, kv_cols] each.
+        std::vector<float> kf(static_cast<size_t>(n_kv * L.kv_cols)), vf(static_cast<size_t>(n_kv * L.kv_cols));
+        pool_.parallel_for(n_kv, 64, [&](int64_t p0, int64_t p1) {
+            for (int64_t p = p0; p < p1; p++) {
+                kv_load_row(kt, caches_->k_row(L, s.slot, p), kf.data() + p * L.kv_cols, L.kv_cols);
+                kv_load_row(kt, caches_->v_row(L, s.slot, p), vf.data() + p * L.kv_cols, L.kv_cols);
+            }
+        });
+        pool_.parallel_for(s.n * n_head, 1, [&](int64_t w0, int64_t w1) {
+            std::vector<float> score(static_cast<size_t>(n_kv));
+            for (int64_t w = w0; w < w1; w++) {
+                const int64_t t = w / n_head, h = w % n_head, kvh = h / group;
+                const int64_t n_vis = s.pos0 + t + 1;  // causal: positions 0..pos
+                const float *qh = q.row(s.row0 + t) + h * head_dim;
+                float mx = -INFINITY;
+                for (int64_t p = 0; p < n_vis; p++) {
+                    const float *kh = kf.data() + p * L.kv_cols + kvh * head_dim;
+                    float d = 0;
+                    for (int64_t i = 0; i < head_dim; i++) d += qh[i] * kh[i];
+                    score[size_t(p)] = d * scale;
+                    mx = std::max(mx, score[size_t(p)]);
+                }
+                float sum = 0;
+                for (int64_t p = 0; p < n_vis; p++) {
+                    score[size_t(p)] = std::exp(score[size_t(p)] - mx);
+                    sum += score[size_t(p)];
+                }
+                float *oh = out.row(s.row0 + t) + h * head_dim;
+                std::fill_n(oh, head_dim, 0.0f);
+                for (int64_t p = 0; p < n_vis; p++) {
+                    const float pw = score[size_t(p)] / sum;
+                    const float *vh = vf.data() + p * L.kv_cols + kvh * head_dim;
+                    for (int64_t i = 0; i < head_dim; i++) oh[i] += pw * vh[i];
+                }
+            }
+        });
+    }
+}
+
+}  // namespace strata

@@ -1,0 +1,47 @@
+// qwen3moe (Qwen3-30B-A3B, Qwen3-235B-A22B): every layer GQA attention with q/k norms, then a routed MoE.
+#include "model/arch/common.h"
+#include "model/forward.h"
+
+namespace strata {
+
+void declare_qwen3moe(TensorLoader &tl, Model &m) {
+    const HParams &hp = m.hp;
+    declare_globals(tl, m);
+    m.layers.resize(size_t(hp.n_layer_all));
+    for (int64_t il = 0; il < hp.n_layer_all; il++) {
+        LayerWeights &L = m.layers[size_t(il)];
+        L.attn_norm = tl.need(blk_name(il, "attn_norm.weight"), {hp.n_embd});
+        declare_attention(tl, hp, il, hp.n_head * hp.head_dim_k, L);
+        L.ffn_norm = tl.need(blk_name(il, "ffn_norm.weight"), {hp.n_embd});
+        declare_moe(tl, hp, il, L);
+    }
+}
+
+}  // namespace strata
+
+namespace strata {
+
+Act trunk_qwen3moe(const ForwardCtx &c, const int32_t *tokens) {
+    const HParams &hp = c.m.hp;
+    Backend &be = c.be;
+    const int64_t T = c.batch.n_tokens;
+    Act x = be.alloc(T, hp.n_embd);
+    be.embed(c.m.tok_embd, tokens, x);
+    c.trace("inp_embd", x);
+    for (int64_t il = 0; il < hp.n_layer; il++) {
+        const LayerWeights &L = c.m.layers[size_t(il)];
+        Act cur = be.alloc(T, hp.n_embd);
+        be.rms_norm(x, L.attn_norm, hp.rms_eps, cur);
+        Act attn = attention_block(c, il, cur);
+        c.trace(il, "attn_out", attn);
+        be.add(x, attn, x);
+        be.rms_norm(x, L.ffn_norm, hp.rms_eps, cur);
+        Act moe = moe_block(c, il, cur);
+        c.trace(il, "ffn_moe_out", moe);
+        be.add(x, moe, x);
+        c.trace(il, "l_out", x);
+    }
+    return x;
+}
+
+}  // namespace strata

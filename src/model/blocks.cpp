@@ -1,0 +1,127 @@
+// Blocks shared by the Qwen MoE architectures, written once against the backend's ops, plus the forward entry.
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "model/forward.h"
+
+namespace strata {
+
+void ForwardCtx::trace(const std::string &name, const Act &a) const {
+    if (!tracer || !tracer->want || !tracer->want(name)) return;
+    std::vector<float> host(static_cast<size_t>(a.rows * a.cols));
+    be.download(a, host.data());
+    tracer->sink(name, a.rows, a.cols, host.data());
+}
+
+void ForwardCtx::trace(int64_t il, const char *name, const Act &a) const {
+    if (!tracer) return;
+    trace(strfmt("blk.%lld.%s", (long long)il, name), a);
+}
+
+Act attention_block(const ForwardCtx &c, int64_t il, Act cur) {
+    const HParams &hp = c.m.hp;
+    const LayerWeights &L = c.m.layers[size_t(il)];
+    const int64_t T = cur.rows, hd = hp.head_dim_k, q_cols = hp.n_head * hd, kv_cols = hp.n_head_kv * hd;
+    Backend &be = c.be;
+
+    Act q = be.alloc(T, q_cols), gate;
+    if (hp.attn_output_gate) {
+        Act qg = be.alloc(T, 2 * q_cols);  // per head [query, gate]
+        be.matmul(L.wq, cur, qg);
+        gate = be.alloc(T, q_cols);
+        be.deinterleave(qg, hd, q, gate);
+    } else {
+        be.matmul(L.wq, cur, q);
+    }
+    Act k = be.alloc(T, kv_cols), v = be.alloc(T, kv_cols);
+    be.matmul(L.wk, cur, k);
+    be.matmul(L.wv, cur, v);
+    be.rms_norm(q, L.q_norm, hp.rms_eps, q);
+    be.rms_norm(k, L.k_norm, hp.rms_eps, k);
+    // Text-only positions make IMRoPE's sections coincide (every section sees the same position), so it reduces
+    // to NeoX rotation of the first n_rot dims.
+    RopeParams rp{hd, hp.n_rot, hp.rope_theta};
+    be.rope(q, rp, c.batch);
+    be.rope(k, rp, c.batch);
+    c.trace(il, "Qcur", q);
+    c.trace(il, "Kcur", k);
+    c.trace(il, "Vcur", v);
+
+    Act attn = be.alloc(T, q_cols);
+    be.attention(il, q, k, v, hp.n_head, hp.n_head_kv, hd, 1.0f / std::sqrt(float(hd)), c.batch, attn);
+    if (hp.attn_output_gate) be.mul_sigmoid(attn, gate);
+    c.trace(il, "attn_gated", attn);
+    Act out = be.alloc(T, hp.n_embd);
+    be.matmul(L.wo, attn, out);
+    return out;
+}
+
+Act gdn_block(const ForwardCtx &c, int64_t il, Act cur) {
+    const HParams &hp = c.m.hp;
+    const LayerWeights &L = c.m.layers[size_t(il)];
+    const int64_t T = cur.rows, n_v = hp.ssm_dt_rank;
+    Backend &be = c.be;
+
+    Act qkv = be.alloc(T, hp.gdn_conv_dim()), z = be.alloc(T, hp.ssm_d_inner);
+    be.matmul(L.ssm_qkv, cur, qkv);
+    be.matmul(L.ssm_z, cur, z);
+    Act b, a;
+    if (L.ssm_ba.present()) {
+        b = be.alloc(T, 2 * n_v);
+        be.matmul(L.ssm_ba, cur, b);
+    } else {
+        b = be.alloc(T, n_v);
+        a = be.alloc(T, n_v);
+        be.matmul(L.ssm_beta, cur, b);
+        be.matmul(L.ssm_alpha, cur, a);
+    }
+    c.trace(il, "linear_attn_qkv_mixed", qkv);
+    c.trace(il, "z", z);
+
+    GdnParams p;
+    p.n_k_heads = hp.ssm_n_group;
+    p.n_v_heads = n_v;
+    p.head_k_dim = hp.ssm_d_state;
+    p.head_v_dim = hp.gdn_head_v_dim();
+    p.conv_kernel = hp.ssm_conv_kernel;
+    p.ba_grouped = L.ssm_ba.present();
+    p.vhead_tiled = hp.gdn_vhead_tiled;
+    p.eps = hp.rms_eps;
+    Act o = be.alloc(T, hp.ssm_d_inner);
+    be.gdn(il, L, qkv, z, b, a, p, c.batch, o);
+    c.trace(il, "attn_out_norm", o);
+    Act out = be.alloc(T, hp.n_embd);
+    be.matmul(L.ssm_out, o, out);
+    return out;
+}
+
+Act moe_block(const ForwardCtx &c, int64_t il, Act cur) {
+    const HParams &hp = c.m.hp;
+    MoeParams p{hp.n_expert, hp.n_expert_used, hp.expert_weights_norm, hp.expert_weights_scale};
+    Act out = c.be.alloc(cur.rows, hp.n_embd);
+    c.be.moe(c.m.layers[size_t(il)], cur, p, out);
+    return out;
+}
+
+void forward(const Model &m, Backend &be, const int32_t *tokens, const BatchInfo &batch,
+             const std::vector<int64_t> &out_rows, float *logits, const Tracer *tracer) {
+    ForwardCtx c{m, be, batch, tracer};
+    be.reset_scratch();
+    Act h = m.hp.arch == Arch::QWEN3MOE ? trunk_qwen3moe(c, tokens) : trunk_qwen3next(c, tokens);
+
+    // Only the rows whose logits are wanted go through the output norm and the vocabulary projection.
+    const int64_t n_out = int64_t(out_rows.size());
+    if (n_out == 0) return;
+    Act sel = be.alloc(n_out, m.hp.n_embd);
+    be.gather_rows(h, out_rows, sel);
+    Act normed = be.alloc(n_out, m.hp.n_embd);
+    be.rms_norm(sel, m.output_norm, m.hp.rms_eps, normed);
+    c.trace("result_norm", normed);
+    Act out = be.alloc(n_out, m.hp.n_vocab);
+    be.matmul(m.output, normed, out);
+    c.trace("result_output", out);
+    be.download(out, logits);
+}
+
+}  // namespace strata

@@ -1,0 +1,46 @@
+// One forward pass of a model over a batch of tokens from one or more sequences, on any backend. The per-
+// architecture loops live in model/arch/; the blocks they share (attention, Gated DeltaNet, MoE) in blocks.cpp.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/weights.h"
+
+namespace strata {
+
+// Named intermediates ("blk.3.ffn_moe_out"): when `want` says yes for a name, `sink` receives its values
+// (rows x cols, packed) so two runs or two backends can be diffed to the first divergence.
+struct Tracer {
+    std::function<bool(const std::string &name)> want;
+    std::function<void(const std::string &name, int64_t rows, int64_t cols, const float *data)> sink;
+};
+
+struct ForwardCtx {
+    const Model &m;
+    Backend &be;
+    const BatchInfo &batch;
+    const Tracer *tracer = nullptr;
+
+    void trace(const std::string &name, const Act &a) const;
+    void trace(int64_t il, const char *name, const Act &a) const;
+};
+
+// Runs the model over tokens[0..batch.n_tokens) and writes the logits of rows out_rows (in that order) to
+// logits[out_rows.size() * n_vocab].
+void forward(const Model &m, Backend &be, const int32_t *tokens, const BatchInfo &batch,
+             const std::vector<int64_t> &out_rows, float *logits, const Tracer *tracer = nullptr);
+
+// Shared blocks; each returns the block's output (the residual is added by the caller).
+Act attention_block(const ForwardCtx &c, int64_t il, Act cur);
+Act gdn_block(const ForwardCtx &c, int64_t il, Act cur);
+Act moe_block(const ForwardCtx &c, int64_t il, Act cur);
+
+// The architecture loops: embeddings to the final hidden state (before output_norm).
+Act trunk_qwen3moe(const ForwardCtx &c, const int32_t *tokens);
+Act trunk_qwen3next(const ForwardCtx &c, const int32_t *tokens);
+
+}  // namespace strata

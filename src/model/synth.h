@@ -1,0 +1,36 @@
+// Synthetic models: GGUF files with the real shapes and metadata of released MoE models (or tiny ones) and
+// seeded random weights at trained-like scales. For tests, benchmarks and the embedded default model; the
+// weights mean nothing, the shapes, types and byte counts are real.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "format/dtype.h"
+#include "model/hparams.h"
+
+namespace strata {
+
+struct SynthOptions {
+    std::string preset = "tiny-qwen3moe";
+    DType expert_type = DType::Q4_K;  // routed experts
+    DType dense_type = DType::Q8_0;   // attention / GDN projections, shared experts, embeddings, output
+    uint64_t seed = 1;
+    float route_skew = 0.0f;          // 0: uniform routing; larger: Zipf-like expert popularity
+    std::string vocab_file;           // copy tokenizer.* metadata from this GGUF (its vocab size wins)
+    int n_threads = 0;
+};
+
+// Names of the presets, for help and errors.
+std::vector<std::string> synth_presets();
+// The hyperparameters of a preset (throws naming the preset when unknown).
+HParams synth_hparams(const std::string &preset);
+
+struct SynthReport {
+    uint64_t bytes = 0;
+    size_t n_tensors = 0;
+};
+SynthReport write_synthetic_model(const SynthOptions &opt, const std::string &path);
+
+}  // namespace strata

@@ -1,0 +1,103 @@
+// Loading weights: shape and type checks of every declared tensor against the file.
+#include "model/weights.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "format/quant.h"
+
+namespace strata {
+
+std::string blk_name(int64_t il, const char *suffix) { return strfmt("blk.%lld.%s", (long long)il, suffix); }
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t> &ne) {
+    std::string s = "[";
+    for (size_t i = 0; i < ne.size(); i++) s += strfmt(i ? ", %lld" : "%lld", (long long)ne[i]);
+    return s + "]";
+}
+
+}  // namespace
+
+Weight TensorLoader::view(const GgufTensor &t, const std::vector<int64_t> &ne) const {
+    Weight w;
+    w.name = t.name;
+    w.type = t.type;
+    w.ne[0] = t.ne[0];
+    w.ne[1] = t.ne[1];
+    w.ne[2] = t.ne[2];
+    w.host = t.data;
+    w.row_bytes = row_bytes(t.type, t.ne[0]);
+    w.expert_stride = w.row_bytes * size_t(t.ne[1]);
+    return w;
+}
+
+Weight TensorLoader::maybe(const std::string &name, std::vector<int64_t> ne) {
+    const GgufTensor *t = f_.find_tensor(name);
+    if (!t) return Weight{};
+    // Trailing dimensions of 1 don't count: a gate vector may be stored as {n_embd} or {n_embd, 1}.
+    bool same = ne.size() <= 4;
+    for (size_t i = 0; i < 4 && same; i++) {
+        int64_t want = i < ne.size() ? ne[i] : 1;
+        same = t->ne[i] == want;
+    }
+    if (!same)
+        fail("%s: tensor '%s' has shape %s, expected %s", f_.path().c_str(), name.c_str(), t->shape_str().c_str(),
+             shape_str(ne).c_str());
+    if (!can_dequantize(t->type))
+        fail("%s: tensor '%s' has type %s, which the engine cannot compute with", f_.path().c_str(), name.c_str(),
+             dtype_name(t->type));
+    used_.push_back(name);
+    return view(*t, ne);
+}
+
+Weight TensorLoader::need(const std::string &name, std::vector<int64_t> ne) {
+    Weight w = maybe(name, ne);
+    if (!w.present())
+        fail("%s: required tensor '%s' %s is missing", f_.path().c_str(), name.c_str(), shape_str(ne).c_str());
+    return w;
+}
+
+std::vector<std::string> TensorLoader::unused() const {
+    std::vector<std::string> out;
+    for (const GgufTensor &t : f_.tensors())
+        if (std::find(used_.begin(), used_.end(), t.name) == used_.end()) out.emplace_back(t.name);
+    return out;
+}
+
+std::unique_ptr<Model> load_model(const std::string &path) {
+    auto m = std::make_unique<Model>();
+    m->file = GgufFile::open(path);
+    m->hp = read_hparams(*m->file);
+    TensorLoader tl(*m->file);
+    if (m->hp.arch == Arch::QWEN3MOE) declare_qwen3moe(tl, *m);
+    else declare_qwen3next(tl, *m);
+    for (const std::string &name : tl.unused())
+        m->warnings.push_back(strfmt("tensor '%s' is not used by %s", name.c_str(), m->hp.arch_name.c_str()));
+
+    auto count = [&](const Weight &w, bool expert) {
+        if (!w.present()) return;
+        uint64_t b = w.matrix_bytes() * uint64_t(std::max<int64_t>(1, w.ne[2]));
+        m->weight_bytes += b;
+        if (expert) m->expert_bytes += b;
+    };
+    count(m->tok_embd, false);
+    count(m->output_norm, false);
+    if (m->output.host != m->tok_embd.host) count(m->output, false);
+    for (const LayerWeights &L : m->layers) {
+        for (const Weight *w : {&L.attn_norm, &L.ffn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.q_norm, &L.k_norm,
+                                &L.ssm_qkv, &L.ssm_z, &L.ssm_ba, &L.ssm_beta, &L.ssm_alpha, &L.ssm_conv1d,
+                                &L.ssm_dt_bias, &L.ssm_a, &L.ssm_norm, &L.ssm_out, &L.gate_inp, &L.gate_inp_shexp,
+                                &L.gate_shexp, &L.up_shexp, &L.down_shexp, &L.nextn_eh_proj, &L.nextn_enorm,
+                                &L.nextn_hnorm, &L.nextn_shared_head_norm})
+            count(*w, false);
+        // a fused gate_up tensor is counted once through its two views
+        count(L.gate_exps, true);
+        count(L.up_exps, true);
+        count(L.down_exps, true);
+    }
+    return m;
+}
+
+}  // namespace strata

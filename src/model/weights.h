@@ -1,0 +1,111 @@
+// Model weights as views into the mapped GGUF file: every tensor an architecture needs, declared with its GGUF
+// name and expected shape and checked on load. Backends attach their own copies (device memory) to these views;
+// the model never owns device memory. Shapes are in ggml order: ne[0] is the row length (input features).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "format/dtype.h"
+#include "format/gguf.h"
+#include "model/hparams.h"
+
+namespace strata {
+
+struct Weight {
+    std::string_view name;   // GGUF tensor name; empty when absent
+    DType type = DType::F32;
+    int64_t ne[3] = {0, 0, 0};       // {row length, rows, experts (1 for plain matrices)}
+    const uint8_t *host = nullptr;   // first byte in the mapped file
+    size_t row_bytes = 0;            // bytes of one row
+    size_t expert_stride = 0;        // bytes from one expert's matrix to the next (3-D tensors)
+    void *backend = nullptr;         // a backend's own handle for this weight (device copy), if any
+
+    bool present() const { return host != nullptr; }
+    const uint8_t *expert_host(int64_t e) const { return host + size_t(e) * expert_stride; }
+    size_t matrix_bytes() const { return row_bytes * size_t(ne[1]); }  // one expert's matrix
+};
+
+struct LayerWeights {
+    bool recurrent = false;  // Gated DeltaNet mixer instead of full attention
+    bool mtp = false;        // a multi-token-prediction block after the trunk (read, not run)
+
+    Weight attn_norm;  // {n_embd}
+    Weight ffn_norm;   // {n_embd}: qwen3moe ffn_norm, qwen3next/qwen35moe post_attention_norm
+
+    // full attention
+    Weight wq;       // {n_embd, n_head * head_dim} (x2 with the output gate: per head [query, gate])
+    Weight wk, wv;   // {n_embd, n_head_kv * head_dim}
+    Weight wo;       // {n_head * head_dim, n_embd}
+    Weight q_norm, k_norm;  // {head_dim}
+
+    // Gated DeltaNet
+    Weight ssm_qkv;    // attn_qkv {n_embd, conv_dim}: q of all k-heads, k of all k-heads, v of all v-heads
+    Weight ssm_z;      // attn_gate {n_embd, value_dim}
+    Weight ssm_ba;     // qwen3next {n_embd, 2 n_v}: per k-head group [b x r, a x r]
+    Weight ssm_beta;   // qwen35moe {n_embd, n_v}
+    Weight ssm_alpha;  // qwen35moe {n_embd, n_v}
+    Weight ssm_conv1d; // {conv_kernel, conv_dim}
+    Weight ssm_dt_bias;  // {n_v}
+    Weight ssm_a;        // {n_v}: -exp(A_log)
+    Weight ssm_norm;     // {head_v_dim}
+    Weight ssm_out;      // {value_dim, n_embd}
+
+    // MoE
+    Weight gate_inp;   // router {n_embd, n_expert}
+    Weight gate_exps;  // {n_embd, n_ff_exp, n_expert} (may be a view into a fused gate_up tensor)
+    Weight up_exps;    // {n_embd, n_ff_exp, n_expert}
+    Weight down_exps;  // {n_ff_exp, n_embd, n_expert}
+    Weight gate_inp_shexp;  // {n_embd}: one sigmoid gate value per token
+    Weight gate_shexp, up_shexp;  // {n_embd, n_ff_shexp}
+    Weight down_shexp;            // {n_ff_shexp, n_embd}
+
+    // MTP block extras (qwen35moe)
+    Weight nextn_eh_proj;  // {2 n_embd, n_embd}
+    Weight nextn_enorm, nextn_hnorm;  // {n_embd}
+    Weight nextn_shared_head_norm;    // {n_embd}, optional
+};
+
+struct Model {
+    std::unique_ptr<GgufFile> file;
+    HParams hp;
+    Weight tok_embd;     // {n_embd, n_vocab}
+    Weight output_norm;  // {n_embd}
+    Weight output;       // {n_embd, n_vocab}; the embedding matrix when the file ties them
+    std::vector<LayerWeights> layers;  // n_layer_all entries; MTP blocks last
+    uint64_t weight_bytes = 0;         // all tensors the model uses
+    uint64_t expert_bytes = 0;         // routed experts alone
+    std::vector<std::string> warnings; // e.g. tensors in the file that no declaration used
+};
+
+// Checks declarations against the file: presence, shape, and a type the engine can compute with.
+class TensorLoader {
+public:
+    TensorLoader(const GgufFile &f) : f_(f) {}
+    // A required tensor; throws naming the tensor, the expected and the found shape or type.
+    Weight need(const std::string &name, std::vector<int64_t> ne);
+    // An optional one: an absent Weight when the file doesn't have it (wrong shape is still an error).
+    Weight maybe(const std::string &name, std::vector<int64_t> ne);
+    // Names of tensors in the file that were never declared.
+    std::vector<std::string> unused() const;
+
+private:
+    Weight view(const GgufTensor &t, const std::vector<int64_t> &ne) const;
+    const GgufFile &f_;
+    std::vector<std::string> used_;
+};
+
+// Opens, validates and maps a model: hyperparameters, then every tensor its architecture declares.
+std::unique_ptr<Model> load_model(const std::string &path);
+
+// Per-architecture declarations (model/arch/<name>.cpp).
+void declare_qwen3moe(TensorLoader &tl, Model &m);
+void declare_qwen3next(TensorLoader &tl, Model &m);  // also qwen35moe, whose differences it handles
+
+// Layer-name helper: blk_name(3, "attn_q.weight") == "blk.3.attn_q.weight".
+std::string blk_name(int64_t il, const char *suffix);
+
+}  // namespace strata

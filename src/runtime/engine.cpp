@@ -1,0 +1,168 @@
+// Sequence bookkeeping and the packing of inputs into forward passes.
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <unistd.h>
+
+#include "core/threads.h"
+
+#include "core/error.h"
+
+namespace strata {
+
+Engine::Engine(std::unique_ptr<Model> model, std::unique_ptr<Backend> backend, const EngineConfig &cfg)
+    : model_(std::move(model)), backend_(std::move(backend)), cfg_(cfg) {
+    if (cfg_.n_seq_max <= 0) fail("the number of parallel sequences must be at least 1 (got %d)", cfg_.n_seq_max);
+    if (cfg_.n_ctx <= 0) fail("the context size must be at least 1 (got %lld)", (long long)cfg_.n_ctx);
+    if (cfg_.n_batch <= 0) fail("the batch size must be at least 1 (got %lld)", (long long)cfg_.n_batch);
+    backend_->prepare(*model_);
+    CacheConfig cc;
+    cc.n_slots = cfg_.n_seq_max;
+    cc.n_ctx = cfg_.n_ctx;
+    cc.kv_type = cfg_.kv_type;
+    backend_->init_caches(model_->hp, cc);
+    seq_len_.assign(size_t(cfg_.n_seq_max), -1);
+}
+
+Engine::~Engine() = default;
+
+void Engine::check_seq(int32_t seq) const {
+    if (seq < 0 || seq >= cfg_.n_seq_max || seq_len_[size_t(seq)] < 0) fail("unknown sequence %d", seq);
+}
+
+int32_t Engine::new_sequence() {
+    for (int32_t s = 0; s < cfg_.n_seq_max; s++)
+        if (seq_len_[size_t(s)] < 0) {
+            backend_->clear_slot(s);
+            seq_len_[size_t(s)] = 0;
+            return s;
+        }
+    fail("all %d sequence slots are in use", cfg_.n_seq_max);
+}
+
+int32_t Engine::fork(int32_t seq) {
+    check_seq(seq);
+    int32_t dst = new_sequence();
+    backend_->copy_slot(seq, dst, seq_len_[size_t(seq)]);
+    seq_len_[size_t(dst)] = seq_len_[size_t(seq)];
+    return dst;
+}
+
+void Engine::drop(int32_t seq) {
+    check_seq(seq);
+    seq_len_[size_t(seq)] = -1;
+}
+
+int64_t Engine::seq_len(int32_t seq) const {
+    check_seq(seq);
+    return seq_len_[size_t(seq)];
+}
+
+int32_t Engine::n_free_slots() const {
+    return int32_t(std::count(seq_len_.begin(), seq_len_.end(), int64_t(-1)));
+}
+
+void Engine::decode(const std::vector<SeqInput> &inputs, std::vector<std::vector<float>> &logits) {
+    // Validate everything before touching any cache, so a bad input changes nothing.
+    std::vector<int32_t> seen;
+    for (const SeqInput &in : inputs) {
+        check_seq(in.seq);
+        if (std::find(seen.begin(), seen.end(), in.seq) != seen.end())
+            fail("sequence %d appears twice in one decode call", in.seq);
+        seen.push_back(in.seq);
+        if (in.tokens.empty()) fail("sequence %d: no tokens to decode", in.seq);
+        if (seq_len_[size_t(in.seq)] + int64_t(in.tokens.size()) > cfg_.n_ctx)
+            fail("sequence %d: %lld tokens after %lld exceed the context size %lld", in.seq,
+                 (long long)in.tokens.size(), (long long)seq_len_[size_t(in.seq)], (long long)cfg_.n_ctx);
+        for (int32_t t : in.tokens)
+            if (t < 0 || t >= n_vocab())
+                fail("sequence %d: token id %d is outside the vocabulary (0..%lld)", in.seq, t,
+                     (long long)n_vocab() - 1);
+    }
+
+    const int64_t n_vocab_ = n_vocab();
+    logits.assign(inputs.size(), {});
+    for (size_t i = 0; i < inputs.size(); i++)
+        logits[i].resize(size_t((inputs[i].all_logits ? int64_t(inputs[i].tokens.size()) : 1) * n_vocab_));
+
+    // Pack the remaining tokens of each input into passes of at most n_batch tokens, in input order.
+    std::vector<size_t> done(inputs.size(), 0);
+    size_t next = 0;
+    while (next < inputs.size()) {
+        BatchInfo b;
+        std::vector<int32_t> tokens;
+        std::vector<int64_t> out_rows;
+        struct Dest {
+            size_t input;
+            int64_t row_in_logits;
+        };
+        std::vector<Dest> dests;
+        for (size_t i = next; i < inputs.size() && b.n_tokens < cfg_.n_batch; i++) {
+            const SeqInput &in = inputs[i];
+            const int64_t remaining = int64_t(in.tokens.size() - done[i]);
+            const int64_t n = std::min(remaining, cfg_.n_batch - b.n_tokens);
+            BatchSeg s;
+            s.slot = in.seq;
+            s.pos0 = seq_len_[size_t(in.seq)];
+            s.n = n;
+            s.row0 = b.n_tokens;
+            b.segs.push_back(s);
+            tokens.insert(tokens.end(), in.tokens.begin() + int64_t(done[i]), in.tokens.begin() + int64_t(done[i]) + n);
+            for (int64_t t = 0; t < n; t++) {
+                const int64_t idx = int64_t(done[i]) + t;  // index within this input's tokens
+                const bool last = idx == int64_t(in.tokens.size()) - 1;
+                if (in.all_logits || last) {
+                    out_rows.push_back(b.n_tokens + t);
+                    dests.push_back({i, in.all_logits ? idx : 0});
+                }
+            }
+            b.n_tokens += n;
+        }
+        std::vector<float> out(out_rows.size() * size_t(n_vocab_));
+        forward(*model_, *backend_, tokens.data(), b, out_rows, out.data(), tracer_);
+        for (size_t j = 0; j < dests.size(); j++)
+            std::copy_n(out.data() + j * size_t(n_vocab_), n_vocab_,
+                        logits[dests[j].input].data() + dests[j].row_in_logits * n_vocab_);
+        for (const BatchSeg &s : b.segs) {
+            seq_len_[size_t(s.slot)] += s.n;
+            for (size_t i = next; i < inputs.size(); i++)
+                if (inputs[i].seq == s.slot) done[i] += size_t(s.n);
+        }
+        while (next < inputs.size() && done[next] == inputs[next].tokens.size()) next++;
+    }
+}
+
+void prefault_weights(const Model &m, int n_threads, const std::function<void(uint64_t, uint64_t)> &progress) {
+    const uint64_t begin = m.file->data_offset(), end = m.file->file_size();
+    if (end <= begin) return;
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && double(end - begin) > 0.75 * double(pages) * double(page)) return;
+    const uint64_t total = end - begin, step = uint64_t(64) << 20;
+    const uint8_t *base = m.file->bytes();
+    ThreadPool pool(n_threads);
+    std::atomic<uint64_t> done{0};
+    std::mutex mu;
+    const int64_t n_steps = int64_t((total + step - 1) / step);
+    pool.parallel_for(n_steps, 1, [&](int64_t s0, int64_t s1) {
+        for (int64_t s = s0; s < s1; s++) {
+            const uint64_t a = begin + uint64_t(s) * step, b = std::min(end, a + step);
+            volatile uint8_t sink = 0;
+            for (uint64_t o = a; o < b; o += 4096) sink = sink + base[o];
+            const uint64_t d = done += b - a;
+            if (progress) {
+                std::lock_guard<std::mutex> lock(mu);
+                progress(d, total);
+            }
+        }
+    });
+}
+
+std::unique_ptr<Engine> make_cpu_engine(const std::string &path, const EngineConfig &cfg) {
+    std::unique_ptr<Model> m = load_model(path);
+    prefault_weights(*m, cfg.n_threads, cfg.load_progress);
+    return std::make_unique<Engine>(std::move(m), make_cpu_backend(cfg.n_threads), cfg);
+}
+
+}  // namespace strata

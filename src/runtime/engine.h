@@ -1,0 +1,78 @@
+// The engine: a model on a backend with its caches, serving sequences. Callers create sequences, feed them tokens
+// (prompt chunks or one token per decode step, several sequences per call) and get logits back. The engine packs
+// the work into forward passes of at most n_batch tokens; results do not depend on how the work was packed.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/forward.h"
+#include "model/weights.h"
+
+namespace strata {
+
+struct EngineConfig {
+    int n_threads = 0;        // CPU threads (0: all)
+    int32_t n_seq_max = 1;    // sequences held at once (cache slots)
+    int64_t n_ctx = 4096;     // positions per sequence
+    int64_t n_batch = 512;    // tokens per forward pass (prefill chunk)
+    KvType kv_type = KvType::F16;
+    // Called while a model file's weights are read into memory at start (bytes done, bytes in all).
+    std::function<void(uint64_t done, uint64_t total)> load_progress;
+};
+
+// Work for one sequence in a decode() call: append `tokens` at its end; logits for every new position when
+// all_logits, else for the last one only.
+struct SeqInput {
+    int32_t seq = 0;
+    std::vector<int32_t> tokens;
+    bool all_logits = false;
+};
+
+class Engine {
+public:
+    Engine(std::unique_ptr<Model> model, std::unique_ptr<Backend> backend, const EngineConfig &cfg);
+    ~Engine();
+
+    const Model &model() const { return *model_; }
+    const HParams &hparams() const { return model_->hp; }
+    const EngineConfig &config() const { return cfg_; }
+    Backend &backend() { return *backend_; }
+    int64_t n_vocab() const { return model_->hp.n_vocab; }
+
+    // Sequences. new_sequence/fork throw strata::Error when every slot is taken.
+    int32_t new_sequence();
+    int32_t fork(int32_t seq);  // a new sequence with a copy of seq's caches (shared prefix)
+    void drop(int32_t seq);
+    int64_t seq_len(int32_t seq) const;
+    int32_t n_free_slots() const;
+
+    // Runs the inputs and fills logits[i] with input i's logits (rows x n_vocab, packed). Throws strata::Error
+    // (and changes no sequence) when an input is invalid: unknown sequence, token out of range, context full.
+    void decode(const std::vector<SeqInput> &inputs, std::vector<std::vector<float>> &logits);
+
+    // Named intermediates of later decode() calls go to the tracer (nullptr: none).
+    void set_tracer(const Tracer *t) { tracer_ = t; }
+
+private:
+    void check_seq(int32_t seq) const;
+
+    std::unique_ptr<Model> model_;
+    std::unique_ptr<Backend> backend_;
+    EngineConfig cfg_;
+    std::vector<int64_t> seq_len_;  // per slot; -1 when free
+    const Tracer *tracer_ = nullptr;
+};
+
+// Reads every weight byte once, in parallel, so the first tokens don't wait on page faults; skipped when the file
+// would not fit comfortably in memory (then the OS pages it in on demand). Reports progress as it goes.
+void prefault_weights(const Model &m, int n_threads, const std::function<void(uint64_t, uint64_t)> &progress);
+
+// Loads a model file and builds an engine on the CPU backend.
+std::unique_ptr<Engine> make_cpu_engine(const std::string &path, const EngineConfig &cfg);
+
+}  // namespace strata
