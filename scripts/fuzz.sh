@@ -27,12 +27,13 @@ rm -rf "$seeds"
 mkdir -p "$seeds" "$corpus" build-fuzz/artifacts
 build-fuzz/bin/gguf_fuzz_seeds "$seeds"
 
+# fuzz/regressions holds inputs that once found a bug: they run first, every time.
 echo "== libFuzzer on the GGUF reader for ${seconds} s (seeds: $(ls "$seeds" | wc -l), corpus: $(ls "$corpus" | wc -l))"
 # -malloc_limit_mb: inputs are at most max_len bytes, so any large allocation is a bug (a count not bounded by
 # the file size); libFuzzer reports it as a finding.
 if ! build-fuzz/bin/gguf_fuzz -max_total_time="$seconds" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \
         -malloc_limit_mb=64 -dict=fuzz/gguf.dict -artifact_prefix=build-fuzz/artifacts/ -print_final_stats=1 \
-        "$corpus" "$seeds"; then
+        "$corpus" "$seeds" fuzz/regressions; then
     echo "fuzz: FINDING: see the input saved in build-fuzz/artifacts/" >&2
     exit 1
 fi

@@ -113,11 +113,13 @@ std::optional<uint64_t> gguf_tensor_bytes(DType type, const int64_t *ne, int n_d
     for (int d = 0; d < n_dims; d++)
         if (ne[d] < 0) return std::nullopt;
     if (ne[0] % info->block_size != 0) return std::nullopt;
-    // The element count must fit in int64 (ggml indexes with it), and the byte count in 64 bits.
+    // The element count must fit in int64 (ggml indexes with it), and so must every partial product on the way
+    // (a later zero dimension does not make an overflowing prefix safe for code that multiplies in order).
     uint64_t elems = 1;
     for (int d = 0; d < n_dims; d++)
-        if (__builtin_mul_overflow(elems, uint64_t(ne[d]), &elems)) return std::nullopt;
-    if (elems > uint64_t(std::numeric_limits<int64_t>::max())) return std::nullopt;
+        if (__builtin_mul_overflow(elems, uint64_t(ne[d]), &elems) ||
+            elems > uint64_t(std::numeric_limits<int64_t>::max()))
+            return std::nullopt;
     uint64_t bytes = uint64_t(ne[0] / info->block_size);
     if (__builtin_mul_overflow(bytes, uint64_t(info->block_bytes), &bytes)) return std::nullopt;
     for (int d = 1; d < n_dims; d++)

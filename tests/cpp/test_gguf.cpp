@@ -465,6 +465,9 @@ TEST(GgufReject, TensorShapes) {
                "Q4_K packs 256 elements per block but ne[0] = 100 is not a multiple of it");
     EXPECT_HAS(parse_error(one_tensor("w", {1ll << 40, 1ll << 40}, 0, 0, 64)), "is too large to address");
     EXPECT_HAS(parse_error(one_tensor("w", {1ll << 31, 1ll << 31, 1ll << 2}, 0, 0, 64)), "is too large to address");
+    // A zero dimension after an overflowing prefix: no elements, but multiplying the dims in order overflows
+    // (found by the fuzzer).
+    EXPECT_HAS(parse_error(one_tensor("w", {64, (1ll << 57) + 2, 0}, 0, 0, 64)), "is too large to address");
 }
 
 TEST(GgufReject, TensorNames) {
