@@ -142,7 +142,7 @@ TEST_P(CudaMatmul, MatchesTheReference) {
     const bool quantized_path = c.t <= cuda::k_mmv_max_rows && cuda::mmvq_supported(c.type);
     if (quantized_path) {
         // Q8_1 activations instead of the reference's format: the error of 8-bit activations, no more.
-        EXPECT_LE(nmse(want, got), 2e-4) << dtype_name(c.type) << " k=" << c.k << " n=" << c.n << " t=" << c.t;
+        EXPECT_LE(nmse(want, got), 5e-4) << dtype_name(c.type) << " k=" << c.k << " n=" << c.n << " t=" << c.t;
     } else {
         EXPECT_LE(max_abs_diff(want, got), 2e-5f * std::max(1.0f, max_abs(want)))
             << dtype_name(c.type) << " k=" << c.k << " n=" << c.n << " t=" << c.t;
@@ -523,7 +523,7 @@ TEST_P(CudaMoe, MatchesTheCpuAndIgnoresPlacement) {
         const std::vector<float> got = run_moe(*gpus[0], mm, x, T, true);
         // Groups of up to 8 rows (and the Q8_0 shared expert) take the Q8_1 kernels where the type has them.
         const bool q8_activations = cuda::mmvq_supported(et) || shared;
-        if (q8_activations) EXPECT_LE(nmse(want, got), 5e-4) << dtype_name(et) << " T=" << T;
+        if (q8_activations) EXPECT_LE(nmse(want, got), 1e-3) << dtype_name(et) << " T=" << T;
         else EXPECT_LE(max_abs_diff(want, got), 1e-4f * std::max(1.0f, max_abs(want))) << dtype_name(et) << " T=" << T;
         for (size_t g = 1; g < gpus.size(); g++) {
             const std::vector<float> other = run_moe(*gpus[g], mm, x, T, true);
