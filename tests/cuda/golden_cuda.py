@@ -10,6 +10,7 @@ import argparse
 import pathlib
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -33,7 +34,9 @@ def run(bin_dir, gguf, oracle, out, extra):
     out.mkdir(parents=True, exist_ok=True)
     cmd = [str(bin_dir / "golden_run"), str(gguf), "--prompt", ids(oracle["prompt_ids"]),
            "--decode", ids(oracle["decode_tokens"]), "--prompt2", ids(oracle["prompt2_ids"]), "--out", str(out)]
+    t0 = time.time()
     r = subprocess.run(cmd + extra, capture_output=True, text=True, timeout=600)
+    print(f"  {gguf.name} {' '.join(extra)}: {time.time() - t0:.2f} s", flush=True)
     if r.returncode != 0:
         raise RuntimeError(f"golden_run {' '.join(extra)} failed: {r.stderr}")
     vocab = oracle["prompt_logits"].shape[-1]
@@ -58,10 +61,13 @@ def main():
     ap.add_argument("--golden", type=pathlib.Path, required=True)
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("/tmp/golden-cuda"))
     ap.add_argument("--quick", action="store_true", help="default packing only")
+    ap.add_argument("--variant", action="append", help="only these file variants")
     args = ap.parse_args()
     failures, checks = [], 0
     for model in MODELS:
         for variant, (oracle_name, mode) in VARIANTS.items():
+            if args.variant and variant not in args.variant:
+                continue
             gguf = args.golden / f"tiny-{model}-{variant}.gguf"
             if not gguf.exists():
                 failures.append(f"{gguf.name}: missing")

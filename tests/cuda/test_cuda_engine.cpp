@@ -4,7 +4,9 @@
 // that leave the engine usable.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -124,7 +126,9 @@ TEST_P(CudaEngine, MatchesTheCpuEngine) {
 
 TEST_P(CudaEngine, PackingDoesNotMatter) {
     const std::vector<int32_t> a = prompt_tokens(40, 1), b = prompt_tokens(23, 2);
-    auto whole = make_cuda_engine(path(), config(512));
+    EngineConfig three = config(512);
+    three.n_seq_max = 3;
+    auto whole = make_cuda_engine(path(), three);
     auto chunked = make_cuda_engine(path(), config(7));
     std::vector<std::vector<float>> lw, lc, l1, l2;
     // both sequences in one call against each alone, and in chunks of 7 tokens
@@ -160,8 +164,13 @@ TEST_P(CudaEngine, PlacementDoesNotChangeABit) {
     for (int64_t slots : {5, 2, 1}) {
         EngineConfig cfg = config();
         cfg.expert_slots = slots;
+        const auto t0 = std::chrono::steady_clock::now();
         auto e = make_cuda_engine(path(), cfg);
+        const auto t1 = std::chrono::steady_clock::now();
         const std::vector<float> got = run(*e, prompt);
+        const auto t2 = std::chrono::steady_clock::now();
+        std::fprintf(stderr, "  %lld slots: engine %.3f s, run %.3f s\n", (long long)slots,
+                     std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(t2 - t1).count());
         ASSERT_EQ(got.size(), ref.size());
         EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << slots << " expert slots";
         const CudaExpertStats s = cuda_expert_stats(e->backend());

@@ -3,7 +3,9 @@
 #include "backend/cuda/cuda_backend_impl.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <unistd.h>
 
@@ -369,20 +371,27 @@ void CudaBackend::prepare(Model &m) {
     if (n_slots >= n_experts_total) {
         experts_.load_all(stream_);
     } else if (m.file) {
-        // Streaming from the mapped file: pin its data section once so copies run at full speed; a machine that
-        // refuses (memory limits) still works through pageable copies.
-        const uint8_t *base = m.file->bytes();
-        const long page = sysconf(_SC_PAGESIZE);
-        const size_t len = (m.file->file_size() + size_t(page) - 1) / size_t(page) * size_t(page);
-        const cudaError_t err = cudaHostRegister(const_cast<uint8_t *>(base), len,
-                                                 cudaHostRegisterPortable | cudaHostRegisterReadOnly);
-        if (err == cudaSuccess) {
-            pinned_base_ = base;
-            host_note = strfmt("host %s pinned", format_bytes(m.expert_bytes).c_str());
+        // Streaming from the mapped file: pin it once so copies run at full speed (STRATA_CUDA_PIN=0: don't); a
+        // machine that refuses (memory limits) still works through pageable copies.
+        const char *pin_env = std::getenv("STRATA_CUDA_PIN");
+        if (pin_env && std::strcmp(pin_env, "0") == 0) {
+            host_note = strfmt("host %s pageable (STRATA_CUDA_PIN=0)", format_bytes(m.expert_bytes).c_str());
         } else {
-            cudaGetLastError();
-            host_note = strfmt("host %s pageable (pinning failed: %s)", format_bytes(m.expert_bytes).c_str(),
-                               cudaGetErrorName(err));
+            const uint8_t *base = m.file->bytes();
+            const long page = sysconf(_SC_PAGESIZE);
+            const size_t len = (m.file->file_size() + size_t(page) - 1) / size_t(page) * size_t(page);
+            const auto t0 = std::chrono::steady_clock::now();
+            const cudaError_t err = cudaHostRegister(const_cast<uint8_t *>(base), len,
+                                                     cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+            const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            if (err == cudaSuccess) {
+                pinned_base_ = base;
+                host_note = strfmt("host %s pinned (%.2f s)", format_bytes(m.expert_bytes).c_str(), secs);
+            } else {
+                cudaGetLastError();
+                host_note = strfmt("host %s pageable (pinning failed: %s)", format_bytes(m.expert_bytes).c_str(),
+                                   cudaGetErrorName(err));
+            }
         }
     }
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));

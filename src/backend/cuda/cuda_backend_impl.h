@@ -98,6 +98,7 @@ private:
         int64_t rows = 0, k = 0, stride = 0;
         DType round_trip_type = DType::F32;
         const float *round_trip = nullptr;
+        DType q8_type = DType::F32;
         const int8_t *q8 = nullptr;
         const float2 *q8_ds = nullptr;
     };

@@ -76,13 +76,14 @@ void CudaBackend::grouped_matmul(const WeightShape &w, const std::vector<MatmulG
     if (!small.empty()) {
         MatmulArgs a = base;
         set_groups(a, small);
-        if (mmvq_enabled() && mmvq_supported(w.type) && w.k % 32 == 0) {
-            if (!x.q8) {
+        if (mmvq_enabled() && mmvq_supported(w.type) && vt != DType::F32 && w.k % 32 == 0) {
+            if (!x.q8 || x.q8_type != vt) {
                 int8_t *q = scratch_array<int8_t>(x.rows * x.k);
                 float2 *ds = scratch_array<float2>(x.rows * (x.k / 32));
-                launch_quantize_q8_1(x.src, x.stride, x.rows, x.k, q, ds, stream_);
+                launch_quantize_act(vt, x.src, x.stride, x.rows, x.k, q, ds, stream_);
                 x.q8 = q;
                 x.q8_ds = ds;
+                x.q8_type = vt;
             }
             a.xq = x.q8;
             a.xds = x.q8_ds;

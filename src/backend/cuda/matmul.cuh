@@ -6,8 +6,12 @@
 //
 // Kernels: generic ones for every weight type (elements dequantized exactly, fp32 products, activations first taken
 // through the CPU reference's activation format so both compute the same function): mmv for groups of <= 8 rows,
-// tiled mm for larger ones. Quantized mat-vec kernels (mmvq) with Q8_1 activations and integer dot products for the
-// common weight types, for groups of <= 8 rows.
+// tiled mm for larger ones. Quantized mat-vec kernels (mmvq) for the common weight types, for groups of <= 8 rows:
+// integer dot products of the packed weights with 8-bit activations held Q8_1-style (int8 values, and per 32 of
+// them the scale d and d * sum(q)). The activation values are exactly those of the reference's format for the weight
+// type (Q8_0 levels and fp16 scale per 32, or Q8_K levels and scale per 256), not llama.cpp's per-32 Q8_1: then the
+// quantized kernels, the generic ones and the CPU compute one function, differing only in float rounding, and the
+// choice of kernel (which follows the batch size) never moves a result by a quantization step.
 #pragma once
 
 #include <cstdint>
@@ -31,8 +35,8 @@ struct MatmulArgs {
     size_t row_bytes = 0;      // bytes of one weight row
     const float *x = nullptr;  // f32 activations for the generic kernels (already in the reference act. format)
     int64_t x_stride = 0;
-    const int8_t *xq = nullptr;  // Q8_1 activations for mmvq: k int8 per row, then
-    const float2 *xds = nullptr;  // per 32-element block {d, d * sum(q)}
+    const int8_t *xq = nullptr;  // 8-bit activations for mmvq: k int8 per row, then
+    const float2 *xds = nullptr;  // per 32 elements {d, d * sum(q)}
     float *y = nullptr;
     int64_t y_stride = 0;
     MatmulGroup single{};                // used when groups == nullptr
@@ -46,7 +50,7 @@ struct MatmulArgs {
 void launch_mmv_generic(const MatmulArgs &a, cudaStream_t stream);  // every group <= k_mmv_max_rows rows
 void launch_mm_generic(const MatmulArgs &a, cudaStream_t stream);
 
-// Quantized mat-vec kernels with Q8_1 activations (k a multiple of 32).
+// Quantized mat-vec kernels (k a multiple of 32); activations from launch_quantize_act.
 bool mmvq_supported(DType t);
 void launch_mmvq(const MatmulArgs &a, cudaStream_t stream);  // every group <= k_mmv_max_rows rows
 
@@ -55,8 +59,10 @@ void launch_mmvq(const MatmulArgs &a, cudaStream_t stream);  // every group <= k
 void launch_act_round_trip(DType vt, const float *x, int64_t x_stride, int64_t rows, int64_t k, float *out,
                            cudaStream_t stream);
 
-// x rows quantized to the device Q8_1 layout: qs[r * k + i] int8, ds[r * (k / 32) + b] = {d, d * sum(qs of b)}.
-void launch_quantize_q8_1(const float *x, int64_t x_stride, int64_t rows, int64_t k, int8_t *qs, float2 *ds,
-                          cudaStream_t stream);
+// x rows quantized to the reference activation format vt (Q8_0, Q8_1 or Q8_K: the levels and scales format/quant.h
+// gives), stored for mmvq: qs[r * k + i] int8, ds[r * (k / 32) + b] = {d, d * sum(qs of b)} with d the scale the
+// reference dequantizes block b with.
+void launch_quantize_act(DType vt, const float *x, int64_t x_stride, int64_t rows, int64_t k, int8_t *qs, float2 *ds,
+                         cudaStream_t stream);
 
 }  // namespace strata::cuda

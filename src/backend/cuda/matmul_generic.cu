@@ -23,8 +23,9 @@ __global__ void k_round_trip_q8_0(const float *x, int64_t x_stride, int64_t k, f
     const float d = __fdiv_rn(amax, 127.0f);
     const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
     const float s = __fmul_rn(v, id);
-    const float q = isnan(s) ? 0.0f : fminf(fmaxf(roundf(s), -128.0f), 127.0f);
-    out[r * k + blk * 32 + lane] = __fmul_rn(q, f16_to_f32(f32_to_f16(d)));
+    // through an integer, as the reference stores it: -0.5 < s < 0 gives +0, not -0
+    const int q = isnan(s) ? 0 : int(fminf(fmaxf(roundf(s), -128.0f), 127.0f));
+    out[r * k + blk * 32 + lane] = __fmul_rn(float(q), f16_to_f32(f32_to_f16(d)));
 }
 
 // Q8_K: the signed value of largest magnitude (the first on ties) maps to -127; q = round half even, clamped; value
@@ -60,8 +61,8 @@ __global__ void k_round_trip_q8_k(const float *x, int64_t x_stride, int64_t k, f
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         const float s = __fmul_rn(iscale, v[i]);
-        const float q = !(s > -128.0f) ? -128.0f : s >= 127.0f ? 127.0f : rintf(s);
-        ob[i * 32 + lane] = __fmul_rn(d, q);
+        const int q = !(s > -128.0f) ? -128 : s >= 127.0f ? 127 : int(rintf(s));
+        ob[i * 32 + lane] = __fmul_rn(d, float(q));
     }
 }
 

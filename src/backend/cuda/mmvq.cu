@@ -1,6 +1,6 @@
-// Quantized mat-vec products (decode): weights stay packed, activations are Q8_1 (int8 per element, a float scale
-// and the scaled sum per 32 elements), and each 32-element sub-block contributes an integer dot product (dp4a)
-// times its scales. One warp per weight row, lanes over sub-blocks, up to 8 activation rows sharing each decoded
+// Quantized mat-vec products (decode): weights stay packed, activations are 8-bit (int8 per element, a float scale
+// and the scaled sum per 32 elements, in the reference's activation format: matmul.cuh), and each 32-element
+// sub-block contributes an integer dot product (dp4a) times its scales. One warp per weight row, lanes over sub-blocks, up to 8 activation rows sharing each decoded
 // weight sub-block. Every type writes its sub-block as 8 packed int8x4 words in four groups of 8 elements:
 //   sum_i w_i x_i = dx * sum_g (scale_g * dot_g + bias_g * xsum_g) + off * (dx * sum_i q_i)
 // where dot_g is the integer dot product of group g and xsum_g the sum of its activation integers.
@@ -267,19 +267,59 @@ __global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrid
     }
 }
 
-// Q8_1 quantization of activations: one warp per 32-element block.
-__global__ void k_quantize_q8_1(const float *x, int64_t x_stride, int64_t k, int8_t *qs, float2 *ds) {
+// Q8_0 / Q8_1 levels and scales as format/quant.h makes them; one warp per 32-element block.
+__global__ void k_quantize_act_q8_0(const float *x, int64_t x_stride, int64_t k, int8_t *qs, float2 *ds) {
     const int64_t r = blockIdx.y;
     const int64_t blk = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x & 31;
     if (blk * 32 >= k) return;
     const float v = x[r * x_stride + blk * 32 + lane];
     const float amax = warp_max(fabsf(v));
-    const float d = amax / 127.0f;
-    const int q = amax == 0.0f ? 0 : __float2int_rn(v / d);
+    const float d = __fdiv_rn(amax, 127.0f);
+    const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+    const float s = __fmul_rn(v, id);
+    const int q = isnan(s) ? 0 : int(fminf(fmaxf(roundf(s), -128.0f), 127.0f));
     const float sum = warp_sum(float(q));
     qs[r * k + blk * 32 + lane] = int8_t(q);
-    if (lane == 0) ds[r * (k / 32) + blk] = make_float2(d, d * sum);
+    const float dr = f16_to_f32(f32_to_f16(d));
+    if (lane == 0) ds[r * (k / 32) + blk] = make_float2(dr, dr * sum);
+}
+
+// Q8_K levels and scale per 256 elements (one warp, element i * 32 + lane in lane's slot i, so slot i of all lanes
+// is one 32-element sub-block).
+__global__ void k_quantize_act_q8_k(const float *x, int64_t x_stride, int64_t k, int8_t *qs, float2 *ds) {
+    const int64_t r = blockIdx.y;
+    const int64_t blk = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (blk * 256 >= k) return;
+    const float *xb = x + r * x_stride + blk * 256;
+    float v[8];
+    float amax = 0.0f, smax = 0.0f;
+    int idx = 1 << 30;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        v[i] = xb[i * 32 + lane];
+        const float a = fabsf(v[i]);
+        if (a > amax) amax = a, smax = v[i], idx = i * 32 + lane;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float a2 = __shfl_xor_sync(k_full_mask, amax, o), s2 = __shfl_xor_sync(k_full_mask, smax, o);
+        const int i2 = __shfl_xor_sync(k_full_mask, idx, o);
+        if (a2 > amax || (a2 == amax && i2 < idx)) amax = a2, smax = s2, idx = i2;
+    }
+    const float iscale = smax != 0.0f ? __fdiv_rn(-127.0f, smax) : 0.0f;
+    const float d = smax != 0.0f ? __fdiv_rn(1.0f, iscale) : 0.0f;
+    int8_t *qb = qs + r * k + blk * 256;
+    float2 *db = ds + r * (k / 32) + blk * 8;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const float s = __fmul_rn(iscale, v[i]);
+        const int q = smax == 0.0f ? 0 : !(s > -128.0f) ? -128 : s >= 127.0f ? 127 : int(rintf(s));
+        qb[i * 32 + lane] = int8_t(q);
+        const float sum = warp_sum(float(q));
+        if (lane == 0) db[i] = make_float2(d, d * sum);
+    }
 }
 
 }  // namespace
@@ -314,12 +354,23 @@ void launch_mmvq(const MatmulArgs &a, cudaStream_t stream) {
     STRATA_CUDA_LAUNCH_CHECK("k_mmvq");
 }
 
-void launch_quantize_q8_1(const float *x, int64_t x_stride, int64_t rows, int64_t k, int8_t *qs, float2 *ds,
-                          cudaStream_t stream) {
+void launch_quantize_act(DType vt, const float *x, int64_t x_stride, int64_t rows, int64_t k, int8_t *qs, float2 *ds,
+                         cudaStream_t stream) {
     if (rows == 0) return;
-    STRATA_ASSERT(k % 32 == 0 && rows <= 65535);
-    k_quantize_q8_1<<<dim3(ceil_div(k / 32, 8), unsigned(rows)), 256, 0, stream>>>(x, x_stride, k, qs, ds);
-    STRATA_CUDA_LAUNCH_CHECK("k_quantize_q8_1");
+    STRATA_ASSERT(rows <= 65535);
+    switch (vt) {
+        case DType::Q8_0:
+        case DType::Q8_1:
+            STRATA_ASSERT(k % 32 == 0);
+            k_quantize_act_q8_0<<<dim3(ceil_div(k / 32, 8), unsigned(rows)), 256, 0, stream>>>(x, x_stride, k, qs, ds);
+            break;
+        case DType::Q8_K:
+            STRATA_ASSERT(k % 256 == 0);
+            k_quantize_act_q8_k<<<dim3(ceil_div(k / 256, 4), unsigned(rows)), 128, 0, stream>>>(x, x_stride, k, qs, ds);
+            break;
+        default: fail("CUDA: no 8-bit activation format %s", dtype_name(vt));
+    }
+    STRATA_CUDA_LAUNCH_CHECK("quantize_act");
 }
 
 }  // namespace strata::cuda
