@@ -516,7 +516,10 @@ TEST_P(CudaMoe, MatchesTheCpuAndIgnoresPlacement) {
         const std::vector<float> x = randn(size_t(T * 256), seed++);
         const std::vector<float> want = run_moe(*cpu, mm, x, T, false);
         const std::vector<float> got = run_moe(*gpus[0], mm, x, T, true);
-        EXPECT_LE(max_abs_diff(want, got), 1e-4f * std::max(1.0f, max_abs(want))) << dtype_name(et) << " T=" << T;
+        // The same function as the CPU, but the experts' inputs are quantized again from intermediates that differ
+        // in float rounding, so now and then an element lands one quantization step away: small, rare differences.
+        EXPECT_LE(nmse(want, got), 1e-5) << dtype_name(et) << " T=" << T;
+        EXPECT_LE(max_abs_diff(want, got), 3e-3f * std::max(1.0f, max_abs(want))) << dtype_name(et) << " T=" << T;
         for (size_t g = 1; g < gpus.size(); g++) {
             const std::vector<float> other = run_moe(*gpus[g], mm, x, T, true);
             EXPECT_EQ(std::memcmp(other.data(), got.data(), got.size() * 4), 0)

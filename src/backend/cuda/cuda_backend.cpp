@@ -371,11 +371,13 @@ void CudaBackend::prepare(Model &m) {
     if (n_slots >= n_experts_total) {
         experts_.load_all(stream_);
     } else if (m.file) {
-        // Streaming from the mapped file: pin it once so copies run at full speed (STRATA_CUDA_PIN=0: don't); a
-        // machine that refuses (memory limits) still works through pageable copies.
+        // Streaming from the mapped file. Pinning the mapping (cudaHostRegister, read-only) lets copies run as DMA
+        // at full speed, but on the Firecracker H200 machines registering even a 15 MB mapping took over 20 s, so it
+        // is opt-in (STRATA_CUDA_PIN=1) until a pinned staging ring replaces it; pageable copies are staged by the
+        // driver and stay in stream order.
         const char *pin_env = std::getenv("STRATA_CUDA_PIN");
-        if (pin_env && std::strcmp(pin_env, "0") == 0) {
-            host_note = strfmt("host %s pageable (STRATA_CUDA_PIN=0)", format_bytes(m.expert_bytes).c_str());
+        if (!(pin_env && std::strcmp(pin_env, "1") == 0)) {
+            host_note = strfmt("host %s pageable", format_bytes(m.expert_bytes).c_str());
         } else {
             const uint8_t *base = m.file->bytes();
             const long page = sysconf(_SC_PAGESIZE);

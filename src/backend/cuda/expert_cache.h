@@ -4,8 +4,8 @@
 // same bytes, identical results.
 //
 // Protocol (everything on the backend's one stream, in issue order):
-//   - acquire() makes a set of experts resident, copying each missing one from host memory (the mapped model file,
-//     pinned when that succeeded) into the least recently used slot that is not in the set. The copy is queued on the
+//   - acquire() makes a set of experts resident, copying each missing one from host memory (the mapped model file;
+//     pinned with STRATA_CUDA_PIN=1) into the least recently used slot that is not in the set. The copy is queued on the
 //     stream, so it starts after every kernel queued before it (the ones reading the slot's previous expert) and
 //     before every kernel queued after it (the ones reading the new expert). No events are needed while copies and
 //     compute share the stream; a separate copy stream would need an event per slot ("compute that read it is done").
