@@ -18,12 +18,18 @@ uint64_t parse_size(const std::string &s, const char *what) {
     std::string unit(end);
     for (char &c : unit) c = char(std::toupper(static_cast<unsigned char>(c)));
     double mul = 1;
-    if (unit.empty() || unit == "B") mul = 1;
-    else if (unit == "K" || unit == "KB" || unit == "KIB") mul = 1024.0;
-    else if (unit == "M" || unit == "MB" || unit == "MIB") mul = 1024.0 * 1024;
-    else if (unit == "G" || unit == "GB" || unit == "GIB") mul = 1024.0 * 1024 * 1024;
-    else if (unit == "T" || unit == "TB" || unit == "TIB") mul = 1024.0 * 1024 * 1024 * 1024;
-    else fail("%s: unknown unit in '%s' (use K, M, G or T)", what, s.c_str());
+    if (unit.empty() || unit == "B")
+        mul = 1;
+    else if (unit == "K" || unit == "KB" || unit == "KIB")
+        mul = 1024.0;
+    else if (unit == "M" || unit == "MB" || unit == "MIB")
+        mul = 1024.0 * 1024;
+    else if (unit == "G" || unit == "GB" || unit == "GIB")
+        mul = 1024.0 * 1024 * 1024;
+    else if (unit == "T" || unit == "TB" || unit == "TIB")
+        mul = 1024.0 * 1024 * 1024 * 1024;
+    else
+        fail("%s: unknown unit in '%s' (use K, M, G or T)", what, s.c_str());
     const double bytes = v * mul;
     if (bytes >= 1.8e19) fail("%s: '%s' is too large", what, s.c_str());
     return uint64_t(bytes);

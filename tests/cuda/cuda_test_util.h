@@ -4,9 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cuda_runtime_api.h>
 #include <cmath>
 #include <cstring>
-#include <cuda_runtime_api.h>
 #include <random>
 #include <vector>
 
@@ -36,14 +36,16 @@ struct DevBuf {
     DevBuf(const DevBuf &) = delete;
     DevBuf &operator=(const DevBuf &) = delete;
     template <class T>
-    T *as() const { return static_cast<T *>(p); }
+    T *as() const {
+        return static_cast<T *>(p);
+    }
 };
 
 // Host rows (packed) into a backend activation; synchronous w.r.t. every stream.
 inline void put(const Act &a, const std::vector<float> &host, bool device) {
     if (device) {
-        cudaMemcpy2D(a.data, size_t(a.stride) * 4, host.data(), size_t(a.cols) * 4, size_t(a.cols) * 4,
-                     size_t(a.rows), cudaMemcpyHostToDevice);
+        cudaMemcpy2D(a.data, size_t(a.stride) * 4, host.data(), size_t(a.cols) * 4, size_t(a.cols) * 4, size_t(a.rows),
+                     cudaMemcpyHostToDevice);
         cudaDeviceSynchronize();
     } else {
         for (int64_t r = 0; r < a.rows; r++) std::memcpy(a.row(r), host.data() + r * a.cols, size_t(a.cols) * 4);
@@ -108,6 +110,8 @@ inline float max_abs(const std::vector<float> &a) {
     return m;
 }
 
-inline bool gpu_present() { return cuda_device_count() > 0; }
+inline bool gpu_present() {
+    return cuda_device_count() > 0;
+}
 
 }  // namespace strata::test

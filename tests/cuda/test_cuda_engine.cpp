@@ -87,7 +87,7 @@ std::string case_name(const Case &c) {
 }  // namespace
 
 class CudaEngine : public ::testing::TestWithParam<Case> {
-protected:
+  protected:
     bool quantized() const { return GetParam().expert_type != DType::F32; }
     std::string path() const { return model_path(GetParam().preset, GetParam().expert_type, GetParam().dense_type); }
     EngineConfig config(int64_t n_batch = 512, KvType kv = KvType::F32) const {
@@ -216,16 +216,17 @@ TEST_P(CudaEngine, BadRequestsFailAndTheEngineGoesOn) {
     for (float x : l[0]) ASSERT_TRUE(std::isfinite(x));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Tiny, CudaEngine,
-    ::testing::Values(Case{"tiny-qwen3moe", DType::F32, DType::F32}, Case{"tiny-qwen3next", DType::F32, DType::F32},
-                      Case{"tiny-qwen35moe", DType::F32, DType::F32}, Case{"tiny-qwen3moe", DType::Q4_K, DType::Q8_0},
-                      Case{"tiny-qwen3next", DType::Q4_K, DType::Q8_0},
-                      Case{"tiny-qwen35moe", DType::Q4_K, DType::Q8_0},
-                      Case{"tiny-qwen3next", DType::IQ4_XS, DType::Q6_K},
-                      Case{"tiny-qwen3moe", DType::IQ2_XXS, DType::Q5_K},
-                      Case{"tiny-qwen35moe", DType::MXFP4, DType::Q4_0}),
-    [](const auto &info) { return case_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Tiny, CudaEngine,
+                         ::testing::Values(Case{"tiny-qwen3moe", DType::F32, DType::F32},
+                                           Case{"tiny-qwen3next", DType::F32, DType::F32},
+                                           Case{"tiny-qwen35moe", DType::F32, DType::F32},
+                                           Case{"tiny-qwen3moe", DType::Q4_K, DType::Q8_0},
+                                           Case{"tiny-qwen3next", DType::Q4_K, DType::Q8_0},
+                                           Case{"tiny-qwen35moe", DType::Q4_K, DType::Q8_0},
+                                           Case{"tiny-qwen3next", DType::IQ4_XS, DType::Q6_K},
+                                           Case{"tiny-qwen3moe", DType::IQ2_XXS, DType::Q5_K},
+                                           Case{"tiny-qwen35moe", DType::MXFP4, DType::Q4_0}),
+                         [](const auto &info) { return case_name(info.param); });
 
 TEST(CudaEngineDevice, AutoPicksTheGpu) {
     EXPECT_TRUE(cuda_available());

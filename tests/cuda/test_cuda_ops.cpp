@@ -19,12 +19,11 @@ using namespace strata::test;
 
 namespace {
 
-const DType k_all_types[] = {DType::F32,    DType::F16,    DType::BF16,   DType::Q4_0,    DType::Q4_1,
-                             DType::Q5_0,   DType::Q5_1,   DType::Q8_0,   DType::Q8_1,    DType::MXFP4,
-                             DType::IQ4_NL, DType::Q2_K,   DType::Q3_K,   DType::Q4_K,    DType::Q5_K,
-                             DType::Q6_K,   DType::Q8_K,   DType::IQ4_XS, DType::IQ2_XXS, DType::IQ2_XS,
-                             DType::IQ2_S,  DType::IQ3_XXS, DType::IQ3_S, DType::IQ1_S,   DType::IQ1_M,
-                             DType::TQ1_0,  DType::TQ2_0};
+const DType k_all_types[] = {DType::F32,     DType::F16,    DType::BF16,  DType::Q4_0,    DType::Q4_1,   DType::Q5_0,
+                             DType::Q5_1,    DType::Q8_0,   DType::Q8_1,  DType::MXFP4,   DType::IQ4_NL, DType::Q2_K,
+                             DType::Q3_K,    DType::Q4_K,   DType::Q5_K,  DType::Q6_K,    DType::Q8_K,   DType::IQ4_XS,
+                             DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS, DType::IQ3_S,  DType::IQ1_S,
+                             DType::IQ1_M,   DType::TQ1_0,  DType::TQ2_0};
 
 bool same_bits(float a, float b) {
     if (std::isnan(a) && std::isnan(b)) return true;
@@ -89,7 +88,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, CudaDequant, ::testing::ValuesIn(k_all_types)
 TEST(CudaActivations, RoundTripIsExact) {
     const int64_t k = 512, rows = 7;
     std::vector<float> x = randn(size_t(rows * k), 5, 3.0f);
-    x[3] = 0.0f;                                        // zeros
+    x[3] = 0.0f;                                           // zeros
     for (int i = 0; i < 32; i++) x[size_t(k + i)] = 0.0f;  // an all-zero block
     x[size_t(2 * k + 5)] = -x[size_t(2 * k + 9)];          // a tie in magnitude
     DevBuf xd(x.size() * 4), out(x.size() * 4);
@@ -147,8 +146,12 @@ TEST_P(CudaMatmul, MatchesTheReference) {
 std::vector<MatmulCase> matmul_cases() {
     std::vector<MatmulCase> out;
     for (DType t : k_all_types)
-        for (auto [k, n, tok] : {std::tuple<int64_t, int64_t, int64_t>{256, 37, 1}, {512, 130, 3}, {512, 1, 8},
-                                 {768, 65, 9}, {256, 70, 70}, {512, 33, 130}})
+        for (auto [k, n, tok] : {std::tuple<int64_t, int64_t, int64_t>{256, 37, 1},
+                                 {512, 130, 3},
+                                 {512, 1, 8},
+                                 {768, 65, 9},
+                                 {256, 70, 70},
+                                 {512, 33, 130}})
             out.push_back({t, k, n, tok});
     // row lengths that are no multiple of 32 (float types only)
     for (DType t : {DType::F32, DType::F16, DType::BF16})
@@ -219,8 +222,8 @@ TEST(CudaOps, NormsRopeAndElementwiseMatchTheCpu) {
         return outs;
     };
     const auto want = run(*cpu, false), got = run(*gpu, true);
-    const char *names[] = {"rms_norm", "rms_norm per head", "rope partial", "rope full", "add", "mul_sigmoid",
-                           "deinterleave a", "deinterleave b", "gather_rows"};
+    const char *names[] = {"rms_norm",    "rms_norm per head", "rope partial",   "rope full",  "add",
+                           "mul_sigmoid", "deinterleave a",    "deinterleave b", "gather_rows"};
     for (size_t i = 0; i < want.size(); i++)
         EXPECT_LE(max_abs_diff(want[i], got[i]), 2e-5f * std::max(1.0f, max_abs(want[i]))) << names[i];
 }

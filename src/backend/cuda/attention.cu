@@ -12,8 +12,10 @@ namespace {
 
 template <KvType KT>
 __device__ __forceinline__ float kv_elem(const uint8_t *row, int64_t i) {
-    if constexpr (KT == KvType::F32) return reinterpret_cast<const float *>(row)[i];
-    else if constexpr (KT == KvType::F16) return f16_to_f32(reinterpret_cast<const uint16_t *>(row)[i]);
+    if constexpr (KT == KvType::F32)
+        return reinterpret_cast<const float *>(row)[i];
+    else if constexpr (KT == KvType::F16)
+        return f16_to_f32(reinterpret_cast<const uint16_t *>(row)[i]);
     else {
         const uint8_t *b = row + (i / 32) * 34;
         return __fmul_rn(float(int8_t(b[2 + i % 32])), f16_to_f32(*reinterpret_cast<const uint16_t *>(b)));
@@ -31,8 +33,10 @@ __global__ void k_kv_store(KvCacheView c, Rows k, Rows v, const int2 *slot_pos) 
     for (int which = 0; which < 2; which++) {
         const float x = which == 0 ? k.data[r * k.stride + i] : v.data[r * v.stride + i];
         uint8_t *row = (which == 0 ? c.k : c.v) + off;
-        if constexpr (KT == KvType::F32) reinterpret_cast<float *>(row)[i] = x;
-        else if constexpr (KT == KvType::F16) reinterpret_cast<uint16_t *>(row)[i] = f32_to_f16(x);
+        if constexpr (KT == KvType::F32)
+            reinterpret_cast<float *>(row)[i] = x;
+        else if constexpr (KT == KvType::F16)
+            reinterpret_cast<uint16_t *>(row)[i] = f32_to_f16(x);
         else {
             const float amax = warp_max(fabsf(x));
             const float d = __fdiv_rn(amax, 127.0f);
@@ -120,9 +124,15 @@ void launch_kv_store(const KvCacheView &c, Rows k, Rows v, const int2 *slot_pos_
     STRATA_ASSERT(k.rows <= 65535 && (c.type != KvType::Q8_0 || c.kv_cols % 32 == 0));
     const dim3 grid(ceil_div(c.kv_cols, 128), unsigned(k.rows));
     switch (c.type) {
-        case KvType::F32: k_kv_store<KvType::F32><<<grid, 128, 0, stream>>>(c, k, v, slot_pos_dev); break;
-        case KvType::F16: k_kv_store<KvType::F16><<<grid, 128, 0, stream>>>(c, k, v, slot_pos_dev); break;
-        case KvType::Q8_0: k_kv_store<KvType::Q8_0><<<grid, 128, 0, stream>>>(c, k, v, slot_pos_dev); break;
+        case KvType::F32:
+            k_kv_store<KvType::F32><<<grid, 128, 0, stream>>>(c, k, v, slot_pos_dev);
+            break;
+        case KvType::F16:
+            k_kv_store<KvType::F16><<<grid, 128, 0, stream>>>(c, k, v, slot_pos_dev);
+            break;
+        case KvType::Q8_0:
+            k_kv_store<KvType::Q8_0><<<grid, 128, 0, stream>>>(c, k, v, slot_pos_dev);
+            break;
     }
     STRATA_CUDA_LAUNCH_CHECK("k_kv_store");
 }
@@ -130,19 +140,23 @@ void launch_kv_store(const KvCacheView &c, Rows k, Rows v, const int2 *slot_pos_
 void launch_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                       float scale, const int2 *slot_pos_dev, cudaStream_t stream) {
     if (q.rows == 0) return;
-    if (head_dim > k_att_max_dim) fail("CUDA attention: head size %lld is above %d", (long long)head_dim, k_att_max_dim);
+    if (head_dim > k_att_max_dim)
+        fail("CUDA attention: head size %lld is above %d", (long long)head_dim, k_att_max_dim);
     STRATA_ASSERT(q.rows <= 65535 && n_head % n_head_kv == 0);
     const dim3 grid(unsigned(n_head), unsigned(q.rows));
     const int64_t group = n_head / n_head_kv;
     switch (c.type) {
         case KvType::F32:
-            k_attention<KvType::F32><<<grid, k_att_threads, 0, stream>>>(c, q, out, group, head_dim, scale, slot_pos_dev);
+            k_attention<KvType::F32>
+                <<<grid, k_att_threads, 0, stream>>>(c, q, out, group, head_dim, scale, slot_pos_dev);
             break;
         case KvType::F16:
-            k_attention<KvType::F16><<<grid, k_att_threads, 0, stream>>>(c, q, out, group, head_dim, scale, slot_pos_dev);
+            k_attention<KvType::F16>
+                <<<grid, k_att_threads, 0, stream>>>(c, q, out, group, head_dim, scale, slot_pos_dev);
             break;
         case KvType::Q8_0:
-            k_attention<KvType::Q8_0><<<grid, k_att_threads, 0, stream>>>(c, q, out, group, head_dim, scale, slot_pos_dev);
+            k_attention<KvType::Q8_0>
+                <<<grid, k_att_threads, 0, stream>>>(c, q, out, group, head_dim, scale, slot_pos_dev);
             break;
     }
     STRATA_CUDA_LAUNCH_CHECK("k_attention");

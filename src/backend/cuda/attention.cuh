@@ -2,8 +2,8 @@
 // Cache layout per attention layer: [slot][position][n_head_kv * head_dim] in the cache type (row_bytes a row).
 #pragma once
 
-#include <cstdint>
 #include <cuda_runtime_api.h>
+#include <cstdint>
 
 #include "backend/backend.h"
 #include "backend/cuda/elementwise.cuh"

@@ -2,12 +2,12 @@
 // uploads, and the small ops. Protocol of streams and buffers: cuda_backend_impl.h.
 #include "backend/cuda/cuda_backend_impl.h"
 
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <unistd.h>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dequant.cuh"
@@ -20,7 +20,9 @@ namespace strata {
 namespace {
 
 constexpr size_t k_align = 256;
-inline size_t align_up(size_t n) { return (n + k_align - 1) / k_align * k_align; }
+inline size_t align_up(size_t n) {
+    return (n + k_align - 1) / k_align * k_align;
+}
 
 }  // namespace
 
@@ -33,7 +35,9 @@ int cuda_device_count() {
     return n;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(const CudaOptions &o) { return std::make_unique<cuda::CudaBackend>(o); }
+std::unique_ptr<Backend> make_cuda_backend(const CudaOptions &o) {
+    return std::make_unique<cuda::CudaBackend>(o);
+}
 
 CudaExpertStats cuda_expert_stats(const Backend &be) {
     const auto *cb = dynamic_cast<const cuda::CudaBackend *>(&be);
@@ -185,12 +189,13 @@ void CudaBackend::download(const Act &src, float *host) {
 const uint8_t *CudaBackend::dev_matrix(const Weight &w) const {
     if (w.backend) return static_cast<const uint8_t *>(w.backend);
     auto it = weights_dev_.find(w.host);
-    if (it == weights_dev_.end())
-        fail("internal: weight '%.*s' has no device copy", int(w.name.size()), w.name.data());
+    if (it == weights_dev_.end()) fail("internal: weight '%.*s' has no device copy", int(w.name.size()), w.name.data());
     return static_cast<const uint8_t *>(it->second);
 }
 
-const float *CudaBackend::dev_vector(const Weight &w) const { return reinterpret_cast<const float *>(dev_matrix(w)); }
+const float *CudaBackend::dev_vector(const Weight &w) const {
+    return reinterpret_cast<const float *>(dev_matrix(w));
+}
 
 int64_t CudaBackend::layer_index(const LayerWeights &L) const {
     STRATA_ASSERT(model_ && !model_->layers.empty());
@@ -207,7 +212,7 @@ uint64_t CudaBackend::cache_bytes(const HParams &hp, const CacheConfig &cfg) con
             total += align_up(size_t(cfg.n_slots) * size_t(hp.ssm_dt_rank * hp.ssm_d_state * hp.gdn_head_v_dim()) * 4);
         } else {
             const int64_t kv_cols = hp.n_head_kv * hp.head_dim_k;
-            const size_t rb = cfg.kv_type == KvType::F32 ? size_t(kv_cols) * 4
+            const size_t rb = cfg.kv_type == KvType::F32   ? size_t(kv_cols) * 4
                               : cfg.kv_type == KvType::F16 ? size_t(kv_cols) * 2
                                                            : row_bytes(DType::Q8_0, kv_cols);
             total += 2 * align_up(size_t(cfg.n_slots) * size_t(cfg.n_ctx) * rb);
@@ -222,7 +227,8 @@ uint64_t CudaBackend::scratch_estimate(const HParams &hp) const {
     const uint64_t T = uint64_t(std::max<int64_t>(opt_.n_batch, 1)), E = uint64_t(hp.n_embd);
     const uint64_t q_cols = uint64_t(hp.n_head * hp.head_dim_k), kv = uint64_t(hp.n_head_kv * hp.head_dim_k);
     const uint64_t attn = T * (q_cols * (hp.attn_output_gate ? 4 : 2) + 2 * kv + E);
-    const uint64_t conv = uint64_t(hp.gdn_conv_dim()), d_inner = uint64_t(hp.ssm_d_inner), n_v = uint64_t(hp.ssm_dt_rank);
+    const uint64_t conv = uint64_t(hp.gdn_conv_dim()), d_inner = uint64_t(hp.ssm_d_inner),
+                   n_v = uint64_t(hp.ssm_dt_rank);
     const uint64_t gdn = T * (conv + 2 * d_inner + 2 * n_v + E);
     uint64_t per_layer_max = 0, layers = 0;
     for (int64_t il = 0; il < hp.n_layer; il++) {
@@ -232,8 +238,8 @@ uint64_t CudaBackend::scratch_estimate(const HParams &hp) const {
     }
     const uint64_t M = T * uint64_t(hp.n_expert_used), F = uint64_t(std::max(hp.n_ff_exp, hp.n_ff_shexp));
     const uint64_t K = std::max({E, F, q_cols, d_inner});
-    const uint64_t moe_tmp = 4 * (T * uint64_t(hp.n_expert) + 2 * M + M * (3 * E + 4 * F) + T * (3 * F + E)) +
-                             M * (E + F) * 2 + 5 * M * K;
+    const uint64_t moe_tmp =
+        4 * (T * uint64_t(hp.n_expert) + 2 * M + M * (3 * E + 4 * F) + T * (3 * F + E)) + M * (E + F) * 2 + 5 * M * K;
     const uint64_t gdn_tmp = 4 * (T * (conv + 2 * n_v) + conv * uint64_t(hp.ssm_conv_kernel) +
                                   n_v * 64 * (2 * uint64_t(hp.ssm_d_state) + 128));
     const uint64_t mm_tmp = 5 * T * K;
@@ -246,9 +252,10 @@ void CudaBackend::prepare(Model &m) {
     model_ = &m;
     const HParams &hp = m.hp;
     if (uint64_t(opt_.n_batch) * uint64_t(std::max<int64_t>(hp.n_expert_used, 1)) > 65535)
-        fail("CUDA: a batch of %lld tokens routes more rows than the kernels take (at most 65535 token-expert "
-             "pairs per pass); use a smaller batch",
-             (long long)opt_.n_batch);
+        fail(
+            "CUDA: a batch of %lld tokens routes more rows than the kernels take (at most 65535 token-expert "
+            "pairs per pass); use a smaller batch",
+            (long long)opt_.n_batch);
 
     // Non-expert weights of the trunk: matrices keep their packed bytes, 1-D weights become f32.
     std::vector<Weight *> matrices, vectors;
@@ -289,8 +296,8 @@ void CudaBackend::prepare(Model &m) {
         if (!L.gate_exps.present()) continue;
         for (const Weight *w : {&L.gate_exps, &L.up_exps, &L.down_exps})
             if (!cuda::cuda_can_dequantize(w->type))
-                fail("CUDA: tensor '%.*s' has type %s, which the CUDA backend cannot compute with",
-                     int(w->name.size()), w->name.data(), dtype_name(w->type));
+                fail("CUDA: tensor '%.*s' has type %s, which the CUDA backend cannot compute with", int(w->name.size()),
+                     w->name.data(), dtype_name(w->type));
         ExpertLayout &E = layouts[size_t(il)];
         E.gate = &L.gate_exps;
         E.up = &L.up_exps;
@@ -318,16 +325,19 @@ void CudaBackend::prepare(Model &m) {
     const uint64_t scratch = align_up(scratch_estimate(hp));
     const uint64_t misc = uint64_t(4) << 20;  // i-quant tables, rope tables, rounding
     const uint64_t resident = weight_bytes + kv_bytes + scratch + misc;
-    const int64_t min_slots = n_experts_total ? std::min<int64_t>(n_experts_total, std::max<int64_t>(hp.n_expert_used, 1)) : 0;
+    const int64_t min_slots =
+        n_experts_total ? std::min<int64_t>(n_experts_total, std::max<int64_t>(hp.n_expert_used, 1)) : 0;
     const uint64_t minimum = resident + uint64_t(min_slots) * slot_bytes;
     if (minimum > budget)
-        fail("%s %s is too small for this model: the resident part needs %s (weights %s, KV cache and states %s, "
-             "scratch for %lld-token passes %s) and the expert cache at least %lld slots of %s; give at least %s",
-             opt_.vram_budget_bytes ? "--vram-budget" : "the free memory of CUDA", format_bytes(budget).c_str(),
-             format_bytes(resident).c_str(), format_bytes(weight_bytes).c_str(), format_bytes(kv_bytes).c_str(),
-             (long long)opt_.n_batch, format_bytes(scratch).c_str(), (long long)min_slots,
-             format_bytes(slot_bytes).c_str(), format_bytes(minimum).c_str());
-    int64_t n_slots = slot_bytes ? int64_t(std::min<uint64_t>(uint64_t(n_experts_total), (budget - resident) / slot_bytes)) : 0;
+        fail(
+            "%s %s is too small for this model: the resident part needs %s (weights %s, KV cache and states %s, "
+            "scratch for %lld-token passes %s) and the expert cache at least %lld slots of %s; give at least %s",
+            opt_.vram_budget_bytes ? "--vram-budget" : "the free memory of CUDA", format_bytes(budget).c_str(),
+            format_bytes(resident).c_str(), format_bytes(weight_bytes).c_str(), format_bytes(kv_bytes).c_str(),
+            (long long)opt_.n_batch, format_bytes(scratch).c_str(), (long long)min_slots,
+            format_bytes(slot_bytes).c_str(), format_bytes(minimum).c_str());
+    int64_t n_slots =
+        slot_bytes ? int64_t(std::min<uint64_t>(uint64_t(n_experts_total), (budget - resident) / slot_bytes)) : 0;
     if (opt_.expert_slots > 0) n_slots = std::min(n_slots, opt_.expert_slots);
     budget_ = budget;
 
@@ -383,8 +393,8 @@ void CudaBackend::prepare(Model &m) {
             const long page = sysconf(_SC_PAGESIZE);
             const size_t len = (m.file->file_size() + size_t(page) - 1) / size_t(page) * size_t(page);
             const auto t0 = std::chrono::steady_clock::now();
-            const cudaError_t err = cudaHostRegister(const_cast<uint8_t *>(base), len,
-                                                     cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+            const cudaError_t err =
+                cudaHostRegister(const_cast<uint8_t *>(base), len, cudaHostRegisterPortable | cudaHostRegisterReadOnly);
             const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             if (err == cudaSuccess) {
                 pinned_base_ = base;
@@ -398,12 +408,13 @@ void CudaBackend::prepare(Model &m) {
     }
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
     const double pct = n_experts_total ? 100.0 * double(n_slots) / double(n_experts_total) : 100.0;
-    plan_line_ = strfmt("strata: CUDA%d plan: resident %s, expert cache %lld slots (%s, %.0f%% of experts), %s, "
-                        "KV %s %d x %lld (%s with states), scratch %s, budget %s",
-                        device_, format_bytes(weight_bytes + kv_bytes + scratch).c_str(), (long long)n_slots,
-                        format_bytes(uint64_t(n_slots) * slot_bytes).c_str(), pct, host_note.c_str(),
-                        kv_type_name(opt_.cache.kv_type), opt_.cache.n_slots, (long long)opt_.cache.n_ctx,
-                        format_bytes(kv_bytes).c_str(), format_bytes(scratch).c_str(), format_bytes(budget).c_str());
+    plan_line_ = strfmt(
+        "strata: CUDA%d plan: resident %s, expert cache %lld slots (%s, %.0f%% of experts), %s, "
+        "KV %s %d x %lld (%s with states), scratch %s, budget %s",
+        device_, format_bytes(weight_bytes + kv_bytes + scratch).c_str(), (long long)n_slots,
+        format_bytes(uint64_t(n_slots) * slot_bytes).c_str(), pct, host_note.c_str(), kv_type_name(opt_.cache.kv_type),
+        opt_.cache.n_slots, (long long)opt_.cache.n_ctx, format_bytes(kv_bytes).c_str(), format_bytes(scratch).c_str(),
+        format_bytes(budget).c_str());
     if (opt_.log) opt_.log(plan_line_);
 }
 
@@ -434,7 +445,7 @@ void CudaBackend::init_caches(const HParams &hp, const CacheConfig &cfg) {
             c.attn = true;
             c.kv.type = cfg.kv_type;
             c.kv.kv_cols = hp.n_head_kv * hp.head_dim_k;
-            c.kv.row_bytes = cfg.kv_type == KvType::F32 ? size_t(c.kv.kv_cols) * 4
+            c.kv.row_bytes = cfg.kv_type == KvType::F32   ? size_t(c.kv.kv_cols) * 4
                              : cfg.kv_type == KvType::F16 ? size_t(c.kv.kv_cols) * 2
                                                           : row_bytes(DType::Q8_0, c.kv.kv_cols);
             c.kv.n_ctx = cfg.n_ctx;

@@ -27,10 +27,12 @@
 
 namespace strata::cuda {
 
-inline Rows rows_of(const Act &a) { return {a.data, a.rows, a.cols, a.stride}; }
+inline Rows rows_of(const Act &a) {
+    return {a.data, a.rows, a.cols, a.stride};
+}
 
 class CudaBackend final : public Backend {
-public:
+  public:
     explicit CudaBackend(const CudaOptions &o);
     ~CudaBackend() override;
 
@@ -51,8 +53,8 @@ public:
     void gather_rows(Act src, const std::vector<int64_t> &rows, Act dst) override;
     void deinterleave(Act src, int64_t width, Act a, Act b) override;
     void rope(Act x, const RopeParams &rp, const BatchInfo &b) override;
-    void attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-                   float scale, const BatchInfo &b, Act out) override;
+    void attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
+                   const BatchInfo &b, Act out) override;
     void gdn(int64_t il, const LayerWeights &L, Act qkv, Act z, Act beta_in, Act alpha_in, const GdnParams &p,
              const BatchInfo &b, Act out) override;
     void moe(const LayerWeights &L, Act x, const MoeParams &p, Act out) override;
@@ -60,7 +62,7 @@ public:
     CudaExpertStats stats() const;
     cudaStream_t stream() const { return stream_; }
 
-private:
+  private:
     // ---- device memory (counted against the budget) ----
     void *dev_alloc(size_t bytes, const char *what);
     void dev_free(void *p);
@@ -76,12 +78,16 @@ private:
     Mark mark() const { return {cur_chunk_, cur_off_}; }
     void release(Mark m) { cur_chunk_ = m.chunk, cur_off_ = m.offset; }
     template <class T>
-    T *scratch_array(int64_t n) { return static_cast<T *>(scratch_bytes(size_t(n) * sizeof(T))); }
+    T *scratch_array(int64_t n) {
+        return static_cast<T *>(scratch_bytes(size_t(n) * sizeof(T)));
+    }
 
     // Copies host bytes to fresh scratch through the pinned staging buffer (async, stream-ordered).
     void *upload(const void *host, size_t bytes);
     template <class T>
-    const T *upload_vec(const std::vector<T> &v) { return static_cast<const T *>(upload(v.data(), v.size() * sizeof(T))); }
+    const T *upload_vec(const std::vector<T> &v) {
+        return static_cast<const T *>(upload(v.data(), v.size() * sizeof(T)));
+    }
 
     // ---- weights ----
     const uint8_t *dev_matrix(const Weight &w) const;  // packed bytes on the device
@@ -141,7 +147,7 @@ private:
     struct LayerCache {
         bool attn = false;
         KvCacheView kv{};
-        float *conv = nullptr, *state = nullptr;  // [slot][...]
+        float *conv = nullptr, *state = nullptr;    // [slot][...]
         int64_t conv_floats = 0, state_floats = 0;  // per slot
     };
     CacheConfig cache_cfg_;

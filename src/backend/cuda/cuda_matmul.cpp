@@ -25,8 +25,7 @@ bool mmvq_enabled() {
 
 }  // namespace
 
-void CudaBackend::grouped_matmul(const WeightShape &w, const std::vector<MatmulGroup> &groups, PreparedAct &x,
-                                 Rows y) {
+void CudaBackend::grouped_matmul(const WeightShape &w, const std::vector<MatmulGroup> &groups, PreparedAct &x, Rows y) {
     STRATA_ASSERT(x.k == w.k && y.cols == w.n);
     const DType vt = cpu_vec_dot_type(w.type);
     if (vt != DType::F32 && w.k % dtype_info(vt).block_size != 0)

@@ -11,19 +11,18 @@ void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int
     STRATA_ASSERT(c.attn && k.cols == c.kv.kv_cols && v.cols == c.kv.kv_cols && q.cols == n_head * head_dim);
     for (const BatchSeg &s : b.segs)
         if (s.pos0 + s.n > c.kv.n_ctx)
-            fail("sequence in slot %d needs %lld positions; the context holds %lld", s.slot,
-                 (long long)(s.pos0 + s.n), (long long)c.kv.n_ctx);
+            fail("sequence in slot %d needs %lld positions; the context holds %lld", s.slot, (long long)(s.pos0 + s.n),
+                 (long long)c.kv.n_ctx);
     const int2 *sp = slot_pos(b);
     launch_kv_store(c.kv, rows_of(k), rows_of(v), sp, stream_);
     launch_attention(c.kv, rows_of(q), rows_of(out), n_head, n_head_kv, head_dim, scale, sp, stream_);
 }
 
-void CudaBackend::gdn(int64_t il, const LayerWeights &Lw, Act qkv, Act z, Act beta_in, Act alpha_in,
-                      const GdnParams &p, const BatchInfo &b, Act out) {
+void CudaBackend::gdn(int64_t il, const LayerWeights &Lw, Act qkv, Act z, Act beta_in, Act alpha_in, const GdnParams &p,
+                      const BatchInfo &b, Act out) {
     STRATA_ASSERT(il >= 0 && il < int64_t(caches_.size()));
     LayerCache &c = caches_[size_t(il)];
-    GdnShape s{p.n_k_heads, p.n_v_heads, p.head_k_dim, p.head_v_dim, p.conv_kernel, p.ba_grouped, p.vhead_tiled,
-               p.eps};
+    GdnShape s{p.n_k_heads, p.n_v_heads, p.head_k_dim, p.head_v_dim, p.conv_kernel, p.ba_grouped, p.vhead_tiled, p.eps};
     const int64_t C = s.conv_dim(), K = s.conv_kernel;
     STRATA_ASSERT(!c.attn && qkv.cols == C && c.conv_floats == (K - 1) * C);
     STRATA_ASSERT(z.cols == s.n_v * s.d_v && out.cols == s.n_v * s.d_v && s.n_v % s.n_k == 0);
@@ -40,8 +39,8 @@ void CudaBackend::gdn(int64_t il, const LayerWeights &Lw, Act qkv, Act z, Act be
         float *conv_state = c.conv + seg.slot * c.conv_floats, *states = c.state + seg.slot * c.state_floats;
         launch_gdn_conv(s, rows_of(qkv.rows_view(seg.row0, n)), w_conv, conv_state, state_tmp, xc, stream_);
         launch_gdn_qk_norm(s, xc, n, stream_);
-        launch_gdn_gates(s, rows_of(beta_in.rows_view(seg.row0, n)), rows_of(alpha_in.rows_view(seg.row0, n)),
-                         dt_bias, a_neg, g, beta, n, stream_);
+        launch_gdn_gates(s, rows_of(beta_in.rows_view(seg.row0, n)), rows_of(alpha_in.rows_view(seg.row0, n)), dt_bias,
+                         a_neg, g, beta, n, stream_);
         // The chunked form pays off from a few tokens on; the threshold is the CPU reference's.
         const bool chunked = n >= 16;
         float *ws = chunked ? scratch_array<float>(gdn_chunk_workspace_floats(s)) : nullptr;

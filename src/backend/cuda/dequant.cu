@@ -50,6 +50,7 @@ const IqGrids &iq_grids() {
 }
 
 bool cuda_can_dequantize(DType t) {
+    // clang-format off
     switch (t) {
 #define X(T_) case DType::T_:
         STRATA_CUDA_DTYPES(X)
@@ -57,6 +58,7 @@ bool cuda_can_dequantize(DType t) {
         return true;
         default: return false;
     }
+    // clang-format on
 }
 
 namespace {
@@ -83,6 +85,7 @@ void dequantize_rows(DType t, const void *src, size_t row_bytes, int64_t n_rows,
     if (n_rows == 0 || k == 0) return;
     const IqGrids &g = iq_grids();
     const unsigned grid = unsigned(n_rows);
+    // clang-format off
     switch (t) {
 #define X(T_)                                                                                                    \
     case DType::T_:                                                                                              \
@@ -93,6 +96,7 @@ void dequantize_rows(DType t, const void *src, size_t row_bytes, int64_t n_rows,
 #undef X
         default: fail("CUDA: no device dequantizer for %s", dtype_name(t));
     }
+    // clang-format on
     STRATA_CUDA_LAUNCH_CHECK("k_dequantize_rows");
 }
 
@@ -101,6 +105,7 @@ void embed_rows(DType t, const void *src, size_t row_bytes, int64_t k, const int
     if (n == 0) return;
     const IqGrids &g = iq_grids();
     const unsigned grid = unsigned(n);
+    // clang-format off
     switch (t) {
 #define X(T_)                                                                                                     \
     case DType::T_:                                                                                               \
@@ -111,6 +116,7 @@ void embed_rows(DType t, const void *src, size_t row_bytes, int64_t k, const int
 #undef X
         default: fail("CUDA: no device dequantizer for %s", dtype_name(t));
     }
+    // clang-format on
     STRATA_CUDA_LAUNCH_CHECK("k_embed_rows");
 }
 

@@ -3,8 +3,8 @@
 // per-element functions behind them live in quant_device.cuh for the matmul kernels.
 #pragma once
 
-#include <cstdint>
 #include <cuda_runtime_api.h>
+#include <cstdint>
 
 #include "format/dtype.h"
 

@@ -3,8 +3,8 @@
 // Included by .cu files only.
 #pragma once
 
-#include <cstdint>
 #include <cuda_runtime.h>
+#include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
 
@@ -49,10 +49,18 @@ __device__ __forceinline__ float block_max(float v, float *red) {
 }
 
 // ---- loads from packed blocks (any alignment) ------------------------------------------------------------------
-__device__ __forceinline__ uint32_t ld_u8(const uint8_t *p) { return p[0]; }
-__device__ __forceinline__ uint32_t ld_u16(const uint8_t *p) { return uint32_t(p[0]) | (uint32_t(p[1]) << 8); }
-__device__ __forceinline__ uint32_t ld_u32(const uint8_t *p) { return ld_u16(p) | (ld_u16(p + 2) << 16); }
-__device__ __forceinline__ uint64_t ld_u64(const uint64_t *p) { return __ldg(reinterpret_cast<const unsigned long long *>(p)); }
+__device__ __forceinline__ uint32_t ld_u8(const uint8_t *p) {
+    return p[0];
+}
+__device__ __forceinline__ uint32_t ld_u16(const uint8_t *p) {
+    return uint32_t(p[0]) | (uint32_t(p[1]) << 8);
+}
+__device__ __forceinline__ uint32_t ld_u32(const uint8_t *p) {
+    return ld_u16(p) | (ld_u16(p + 2) << 16);
+}
+__device__ __forceinline__ uint64_t ld_u64(const uint64_t *p) {
+    return __ldg(reinterpret_cast<const unsigned long long *>(p));
+}
 
 // ---- fp16 ------------------------------------------------------------------------------------------------------
 // IEEE half bits to float, NaN payloads kept (as core/fp16.h's f16_to_f32).
@@ -67,7 +75,9 @@ __device__ __forceinline__ float f16_to_f32(uint32_t h) {
     return __uint_as_float(sign | ((exp + 112) << 23) | (mant << 13));
 }
 
-__device__ __forceinline__ float ld_f16(const uint8_t *p) { return f16_to_f32(ld_u16(p)); }
+__device__ __forceinline__ float ld_f16(const uint8_t *p) {
+    return f16_to_f32(ld_u16(p));
+}
 
 // Float to half bits, round to nearest even (as core/fp16.h's f32_to_f16).
 __device__ __forceinline__ uint16_t f32_to_f16(float f) {
@@ -94,9 +104,15 @@ __device__ __forceinline__ uint16_t f32_to_f16(float f) {
     return uint16_t(sign | (((r >> 13) - (112u << 10)) & 0x7fff));
 }
 
-__device__ __forceinline__ float sigmoidf_dev(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ float siluf_dev(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float sigmoidf_dev(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
+__device__ __forceinline__ float siluf_dev(float x) {
+    return x / (1.0f + expf(-x));
+}
 
-inline unsigned ceil_div(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }
+inline unsigned ceil_div(int64_t a, int64_t b) {
+    return unsigned((a + b - 1) / b);
+}
 
 }  // namespace strata::cuda

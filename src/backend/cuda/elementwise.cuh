@@ -1,8 +1,8 @@
 // Row-wise and elementwise ops on f32 activations (device pointers, row strides in floats).
 #pragma once
 
-#include <cstdint>
 #include <cuda_runtime_api.h>
+#include <cstdint>
 
 namespace strata::cuda {
 
@@ -11,9 +11,9 @@ struct Rows {  // a rows x cols view of device floats
     int64_t rows, cols, stride;
 };
 
-void launch_add(Rows a, Rows b, Rows out, cudaStream_t stream);            // out = a + b
-void launch_mul_sigmoid(Rows x, Rows gate, cudaStream_t stream);           // x *= sigmoid(gate)
-void launch_silu_mul(Rows g, Rows u, cudaStream_t stream);                 // g = silu(g) * u
+void launch_add(Rows a, Rows b, Rows out, cudaStream_t stream);                             // out = a + b
+void launch_mul_sigmoid(Rows x, Rows gate, cudaStream_t stream);                            // x *= sigmoid(gate)
+void launch_silu_mul(Rows g, Rows u, cudaStream_t stream);                                  // g = silu(g) * u
 void launch_gather_rows(Rows src, const int32_t *rows_dev, Rows dst, cudaStream_t stream);  // dst[i] = src[rows[i]]
 // src columns in pairs of width-wide blocks [a0 b0 a1 b1 ...] -> a, b
 void launch_deinterleave(Rows src, int64_t width, Rows a, Rows b, cudaStream_t stream);

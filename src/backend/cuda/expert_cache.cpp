@@ -31,10 +31,14 @@ void ExpertCache::init(std::vector<ExpertLayout> layers, int64_t n_expert, size_
 
 void ExpertCache::unlink(int32_t s) {
     Slot &x = slots_[size_t(s)];
-    if (x.prev >= 0) slots_[size_t(x.prev)].next = x.next;
-    else lru_head_ = x.next;
-    if (x.next >= 0) slots_[size_t(x.next)].prev = x.prev;
-    else lru_tail_ = x.prev;
+    if (x.prev >= 0)
+        slots_[size_t(x.prev)].next = x.next;
+    else
+        lru_head_ = x.next;
+    if (x.next >= 0)
+        slots_[size_t(x.next)].prev = x.prev;
+    else
+        lru_tail_ = x.prev;
     x.prev = x.next = -1;
 }
 
@@ -42,8 +46,10 @@ void ExpertCache::push_back(int32_t s) {
     Slot &x = slots_[size_t(s)];
     x.prev = lru_tail_;
     x.next = -1;
-    if (lru_tail_ >= 0) slots_[size_t(lru_tail_)].next = s;
-    else lru_head_ = s;
+    if (lru_tail_ >= 0)
+        slots_[size_t(lru_tail_)].next = s;
+    else
+        lru_head_ = s;
     lru_tail_ = s;
 }
 

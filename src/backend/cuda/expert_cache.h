@@ -5,8 +5,8 @@
 //
 // Protocol (everything on the backend's one stream, in issue order):
 //   - acquire() makes a set of experts resident, copying each missing one from host memory (the mapped model file;
-//     pinned with STRATA_CUDA_PIN=1) into the least recently used slot that is not in the set. The copy is queued on the
-//     stream, so it starts after every kernel queued before it (the ones reading the slot's previous expert) and
+//     pinned with STRATA_CUDA_PIN=1) into the least recently used slot that is not in the set. The copy is queued on
+//     the stream, so it starts after every kernel queued before it (the ones reading the slot's previous expert) and
 //     before every kernel queued after it (the ones reading the new expert). No events are needed while copies and
 //     compute share the stream; a separate copy stream would need an event per slot ("compute that read it is done").
 //   - The pointers acquire() returns stay valid until the next acquire() on any layer: callers run all work on a set
@@ -14,8 +14,8 @@
 //   - With as many slots as experts, every expert is copied once at start and acquire() never copies.
 #pragma once
 
-#include <cstdint>
 #include <cuda_runtime_api.h>
+#include <cstdint>
 #include <vector>
 
 #include "model/weights.h"
@@ -32,7 +32,7 @@ struct ExpertLayout {  // one MoE layer's expert tensors (host views) and the by
 };
 
 class ExpertCache {
-public:
+  public:
     struct Stats {
         uint64_t hits = 0, misses = 0, bytes_uploaded = 0;
     };
@@ -54,7 +54,7 @@ public:
     // Slot of an expert, -1 when not in device memory (tests).
     int32_t slot_of(int64_t il, int32_t e) const { return table_[size_t(il)][size_t(e)]; }
 
-private:
+  private:
     struct Slot {
         uint8_t *dev = nullptr;
         int32_t layer = -1, expert = -1;

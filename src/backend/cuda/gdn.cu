@@ -12,11 +12,12 @@ namespace {
 
 constexpr int k_chunk = 64;
 
-__global__ void k_gdn_conv(GdnShape s, Rows qkv, const float *w_conv, const float *state, float *state_tmp,
-                           float *xc) {
+__global__ void k_gdn_conv(GdnShape s, Rows qkv, const float *w_conv, const float *state, float *state_tmp, float *xc) {
     const int64_t t = blockIdx.y, n = qkv.rows, K = s.conv_kernel, C = s.conv_dim();
     for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
-        auto xin = [&](int64_t row) { return row < K - 1 ? state[row * C + c] : qkv.data[(row - (K - 1)) * qkv.stride + c]; };
+        auto xin = [&](int64_t row) {
+            return row < K - 1 ? state[row * C + c] : qkv.data[(row - (K - 1)) * qkv.stride + c];
+        };
         if (t < n) {
             float acc = 0.0f;
             for (int64_t j = 0; j < K; j++) acc += w_conv[c * K + j] * xin(t + j);
@@ -252,8 +253,8 @@ void launch_gdn_delta_rule(const GdnShape &s, const float *xc, const float *g, c
         fail("CUDA Gated DeltaNet: a %lld x %lld state needs %zu bytes of shared memory; this GPU offers %d",
              (long long)s.d_k, (long long)s.d_v, smem, max_optin);
     if (smem > 48 * 1024)
-        STRATA_CUDA_CHECK(cudaFuncSetAttribute(k_delta_rule_recurrent, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               int(smem)));
+        STRATA_CUDA_CHECK(
+            cudaFuncSetAttribute(k_delta_rule_recurrent, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     const unsigned threads = std::min<unsigned>(1024, ceil_div(s.d_v, 32) * 32);
     if (s.d_v > 1024) fail("CUDA Gated DeltaNet: head_v_dim %lld is above 1024", (long long)s.d_v);
     k_delta_rule_recurrent<<<unsigned(s.n_v), threads, smem, stream>>>(s, xc, g, beta, n, states, out);

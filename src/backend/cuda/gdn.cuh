@@ -3,8 +3,8 @@
 // exact forms of the same recurrence) and the gated RMSNorm.
 #pragma once
 
-#include <cstdint>
 #include <cuda_runtime_api.h>
+#include <cstdint>
 
 #include "backend/cuda/elementwise.cuh"
 

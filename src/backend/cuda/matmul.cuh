@@ -14,8 +14,8 @@
 // choice of kernel (which follows the batch size) never moves a result by a quantization step.
 #pragma once
 
-#include <cstdint>
 #include <cuda_runtime_api.h>
+#include <cstdint>
 
 #include "format/dtype.h"
 
@@ -26,7 +26,7 @@ struct MatmulGroup {
     int32_t x_row0, n_rows, y_row0;
 };
 
-constexpr int k_mmv_max_rows = 8;  // groups up to this many rows go to the mat-vec kernels
+constexpr int k_mmv_max_rows = 8;   // groups up to this many rows go to the mat-vec kernels
 constexpr int k_mm_tile_rows = 64;  // activation rows per tile of the mm kernel
 
 struct MatmulArgs {
@@ -35,11 +35,11 @@ struct MatmulArgs {
     size_t row_bytes = 0;      // bytes of one weight row
     const float *x = nullptr;  // f32 activations for the generic kernels (already in the reference act. format)
     int64_t x_stride = 0;
-    const int8_t *xq = nullptr;  // 8-bit activations for mmvq: k int8 per row, then
+    const int8_t *xq = nullptr;   // 8-bit activations for mmvq: k int8 per row, then
     const float2 *xds = nullptr;  // per 32 elements {d, d * sum(q)}
     float *y = nullptr;
     int64_t y_stride = 0;
-    MatmulGroup single{};                // used when groups == nullptr
+    MatmulGroup single{};                 // used when groups == nullptr
     const MatmulGroup *groups = nullptr;  // device array
     int32_t n_groups = 1;
     const int2 *tiles = nullptr;  // mm: device array of (group, first row) per row tile; nullptr: tiles of `single`

@@ -110,8 +110,8 @@ void launch_act_round_trip(DType vt, const float *x, int64_t x_stride, int64_t r
     STRATA_ASSERT(rows <= 65535);
     switch (vt) {
         case DType::F32:
-            k_copy_rows<<<dim3(std::min<unsigned>(ceil_div(k, 256), 32), unsigned(rows)), 256, 0, stream>>>(
-                x, x_stride, k, out);
+            k_copy_rows<<<dim3(std::min<unsigned>(ceil_div(k, 256), 32), unsigned(rows)), 256, 0, stream>>>(x, x_stride,
+                                                                                                            k, out);
             break;
         case DType::Q8_0:
         case DType::Q8_1:
@@ -122,7 +122,8 @@ void launch_act_round_trip(DType vt, const float *x, int64_t x_stride, int64_t r
             STRATA_ASSERT(k % 256 == 0);
             k_round_trip_q8_k<<<dim3(ceil_div(k / 256, 4), unsigned(rows)), 128, 0, stream>>>(x, x_stride, k, out);
             break;
-        default: fail("CUDA: no activation round trip through %s", dtype_name(vt));
+        default:
+            fail("CUDA: no activation round trip through %s", dtype_name(vt));
     }
     STRATA_CUDA_LAUNCH_CHECK("act_round_trip");
 }
@@ -132,6 +133,7 @@ void launch_mmv_generic(const MatmulArgs &a, cudaStream_t stream) {
     STRATA_ASSERT(a.n_groups <= 65535);
     const IqGrids &g = iq_grids();
     const dim3 grid(ceil_div(a.n, k_mmv_warps), unsigned(a.n_groups));
+    // clang-format off
     switch (a.type) {
 #define X(T_)                                                                      \
     case DType::T_: k_mmv_generic<DType::T_><<<grid, k_mmv_warps * 32, 0, stream>>>(a, g); break;
@@ -139,6 +141,7 @@ void launch_mmv_generic(const MatmulArgs &a, cudaStream_t stream) {
 #undef X
         default: fail("CUDA: no matmul kernel for %s", dtype_name(a.type));
     }
+    // clang-format on
     STRATA_CUDA_LAUNCH_CHECK("k_mmv_generic");
 }
 

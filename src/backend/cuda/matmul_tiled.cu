@@ -83,6 +83,7 @@ void launch_mm_generic(const MatmulArgs &a, cudaStream_t stream) {
     STRATA_ASSERT(a.n <= int64_t(65535) * BN);
     const IqGrids &g = iq_grids();
     const dim3 grid(unsigned(n_tiles), ceil_div(a.n, BN));
+    // clang-format off
     switch (a.type) {
 #define X(T_) \
     case DType::T_: k_mm_generic<DType::T_><<<grid, 256, 0, stream>>>(a, g); break;
@@ -90,6 +91,7 @@ void launch_mm_generic(const MatmulArgs &a, cudaStream_t stream) {
 #undef X
         default: fail("CUDA: no matmul kernel for %s", dtype_name(a.type));
     }
+    // clang-format on
     STRATA_CUDA_LAUNCH_CHECK("k_mm_generic");
 }
 

@@ -1,7 +1,8 @@
 // Quantized mat-vec products (decode): weights stay packed, activations are 8-bit (int8 per element, a float scale
 // and the scaled sum per 32 elements, in the reference's activation format: matmul.cuh), and each 32-element
-// sub-block contributes an integer dot product (dp4a) times its scales. One warp per weight row, lanes over sub-blocks, up to 8 activation rows sharing each decoded
-// weight sub-block. Every type writes its sub-block as 8 packed int8x4 words in four groups of 8 elements:
+// sub-block contributes an integer dot product (dp4a) times its scales. One warp per weight row, lanes over sub-blocks,
+// up to 8 activation rows sharing each decoded weight sub-block. Every type writes its sub-block as 8 packed int8x4
+// words in four groups of 8 elements:
 //   sum_i w_i x_i = dx * sum_g (scale_g * dot_g + bias_g * xsum_g) + off * (dx * sum_i q_i)
 // where dot_g is the integer dot product of group g and xsum_g the sum of its activation integers.
 #include "backend/cuda/matmul.cuh"
@@ -25,7 +26,9 @@ __device__ __forceinline__ uint32_t ld_u32_a2(const uint8_t *p) {
     const uint16_t *h = reinterpret_cast<const uint16_t *>(p);
     return uint32_t(h[0]) | (uint32_t(h[1]) << 16);
 }
-__device__ __forceinline__ uint32_t ld_u32_a4(const uint8_t *p) { return *reinterpret_cast<const uint32_t *>(p); }
+__device__ __forceinline__ uint32_t ld_u32_a4(const uint8_t *p) {
+    return *reinterpret_cast<const uint32_t *>(p);
+}
 
 // Four 4-bit indices (one per byte, low nibbles) looked up in a 16-entry int8 table held in four words.
 __device__ __forceinline__ int lut16(uint32_t idx4, uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3) {
@@ -334,8 +337,10 @@ bool mmvq_supported(DType t) {
         case DType::Q5_K:
         case DType::Q6_K:
         case DType::IQ2_XXS:
-        case DType::IQ1_M: return true;
-        default: return false;
+        case DType::IQ1_M:
+            return true;
+        default:
+            return false;
     }
 }
 
@@ -344,6 +349,7 @@ void launch_mmvq(const MatmulArgs &a, cudaStream_t stream) {
     STRATA_ASSERT(a.k % 32 == 0 && a.n_groups <= 65535);
     const IqGrids &g = iq_grids();
     const dim3 grid(ceil_div(a.n, k_mmvq_warps), unsigned(a.n_groups));
+    // clang-format off
     switch (a.type) {
 #define X(T_) \
     case DType::T_: k_mmvq<DType::T_><<<grid, k_mmvq_warps * 32, 0, stream>>>(a, g); break;
@@ -351,6 +357,7 @@ void launch_mmvq(const MatmulArgs &a, cudaStream_t stream) {
 #undef X
         default: fail("CUDA: no quantized mat-vec kernel for %s", dtype_name(a.type));
     }
+    // clang-format on
     STRATA_CUDA_LAUNCH_CHECK("k_mmvq");
 }
 
@@ -368,7 +375,8 @@ void launch_quantize_act(DType vt, const float *x, int64_t x_stride, int64_t row
             STRATA_ASSERT(k % 256 == 0);
             k_quantize_act_q8_k<<<dim3(ceil_div(k / 256, 4), unsigned(rows)), 128, 0, stream>>>(x, x_stride, k, qs, ds);
             break;
-        default: fail("CUDA: no 8-bit activation format %s", dtype_name(vt));
+        default:
+            fail("CUDA: no 8-bit activation format %s", dtype_name(vt));
     }
     STRATA_CUDA_LAUNCH_CHECK("quantize_act");
 }

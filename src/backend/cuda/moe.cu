@@ -58,7 +58,8 @@ __global__ void k_router_topk(Rows logits, int64_t k, bool norm, float scale, in
 __global__ void k_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx, const float *weights, int64_t k,
                               Rows out) {
     const int64_t t = blockIdx.y;
-    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < out.cols; c += int64_t(gridDim.x) * blockDim.x) {
+    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < out.cols;
+         c += int64_t(gridDim.x) * blockDim.x) {
         float o = 0.0f;
         for (int64_t j = 0; j < k; j++)
             o += weights[widx[t * k + j]] * ys.data[int64_t(yrow[t * k + j]) * ys.stride + c];

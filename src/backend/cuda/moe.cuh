@@ -2,8 +2,8 @@
 // scaled), the weighted sum of expert outputs in expert-id order, and the shared expert's sigmoid gate.
 #pragma once
 
-#include <cstdint>
 #include <cuda_runtime_api.h>
+#include <cstdint>
 
 #include "backend/cuda/elementwise.cuh"
 
