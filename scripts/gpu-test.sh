@@ -13,5 +13,12 @@ mkdir -p "$(dirname "$log")"
         -DSTRATA_PYTHON=/nonexistent >/dev/null
     cmake --build build-gpu -j"$jobs"
     ctest --test-dir build-gpu --output-on-failure -L gpu
+    # The golden models through the CUDA engine, where the Python tooling is at hand (numpy, gguf; tools/golden).
+    if [ -d tools/golden ] && python3 -c "import gguf, numpy" 2>/dev/null; then
+        python3 -m tools.golden.generate --out build-gpu/golden --strata build-gpu/bin/strata
+        python3 tests/cuda/golden_cuda.py --bin build-gpu/bin --golden build-gpu/golden --out build-gpu/golden-cuda
+    else
+        echo "gpu-test: golden models skipped (needs tools/golden and python3 with numpy and gguf)"
+    fi
     ctest --test-dir build-gpu --output-on-failure -j"$jobs" -LE "gpu|python"
 } 2>&1 | tee "$log"

@@ -6,9 +6,11 @@
 #include <mutex>
 #include <unistd.h>
 
-#include "core/threads.h"
-
 #include "core/error.h"
+#include "core/threads.h"
+#ifdef STRATA_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 namespace strata {
 
@@ -163,6 +165,60 @@ std::unique_ptr<Engine> make_cpu_engine(const std::string &path, const EngineCon
     std::unique_ptr<Model> m = load_model(path);
     prefault_weights(*m, cfg.n_threads, cfg.load_progress);
     return std::make_unique<Engine>(std::move(m), make_cpu_backend(cfg.n_threads), cfg);
+}
+
+bool cuda_available() {
+#ifdef STRATA_HAVE_CUDA
+    return cuda_device_count() > 0;
+#else
+    return false;
+#endif
+}
+
+const char *device_name(Device d) {
+    switch (d) {
+        case Device::Auto: return "auto";
+        case Device::Cpu: return "cpu";
+        case Device::Cuda: return "cuda";
+    }
+    return "?";
+}
+
+Device parse_device(const std::string &s) {
+    if (s == "auto") return Device::Auto;
+    if (s == "cpu") return Device::Cpu;
+    if (s == "cuda" || s == "gpu") return Device::Cuda;
+    fail("--device: expected auto, cpu or cuda, got '%s'", s.c_str());
+}
+
+std::unique_ptr<Engine> make_cuda_engine(const std::string &path, const EngineConfig &cfg) {
+#ifdef STRATA_HAVE_CUDA
+    std::unique_ptr<Model> m = load_model(path);
+    prefault_weights(*m, cfg.n_threads, cfg.load_progress);
+    CudaOptions o;
+    o.device = cfg.cuda_device;
+    o.vram_budget_bytes = cfg.vram_budget;
+    o.expert_slots = cfg.expert_slots;
+    o.cache.n_slots = cfg.n_seq_max;
+    o.cache.n_ctx = cfg.n_ctx;
+    o.cache.kv_type = cfg.kv_type;
+    o.n_batch = cfg.n_batch;
+    o.log = cfg.log;
+    return std::make_unique<Engine>(std::move(m), make_cuda_backend(o), cfg);
+#else
+    (void)path;
+    (void)cfg;
+    fail("this build of strata has no CUDA backend (rebuild with -DSTRATA_CUDA=ON)");
+#endif
+}
+
+std::unique_ptr<Engine> make_engine(const std::string &path, const EngineConfig &cfg) {
+    switch (cfg.device) {
+        case Device::Cpu: return make_cpu_engine(path, cfg);
+        case Device::Cuda: return make_cuda_engine(path, cfg);
+        case Device::Auto: return cuda_available() ? make_cuda_engine(path, cfg) : make_cpu_engine(path, cfg);
+    }
+    return nullptr;
 }
 
 }  // namespace strata

@@ -15,7 +15,14 @@
 
 namespace strata {
 
+// Where the forward passes run. Auto: the CUDA backend when the build has it and a GPU is visible, else the CPU.
+enum class Device { Auto, Cpu, Cuda };
+
 struct EngineConfig {
+    Device device = Device::Auto;  // make_engine's choice (make_cpu_engine always uses the CPU)
+    int cuda_device = 0;           // which GPU
+    uint64_t vram_budget = 0;      // bytes of device memory the CUDA backend may use (0: what is free)
+    int64_t expert_slots = 0;      // CUDA: at most this many expert slots (0: as many as the budget allows)
     int n_threads = 0;        // CPU threads (0: all)
     int32_t n_seq_max = 1;    // sequences held at once (cache slots)
     int64_t n_ctx = 4096;     // positions per sequence
@@ -23,6 +30,8 @@ struct EngineConfig {
     KvType kv_type = KvType::F16;
     // Called while a model file's weights are read into memory at start (bytes done, bytes in all).
     std::function<void(uint64_t done, uint64_t total)> load_progress;
+    // Start-up notes such as the CUDA placement plan (nullptr: quiet).
+    std::function<void(const std::string &)> log;
 };
 
 // Work for one sequence in a decode() call: append `tokens` at its end; logits for every new position when
@@ -74,5 +83,17 @@ void prefault_weights(const Model &m, int n_threads, const std::function<void(ui
 
 // Loads a model file and builds an engine on the CPU backend.
 std::unique_ptr<Engine> make_cpu_engine(const std::string &path, const EngineConfig &cfg);
+
+// Loads a model file and builds an engine on the CUDA backend (throws when the build has no CUDA or no GPU is
+// visible, or the model does not fit the budget).
+std::unique_ptr<Engine> make_cuda_engine(const std::string &path, const EngineConfig &cfg);
+
+// The engine cfg.device asks for.
+std::unique_ptr<Engine> make_engine(const std::string &path, const EngineConfig &cfg);
+
+// Whether Device::Auto picks CUDA here (built with CUDA and a GPU is visible); the name for messages.
+bool cuda_available();
+const char *device_name(Device d);
+Device parse_device(const std::string &s);  // "auto", "cpu", "cuda"; throws naming the flag otherwise
 
 }  // namespace strata

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/units.h"
 #include "runtime/engine.h"
 
 using namespace strata;
@@ -34,7 +35,8 @@ void write(const std::string &path, const std::vector<float> &v) {
 int usage() {
     std::fprintf(stderr,
                  "usage: golden_run MODEL.gguf --prompt IDS --decode IDS --prompt2 IDS --out DIR\n"
-                 "                  [--batch N] [--kv f32|f16|q8_0] [--tokenwise] [--threads N]\n");
+                 "                  [--batch N] [--kv f32|f16|q8_0] [--tokenwise] [--threads N]\n"
+                 "                  [--device cpu|cuda] [--expert-slots N] [--vram-budget SIZE]\n");
     return 2;
 }
 
@@ -49,6 +51,7 @@ int main(int argc, char **argv) try {
     cfg.n_ctx = 256;
     cfg.n_threads = 2;
     cfg.kv_type = KvType::F32;
+    cfg.device = Device::Cpu;
     bool tokenwise = false;
     for (int i = 2; i < argc; i++) {
         std::string a = argv[i];
@@ -63,6 +66,9 @@ int main(int argc, char **argv) try {
         else if (a == "--batch") cfg.n_batch = std::stol(val());
         else if (a == "--threads") cfg.n_threads = int(std::stol(val()));
         else if (a == "--tokenwise") tokenwise = true;
+        else if (a == "--device") cfg.device = parse_device(val());
+        else if (a == "--expert-slots") cfg.expert_slots = std::stol(val());
+        else if (a == "--vram-budget") cfg.vram_budget = parse_size(val(), "--vram-budget");
         else if (a == "--kv") {
             std::string k = val();
             cfg.kv_type = k == "f16" ? KvType::F16 : k == "q8_0" ? KvType::Q8_0 : k == "f32" ? KvType::F32
@@ -71,7 +77,8 @@ int main(int argc, char **argv) try {
     }
     if (out.empty() || prompt.empty()) return usage();
 
-    std::unique_ptr<Engine> eng = make_cpu_engine(model, cfg);
+    cfg.log = [](const std::string &line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+    std::unique_ptr<Engine> eng = make_engine(model, cfg);
     const int64_t V = eng->n_vocab();
     const int32_t s1 = eng->new_sequence(), s2 = eng->new_sequence();
     std::vector<float> l1, l2;

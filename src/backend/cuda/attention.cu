@@ -1,0 +1,165 @@
+// Attention on the device: cache stores (q8_0 quantized exactly as format/quant.h does) and a one-pass attention
+// kernel with an online softmax over key tiles. One block of four warps per (row, query head); warps compute a
+// tile's scores with lanes across head_dim, then every thread updates the output dims it owns.
+#include "backend/cuda/attention.cuh"
+
+#include "backend/cuda/device_common.cuh"
+#include "core/error.h"
+
+namespace strata::cuda {
+
+namespace {
+
+template <KvType KT>
+__device__ __forceinline__ float kv_elem(const uint8_t *row, int64_t i) {
+    if constexpr (KT == KvType::F32)
+        return reinterpret_cast<const float *>(row)[i];
+    else if constexpr (KT == KvType::F16)
+        return f16_to_f32(reinterpret_cast<const uint16_t *>(row)[i]);
+    else {
+        const uint8_t *b = row + (i / 32) * 34;
+        return __fmul_rn(float(int8_t(b[2 + i % 32])), f16_to_f32(*reinterpret_cast<const uint16_t *>(b)));
+    }
+}
+
+// One warp per 32 values of a row (q8_0: one block); f32 and f16 just convert.
+template <KvType KT>
+__global__ void k_kv_store(KvCacheView c, Rows k, Rows v, const int2 *slot_pos) {
+    const int64_t r = blockIdx.y;
+    const int2 sp = slot_pos[r];
+    const size_t off = (size_t(sp.x) * size_t(c.n_ctx) + size_t(sp.y)) * c.row_bytes;
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= c.kv_cols) return;  // kv_cols is a multiple of 32 for q8_0, so whole warps leave together
+    for (int which = 0; which < 2; which++) {
+        const float x = which == 0 ? k.data[r * k.stride + i] : v.data[r * v.stride + i];
+        uint8_t *row = (which == 0 ? c.k : c.v) + off;
+        if constexpr (KT == KvType::F32)
+            reinterpret_cast<float *>(row)[i] = x;
+        else if constexpr (KT == KvType::F16)
+            reinterpret_cast<uint16_t *>(row)[i] = f32_to_f16(x);
+        else {
+            const float amax = warp_max(fabsf(x));
+            const float d = __fdiv_rn(amax, 127.0f);
+            const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+            const float s = __fmul_rn(x, id);
+            const float q = isnan(s) ? 0.0f : fminf(fmaxf(roundf(s), -128.0f), 127.0f);
+            uint8_t *b = row + (i / 32) * 34;
+            b[2 + i % 32] = uint8_t(int8_t(q));
+            if ((threadIdx.x & 31) == 0) *reinterpret_cast<uint16_t *>(b) = f32_to_f16(d);
+        }
+    }
+}
+
+constexpr int k_att_threads = 128, k_att_tile = 64, k_att_max_dim = 512;
+
+template <KvType KT>
+__global__ __launch_bounds__(k_att_threads) void k_attention(KvCacheView c, Rows q, Rows out, int64_t group,
+                                                             int64_t head_dim, float scale, const int2 *slot_pos) {
+    __shared__ float qh[k_att_max_dim];
+    __shared__ float sc[k_att_tile];
+    const int64_t h = blockIdx.x, r = blockIdx.y, kvh = h / group;
+    const int2 sp = slot_pos[r];
+    const int64_t n_vis = int64_t(sp.y) + 1;
+    const uint8_t *kbase = c.k + size_t(sp.x) * size_t(c.n_ctx) * c.row_bytes;
+    const uint8_t *vbase = c.v + size_t(sp.x) * size_t(c.n_ctx) * c.row_bytes;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31;
+    for (int64_t i = tid; i < head_dim; i += k_att_threads) qh[i] = q.data[r * q.stride + h * head_dim + i];
+    __syncthreads();
+
+    constexpr int n_own = k_att_max_dim / k_att_threads;
+    float o[n_own];
+#pragma unroll
+    for (int j = 0; j < n_own; j++) o[j] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    const int64_t col0 = kvh * head_dim;
+
+    for (int64_t p0 = 0; p0 < n_vis; p0 += k_att_tile) {
+        for (int pp = warp; pp < k_att_tile; pp += k_att_threads / 32) {
+            const int64_t p = p0 + pp;
+            float s = -INFINITY;
+            if (p < n_vis) {
+                const uint8_t *kr = kbase + size_t(p) * c.row_bytes;
+                float d = 0.0f;
+                for (int64_t i = lane; i < head_dim; i += 32) d += qh[i] * kv_elem<KT>(kr, col0 + i);
+                s = warp_sum(d) * scale;
+            }
+            if (lane == 0) sc[pp] = s;
+        }
+        __syncthreads();
+        float tmax = -INFINITY;
+        for (int pp = 0; pp < k_att_tile; pp++) tmax = fmaxf(tmax, sc[pp]);
+        const float m_new = fmaxf(m, tmax);
+        const float corr = expf(m - m_new);
+        __syncthreads();
+        if (tid < k_att_tile) sc[tid] = expf(sc[tid] - m_new);  // -inf (past the end) gives 0
+        __syncthreads();
+        float lsum = 0.0f;
+        for (int pp = 0; pp < k_att_tile; pp++) lsum += sc[pp];
+        l = l * corr + lsum;
+        const int64_t n_tile = min(int64_t(k_att_tile), n_vis - p0);
+#pragma unroll
+        for (int j = 0; j < n_own; j++) {
+            const int64_t i = tid + int64_t(j) * k_att_threads;
+            if (i >= head_dim) break;
+            float acc = o[j] * corr;
+            for (int64_t pp = 0; pp < n_tile; pp++)
+                acc += sc[pp] * kv_elem<KT>(vbase + size_t(p0 + pp) * c.row_bytes, col0 + i);
+            o[j] = acc;
+        }
+        m = m_new;
+        __syncthreads();
+    }
+#pragma unroll
+    for (int j = 0; j < n_own; j++) {
+        const int64_t i = tid + int64_t(j) * k_att_threads;
+        if (i >= head_dim) break;
+        out.data[r * out.stride + h * head_dim + i] = o[j] / l;
+    }
+}
+
+}  // namespace
+
+void launch_kv_store(const KvCacheView &c, Rows k, Rows v, const int2 *slot_pos_dev, cudaStream_t stream) {
+    if (k.rows == 0) return;
+    STRATA_ASSERT(k.rows <= 65535 && (c.type != KvType::Q8_0 || c.kv_cols % 32 == 0));
+    const dim3 grid(ceil_div(c.kv_cols, 128), unsigned(k.rows));
+    switch (c.type) {
+        case KvType::F32:
+            k_kv_store<KvType::F32><<<grid, 128, 0, stream>>>(c, k, v, slot_pos_dev);
+            break;
+        case KvType::F16:
+            k_kv_store<KvType::F16><<<grid, 128, 0, stream>>>(c, k, v, slot_pos_dev);
+            break;
+        case KvType::Q8_0:
+            k_kv_store<KvType::Q8_0><<<grid, 128, 0, stream>>>(c, k, v, slot_pos_dev);
+            break;
+    }
+    STRATA_CUDA_LAUNCH_CHECK("k_kv_store");
+}
+
+void launch_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                      float scale, const int2 *slot_pos_dev, cudaStream_t stream) {
+    if (q.rows == 0) return;
+    if (head_dim > k_att_max_dim)
+        fail("CUDA attention: head size %lld is above %d", (long long)head_dim, k_att_max_dim);
+    STRATA_ASSERT(q.rows <= 65535 && n_head % n_head_kv == 0);
+    const dim3 grid(unsigned(n_head), unsigned(q.rows));
+    const int64_t group = n_head / n_head_kv;
+    switch (c.type) {
+        case KvType::F32:
+            k_attention<KvType::F32>
+                <<<grid, k_att_threads, 0, stream>>>(c, q, out, group, head_dim, scale, slot_pos_dev);
+            break;
+        case KvType::F16:
+            k_attention<KvType::F16>
+                <<<grid, k_att_threads, 0, stream>>>(c, q, out, group, head_dim, scale, slot_pos_dev);
+            break;
+        case KvType::Q8_0:
+            k_attention<KvType::Q8_0>
+                <<<grid, k_att_threads, 0, stream>>>(c, q, out, group, head_dim, scale, slot_pos_dev);
+            break;
+    }
+    STRATA_CUDA_LAUNCH_CHECK("k_attention");
+}
+
+}  // namespace strata::cuda

@@ -1,0 +1,573 @@
+// CUDA backend set-up: device memory under a budget, the placement plan, weight uploads, caches, scratch and
+// uploads, and the small ops. Protocol of streams and buffers: cuda_backend_impl.h.
+#include "backend/cuda/cuda_backend_impl.h"
+
+#include <unistd.h>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dequant.cuh"
+#include "core/error.h"
+#include "core/units.h"
+#include "format/quant.h"
+
+namespace strata {
+
+namespace {
+
+constexpr size_t k_align = 256;
+inline size_t align_up(size_t n) {
+    return (n + k_align - 1) / k_align * k_align;
+}
+
+}  // namespace
+
+int cuda_device_count() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const CudaOptions &o) {
+    return std::make_unique<cuda::CudaBackend>(o);
+}
+
+CudaExpertStats cuda_expert_stats(const Backend &be) {
+    const auto *cb = dynamic_cast<const cuda::CudaBackend *>(&be);
+    if (!cb) fail("expert statistics: the backend is not a CUDA backend");
+    return cb->stats();
+}
+
+namespace cuda {
+
+CudaBackend::CudaBackend(const CudaOptions &o) : opt_(o), device_(o.device) {
+    const int n = cuda_device_count();
+    if (n == 0) fail("CUDA: no GPU is visible (no driver, or no device)");
+    if (device_ < 0 || device_ >= n) fail("CUDA: there is no device %d (devices 0..%d)", device_, n - 1);
+    STRATA_CUDA_CHECK(cudaSetDevice(device_));
+    STRATA_CUDA_CHECK(cudaGetDeviceProperties(&prop_, device_));
+    STRATA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    stage_size_ = size_t(4) << 20;
+    STRATA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void **>(&stage_), stage_size_));
+    iq_grids();
+}
+
+CudaBackend::~CudaBackend() {
+    // Errors are ignored here: a destructor cannot fail, and a broken context frees everything with the process.
+    cudaSetDevice(device_);
+    if (stream_) cudaStreamSynchronize(stream_);
+    for (auto &a : allocations_) cudaFree(a.first);
+    if (pinned_base_) cudaHostUnregister(const_cast<uint8_t *>(pinned_base_));
+    if (stage_) cudaFreeHost(stage_);
+    if (stream_) cudaStreamDestroy(stream_);
+    cudaGetLastError();
+}
+
+std::string CudaBackend::name() const {
+    return strfmt("CUDA%d (%s, sm_%d%d, %s)", device_, prop_.name, prop_.major, prop_.minor,
+                  format_bytes(prop_.totalGlobalMem).c_str());
+}
+
+CudaExpertStats CudaBackend::stats() const {
+    CudaExpertStats s;
+    s.n_slots = experts_.n_slots();
+    s.n_experts = experts_.n_experts_total();
+    s.hits = experts_.stats().hits;
+    s.misses = experts_.stats().misses;
+    s.bytes_uploaded = experts_.stats().bytes_uploaded;
+    s.device_bytes = dev_bytes_;
+    s.budget_bytes = budget_;
+    return s;
+}
+
+// ---- device memory ------------------------------------------------------------------------------------------
+
+void *CudaBackend::dev_alloc(size_t bytes, const char *what) {
+    bytes = align_up(std::max<size_t>(bytes, 1));
+    if (budget_ && dev_bytes_ + bytes > budget_)
+        fail("CUDA%d: %s needs %s more device memory, over the budget of %s (%s in use)", device_, what,
+             format_bytes(bytes).c_str(), format_bytes(budget_).c_str(), format_bytes(dev_bytes_).c_str());
+    void *p = nullptr;
+    const cudaError_t err = cudaMalloc(&p, bytes);
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        fail("CUDA%d: allocating %s for %s failed: %s", device_, format_bytes(bytes).c_str(), what,
+             cudaGetErrorString(err));
+    }
+    allocations_[p] = bytes;
+    dev_bytes_ += bytes;
+    return p;
+}
+
+void CudaBackend::dev_free(void *p) {
+    auto it = allocations_.find(p);
+    STRATA_ASSERT(it != allocations_.end());
+    STRATA_CUDA_CHECK(cudaFree(p));
+    dev_bytes_ -= it->second;
+    allocations_.erase(it);
+}
+
+// ---- scratch ------------------------------------------------------------------------------------------------
+
+void *CudaBackend::scratch_bytes(size_t bytes) {
+    bytes = align_up(std::max<size_t>(bytes, 1));
+    while (cur_chunk_ < chunks_.size()) {
+        if (cur_off_ + bytes <= chunks_[cur_chunk_].size) {
+            void *p = chunks_[cur_chunk_].ptr + cur_off_;
+            cur_off_ += bytes;
+            return p;
+        }
+        cur_chunk_++;
+        cur_off_ = 0;
+    }
+    // Past the planned arena: one more chunk (reset_scratch folds the chunks into one).
+    const size_t size = std::max(bytes, size_t(64) << 20);
+    chunks_.push_back({static_cast<uint8_t *>(dev_alloc(size, "scratch")), size});
+    cur_chunk_ = chunks_.size() - 1;
+    cur_off_ = bytes;
+    return chunks_.back().ptr;
+}
+
+Act CudaBackend::alloc(int64_t rows, int64_t cols) {
+    STRATA_ASSERT(rows >= 0 && cols > 0);
+    return {static_cast<float *>(scratch_bytes(size_t(rows * cols) * 4)), rows, cols, cols};
+}
+
+void CudaBackend::reset_scratch() {
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (chunks_.size() > 1) {
+        size_t total = 0;
+        for (const Chunk &c : chunks_) total += c.size;
+        for (const Chunk &c : chunks_) dev_free(c.ptr);
+        chunks_.clear();
+        chunks_.push_back({static_cast<uint8_t *>(dev_alloc(total, "scratch")), total});
+    }
+    cur_chunk_ = 0;
+    cur_off_ = 0;
+    stage_used_ = 0;
+    slot_pos_rows_ = -1;
+    slot_pos_dev_ = nullptr;
+}
+
+void *CudaBackend::upload(const void *host, size_t bytes) {
+    void *dev = scratch_bytes(bytes);
+    const size_t need = align_up(bytes);
+    if (stage_used_ + need > stage_size_) {
+        // Every copy queued from the staging buffer has to finish before it is rewritten.
+        STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        stage_used_ = 0;
+        if (need > stage_size_) {
+            STRATA_CUDA_CHECK(cudaFreeHost(stage_));
+            stage_ = nullptr;
+            stage_size_ = std::max(need, 2 * stage_size_);
+            STRATA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void **>(&stage_), stage_size_));
+        }
+    }
+    uint8_t *h = stage_ + stage_used_;
+    std::memcpy(h, host, bytes);
+    stage_used_ += need;
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(dev, h, bytes, cudaMemcpyHostToDevice, stream_));
+    return dev;
+}
+
+void CudaBackend::download(const Act &src, float *host) {
+    if (src.rows == 0) return;
+    STRATA_CUDA_CHECK(cudaMemcpy2DAsync(host, size_t(src.cols) * 4, src.data, size_t(src.stride) * 4,
+                                        size_t(src.cols) * 4, size_t(src.rows), cudaMemcpyDeviceToHost, stream_));
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+// ---- weights and the plan -------------------------------------------------------------------------------------
+
+const uint8_t *CudaBackend::dev_matrix(const Weight &w) const {
+    if (w.backend) return static_cast<const uint8_t *>(w.backend);
+    auto it = weights_dev_.find(w.host);
+    if (it == weights_dev_.end()) fail("internal: weight '%.*s' has no device copy", int(w.name.size()), w.name.data());
+    return static_cast<const uint8_t *>(it->second);
+}
+
+const float *CudaBackend::dev_vector(const Weight &w) const {
+    return reinterpret_cast<const float *>(dev_matrix(w));
+}
+
+int64_t CudaBackend::layer_index(const LayerWeights &L) const {
+    STRATA_ASSERT(model_ && !model_->layers.empty());
+    const int64_t il = &L - model_->layers.data();
+    STRATA_ASSERT(il >= 0 && il < int64_t(model_->layers.size()));
+    return il;
+}
+
+uint64_t CudaBackend::cache_bytes(const HParams &hp, const CacheConfig &cfg) const {
+    uint64_t total = 0;
+    for (int64_t il = 0; il < hp.n_layer; il++) {
+        if (hp.is_recurrent(il)) {
+            total += align_up(size_t(cfg.n_slots) * size_t((hp.ssm_conv_kernel - 1) * hp.gdn_conv_dim()) * 4);
+            total += align_up(size_t(cfg.n_slots) * size_t(hp.ssm_dt_rank * hp.ssm_d_state * hp.gdn_head_v_dim()) * 4);
+        } else {
+            const int64_t kv_cols = hp.n_head_kv * hp.head_dim_k;
+            const size_t rb = cfg.kv_type == KvType::F32   ? size_t(kv_cols) * 4
+                              : cfg.kv_type == KvType::F16 ? size_t(kv_cols) * 2
+                                                           : row_bytes(DType::Q8_0, kv_cols);
+            total += 2 * align_up(size_t(cfg.n_slots) * size_t(cfg.n_ctx) * rb);
+        }
+    }
+    return total;
+}
+
+// The scratch one forward pass of n_batch tokens takes: activations the model allocates (they live until the
+// pass ends) plus the largest set of temporaries one op holds, each allocation rounded up, with a margin.
+uint64_t CudaBackend::scratch_estimate(const HParams &hp) const {
+    const uint64_t T = uint64_t(std::max<int64_t>(opt_.n_batch, 1)), E = uint64_t(hp.n_embd);
+    const uint64_t q_cols = uint64_t(hp.n_head * hp.head_dim_k), kv = uint64_t(hp.n_head_kv * hp.head_dim_k);
+    const uint64_t attn = T * (q_cols * (hp.attn_output_gate ? 4 : 2) + 2 * kv + E);
+    const uint64_t conv = uint64_t(hp.gdn_conv_dim()), d_inner = uint64_t(hp.ssm_d_inner),
+                   n_v = uint64_t(hp.ssm_dt_rank);
+    const uint64_t gdn = T * (conv + 2 * d_inner + 2 * n_v + E);
+    uint64_t per_layer_max = 0, layers = 0;
+    for (int64_t il = 0; il < hp.n_layer; il++) {
+        const uint64_t mix = hp.is_recurrent(il) ? gdn : attn;
+        layers += (mix + 2 * T * E) * 4 + 16 * k_align;
+        per_layer_max = std::max(per_layer_max, mix);
+    }
+    const uint64_t M = T * uint64_t(hp.n_expert_used), F = uint64_t(std::max(hp.n_ff_exp, hp.n_ff_shexp));
+    const uint64_t K = std::max({E, F, q_cols, d_inner});
+    const uint64_t moe_tmp =
+        4 * (T * uint64_t(hp.n_expert) + 2 * M + M * (3 * E + 4 * F) + T * (3 * F + E)) + M * (E + F) * 2 + 5 * M * K;
+    const uint64_t gdn_tmp = 4 * (T * (conv + 2 * n_v) + conv * uint64_t(hp.ssm_conv_kernel) +
+                                  n_v * 64 * (2 * uint64_t(hp.ssm_d_state) + 128));
+    const uint64_t mm_tmp = 5 * T * K;
+    const uint64_t out = 4 * T * (2 * E + uint64_t(hp.n_vocab)) + 5 * T * E;
+    const uint64_t total = 4 * T * E + layers + std::max({moe_tmp, gdn_tmp, mm_tmp}) + out;
+    return total + total / 8 + (uint64_t(32) << 20);
+}
+
+void CudaBackend::prepare(Model &m) {
+    model_ = &m;
+    const HParams &hp = m.hp;
+    if (uint64_t(opt_.n_batch) * uint64_t(std::max<int64_t>(hp.n_expert_used, 1)) > 65535)
+        fail(
+            "CUDA: a batch of %lld tokens routes more rows than the kernels take (at most 65535 token-expert "
+            "pairs per pass); use a smaller batch",
+            (long long)opt_.n_batch);
+
+    // Non-expert weights of the trunk: matrices keep their packed bytes, 1-D weights become f32.
+    std::vector<Weight *> matrices, vectors;
+    auto add = [](std::vector<Weight *> &v, Weight &w) {
+        if (w.present()) v.push_back(&w);
+    };
+    add(matrices, m.tok_embd);
+    add(matrices, m.output);
+    add(vectors, m.output_norm);
+    for (int64_t il = 0; il < hp.n_layer; il++) {
+        LayerWeights &L = m.layers[size_t(il)];
+        for (Weight *w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ssm_qkv, &L.ssm_z, &L.ssm_ba, &L.ssm_beta, &L.ssm_alpha,
+                          &L.ssm_out, &L.gate_inp, &L.gate_shexp, &L.up_shexp, &L.down_shexp})
+            add(matrices, *w);
+        for (Weight *w : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.ssm_dt_bias, &L.ssm_a, &L.ssm_norm,
+                          &L.gate_inp_shexp, &L.ssm_conv1d})
+            add(vectors, *w);
+    }
+    for (Weight *w : matrices)
+        if (!cuda::cuda_can_dequantize(w->type))
+            fail("CUDA: tensor '%.*s' has type %s, which the CUDA backend cannot compute with", int(w->name.size()),
+                 w->name.data(), dtype_name(w->type));
+    uint64_t weight_bytes = 0;
+    {
+        std::unordered_map<const uint8_t *, bool> seen;
+        for (Weight *w : matrices)
+            if (!seen[w->host]) seen[w->host] = true, weight_bytes += align_up(w->matrix_bytes());
+        for (Weight *w : vectors)
+            if (!seen[w->host]) seen[w->host] = true, weight_bytes += align_up(size_t(w->ne[0] * w->ne[1]) * 4);
+    }
+
+    // Expert slots: one expert's gate, up and down, each matrix aligned; the largest layer sets the slot size.
+    std::vector<ExpertLayout> layouts(size_t(hp.n_layer));
+    size_t slot_bytes = 0;
+    int64_t n_moe_layers = 0;
+    for (int64_t il = 0; il < hp.n_layer; il++) {
+        const LayerWeights &L = m.layers[size_t(il)];
+        if (!L.gate_exps.present()) continue;
+        for (const Weight *w : {&L.gate_exps, &L.up_exps, &L.down_exps})
+            if (!cuda::cuda_can_dequantize(w->type))
+                fail("CUDA: tensor '%.*s' has type %s, which the CUDA backend cannot compute with", int(w->name.size()),
+                     w->name.data(), dtype_name(w->type));
+        ExpertLayout &E = layouts[size_t(il)];
+        E.gate = &L.gate_exps;
+        E.up = &L.up_exps;
+        E.down = &L.down_exps;
+        E.gate_off = 0;
+        E.up_off = align_up(L.gate_exps.matrix_bytes());
+        E.down_off = E.up_off + align_up(L.up_exps.matrix_bytes());
+        E.bytes = E.down_off + align_up(L.down_exps.matrix_bytes());
+        slot_bytes = std::max(slot_bytes, E.bytes);
+        n_moe_layers++;
+    }
+    const int64_t n_experts_total = n_moe_layers * hp.n_expert;
+
+    // The budget: as given, or what the device has free less a reserve for the runtime's own needs.
+    size_t free_b = 0, total_b = 0;
+    STRATA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const uint64_t reserve = std::max<uint64_t>(uint64_t(512) << 20, total_b / 32);
+    const uint64_t usable = free_b > reserve ? free_b - reserve : 0;
+    uint64_t budget = opt_.vram_budget_bytes ? opt_.vram_budget_bytes : usable;
+    if (opt_.vram_budget_bytes && budget > free_b)
+        fail("--vram-budget %s is more than CUDA%d has free (%s)", format_bytes(budget).c_str(), device_,
+             format_bytes(free_b).c_str());
+
+    const uint64_t kv_bytes = cache_bytes(hp, opt_.cache);
+    const uint64_t scratch = align_up(scratch_estimate(hp));
+    const uint64_t misc = uint64_t(4) << 20;  // i-quant tables, rope tables, rounding
+    const uint64_t resident = weight_bytes + kv_bytes + scratch + misc;
+    const int64_t min_slots =
+        n_experts_total ? std::min<int64_t>(n_experts_total, std::max<int64_t>(hp.n_expert_used, 1)) : 0;
+    const uint64_t minimum = resident + uint64_t(min_slots) * slot_bytes;
+    if (minimum > budget)
+        fail(
+            "%s %s is too small for this model: the resident part needs %s (weights %s, KV cache and states %s, "
+            "scratch for %lld-token passes %s) and the expert cache at least %lld slots of %s; give at least %s",
+            opt_.vram_budget_bytes ? "--vram-budget" : "the free memory of CUDA", format_bytes(budget).c_str(),
+            format_bytes(resident).c_str(), format_bytes(weight_bytes).c_str(), format_bytes(kv_bytes).c_str(),
+            (long long)opt_.n_batch, format_bytes(scratch).c_str(), (long long)min_slots,
+            format_bytes(slot_bytes).c_str(), format_bytes(minimum).c_str());
+    int64_t n_slots =
+        slot_bytes ? int64_t(std::min<uint64_t>(uint64_t(n_experts_total), (budget - resident) / slot_bytes)) : 0;
+    if (opt_.expert_slots > 0) n_slots = std::min(n_slots, opt_.expert_slots);
+    budget_ = budget;
+
+    // Place: weights, scratch, expert slots (caches come in init_caches, planned above).
+    std::unordered_map<const uint8_t *, void *> &dev = weights_dev_;
+    for (Weight *w : matrices) {
+        auto it = dev.find(w->host);
+        if (it == dev.end()) {
+            void *p = dev_alloc(w->matrix_bytes(), "weights");
+            STRATA_CUDA_CHECK(cudaMemcpyAsync(p, w->host, w->matrix_bytes(), cudaMemcpyHostToDevice, stream_));
+            it = dev.emplace(w->host, p).first;
+        }
+        w->backend = it->second;
+    }
+    for (Weight *w : vectors) {
+        auto it = dev.find(w->host);
+        if (it == dev.end()) {
+            std::vector<float> f(size_t(w->ne[0] * w->ne[1]));
+            for (int64_t r = 0; r < w->ne[1]; r++)
+                dequantize_row(w->type, w->host + size_t(r) * w->row_bytes, f.data() + r * w->ne[0], w->ne[0]);
+            void *p = dev_alloc(f.size() * 4, "weights");
+            // pageable source: the call returns once the bytes are staged, so f may go right after
+            STRATA_CUDA_CHECK(cudaMemcpyAsync(p, f.data(), f.size() * 4, cudaMemcpyHostToDevice, stream_));
+            it = dev.emplace(w->host, p).first;
+        }
+        w->backend = it->second;
+    }
+    chunks_.push_back({static_cast<uint8_t *>(dev_alloc(scratch, "scratch")), size_t(scratch)});
+
+    std::vector<uint8_t *> slots;
+    for (int64_t done = 0; done < n_slots;) {
+        // pools of at most 1 GiB, so no single allocation is huge
+        const int64_t per_pool = std::max<int64_t>(1, int64_t((uint64_t(1) << 30) / std::max<size_t>(slot_bytes, 1)));
+        const int64_t n = std::min(per_pool, n_slots - done);
+        uint8_t *pool = static_cast<uint8_t *>(dev_alloc(size_t(n) * slot_bytes, "expert slots"));
+        for (int64_t i = 0; i < n; i++) slots.push_back(pool + size_t(i) * slot_bytes);
+        done += n;
+    }
+    experts_.init(std::move(layouts), hp.n_expert, slot_bytes, std::move(slots));
+    std::string host_note = "host 0 GiB";
+    if (n_slots >= n_experts_total) {
+        experts_.load_all(stream_);
+    } else if (m.file) {
+        // Streaming from the mapped file. Pinning the mapping (cudaHostRegister, read-only) lets copies run as DMA
+        // at full speed, but on the Firecracker H200 machines registering even a 15 MB mapping took over 20 s, so it
+        // is opt-in (STRATA_CUDA_PIN=1) until a pinned staging ring replaces it; pageable copies are staged by the
+        // driver and stay in stream order.
+        const char *pin_env = std::getenv("STRATA_CUDA_PIN");
+        if (!(pin_env && std::strcmp(pin_env, "1") == 0)) {
+            host_note = strfmt("host %s pageable", format_bytes(m.expert_bytes).c_str());
+        } else {
+            const uint8_t *base = m.file->bytes();
+            const long page = sysconf(_SC_PAGESIZE);
+            const size_t len = (m.file->file_size() + size_t(page) - 1) / size_t(page) * size_t(page);
+            const auto t0 = std::chrono::steady_clock::now();
+            const cudaError_t err =
+                cudaHostRegister(const_cast<uint8_t *>(base), len, cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+            const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            if (err == cudaSuccess) {
+                pinned_base_ = base;
+                host_note = strfmt("host %s pinned (%.2f s)", format_bytes(m.expert_bytes).c_str(), secs);
+            } else {
+                cudaGetLastError();
+                host_note = strfmt("host %s pageable (pinning failed: %s)", format_bytes(m.expert_bytes).c_str(),
+                                   cudaGetErrorName(err));
+            }
+        }
+    }
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const double pct = n_experts_total ? 100.0 * double(n_slots) / double(n_experts_total) : 100.0;
+    plan_line_ = strfmt(
+        "strata: CUDA%d plan: resident %s, expert cache %lld slots (%s, %.0f%% of experts), %s, "
+        "KV %s %d x %lld (%s with states), scratch %s, budget %s",
+        device_, format_bytes(weight_bytes + kv_bytes + scratch).c_str(), (long long)n_slots,
+        format_bytes(uint64_t(n_slots) * slot_bytes).c_str(), pct, host_note.c_str(), kv_type_name(opt_.cache.kv_type),
+        opt_.cache.n_slots, (long long)opt_.cache.n_ctx, format_bytes(kv_bytes).c_str(), format_bytes(scratch).c_str(),
+        format_bytes(budget).c_str());
+    if (opt_.log) opt_.log(plan_line_);
+}
+
+// ---- caches -------------------------------------------------------------------------------------------------
+
+void CudaBackend::init_caches(const HParams &hp, const CacheConfig &cfg) {
+    if (cfg.n_slots <= 0 || cfg.n_ctx <= 0) fail("cache: need at least one slot and one position");
+    if (cfg.kv_type == KvType::Q8_0 && hp.head_dim_k % 32 != 0)
+        fail("--kv-type q8_0 needs a head size that is a multiple of 32 (this model: %lld)", (long long)hp.head_dim_k);
+    for (LayerCache &c : caches_) {
+        if (c.kv.k) dev_free(c.kv.k), dev_free(c.kv.v);
+        if (c.conv) dev_free(c.conv), dev_free(c.state);
+    }
+    caches_.assign(size_t(hp.n_layer), {});
+    cache_cfg_ = cfg;
+    for (int64_t il = 0; il < hp.n_layer; il++) {
+        LayerCache &c = caches_[size_t(il)];
+        if (hp.is_recurrent(il)) {
+            c.conv_floats = (hp.ssm_conv_kernel - 1) * hp.gdn_conv_dim();
+            c.state_floats = hp.ssm_dt_rank * hp.ssm_d_state * hp.gdn_head_v_dim();
+            const size_t cb = std::max<size_t>(size_t(cfg.n_slots * c.conv_floats) * 4, 4);
+            const size_t sb = size_t(cfg.n_slots * c.state_floats) * 4;
+            c.conv = static_cast<float *>(dev_alloc(cb, "GDN states"));
+            c.state = static_cast<float *>(dev_alloc(sb, "GDN states"));
+            STRATA_CUDA_CHECK(cudaMemsetAsync(c.conv, 0, cb, stream_));
+            STRATA_CUDA_CHECK(cudaMemsetAsync(c.state, 0, sb, stream_));
+        } else {
+            c.attn = true;
+            c.kv.type = cfg.kv_type;
+            c.kv.kv_cols = hp.n_head_kv * hp.head_dim_k;
+            c.kv.row_bytes = cfg.kv_type == KvType::F32   ? size_t(c.kv.kv_cols) * 4
+                             : cfg.kv_type == KvType::F16 ? size_t(c.kv.kv_cols) * 2
+                                                          : row_bytes(DType::Q8_0, c.kv.kv_cols);
+            c.kv.n_ctx = cfg.n_ctx;
+            const size_t bytes = size_t(cfg.n_slots) * size_t(cfg.n_ctx) * c.kv.row_bytes;
+            c.kv.k = static_cast<uint8_t *>(dev_alloc(bytes, "KV cache"));
+            c.kv.v = static_cast<uint8_t *>(dev_alloc(bytes, "KV cache"));
+        }
+    }
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::copy_slot(int32_t src, int32_t dst, int64_t n_pos) {
+    STRATA_ASSERT(src >= 0 && dst >= 0 && src < cache_cfg_.n_slots && dst < cache_cfg_.n_slots);
+    if (src == dst) return;
+    for (LayerCache &c : caches_) {
+        if (c.attn) {
+            const size_t slot = size_t(c.kv.n_ctx) * c.kv.row_bytes, n = size_t(n_pos) * c.kv.row_bytes;
+            STRATA_CUDA_CHECK(cudaMemcpyAsync(c.kv.k + size_t(dst) * slot, c.kv.k + size_t(src) * slot, n,
+                                              cudaMemcpyDeviceToDevice, stream_));
+            STRATA_CUDA_CHECK(cudaMemcpyAsync(c.kv.v + size_t(dst) * slot, c.kv.v + size_t(src) * slot, n,
+                                              cudaMemcpyDeviceToDevice, stream_));
+        } else {
+            STRATA_CUDA_CHECK(cudaMemcpyAsync(c.conv + dst * c.conv_floats, c.conv + src * c.conv_floats,
+                                              size_t(c.conv_floats) * 4, cudaMemcpyDeviceToDevice, stream_));
+            STRATA_CUDA_CHECK(cudaMemcpyAsync(c.state + dst * c.state_floats, c.state + src * c.state_floats,
+                                              size_t(c.state_floats) * 4, cudaMemcpyDeviceToDevice, stream_));
+        }
+    }
+}
+
+void CudaBackend::clear_slot(int32_t slot) {
+    STRATA_ASSERT(slot >= 0 && slot < cache_cfg_.n_slots);
+    for (LayerCache &c : caches_) {
+        if (c.attn) continue;  // attention rows beyond a sequence's length are never read
+        STRATA_CUDA_CHECK(cudaMemsetAsync(c.conv + slot * c.conv_floats, 0, size_t(c.conv_floats) * 4, stream_));
+        STRATA_CUDA_CHECK(cudaMemsetAsync(c.state + slot * c.state_floats, 0, size_t(c.state_floats) * 4, stream_));
+    }
+}
+
+// ---- row tables -------------------------------------------------------------------------------------------
+
+const int2 *CudaBackend::slot_pos(const BatchInfo &b) {
+    auto same = [&] {
+        if (slot_pos_rows_ != b.n_tokens || slot_pos_key_.size() != b.segs.size()) return false;
+        for (size_t i = 0; i < b.segs.size(); i++) {
+            const BatchSeg &x = b.segs[i], &y = slot_pos_key_[i];
+            if (x.slot != y.slot || x.pos0 != y.pos0 || x.n != y.n || x.row0 != y.row0) return false;
+        }
+        return true;
+    };
+    if (slot_pos_dev_ && same()) return slot_pos_dev_;
+    std::vector<int2> sp(size_t(b.n_tokens), int2{0, 0});
+    for (const BatchSeg &s : b.segs)
+        for (int64_t t = 0; t < s.n; t++) sp[size_t(s.row0 + t)] = int2{s.slot, int(s.pos0 + t)};
+    slot_pos_dev_ = upload_vec(sp);
+    slot_pos_key_ = b.segs;
+    slot_pos_rows_ = b.n_tokens;
+    return slot_pos_dev_;
+}
+
+const float *CudaBackend::inv_freq(const RopeParams &rp) {
+    const auto key = std::make_pair(rp.theta, rp.n_rot);
+    auto it = inv_freq_.find(key);
+    if (it != inv_freq_.end()) return it->second;
+    const int64_t half = rp.n_rot / 2;
+    std::vector<float> f(size_t(std::max<int64_t>(half, 1)));
+    for (int64_t i = 0; i < half; i++)
+        f[size_t(i)] = float(1.0 / std::pow(double(rp.theta), double(2 * i) / double(rp.n_rot)));
+    float *p = static_cast<float *>(dev_alloc(f.size() * 4, "rope table"));
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(p, f.data(), f.size() * 4, cudaMemcpyHostToDevice, stream_));
+    inv_freq_[key] = p;
+    return p;
+}
+
+// ---- small ops ----------------------------------------------------------------------------------------------
+
+void CudaBackend::embed(const Weight &tok_embd, const int32_t *ids, Act out) {
+    STRATA_ASSERT(out.cols == tok_embd.ne[0]);
+    for (int64_t t = 0; t < out.rows; t++)
+        if (ids[t] < 0 || ids[t] >= tok_embd.ne[1])
+            fail("token id %d is outside the vocabulary (0..%lld)", ids[t], (long long)tok_embd.ne[1] - 1);
+    const int32_t *ids_dev = static_cast<const int32_t *>(upload(ids, size_t(out.rows) * 4));
+    embed_rows(tok_embd.type, dev_matrix(tok_embd), tok_embd.row_bytes, tok_embd.ne[0], ids_dev, out.rows, out.data,
+               out.stride, stream_);
+}
+
+void CudaBackend::rms_norm(Act x, const Weight &w, float eps, Act out) {
+    STRATA_ASSERT(out.rows == x.rows && out.cols == x.cols);
+    launch_rms_norm(rows_of(x), dev_vector(w), w.ne[0], eps, rows_of(out), stream_);
+}
+
+void CudaBackend::add(Act a, Act b, Act out) {
+    STRATA_ASSERT(a.rows == b.rows && a.cols == b.cols && out.rows == a.rows && out.cols == a.cols);
+    launch_add(rows_of(a), rows_of(b), rows_of(out), stream_);
+}
+
+void CudaBackend::mul_sigmoid(Act x, Act gate) {
+    STRATA_ASSERT(x.rows == gate.rows && x.cols == gate.cols);
+    launch_mul_sigmoid(rows_of(x), rows_of(gate), stream_);
+}
+
+void CudaBackend::gather_rows(Act src, const std::vector<int64_t> &rows, Act dst) {
+    STRATA_ASSERT(dst.rows == int64_t(rows.size()) && dst.cols == src.cols);
+    std::vector<int32_t> r32(rows.size());
+    for (size_t i = 0; i < rows.size(); i++) {
+        STRATA_ASSERT(rows[i] >= 0 && rows[i] < src.rows);
+        r32[i] = int32_t(rows[i]);
+    }
+    if (r32.empty()) return;
+    launch_gather_rows(rows_of(src), upload_vec(r32), rows_of(dst), stream_);
+}
+
+void CudaBackend::deinterleave(Act src, int64_t width, Act a, Act b) {
+    const int64_t n_pairs = src.cols / (2 * width);
+    STRATA_ASSERT(src.cols == 2 * width * n_pairs && a.cols == width * n_pairs && b.cols == a.cols);
+    launch_deinterleave(rows_of(src), width, rows_of(a), rows_of(b), stream_);
+}
+
+void CudaBackend::rope(Act x, const RopeParams &rp, const BatchInfo &b) {
+    STRATA_ASSERT(x.cols % rp.head_dim == 0 && rp.n_rot <= rp.head_dim && rp.n_rot % 2 == 0);
+    launch_rope_neox(rows_of(x), rp.head_dim, rp.n_rot, inv_freq(rp), slot_pos(b), stream_);
+}
+
+}  // namespace cuda
+}  // namespace strata

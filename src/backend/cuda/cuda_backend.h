@@ -1,0 +1,40 @@
+// The CUDA backend: every op of backend.h on one GPU. Non-expert weights are uploaded once (packed GGUF bytes, 1-D
+// weights as f32); routed experts are reached per layer through a slot table (expert_cache.h), all resident when
+// they fit and otherwise refilled on demand from pinned host memory; caches and scratch live in device memory.
+// A placement plan under a VRAM budget decides how many expert slots there are. No CUDA headers here: the engine and
+// the CLI include this file in CPU-only builds too (callers guard with STRATA_HAVE_CUDA).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace strata {
+
+struct CudaOptions {
+    int device = 0;
+    uint64_t vram_budget_bytes = 0;  // 0: the device's free memory less a reserve
+    int64_t expert_slots = 0;        // 0: as many as the budget allows (all experts when they fit); n: at most n
+    CacheConfig cache;               // what init_caches will be asked for (the plan sizes it first)
+    int64_t n_batch = 512;           // the most tokens in one forward pass (sizes the scratch)
+    std::function<void(const std::string &)> log;  // the plan line and notes (nullptr: quiet)
+};
+
+std::unique_ptr<Backend> make_cuda_backend(const CudaOptions &o);
+
+// Usable CUDA devices (0 without a driver or a GPU).
+int cuda_device_count();
+
+// Expert placement and traffic of a CUDA backend (be must be one).
+struct CudaExpertStats {
+    int64_t n_slots = 0, n_experts = 0;
+    uint64_t hits = 0, misses = 0, bytes_uploaded = 0;
+    uint64_t device_bytes = 0;  // device memory the backend holds now
+    uint64_t budget_bytes = 0;
+};
+CudaExpertStats cuda_expert_stats(const Backend &be);
+
+}  // namespace strata

@@ -1,0 +1,161 @@
+// The CUDA backend's class, shared by its host source files (cuda_backend.cpp: set-up, memory, caches, small ops;
+// cuda_matmul.cpp: matmuls and the MoE; cuda_mixers.cpp: attention and Gated DeltaNet). Not for other users.
+//
+// Streams and memory protocol: the backend issues everything (kernels, expert copies, small uploads) on one stream,
+// so stream order alone orders producers before consumers and a buffer may be reused as soon as the next user is
+// queued after the last reader.
+//   - Scratch: a bump arena of device memory. alloc() hands out activations valid until reset_scratch(); ops take
+//     their own temporaries from the same arena and give them back when they return (mark/release), which is safe
+//     because any later user is queued behind the kernels that read them.
+//   - Uploads of small per-call tables (positions, routing groups) are copied into a pinned host staging buffer and
+//     queued as async copies. The staging buffer is only rewound after a stream synchronisation (at reset_scratch,
+//     or when it is full), so a queued copy never reads bytes that were overwritten.
+//   - Downloads (logits, routing ids) synchronise the stream.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/expert_cache.h"
+#include "backend/cuda/gdn.cuh"
+#include "backend/cuda/matmul.cuh"
+
+namespace strata::cuda {
+
+inline Rows rows_of(const Act &a) {
+    return {a.data, a.rows, a.cols, a.stride};
+}
+
+class CudaBackend final : public Backend {
+  public:
+    explicit CudaBackend(const CudaOptions &o);
+    ~CudaBackend() override;
+
+    std::string name() const override;
+    void prepare(Model &m) override;
+    void init_caches(const HParams &hp, const CacheConfig &cfg) override;
+    Act alloc(int64_t rows, int64_t cols) override;
+    void reset_scratch() override;
+    void download(const Act &src, float *host) override;
+    void copy_slot(int32_t src, int32_t dst, int64_t n_pos) override;
+    void clear_slot(int32_t slot) override;
+
+    void embed(const Weight &tok_embd, const int32_t *ids, Act out) override;
+    void rms_norm(Act x, const Weight &w, float eps, Act out) override;
+    void matmul(const Weight &w, Act x, Act out) override;
+    void add(Act a, Act b, Act out) override;
+    void mul_sigmoid(Act x, Act gate) override;
+    void gather_rows(Act src, const std::vector<int64_t> &rows, Act dst) override;
+    void deinterleave(Act src, int64_t width, Act a, Act b) override;
+    void rope(Act x, const RopeParams &rp, const BatchInfo &b) override;
+    void attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
+                   const BatchInfo &b, Act out) override;
+    void gdn(int64_t il, const LayerWeights &L, Act qkv, Act z, Act beta_in, Act alpha_in, const GdnParams &p,
+             const BatchInfo &b, Act out) override;
+    void moe(const LayerWeights &L, Act x, const MoeParams &p, Act out) override;
+
+    CudaExpertStats stats() const;
+    cudaStream_t stream() const { return stream_; }
+
+  private:
+    // ---- device memory (counted against the budget) ----
+    void *dev_alloc(size_t bytes, const char *what);
+    void dev_free(void *p);
+
+    struct Chunk {
+        uint8_t *ptr;
+        size_t size;
+    };
+    struct Mark {
+        size_t chunk, offset;
+    };
+    void *scratch_bytes(size_t bytes);
+    Mark mark() const { return {cur_chunk_, cur_off_}; }
+    void release(Mark m) { cur_chunk_ = m.chunk, cur_off_ = m.offset; }
+    template <class T>
+    T *scratch_array(int64_t n) {
+        return static_cast<T *>(scratch_bytes(size_t(n) * sizeof(T)));
+    }
+
+    // Copies host bytes to fresh scratch through the pinned staging buffer (async, stream-ordered).
+    void *upload(const void *host, size_t bytes);
+    template <class T>
+    const T *upload_vec(const std::vector<T> &v) {
+        return static_cast<const T *>(upload(v.data(), v.size() * sizeof(T)));
+    }
+
+    // ---- weights ----
+    const uint8_t *dev_matrix(const Weight &w) const;  // packed bytes on the device
+    const float *dev_vector(const Weight &w) const;    // 1-D weights as f32
+    int64_t layer_index(const LayerWeights &L) const;
+
+    // ---- per-forward row tables ----
+    const int2 *slot_pos(const BatchInfo &b);  // {slot, position} per row, uploaded once per forward
+    const float *inv_freq(const RopeParams &rp);
+
+    // ---- matmul (cuda_matmul.cpp) ----
+    struct PreparedAct {  // activations in the forms the kernels read, made on first use within one op
+        const float *src = nullptr;
+        int64_t rows = 0, k = 0, stride = 0;
+        DType round_trip_type = DType::F32;
+        const float *round_trip = nullptr;
+        DType q8_type = DType::F32;
+        const int8_t *q8 = nullptr;
+        const float2 *q8_ds = nullptr;
+    };
+    struct WeightShape {
+        DType type;
+        int64_t k, n;
+        size_t row_bytes;
+        const char *name;
+    };
+    void grouped_matmul(const WeightShape &w, const std::vector<MatmulGroup> &groups, PreparedAct &x, Rows y);
+
+    // ---- plan ----
+    void plan_and_place(Model &m);
+    uint64_t scratch_estimate(const HParams &hp) const;
+    uint64_t cache_bytes(const HParams &hp, const CacheConfig &cfg) const;
+
+    CudaOptions opt_;
+    int device_ = 0;
+    cudaDeviceProp prop_{};
+    cudaStream_t stream_ = nullptr;
+    uint64_t budget_ = 0;  // 0 until planned
+    uint64_t dev_bytes_ = 0;
+    std::unordered_map<void *, size_t> allocations_;
+
+    std::vector<Chunk> chunks_;
+    size_t cur_chunk_ = 0, cur_off_ = 0;
+
+    uint8_t *stage_ = nullptr;  // pinned host staging for uploads
+    size_t stage_size_ = 0, stage_used_ = 0;
+
+    std::unordered_map<const uint8_t *, void *> weights_dev_;  // host bytes -> device copy (matrices and vectors)
+    const Model *model_ = nullptr;
+
+    std::vector<BatchSeg> slot_pos_key_;
+    int64_t slot_pos_rows_ = -1;
+    const int2 *slot_pos_dev_ = nullptr;
+    std::map<std::pair<float, int64_t>, float *> inv_freq_;
+
+    // caches
+    struct LayerCache {
+        bool attn = false;
+        KvCacheView kv{};
+        float *conv = nullptr, *state = nullptr;    // [slot][...]
+        int64_t conv_floats = 0, state_floats = 0;  // per slot
+    };
+    CacheConfig cache_cfg_;
+    std::vector<LayerCache> caches_;
+
+    ExpertCache experts_;
+    const uint8_t *pinned_base_ = nullptr;  // the registered host range, if any
+    std::string plan_line_;
+};
+
+}  // namespace strata::cuda

@@ -1,0 +1,153 @@
+// Elementwise ops, row gathers, RMSNorm and NeoX RoPE on the device.
+#include "backend/cuda/elementwise.cuh"
+
+#include "backend/cuda/device_common.cuh"
+#include "core/error.h"
+
+namespace strata::cuda {
+
+namespace {
+
+// Grid: x over column chunks, y over rows (folded into x when there are more than 65535 rows).
+struct Grid2 {
+    dim3 grid;
+    unsigned threads;
+};
+Grid2 rows_grid(int64_t rows, int64_t cols) {
+    const unsigned threads = cols >= 256 ? 256 : cols >= 64 ? 64 : 32;
+    return {dim3(std::min<unsigned>(ceil_div(cols, threads), 64), unsigned(rows)), threads};
+}
+
+#define FOR_COLS(c, cols) \
+    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < (cols); c += int64_t(gridDim.x) * blockDim.x)
+
+__global__ void k_add(Rows a, Rows b, Rows out) {
+    const int64_t r = blockIdx.y;
+    FOR_COLS(c, a.cols) out.data[r * out.stride + c] = a.data[r * a.stride + c] + b.data[r * b.stride + c];
+}
+
+__global__ void k_mul_sigmoid(Rows x, Rows g) {
+    const int64_t r = blockIdx.y;
+    FOR_COLS(c, x.cols) x.data[r * x.stride + c] *= 1.0f / (1.0f + expf(-g.data[r * g.stride + c]));
+}
+
+__global__ void k_silu_mul(Rows g, Rows u) {
+    const int64_t r = blockIdx.y;
+    FOR_COLS(c, g.cols) {
+        const float v = g.data[r * g.stride + c];
+        g.data[r * g.stride + c] = v / (1.0f + expf(-v)) * u.data[r * u.stride + c];
+    }
+}
+
+__global__ void k_gather_rows(Rows src, const int32_t *rows, Rows dst) {
+    const int64_t r = blockIdx.y;
+    const float *s = src.data + int64_t(rows[r]) * src.stride;
+    FOR_COLS(c, dst.cols) dst.data[r * dst.stride + c] = s[c];
+}
+
+__global__ void k_deinterleave(Rows src, int64_t width, Rows a, Rows b) {
+    const int64_t r = blockIdx.y;
+    FOR_COLS(c, a.cols) {
+        const int64_t pair = c / width, i = c % width;
+        a.data[r * a.stride + c] = src.data[r * src.stride + 2 * pair * width + i];
+        b.data[r * b.stride + c] = src.data[r * src.stride + (2 * pair + 1) * width + i];
+    }
+}
+
+// One block per (row, group); sum of squares in f32 over a fixed tree.
+__global__ void k_rms_norm(Rows x, const float *w, int64_t group, float eps, Rows out) {
+    __shared__ float red[32];
+    const int64_t r = blockIdx.y, g0 = int64_t(blockIdx.x) * group;
+    const float *xr = x.data + r * x.stride + g0;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < group; i += blockDim.x) ss += xr[i] * xr[i];
+    ss = block_sum(ss, red);
+    const float scale = 1.0f / sqrtf(ss / float(group) + eps);
+    float *yr = out.data + r * out.stride + g0;
+    for (int64_t i = threadIdx.x; i < group; i += blockDim.x) yr[i] = xr[i] * scale * w[i];
+}
+
+__global__ void k_rope_neox(Rows x, int64_t head_dim, int64_t half, const float *inv_freq, const int2 *slot_pos) {
+    const int64_t r = blockIdx.y;
+    const int64_t n_head = x.cols / head_dim;
+    const float p = float(slot_pos[r].y);
+    for (int64_t w = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; w < n_head * half;
+         w += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t h = w / half, i = w % half;
+        const float angle = __fmul_rn(p, inv_freq[i]);
+        float sn, cs;
+        sincosf(angle, &sn, &cs);
+        float *hd = x.data + r * x.stride + h * head_dim;
+        const float a = hd[i], b = hd[i + half];
+        hd[i] = a * cs - b * sn;
+        hd[i + half] = b * cs + a * sn;
+    }
+}
+
+void check_rows(int64_t rows) {
+    if (rows > 65535) fail("CUDA: %lld rows in one op; at most 65535 are supported", (long long)rows);
+}
+
+}  // namespace
+
+void launch_add(Rows a, Rows b, Rows out, cudaStream_t stream) {
+    if (a.rows == 0) return;
+    check_rows(a.rows);
+    const Grid2 g = rows_grid(a.rows, a.cols);
+    k_add<<<g.grid, g.threads, 0, stream>>>(a, b, out);
+    STRATA_CUDA_LAUNCH_CHECK("k_add");
+}
+
+void launch_mul_sigmoid(Rows x, Rows gate, cudaStream_t stream) {
+    if (x.rows == 0) return;
+    check_rows(x.rows);
+    const Grid2 g = rows_grid(x.rows, x.cols);
+    k_mul_sigmoid<<<g.grid, g.threads, 0, stream>>>(x, gate);
+    STRATA_CUDA_LAUNCH_CHECK("k_mul_sigmoid");
+}
+
+void launch_silu_mul(Rows gt, Rows u, cudaStream_t stream) {
+    if (gt.rows == 0) return;
+    check_rows(gt.rows);
+    const Grid2 g = rows_grid(gt.rows, gt.cols);
+    k_silu_mul<<<g.grid, g.threads, 0, stream>>>(gt, u);
+    STRATA_CUDA_LAUNCH_CHECK("k_silu_mul");
+}
+
+void launch_gather_rows(Rows src, const int32_t *rows_dev, Rows dst, cudaStream_t stream) {
+    if (dst.rows == 0) return;
+    check_rows(dst.rows);
+    const Grid2 g = rows_grid(dst.rows, dst.cols);
+    k_gather_rows<<<g.grid, g.threads, 0, stream>>>(src, rows_dev, dst);
+    STRATA_CUDA_LAUNCH_CHECK("k_gather_rows");
+}
+
+void launch_deinterleave(Rows src, int64_t width, Rows a, Rows b, cudaStream_t stream) {
+    if (src.rows == 0) return;
+    check_rows(src.rows);
+    const Grid2 g = rows_grid(src.rows, a.cols);
+    k_deinterleave<<<g.grid, g.threads, 0, stream>>>(src, width, a, b);
+    STRATA_CUDA_LAUNCH_CHECK("k_deinterleave");
+}
+
+void launch_rms_norm(Rows x, const float *w, int64_t group, float eps, Rows out, cudaStream_t stream) {
+    if (x.rows == 0) return;
+    check_rows(x.rows);
+    STRATA_ASSERT(group > 0 && x.cols % group == 0);
+    const unsigned threads = group >= 1024 ? 256 : group >= 128 ? 128 : 32;
+    k_rms_norm<<<dim3(unsigned(x.cols / group), unsigned(x.rows)), threads, 0, stream>>>(x, w, group, eps, out);
+    STRATA_CUDA_LAUNCH_CHECK("k_rms_norm");
+}
+
+void launch_rope_neox(Rows x, int64_t head_dim, int64_t n_rot, const float *inv_freq_dev, const int2 *slot_pos_dev,
+                      cudaStream_t stream) {
+    if (x.rows == 0 || n_rot == 0) return;
+    check_rows(x.rows);
+    const int64_t work = (x.cols / head_dim) * (n_rot / 2);
+    const unsigned threads = work >= 128 ? 128 : 32;
+    k_rope_neox<<<dim3(std::min<unsigned>(ceil_div(work, threads), 64), unsigned(x.rows)), threads, 0, stream>>>(
+        x, head_dim, n_rot / 2, inv_freq_dev, slot_pos_dev);
+    STRATA_CUDA_LAUNCH_CHECK("k_rope_neox");
+}
+
+}  // namespace strata::cuda

@@ -1,0 +1,27 @@
+// Row-wise and elementwise ops on f32 activations (device pointers, row strides in floats).
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <cstdint>
+
+namespace strata::cuda {
+
+struct Rows {  // a rows x cols view of device floats
+    float *data;
+    int64_t rows, cols, stride;
+};
+
+void launch_add(Rows a, Rows b, Rows out, cudaStream_t stream);                             // out = a + b
+void launch_mul_sigmoid(Rows x, Rows gate, cudaStream_t stream);                            // x *= sigmoid(gate)
+void launch_silu_mul(Rows g, Rows u, cudaStream_t stream);                                  // g = silu(g) * u
+void launch_gather_rows(Rows src, const int32_t *rows_dev, Rows dst, cudaStream_t stream);  // dst[i] = src[rows[i]]
+// src columns in pairs of width-wide blocks [a0 b0 a1 b1 ...] -> a, b
+void launch_deinterleave(Rows src, int64_t width, Rows a, Rows b, cudaStream_t stream);
+// out = x / rms(x) * w over groups of `group` columns (w: `group` floats on the device); out may be x.
+void launch_rms_norm(Rows x, const float *w, int64_t group, float eps, Rows out, cudaStream_t stream);
+// NeoX rotation of the first n_rot dims of every head of x at each row's position (slot_pos_dev: {slot, position}
+// per row). inv_freq_dev: n_rot / 2 floats, theta^(-2i / n_rot) as the CPU computes them.
+void launch_rope_neox(Rows x, int64_t head_dim, int64_t n_rot, const float *inv_freq_dev, const int2 *slot_pos_dev,
+                      cudaStream_t stream);
+
+}  // namespace strata::cuda

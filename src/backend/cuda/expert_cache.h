@@ -1,0 +1,77 @@
+// Routed experts in device memory: a pool of equal slots, each holding one expert's gate, up and down matrices, and
+// per MoE layer a table expert id -> slot. Kernels reach an expert only through this table, so where an expert's
+// bytes live (a slot filled at start, or one refilled on demand) never changes what they compute: same kernels,
+// same bytes, identical results.
+//
+// Protocol (everything on the backend's one stream, in issue order):
+//   - acquire() makes a set of experts resident, copying each missing one from host memory (the mapped model file;
+//     pinned with STRATA_CUDA_PIN=1) into the least recently used slot that is not in the set. The copy is queued on
+//     the stream, so it starts after every kernel queued before it (the ones reading the slot's previous expert) and
+//     before every kernel queued after it (the ones reading the new expert). No events are needed while copies and
+//     compute share the stream; a separate copy stream would need an event per slot ("compute that read it is done").
+//   - The pointers acquire() returns stay valid until the next acquire() on any layer: callers run all work on a set
+//     before acquiring the next one.
+//   - With as many slots as experts, every expert is copied once at start and acquire() never copies.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <cstdint>
+#include <vector>
+
+#include "model/weights.h"
+
+namespace strata::cuda {
+
+struct ExpertPtrs {
+    const uint8_t *gate, *up, *down;  // device
+};
+
+struct ExpertLayout {  // one MoE layer's expert tensors (host views) and the byte offsets within a slot
+    const Weight *gate = nullptr, *up = nullptr, *down = nullptr;
+    size_t gate_off = 0, up_off = 0, down_off = 0, bytes = 0;  // bytes: the slot space this layer's experts use
+};
+
+class ExpertCache {
+  public:
+    struct Stats {
+        uint64_t hits = 0, misses = 0, bytes_uploaded = 0;
+    };
+
+    // layers: one entry per layer index (entries without gate are layers with no routed experts to run).
+    // slots: n_slots device pointers of slot_bytes each.
+    void init(std::vector<ExpertLayout> layers, int64_t n_expert, size_t slot_bytes, std::vector<uint8_t *> slots);
+
+    // Copies every expert of every layer into its own slot (needs n_slots >= all experts); synchronous.
+    void load_all(cudaStream_t stream);
+
+    // Makes experts[0..n) of layer il resident (n <= n_slots(), distinct ids) and writes their pointers to out.
+    void acquire(int64_t il, const int32_t *experts, int64_t n, ExpertPtrs *out, cudaStream_t stream);
+
+    int64_t n_slots() const { return int64_t(slots_.size()); }
+    int64_t n_experts_total() const { return n_total_; }
+    size_t slot_bytes() const { return slot_bytes_; }
+    const Stats &stats() const { return stats_; }
+    // Slot of an expert, -1 when not in device memory (tests).
+    int32_t slot_of(int64_t il, int32_t e) const { return table_[size_t(il)][size_t(e)]; }
+
+  private:
+    struct Slot {
+        uint8_t *dev = nullptr;
+        int32_t layer = -1, expert = -1;
+        int32_t prev = -1, next = -1;  // recency list: head = least recently used
+    };
+    void fill(int32_t slot, int64_t il, int32_t e, cudaStream_t stream);
+    ExpertPtrs ptrs(const Slot &s, int64_t il) const;
+    void unlink(int32_t s);
+    void push_back(int32_t s);  // most recently used
+
+    std::vector<ExpertLayout> layers_;
+    std::vector<std::vector<int32_t>> table_;  // [layer][expert] -> slot, -1: not resident
+    std::vector<Slot> slots_;
+    size_t slot_bytes_ = 0;
+    int64_t n_expert_ = 0, n_total_ = 0;
+    int32_t lru_head_ = -1, lru_tail_ = -1;
+    Stats stats_;
+};
+
+}  // namespace strata::cuda

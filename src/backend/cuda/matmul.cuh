@@ -1,0 +1,68 @@
+// Matrix products of packed weights with f32 activations on the device: y[t, n] = sum_k W[n, k] x[t, k].
+// Work comes as groups: rows [x_row0, x_row0 + n_rows) of x times one weight matrix (device pointer) into rows
+// [y_row0, ...) of y. A plain matmul is one group; the MoE passes one group per routed expert, its pointer taken from
+// the layer's expert slot table. Every output element is computed by one thread or one warp in a fixed order, so a
+// row's result depends only on its inputs and the kernel chosen for its group, never on the other groups.
+//
+// Kernels: generic ones for every weight type (elements dequantized exactly, fp32 products, activations first taken
+// through the CPU reference's activation format so both compute the same function): mmv for groups of <= 8 rows,
+// tiled mm for larger ones. Quantized mat-vec kernels (mmvq) for the common weight types, for groups of <= 8 rows:
+// integer dot products of the packed weights with 8-bit activations held Q8_1-style (int8 values, and per 32 of
+// them the scale d and d * sum(q)). The activation values are exactly those of the reference's format for the weight
+// type (Q8_0 levels and fp16 scale per 32, or Q8_K levels and scale per 256), not llama.cpp's per-32 Q8_1: then the
+// quantized kernels, the generic ones and the CPU compute one function, differing only in float rounding, and the
+// choice of kernel (which follows the batch size) never moves a result by a quantization step.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <cstdint>
+
+#include "format/dtype.h"
+
+namespace strata::cuda {
+
+struct MatmulGroup {
+    const void *w;  // device pointer to the weight matrix (n rows of row_bytes)
+    int32_t x_row0, n_rows, y_row0;
+};
+
+constexpr int k_mmv_max_rows = 8;   // groups up to this many rows go to the mat-vec kernels
+constexpr int k_mm_tile_rows = 64;  // activation rows per tile of the mm kernel
+
+struct MatmulArgs {
+    DType type = DType::F32;
+    int64_t k = 0, n = 0;      // row length, rows of the weight
+    size_t row_bytes = 0;      // bytes of one weight row
+    const float *x = nullptr;  // f32 activations for the generic kernels (already in the reference act. format)
+    int64_t x_stride = 0;
+    const int8_t *xq = nullptr;   // 8-bit activations for mmvq: k int8 per row, then
+    const float2 *xds = nullptr;  // per 32 elements {d, d * sum(q)}
+    float *y = nullptr;
+    int64_t y_stride = 0;
+    MatmulGroup single{};                 // used when groups == nullptr
+    const MatmulGroup *groups = nullptr;  // device array
+    int32_t n_groups = 1;
+    const int2 *tiles = nullptr;  // mm: device array of (group, first row) per row tile; nullptr: tiles of `single`
+    int32_t n_tiles = 0;
+};
+
+// Generic kernels (every type cuda_can_dequantize accepts).
+void launch_mmv_generic(const MatmulArgs &a, cudaStream_t stream);  // every group <= k_mmv_max_rows rows
+void launch_mm_generic(const MatmulArgs &a, cudaStream_t stream);
+
+// Quantized mat-vec kernels (k a multiple of 32); activations from launch_quantize_act.
+bool mmvq_supported(DType t);
+void launch_mmvq(const MatmulArgs &a, cudaStream_t stream);  // every group <= k_mmv_max_rows rows
+
+// x rows through the activation format `vt` (F32: a plain copy; Q8_0, Q8_1, Q8_K: quantized and dequantized exactly
+// as format/quant.h does), packed into out (rows x k).
+void launch_act_round_trip(DType vt, const float *x, int64_t x_stride, int64_t rows, int64_t k, float *out,
+                           cudaStream_t stream);
+
+// x rows quantized to the reference activation format vt (Q8_0, Q8_1 or Q8_K: the levels and scales format/quant.h
+// gives), stored for mmvq: qs[r * k + i] int8, ds[r * (k / 32) + b] = {d, d * sum(qs of b)} with d the scale the
+// reference dequantizes block b with.
+void launch_quantize_act(DType vt, const float *x, int64_t x_stride, int64_t rows, int64_t k, int8_t *qs, float2 *ds,
+                         cudaStream_t stream);
+
+}  // namespace strata::cuda

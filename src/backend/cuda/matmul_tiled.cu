@@ -1,0 +1,98 @@
+// Generic tiled matmul for groups of more than 8 activation rows, every weight type: 64 activation rows x 64 weight
+// rows per block, k in steps of 32; weights are dequantized exactly into shared memory, products summed in fp32 in
+// k order.
+#include "backend/cuda/matmul.cuh"
+
+#include "backend/cuda/quant_device.cuh"
+#include "core/error.h"
+
+namespace strata::cuda {
+
+namespace {
+
+constexpr int BM = k_mm_tile_rows, BN = 64, BK = 32;
+
+template <DType T>
+__global__ __launch_bounds__(256) void k_mm_generic(MatmulArgs a, IqGrids g) {
+    __shared__ float xs[BM][BK + 1];
+    __shared__ float ws[BN][BK + 1];
+    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    int group = 0, row0 = int(blockIdx.x) * BM;
+    if (a.tiles) {
+        const int2 t = a.tiles[blockIdx.x];
+        group = t.x;
+        row0 = t.y;
+    }
+    const MatmulGroup grp = a.groups ? a.groups[group] : a.single;
+    const int64_t n0 = int64_t(blockIdx.y) * BN;
+    const uint8_t *w = static_cast<const uint8_t *>(grp.w);
+
+    // Loader roles: thread tid fills row (tid / 4) of each tile, 8 consecutive k from (tid % 4) * 8.
+    const int lr = tid / 4, lk = (tid % 4) * 8;
+    const bool x_valid = row0 + lr < grp.n_rows;
+    const float *xrow = a.x + int64_t(grp.x_row0 + row0 + lr) * a.x_stride;
+    const bool w_valid = n0 + lr < a.n;
+    const uint8_t *wrow = w + size_t(n0 + lr) * a.row_bytes;
+
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+
+    for (int64_t k0 = 0; k0 < a.k; k0 += BK) {
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int64_t k = k0 + lk + u;
+            xs[lr][lk + u] = x_valid && k < a.k ? xrow[k] : 0.0f;
+            ws[lr][lk + u] = w_valid && k < a.k ? row_elem<T>(wrow, k, g) : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll 8
+        for (int kk = 0; kk < BK; kk++) {
+            float xv[4], wv[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) xv[i] = xs[ty + 16 * i][kk];
+#pragma unroll
+            for (int j = 0; j < 4; j++) wv[j] = ws[tx + 16 * j][kk];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] += xv[i] * wv[j];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int r = row0 + ty + 16 * i;
+        if (r >= grp.n_rows) continue;
+        float *yr = a.y + int64_t(grp.y_row0 + r) * a.y_stride;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int64_t n = n0 + tx + 16 * j;
+            if (n < a.n) yr[n] = acc[i][j];
+        }
+    }
+}
+
+}  // namespace
+
+void launch_mm_generic(const MatmulArgs &a, cudaStream_t stream) {
+    const int64_t n_tiles = a.tiles ? a.n_tiles : (a.single.n_rows + BM - 1) / BM;
+    if (n_tiles == 0 || a.n == 0) return;
+    STRATA_ASSERT(a.n <= int64_t(65535) * BN);
+    const IqGrids &g = iq_grids();
+    const dim3 grid(unsigned(n_tiles), ceil_div(a.n, BN));
+    // clang-format off
+    switch (a.type) {
+#define X(T_) \
+    case DType::T_: k_mm_generic<DType::T_><<<grid, 256, 0, stream>>>(a, g); break;
+        STRATA_CUDA_DTYPES(X)
+#undef X
+        default: fail("CUDA: no matmul kernel for %s", dtype_name(a.type));
+    }
+    // clang-format on
+    STRATA_CUDA_LAUNCH_CHECK("k_mm_generic");
+}
+
+}  // namespace strata::cuda

@@ -1,0 +1,111 @@
+// MoE kernels: routing (one warp per token) and the combination of expert outputs.
+#include "backend/cuda/moe.cuh"
+
+#include "backend/cuda/device_common.cuh"
+#include "core/error.h"
+
+namespace strata::cuda {
+
+namespace {
+
+// Softmax in f32, then k rounds of arg-max over the probabilities (larger wins, ties to the lower id).
+__global__ void k_router_topk(Rows logits, int64_t k, bool norm, float scale, int32_t *ids, float *weights) {
+    extern __shared__ float prob[];
+    const int64_t t = blockIdx.x, ne = logits.cols;
+    const int lane = threadIdx.x;
+    const float *l = logits.data + t * logits.stride;
+    float mx = -INFINITY;
+    for (int64_t e = lane; e < ne; e += 32) mx = fmaxf(mx, l[e]);
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int64_t e = lane; e < ne; e += 32) {
+        const float v = expf(l[e] - mx);
+        prob[e] = v;
+        sum += v;
+    }
+    sum = warp_sum(sum);
+    for (int64_t e = lane; e < ne; e += 32) prob[e] /= sum;
+    __syncwarp();
+    float wsum = 0.0f;
+    for (int64_t j = 0; j < k; j++) {
+        float best = -INFINITY;
+        int best_id = int(ne);
+        for (int64_t e = lane; e < ne; e += 32)
+            if (prob[e] > best) best = prob[e], best_id = int(e);  // ascending e: the first of equals stays
+        for (int o = 16; o > 0; o >>= 1) {
+            const float b2 = __shfl_xor_sync(k_full_mask, best, o);
+            const int i2 = __shfl_xor_sync(k_full_mask, best_id, o);
+            if (b2 > best || (b2 == best && i2 < best_id)) best = b2, best_id = i2;
+        }
+        if (lane == 0) {
+            ids[t * k + j] = best_id;
+            weights[t * k + j] = best;
+            prob[best_id] = -INFINITY;
+        }
+        wsum += best;  // in rank order, as the reference sums
+        __syncwarp();
+    }
+    if (lane == 0) {
+        if (norm) {
+            wsum = fmaxf(wsum, 6.103515625e-5f);
+            for (int64_t j = 0; j < k; j++) weights[t * k + j] /= wsum;
+        }
+        if (scale != 0.0f)
+            for (int64_t j = 0; j < k; j++) weights[t * k + j] *= scale;
+    }
+}
+
+__global__ void k_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx, const float *weights, int64_t k,
+                              Rows out) {
+    const int64_t t = blockIdx.y;
+    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < out.cols;
+         c += int64_t(gridDim.x) * blockDim.x) {
+        float o = 0.0f;
+        for (int64_t j = 0; j < k; j++)
+            o += weights[widx[t * k + j]] * ys.data[int64_t(yrow[t * k + j]) * ys.stride + c];
+        out.data[t * out.stride + c] = o;
+    }
+}
+
+__global__ void k_shared_expert_add(Rows x, const float *w, Rows y, Rows out) {
+    __shared__ float red[32];
+    __shared__ float gate;
+    const int64_t t = blockIdx.x;
+    const float *xr = x.data + t * x.stride;
+    float d = 0.0f;
+    for (int64_t c = threadIdx.x; c < x.cols; c += blockDim.x) d += w[c] * xr[c];
+    d = block_sum(d, red);
+    if (threadIdx.x == 0) gate = 1.0f / (1.0f + expf(-d));
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < out.cols; c += blockDim.x)
+        out.data[t * out.stride + c] += gate * y.data[t * y.stride + c];
+}
+
+}  // namespace
+
+void launch_router_topk(Rows logits, int64_t k, bool norm, float scale, int32_t *ids, float *weights,
+                        cudaStream_t stream) {
+    if (logits.rows == 0) return;
+    STRATA_ASSERT(k >= 1 && k <= logits.cols);
+    const size_t smem = size_t(logits.cols) * sizeof(float);
+    if (smem > 48 * 1024) fail("CUDA routing: %lld experts are more than this kernel takes", (long long)logits.cols);
+    k_router_topk<<<unsigned(logits.rows), 32, smem, stream>>>(logits, k, norm, scale, ids, weights);
+    STRATA_CUDA_LAUNCH_CHECK("k_router_topk");
+}
+
+void launch_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx, const float *weights, int64_t k, Rows out,
+                        cudaStream_t stream) {
+    if (out.rows == 0) return;
+    STRATA_ASSERT(out.rows <= 65535);
+    k_moe_combine<<<dim3(std::min<unsigned>(ceil_div(out.cols, 256), 16), unsigned(out.rows)), 256, 0, stream>>>(
+        ys, yrow, widx, weights, k, out);
+    STRATA_CUDA_LAUNCH_CHECK("k_moe_combine");
+}
+
+void launch_shared_expert_add(Rows x, const float *w, Rows y, Rows out, cudaStream_t stream) {
+    if (out.rows == 0) return;
+    k_shared_expert_add<<<unsigned(out.rows), 256, 0, stream>>>(x, w, y, out);
+    STRATA_CUDA_LAUNCH_CHECK("k_shared_expert_add");
+}
+
+}  // namespace strata::cuda

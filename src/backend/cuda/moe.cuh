@@ -1,0 +1,24 @@
+// MoE routing and combination on the device: softmax top-k per token (ties to the lower expert id, renormalised,
+// scaled), the weighted sum of expert outputs in expert-id order, and the shared expert's sigmoid gate.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <cstdint>
+
+#include "backend/cuda/elementwise.cuh"
+
+namespace strata::cuda {
+
+// logits: n_tokens x n_expert. ids, weights: n_tokens x k (device), in rank order (most probable first).
+void launch_router_topk(Rows logits, int64_t k, bool norm, float scale, int32_t *ids, float *weights,
+                        cudaStream_t stream);
+
+// out[t] = sum over j < k of weights[widx[t k + j]] * ys[yrow[t k + j]]: entries in the order to add them (by
+// expert id), starting from zero.
+void launch_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx, const float *weights, int64_t k, Rows out,
+                        cudaStream_t stream);
+
+// out[t] += sigmoid(w . x[t]) * y[t] (w: x.cols floats on the device).
+void launch_shared_expert_add(Rows x, const float *w, Rows y, Rows out, cudaStream_t stream);
+
+}  // namespace strata::cuda

@@ -1,0 +1,237 @@
+// The CUDA engine on synthetic tiny models of each architecture against the CPU engine (the engine issue's
+// tolerances), packing that must not matter (token by token against one prefill, batched sequences, forks), expert
+// placement that must not change a single bit (all experts resident, a few slots, one slot, a budget), and refusals
+// that leave the engine usable.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/error.h"
+#include "cuda_test_util.h"
+#include "model/synth.h"
+#include "runtime/engine.h"
+
+using namespace strata;
+using namespace strata::test;
+
+namespace {
+
+std::string model_path(const std::string &preset, DType et, DType dt) {
+    std::string path = std::string(STRATA_BINARY_DIR) + "/test-models/" + preset + "-" + dtype_name(et) + "-" +
+                       dtype_name(dt) + ".gguf";
+    if (!std::filesystem::exists(path)) {
+        std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+        SynthOptions o;
+        o.preset = preset;
+        o.expert_type = et;
+        o.dense_type = dt;
+        o.seed = 7;
+        write_synthetic_model(o, path + ".tmp");
+        std::filesystem::rename(path + ".tmp", path);
+    }
+    return path;
+}
+
+std::vector<int32_t> prompt_tokens(int n, int salt) {
+    std::vector<int32_t> t;
+    for (int i = 0; i < n; i++) t.push_back(int32_t((i * 37 + salt * 11 + 5) % 250));
+    return t;
+}
+
+// tests/cpp/test_engine.cpp's criteria: float weights max |diff| <= 1e-3 max |logit|; quantized weights NMSE <= 1e-3
+// and the same top-1 at >= 99% of the positions with a clear winner.
+constexpr float k_clear_gap = 0.1f;
+
+void expect_close(const std::vector<float> &a, const std::vector<float> &b, int64_t n_vocab, bool quantized,
+                  const std::string &what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    if (!quantized) {
+        EXPECT_LE(max_abs_diff(a, b), 1e-3f * std::max(max_abs(a), 1e-6f)) << what;
+        return;
+    }
+    const size_t rows = a.size() / size_t(n_vocab);
+    size_t clear = 0, same = 0;
+    for (size_t r = 0; r < rows; r++) {
+        const float *x = a.data() + r * size_t(n_vocab), *y = b.data() + r * size_t(n_vocab);
+        int64_t ax = 0, ay = 0;
+        for (int64_t i = 0; i < n_vocab; i++) {
+            if (x[i] > x[ax]) ax = i;
+            if (y[i] > y[ay]) ay = i;
+        }
+        float second = -INFINITY;
+        for (int64_t i = 0; i < n_vocab; i++)
+            if (i != ax) second = std::max(second, x[i]);
+        if (x[ax] - second >= k_clear_gap) clear++, same += ax == ay;
+    }
+    EXPECT_LE(nmse(a, b), 1e-3) << what;
+    EXPECT_GE(double(same), 0.99 * double(clear)) << what;
+}
+
+struct Case {
+    const char *preset;
+    DType expert_type, dense_type;
+};
+
+std::string case_name(const Case &c) {
+    std::string s = std::string(c.preset) + "_" + dtype_name(c.expert_type) + "_" + dtype_name(c.dense_type);
+    for (char &ch : s)
+        if (ch == '-') ch = '_';
+    return s;
+}
+
+}  // namespace
+
+class CudaEngine : public ::testing::TestWithParam<Case> {
+  protected:
+    bool quantized() const { return GetParam().expert_type != DType::F32; }
+    std::string path() const { return model_path(GetParam().preset, GetParam().expert_type, GetParam().dense_type); }
+    EngineConfig config(int64_t n_batch = 512, KvType kv = KvType::F32) const {
+        EngineConfig cfg;
+        cfg.n_threads = 2;
+        cfg.n_ctx = 256;
+        cfg.n_batch = n_batch;
+        cfg.n_seq_max = 2;
+        cfg.kv_type = kv;
+        return cfg;
+    }
+    // Prompt logits (all positions) then 6 decode steps, one sequence.
+    std::vector<float> run(Engine &e, const std::vector<int32_t> &prompt) {
+        const int32_t s = e.new_sequence();
+        std::vector<std::vector<float>> l;
+        e.decode({{s, prompt, true}}, l);
+        std::vector<float> out = l[0];
+        for (int i = 0; i < 6; i++) {
+            e.decode({{s, {int32_t((i * 13 + 3) % 250)}, false}}, l);
+            out.insert(out.end(), l[0].begin(), l[0].end());
+        }
+        e.drop(s);
+        return out;
+    }
+};
+
+TEST_P(CudaEngine, MatchesTheCpuEngine) {
+    const std::vector<int32_t> prompt = prompt_tokens(40, 1);
+    for (KvType kv : {KvType::F32, KvType::F16, KvType::Q8_0}) {
+        auto cpu = make_cpu_engine(path(), config(512, kv));
+        auto gpu = make_cuda_engine(path(), config(512, kv));
+        expect_close(run(*cpu, prompt), run(*gpu, prompt), 512, quantized() || kv != KvType::F32,
+                     std::string("kv ") + kv_type_name(kv));
+    }
+}
+
+TEST_P(CudaEngine, PackingDoesNotMatter) {
+    const std::vector<int32_t> a = prompt_tokens(40, 1), b = prompt_tokens(23, 2);
+    EngineConfig three = config(512);
+    three.n_seq_max = 3;
+    auto whole = make_cuda_engine(path(), three);
+    auto chunked = make_cuda_engine(path(), config(7));
+    std::vector<std::vector<float>> lw, lc, l1, l2;
+    // both sequences in one call against each alone, and in chunks of 7 tokens
+    const int32_t s1 = whole->new_sequence(), s2 = whole->new_sequence();
+    whole->decode({{s1, a, true}, {s2, b, true}}, lw);
+    const int32_t c1 = chunked->new_sequence();
+    chunked->decode({{c1, a, true}}, l1);
+    chunked->drop(c1);
+    const int32_t c2 = chunked->new_sequence();
+    chunked->decode({{c2, b, true}}, l2);
+    expect_close(lw[0], l1[0], 512, quantized(), "sequence 1 batched vs alone in chunks");
+    expect_close(lw[1], l2[0], 512, quantized(), "sequence 2 batched vs alone in chunks");
+    // token by token
+    const int32_t t1 = chunked->new_sequence();
+    std::vector<float> stepped;
+    for (int32_t t : a) {
+        chunked->decode({{t1, {t}, false}}, lc);
+        stepped.insert(stepped.end(), lc[0].begin(), lc[0].end());
+    }
+    expect_close(lw[0], stepped, 512, quantized(), "token by token vs prefill");
+    // a fork continues from the prefix
+    const int32_t f = whole->fork(s1);
+    whole->decode({{f, {5}, false}, {s1, {5}, false}}, lw);
+    EXPECT_EQ(std::memcmp(lw[0].data(), lw[1].data(), lw[0].size() * 4), 0) << "fork";
+}
+
+TEST_P(CudaEngine, PlacementDoesNotChangeABit) {
+    const std::vector<int32_t> prompt = prompt_tokens(40, 3);
+    auto all = make_cuda_engine(path(), config());
+    const std::vector<float> ref = run(*all, prompt);
+    const CudaExpertStats st = cuda_expert_stats(all->backend());
+    EXPECT_EQ(st.n_slots, st.n_experts);
+    for (int64_t slots : {5, 2, 1}) {
+        EngineConfig cfg = config();
+        cfg.expert_slots = slots;
+        const auto t0 = std::chrono::steady_clock::now();
+        auto e = make_cuda_engine(path(), cfg);
+        const auto t1 = std::chrono::steady_clock::now();
+        const std::vector<float> got = run(*e, prompt);
+        const auto t2 = std::chrono::steady_clock::now();
+        std::fprintf(stderr, "  %lld slots: engine %.3f s, run %.3f s\n", (long long)slots,
+                     std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(t2 - t1).count());
+        ASSERT_EQ(got.size(), ref.size());
+        EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << slots << " expert slots";
+        const CudaExpertStats s = cuda_expert_stats(e->backend());
+        EXPECT_EQ(s.n_slots, slots);
+        EXPECT_GT(s.misses, 0u);
+    }
+    // A budget that leaves room for a few slots only: the plan picks the slot count, the bits stay the same.
+    EngineConfig cfg = config();
+    std::string plan;
+    cfg.log = [&](const std::string &line) { plan = line; };
+    // Find the smallest budget that works (the error names it), then run at it.
+    try {
+        cfg.vram_budget = uint64_t(1) << 20;
+        make_cuda_engine(path(), cfg);
+        FAIL() << "a 1 MiB budget was accepted";
+    } catch (const Error &e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("give at least"), std::string::npos) << msg;
+        const size_t at = msg.find("give at least ");
+        const double v = std::stod(msg.substr(at + 14));
+        const bool gib = msg.find("GiB", at) != std::string::npos;
+        // the message rounds to 0.1 MiB: a little more than that, so only a few slots beyond the minimum fit
+        cfg.vram_budget = uint64_t(v * (gib ? 1073741824.0 : 1048576.0)) + (uint64_t(1) << 17);
+    }
+    auto tight = make_cuda_engine(path(), cfg);
+    EXPECT_NE(plan.find("plan: resident"), std::string::npos) << plan;
+    const CudaExpertStats ts = cuda_expert_stats(tight->backend());
+    EXPECT_LT(ts.n_slots, ts.n_experts) << plan;
+    EXPECT_LE(ts.device_bytes, ts.budget_bytes);
+    const std::vector<float> got = run(*tight, prompt);
+    EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "budget plan: " << plan;
+    EXPECT_LE(cuda_expert_stats(tight->backend()).device_bytes, ts.budget_bytes) << "peak within the budget";
+}
+
+TEST_P(CudaEngine, BadRequestsFailAndTheEngineGoesOn) {
+    auto e = make_cuda_engine(path(), config());
+    const int32_t s = e->new_sequence();
+    std::vector<std::vector<float>> l;
+    EXPECT_THROW(e->decode({{s, {1, 2, 100000}, false}}, l), Error);
+    EXPECT_EQ(e->seq_len(s), 0);
+    e->decode({{s, prompt_tokens(5, 4), false}}, l);
+    EXPECT_EQ(e->seq_len(s), 5);
+    for (float x : l[0]) ASSERT_TRUE(std::isfinite(x));
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, CudaEngine,
+                         ::testing::Values(Case{"tiny-qwen3moe", DType::F32, DType::F32},
+                                           Case{"tiny-qwen3next", DType::F32, DType::F32},
+                                           Case{"tiny-qwen35moe", DType::F32, DType::F32},
+                                           Case{"tiny-qwen3moe", DType::Q4_K, DType::Q8_0},
+                                           Case{"tiny-qwen3next", DType::Q4_K, DType::Q8_0},
+                                           Case{"tiny-qwen35moe", DType::Q4_K, DType::Q8_0},
+                                           Case{"tiny-qwen3next", DType::IQ4_XS, DType::Q6_K},
+                                           Case{"tiny-qwen3moe", DType::IQ2_XXS, DType::Q5_K},
+                                           Case{"tiny-qwen35moe", DType::MXFP4, DType::Q4_0}),
+                         [](const auto &info) { return case_name(info.param); });
+
+TEST(CudaEngineDevice, AutoPicksTheGpu) {
+    EXPECT_TRUE(cuda_available());
+    EngineConfig cfg;
+    cfg.n_ctx = 64;
+    auto e = make_engine(model_path("tiny-qwen3moe", DType::Q4_K, DType::Q8_0), cfg);
+    EXPECT_NE(e->backend().name().find("CUDA"), std::string::npos) << e->backend().name();
+}

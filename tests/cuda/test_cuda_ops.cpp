@@ -1,0 +1,540 @@
+// Every CUDA op against the CPU reference: exact device dequantizers and activation round trips for every type,
+// matmuls of every weight type over awkward shapes (both kernel families), norms, RoPE, elementwise ops, attention
+// over the KV cache types, Gated DeltaNet (both delta-rule forms), and the MoE block, whose output must not depend
+// on how many expert slots there are.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/dequant.cuh"
+#include "backend/cuda/matmul.cuh"
+#include "cuda_test_util.h"
+#include "format/quant.h"
+
+using namespace strata;
+using namespace strata::test;
+
+namespace {
+
+const DType k_all_types[] = {DType::F32,     DType::F16,    DType::BF16,  DType::Q4_0,    DType::Q4_1,   DType::Q5_0,
+                             DType::Q5_1,    DType::Q8_0,   DType::Q8_1,  DType::MXFP4,   DType::IQ4_NL, DType::Q2_K,
+                             DType::Q3_K,    DType::Q4_K,   DType::Q5_K,  DType::Q6_K,    DType::Q8_K,   DType::IQ4_XS,
+                             DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS, DType::IQ3_S,  DType::IQ1_S,
+                             DType::IQ1_M,   DType::TQ1_0,  DType::TQ2_0};
+
+bool same_bits(float a, float b) {
+    if (std::isnan(a) && std::isnan(b)) return true;
+    uint32_t x, y;
+    std::memcpy(&x, &a, 4);
+    std::memcpy(&y, &b, 4);
+    return x == y;
+}
+
+std::unique_ptr<Backend> cuda_backend(int64_t expert_slots = 0) {
+    CudaOptions o;
+    o.expert_slots = expert_slots;
+    o.cache.n_slots = 2;
+    o.cache.n_ctx = 160;
+    o.n_batch = 64;
+    return make_cuda_backend(o);
+}
+
+}  // namespace
+
+// ---- dequantization ---------------------------------------------------------------------------------------------
+
+class CudaDequant : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CudaDequant, BitExactWithTheReference) {
+    const DType t = GetParam();
+    const int64_t bs = dtype_info(t).block_size, k = 256 * 4, rows = 9;
+    const size_t rb = row_bytes(t, k);
+    // Two kinds of rows: quantized normal data at several scales, and random bytes (every bit pattern of every
+    // field, scales that are subnormal, huge, infinite or NaN included).
+    std::vector<uint8_t> bytes(rb * size_t(rows));
+    std::mt19937_64 rng(uint64_t(t) * 7919 + 1);
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *dst = bytes.data() + size_t(r) * rb;
+        if (r < 5) {
+            std::vector<float> f = randn(size_t(k), uint64_t(r) + 11, std::pow(10.0f, float(r) - 2.0f));
+            quantize_row(t, f.data(), dst, k);
+        } else {
+            for (size_t i = 0; i < rb; i++) dst[i] = uint8_t(rng());
+        }
+    }
+    ASSERT_EQ(k % bs, 0);
+    DevBuf src(bytes.size()), dst(size_t(rows * k) * 4);
+    CUDA_OK(cudaMemcpy(src.p, bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+    cuda::dequantize_rows(t, src.p, rb, rows, k, dst.as<float>(), nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> got(static_cast<size_t>(rows * k)), want(static_cast<size_t>(k));
+    CUDA_OK(cudaMemcpy(got.data(), dst.p, got.size() * 4, cudaMemcpyDeviceToHost));
+    for (int64_t r = 0; r < rows; r++) {
+        dequantize_row(t, bytes.data() + size_t(r) * rb, want.data(), k);
+        for (int64_t i = 0; i < k; i++)
+            ASSERT_TRUE(same_bits(got[size_t(r * k + i)], want[size_t(i)]))
+                << dtype_name(t) << " row " << r << " element " << i << ": " << got[size_t(r * k + i)] << " vs "
+                << want[size_t(i)];
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, CudaDequant, ::testing::ValuesIn(k_all_types),
+                         [](const auto &info) { return std::string(dtype_name(info.param)); });
+
+// The generic matmul path takes activations through the reference's activation format: same values, bit for bit.
+TEST(CudaActivations, RoundTripIsExact) {
+    const int64_t k = 512, rows = 7;
+    std::vector<float> x = randn(size_t(rows * k), 5, 3.0f);
+    x[3] = 0.0f;                                           // zeros
+    for (int i = 0; i < 32; i++) x[size_t(k + i)] = 0.0f;  // an all-zero block
+    x[size_t(2 * k + 5)] = -x[size_t(2 * k + 9)];          // a tie in magnitude
+    DevBuf xd(x.size() * 4), out(x.size() * 4);
+    CUDA_OK(cudaMemcpy(xd.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    for (DType vt : {DType::Q8_0, DType::Q8_1, DType::Q8_K}) {
+        cuda::launch_act_round_trip(vt, xd.as<float>(), k, rows, k, out.as<float>(), nullptr);
+        CUDA_OK(cudaDeviceSynchronize());
+        std::vector<float> got(x.size()), want(static_cast<size_t>(k));
+        std::vector<uint8_t> blocks(row_bytes(vt, k));
+        CUDA_OK(cudaMemcpy(got.data(), out.p, got.size() * 4, cudaMemcpyDeviceToHost));
+        for (int64_t r = 0; r < rows; r++) {
+            quantize_row(vt, x.data() + r * k, blocks.data(), k);
+            dequantize_row(vt, blocks.data(), want.data(), k);
+            for (int64_t i = 0; i < k; i++)
+                ASSERT_TRUE(same_bits(got[size_t(r * k + i)], want[size_t(i)]))
+                    << dtype_name(vt) << " row " << r << " element " << i;
+        }
+    }
+}
+
+// ---- matmul -----------------------------------------------------------------------------------------------------
+
+struct MatmulCase {
+    DType type;
+    int64_t k, n, t;
+};
+
+class CudaMatmul : public ::testing::TestWithParam<MatmulCase> {};
+
+TEST_P(CudaMatmul, MatchesTheReference) {
+    const MatmulCase c = GetParam();
+    auto be = cuda_backend();
+    ThreadPool pool(2);
+    HostWeight hw;
+    make_weight(hw, c.type, c.k, c.n, 1, uint64_t(c.type) * 31 + uint64_t(c.n), 0.05f, true);
+    std::vector<float> x = randn(size_t(c.t * c.k), uint64_t(c.k + c.t), 1.0f);
+    // The activations are a column view of a wider matrix: strides are honoured.
+    std::vector<float> wide_host(static_cast<size_t>(c.t * (c.k + 3)), 7.0f);
+    for (int64_t r = 0; r < c.t; r++)
+        for (int64_t i = 0; i < c.k; i++) wide_host[size_t(r * (c.k + 3) + 1 + i)] = x[size_t(r * c.k + i)];
+    Act wide = be->alloc(c.t, c.k + 3);
+    put(wide, wide_host, true);
+    Act xd = wide.cols_view(1, c.k), yd = be->alloc(c.t, c.n);
+    be->matmul(hw.w, xd, yd);
+    std::vector<float> got = get(*be, yd);
+
+    std::vector<float> want(size_t(c.t * c.n));
+    Act xh{x.data(), c.t, c.k, c.k}, yh{want.data(), c.t, c.n, c.n};
+    cpu_matmul(pool, hw.w, xh, yh);
+    // Every kernel (the quantized mat-vec ones too) computes the reference's function: float rounding apart, equal.
+    EXPECT_LE(max_abs_diff(want, got), 2e-5f * std::max(1.0f, max_abs(want)))
+        << dtype_name(c.type) << " k=" << c.k << " n=" << c.n << " t=" << c.t;
+}
+
+std::vector<MatmulCase> matmul_cases() {
+    std::vector<MatmulCase> out;
+    for (DType t : k_all_types)
+        for (auto [k, n, tok] : {std::tuple<int64_t, int64_t, int64_t>{256, 37, 1},
+                                 {512, 130, 3},
+                                 {512, 1, 8},
+                                 {768, 65, 9},
+                                 {256, 70, 70},
+                                 {512, 33, 130}})
+            out.push_back({t, k, n, tok});
+    // row lengths that are no multiple of 32 (float types only)
+    for (DType t : {DType::F32, DType::F16, DType::BF16})
+        for (int64_t tok : {1, 5, 67}) out.push_back({t, 100, 19, tok});
+    return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, CudaMatmul, ::testing::ValuesIn(matmul_cases()), [](const auto &info) {
+    const MatmulCase &c = info.param;
+    return std::string(dtype_name(c.type)) + "_k" + std::to_string(c.k) + "_n" + std::to_string(c.n) + "_t" +
+           std::to_string(c.t);
+});
+
+// ---- norms, RoPE, elementwise -----------------------------------------------------------------------------------
+
+TEST(CudaOps, NormsRopeAndElementwiseMatchTheCpu) {
+    auto gpu = cuda_backend();
+    auto cpu = make_cpu_backend(2);
+    const int64_t T = 11, hd = 64, n_head = 4, cols = hd * n_head;
+    std::vector<float> a = randn(size_t(T * cols), 1), b = randn(size_t(T * cols), 2), wv = randn(size_t(cols), 3);
+    // Weights as a one-layer model's norms, prepared by both backends.
+    Model m;
+    m.hp.n_layer = 1;
+    m.hp.n_embd = cols;
+    m.layers.resize(1);
+    std::vector<float> wnorm = wv, qnorm(wv.begin(), wv.begin() + hd);
+    auto vec = [](Weight &w, std::vector<float> &f, const char *name) {
+        w.name = name;
+        w.type = DType::F32;
+        w.ne[0] = int64_t(f.size());
+        w.ne[1] = 1;
+        w.ne[2] = 1;
+        w.host = reinterpret_cast<const uint8_t *>(f.data());
+        w.row_bytes = f.size() * 4;
+    };
+    vec(m.layers[0].attn_norm, wnorm, "attn_norm");
+    vec(m.layers[0].q_norm, qnorm, "q_norm");
+    gpu->prepare(m);
+    cpu->prepare(m);
+
+    BatchInfo bi;
+    bi.segs = {{0, 5, 4, 0}, {1, 100, 7, 4}};
+    bi.n_tokens = T;
+    auto run = [&](Backend &be, bool dev) {
+        std::vector<std::vector<float>> outs;
+        Act x = be.alloc(T, cols), y = be.alloc(T, cols), o = be.alloc(T, cols);
+        put(x, a, dev);
+        put(y, b, dev);
+        be.rms_norm(x, m.layers[0].attn_norm, 1e-6f, o);
+        outs.push_back(get(be, o));
+        be.rms_norm(o, m.layers[0].q_norm, 1e-6f, o);  // per head, in place
+        outs.push_back(get(be, o));
+        be.rope(o, RopeParams{hd, 16, 5e6f}, bi);  // partial rotary
+        outs.push_back(get(be, o));
+        be.rope(o, RopeParams{hd, hd, 1e6f}, bi);
+        outs.push_back(get(be, o));
+        be.add(x, y, o);
+        outs.push_back(get(be, o));
+        be.mul_sigmoid(o, y);
+        outs.push_back(get(be, o));
+        Act half_a = be.alloc(T, cols / 2), half_b = be.alloc(T, cols / 2);
+        be.deinterleave(x, 32, half_a, half_b);
+        outs.push_back(get(be, half_a));
+        outs.push_back(get(be, half_b));
+        Act g = be.alloc(3, cols);
+        be.gather_rows(x, {10, 0, 4}, g);
+        outs.push_back(get(be, g));
+        return outs;
+    };
+    const auto want = run(*cpu, false), got = run(*gpu, true);
+    const char *names[] = {"rms_norm",    "rms_norm per head", "rope partial",   "rope full",  "add",
+                           "mul_sigmoid", "deinterleave a",    "deinterleave b", "gather_rows"};
+    for (size_t i = 0; i < want.size(); i++)
+        EXPECT_LE(max_abs_diff(want[i], got[i]), 2e-5f * std::max(1.0f, max_abs(want[i]))) << names[i];
+}
+
+// ---- attention --------------------------------------------------------------------------------------------------
+
+class CudaAttention : public ::testing::TestWithParam<KvType> {};
+
+TEST_P(CudaAttention, PrefillAndDecodeMatchTheCpu) {
+    const KvType kt = GetParam();
+    HParams hp;
+    hp.n_layer = 1;
+    hp.n_head = 8;
+    hp.n_head_kv = 2;
+    hp.head_dim_k = hp.head_dim_v = 64;
+    CacheConfig cc;
+    cc.n_slots = 2;
+    cc.n_ctx = 160;
+    cc.kv_type = kt;
+    auto gpu = cuda_backend();
+    auto cpu = make_cpu_backend(2);
+    Model m;
+    m.hp = hp;
+    m.layers.resize(1);
+    gpu->prepare(m);
+    cpu->prepare(m);
+    gpu->init_caches(hp, cc);
+    cpu->init_caches(hp, cc);
+    const int64_t hd = 64, qc = 8 * hd, kvc = 2 * hd;
+    // Prefill of two sequences (70 and 9 tokens, more than one key tile), then three decode steps of both.
+    std::vector<BatchInfo> steps;
+    BatchInfo p;
+    p.segs = {{0, 0, 70, 0}, {1, 0, 9, 70}};
+    p.n_tokens = 79;
+    steps.push_back(p);
+    for (int s = 0; s < 3; s++) {
+        BatchInfo d;
+        d.segs = {{1, 9 + s, 1, 0}, {0, 70 + s, 1, 1}};
+        d.n_tokens = 2;
+        steps.push_back(d);
+    }
+    uint64_t seed = 100;
+    for (const BatchInfo &bi : steps) {
+        const int64_t T = bi.n_tokens;
+        std::vector<float> q = randn(size_t(T * qc), seed++), k = randn(size_t(T * kvc), seed++),
+                           v = randn(size_t(T * kvc), seed++);
+        auto run = [&](Backend &be, bool dev) {
+            be.reset_scratch();
+            Act qa = be.alloc(T, qc), ka = be.alloc(T, kvc), va = be.alloc(T, kvc), o = be.alloc(T, qc);
+            put(qa, q, dev);
+            put(ka, k, dev);
+            put(va, v, dev);
+            be.attention(0, qa, ka, va, 8, 2, hd, 0.125f, bi, o);
+            return get(be, o);
+        };
+        const auto want = run(*cpu, false), got = run(*gpu, true);
+        EXPECT_LE(max_abs_diff(want, got), 2e-5f * std::max(1.0f, max_abs(want)))
+            << kv_type_name(kt) << " step with " << T << " rows";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(KvTypes, CudaAttention, ::testing::Values(KvType::F32, KvType::F16, KvType::Q8_0),
+                         [](const auto &info) { return std::string(kv_type_name(info.param)); });
+
+// ---- Gated DeltaNet -----------------------------------------------------------------------------------------------
+
+namespace {
+
+struct GdnModel {
+    Model m;
+    std::vector<float> conv, dt, a, norm;
+    GdnParams p;
+};
+
+void make_gdn_model(GdnModel &g, bool grouped, bool tiled) {
+    GdnParams &p = g.p;
+    p.n_k_heads = 2;
+    p.n_v_heads = 4;
+    p.head_k_dim = 64;
+    p.head_v_dim = 64;
+    p.conv_kernel = 4;
+    p.ba_grouped = grouped;
+    p.vhead_tiled = tiled;
+    p.eps = 1e-6f;
+    HParams &hp = g.m.hp;
+    hp.n_layer = 1;
+    hp.recurrent = {true};
+    hp.ssm_conv_kernel = 4;
+    hp.ssm_d_state = 64;
+    hp.ssm_n_group = 2;
+    hp.ssm_dt_rank = 4;
+    hp.ssm_d_inner = 4 * 64;
+    const int64_t conv_dim = 2 * 2 * 64 + 4 * 64;
+    g.conv = randn(size_t(conv_dim * 4), 41, 0.3f);
+    g.dt = randn(4, 42, 0.5f);
+    g.a = randn(4, 43, 0.5f);
+    for (float &x : g.a) x = -std::exp(x);
+    g.norm = randn(64, 44, 0.2f);
+    for (float &x : g.norm) x += 1.0f;
+    g.m.layers.resize(1);
+    LayerWeights &L = g.m.layers[0];
+    L.recurrent = true;
+    auto vec = [](Weight &w, std::vector<float> &f, int64_t ne0, int64_t ne1, const char *name) {
+        w.name = name;
+        w.type = DType::F32;
+        w.ne[0] = ne0;
+        w.ne[1] = ne1;
+        w.ne[2] = 1;
+        w.host = reinterpret_cast<const uint8_t *>(f.data());
+        w.row_bytes = size_t(ne0) * 4;
+    };
+    vec(L.ssm_conv1d, g.conv, 4, conv_dim, "ssm_conv1d");
+    vec(L.ssm_dt_bias, g.dt, 4, 1, "ssm_dt");
+    vec(L.ssm_a, g.a, 4, 1, "ssm_a");
+    vec(L.ssm_norm, g.norm, 64, 1, "ssm_norm");
+}
+
+}  // namespace
+
+class CudaGdn : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
+
+TEST_P(CudaGdn, RecurrentAndChunkedMatchTheCpu) {
+    const auto [grouped, tiled] = GetParam();
+    GdnModel g;
+    make_gdn_model(g, grouped, tiled);
+    auto gpu = cuda_backend();
+    auto cpu = make_cpu_backend(2);
+    gpu->prepare(g.m);
+    cpu->prepare(g.m);
+    CacheConfig cc;
+    cc.n_slots = 2;
+    cc.n_ctx = 160;
+    gpu->init_caches(g.m.hp, cc);
+    cpu->init_caches(g.m.hp, cc);
+    const int64_t conv_dim = 512, vd = 256, nv = 4;
+    // A long prefill (chunked, three chunks) with a short one (recurrent, shorter than the conv kernel), then
+    // decode steps; every output compared.
+    std::vector<BatchInfo> steps;
+    BatchInfo p;
+    p.segs = {{0, 0, 150, 0}, {1, 0, 2, 150}};
+    p.n_tokens = 152;
+    steps.push_back(p);
+    for (int s = 0; s < 4; s++) {
+        BatchInfo d;
+        d.segs = {{0, 150 + s, 1, 0}, {1, 2 + s, 1, 1}};
+        d.n_tokens = 2;
+        steps.push_back(d);
+    }
+    uint64_t seed = 500;
+    for (const BatchInfo &bi : steps) {
+        const int64_t T = bi.n_tokens;
+        std::vector<float> qkv = randn(size_t(T * conv_dim), seed++), z = randn(size_t(T * vd), seed++),
+                           b = randn(size_t(T * 2 * nv), seed++), a = randn(size_t(T * nv), seed++);
+        auto run = [&](Backend &be, bool dev) {
+            be.reset_scratch();
+            Act qa = be.alloc(T, conv_dim), za = be.alloc(T, vd), o = be.alloc(T, vd);
+            Act ba = be.alloc(T, grouped ? 2 * nv : nv), aa;
+            put(qa, qkv, dev);
+            put(za, z, dev);
+            put(ba, std::vector<float>(b.begin(), b.begin() + T * ba.cols), dev);
+            if (!grouped) {
+                aa = be.alloc(T, nv);
+                put(aa, a, dev);
+            }
+            be.gdn(0, g.m.layers[0], qa, za, ba, aa, g.p, bi, o);
+            return get(be, o);
+        };
+        const auto want = run(*cpu, false), got = run(*gpu, true);
+        EXPECT_LE(max_abs_diff(want, got), 1e-4f * std::max(1.0f, max_abs(want))) << T << " rows";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CudaGdn,
+                         ::testing::Values(std::make_tuple(true, false), std::make_tuple(false, true)));
+
+// The chunked and the recurrent kernels compute the same recurrence: a prompt read in one pass equals it read one
+// token at a time, on the GPU alone.
+TEST(CudaGdnForms, ChunkedEqualsRecurrent) {
+    GdnModel g;
+    make_gdn_model(g, true, false);
+    auto gpu = cuda_backend();
+    gpu->prepare(g.m);
+    CacheConfig cc;
+    cc.n_slots = 2;
+    cc.n_ctx = 160;
+    gpu->init_caches(g.m.hp, cc);
+    const int64_t n = 100, conv_dim = 512, vd = 256;
+    std::vector<float> qkv = randn(size_t(n * conv_dim), 1), z = randn(size_t(n * vd), 2), b = randn(size_t(n * 8), 3);
+    gpu->reset_scratch();
+    Act qa = gpu->alloc(n, conv_dim), za = gpu->alloc(n, vd), ba = gpu->alloc(n, 8), o = gpu->alloc(n, vd);
+    put(qa, qkv, true);
+    put(za, z, true);
+    put(ba, b, true);
+    BatchInfo all;
+    all.segs = {{0, 0, n, 0}};
+    all.n_tokens = n;
+    gpu->gdn(0, g.m.layers[0], qa, za, ba, Act{}, g.p, all, o);
+    const std::vector<float> chunked = get(*gpu, o);
+    std::vector<float> stepped;
+    for (int64_t t = 0; t < n; t++) {
+        BatchInfo one;
+        one.segs = {{1, t, 1, 0}};
+        one.n_tokens = 1;
+        Act o1 = gpu->alloc(1, vd);
+        gpu->gdn(0, g.m.layers[0], qa.rows_view(t, 1), za.rows_view(t, 1), ba.rows_view(t, 1), Act{}, g.p, one, o1);
+        const std::vector<float> r = get(*gpu, o1);
+        stepped.insert(stepped.end(), r.begin(), r.end());
+    }
+    EXPECT_LE(max_abs_diff(chunked, stepped), 1e-4f * std::max(1.0f, max_abs(chunked)));
+}
+
+// ---- MoE ----------------------------------------------------------------------------------------------------------
+
+namespace {
+
+struct MoeModel {
+    Model m;
+    HostWeight router, gate, up, down, sh_gate, sh_up, sh_down;
+    std::vector<float> sh_inp;
+    MoeParams p;
+};
+
+void make_moe_model(MoeModel &mm, DType et, bool shared, int64_t k_used) {
+    const int64_t E = 256, F = 256, NE = 8;
+    mm.p = MoeParams{NE, k_used, true, 0.0f};
+    HParams &hp = mm.m.hp;
+    hp.n_layer = 1;
+    hp.n_embd = E;
+    hp.n_expert = NE;
+    hp.n_expert_used = k_used;
+    hp.n_ff_exp = F;
+    hp.n_ff_shexp = shared ? F : 0;
+    mm.m.layers.resize(1);
+    LayerWeights &L = mm.m.layers[0];
+    make_weight(mm.router, DType::F32, E, NE, 1, 1, 0.2f, false);
+    make_weight(mm.gate, et, E, F, NE, 2, 0.05f, false);
+    make_weight(mm.up, et, E, F, NE, 3, 0.05f, false);
+    make_weight(mm.down, et, F, E, NE, 4, 0.05f, false);
+    L.gate_inp = mm.router.w;
+    L.gate_inp.name = "ffn_gate_inp";
+    L.gate_exps = mm.gate.w;
+    L.gate_exps.name = "ffn_gate_exps";
+    L.up_exps = mm.up.w;
+    L.up_exps.name = "ffn_up_exps";
+    L.down_exps = mm.down.w;
+    L.down_exps.name = "ffn_down_exps";
+    if (shared) {
+        make_weight(mm.sh_gate, DType::Q8_0, E, F, 1, 5, 0.05f, false);
+        make_weight(mm.sh_up, DType::Q8_0, E, F, 1, 6, 0.05f, false);
+        make_weight(mm.sh_down, DType::Q8_0, F, E, 1, 7, 0.05f, false);
+        mm.sh_inp = randn(size_t(E), 8, 0.1f);
+        L.gate_shexp = mm.sh_gate.w;
+        L.up_shexp = mm.sh_up.w;
+        L.down_shexp = mm.sh_down.w;
+        L.gate_inp_shexp.name = "ffn_gate_inp_shexp";
+        L.gate_inp_shexp.type = DType::F32;
+        L.gate_inp_shexp.ne[0] = E;
+        L.gate_inp_shexp.ne[1] = 1;
+        L.gate_inp_shexp.ne[2] = 1;
+        L.gate_inp_shexp.host = reinterpret_cast<const uint8_t *>(mm.sh_inp.data());
+        L.gate_inp_shexp.row_bytes = size_t(E) * 4;
+    }
+}
+
+std::vector<float> run_moe(Backend &be, const MoeModel &mm, const std::vector<float> &x, int64_t T, bool dev) {
+    be.reset_scratch();
+    Act xa = be.alloc(T, mm.m.hp.n_embd), o = be.alloc(T, mm.m.hp.n_embd);
+    put(xa, x, dev);
+    be.moe(mm.m.layers[0], xa, mm.p, o);
+    return get(be, o);
+}
+
+}  // namespace
+
+class CudaMoe : public ::testing::TestWithParam<std::tuple<DType, bool>> {};
+
+TEST_P(CudaMoe, MatchesTheCpuAndIgnoresPlacement) {
+    const auto [et, shared] = GetParam();
+    MoeModel mm;
+    make_moe_model(mm, et, shared, shared ? 3 : 2);
+    auto cpu = make_cpu_backend(2);
+    cpu->prepare(mm.m);
+    // All experts resident, three slots (a layer's experts in several sets), one slot.
+    std::vector<std::unique_ptr<Backend>> gpus;
+    for (int64_t slots : {0, 3, 1}) {
+        gpus.push_back(cuda_backend(slots));
+        gpus.back()->prepare(mm.m);
+    }
+    EXPECT_EQ(cuda_expert_stats(*gpus[0]).n_slots, 8);
+    EXPECT_EQ(cuda_expert_stats(*gpus[1]).n_slots, 3);
+    uint64_t seed = 900;
+    for (int64_t T : {1, 2, 9, 40, 1}) {
+        const std::vector<float> x = randn(size_t(T * 256), seed++);
+        const std::vector<float> want = run_moe(*cpu, mm, x, T, false);
+        const std::vector<float> got = run_moe(*gpus[0], mm, x, T, true);
+        // The same function as the CPU, but the experts' inputs are quantized again from intermediates that differ
+        // in float rounding, so now and then an element lands one quantization step away: small, rare differences.
+        EXPECT_LE(nmse(want, got), 1e-5) << dtype_name(et) << " T=" << T;
+        EXPECT_LE(max_abs_diff(want, got), 3e-3f * std::max(1.0f, max_abs(want))) << dtype_name(et) << " T=" << T;
+        for (size_t g = 1; g < gpus.size(); g++) {
+            const std::vector<float> other = run_moe(*gpus[g], mm, x, T, true);
+            EXPECT_EQ(std::memcmp(other.data(), got.data(), got.size() * 4), 0)
+                << "placement changed the result: " << dtype_name(et) << " T=" << T << " backend " << g;
+        }
+    }
+    EXPECT_GT(cuda_expert_stats(*gpus[1]).misses, 0u);
+    EXPECT_GT(cuda_expert_stats(*gpus[2]).bytes_uploaded, 0u);
+    EXPECT_EQ(cuda_expert_stats(*gpus[0]).misses, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, CudaMoe,
+                         ::testing::Values(std::make_tuple(DType::Q4_K, true), std::make_tuple(DType::Q8_0, false),
+                                           std::make_tuple(DType::F16, true), std::make_tuple(DType::IQ2_XXS, false),
+                                           std::make_tuple(DType::Q3_K, true)));
