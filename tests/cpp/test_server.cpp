@@ -604,7 +604,9 @@ TEST_P(SchedulerTest, PrefixReuseGivesTheSameOutput) {
     Result f2 = collect(*k2);
     EXPECT_EQ(f2.usage.cached_tokens, 0);
     EXPECT_EQ(r2.ids, f2.ids);
-    if (e->has_recurrent()) EXPECT_GT(s.stats().checkpoints_restored, 0u);
+    if (e->has_recurrent()) {
+        EXPECT_GT(s.stats().checkpoints_restored, 0u);
+    }
     EXPECT_GT(s.stats().prompt_tokens_reused, 0u);
 }
 
