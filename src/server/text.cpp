@@ -232,7 +232,7 @@ void ChatOutputParser::run(Delta &d, bool final) {
             }
             if (i_tool != std::string::npos) {
                 emit_text(d, std::string_view(buf_).substr(0, i_tool), false);
-                ws_held_.clear();  // whitespace before a tool call is layout
+                ws_before_tool_ = std::exchange(ws_held_, {});  // whitespace before a tool call is layout
                 buf_.erase(0, i_tool + kToolOpen.size());
                 state_ = State::Tool;
                 continue;
@@ -252,13 +252,19 @@ void ChatOutputParser::run(Delta &d, bool final) {
             std::string body = buf_.substr(0, i);
             buf_.erase(0, i + kToolClose.size());
             state_ = State::Content;
-            if (!finish_tool(d, body)) emit_text(d, std::string(kToolOpen) + body + std::string(kToolClose), false);
+            if (!finish_tool(d, body)) {
+                ws_held_ = ws_before_tool_;
+                emit_text(d, std::string(kToolOpen) + body + std::string(kToolClose), false);
+            }
             continue;
         }
         if (final) {  // the output ended inside a block: a complete call is still a call
             std::string body = std::exchange(buf_, {});
             state_ = State::Content;
-            if (!finish_tool(d, body)) emit_text(d, std::string(kToolOpen) + body, false);
+            if (!finish_tool(d, body)) {
+                ws_held_ = ws_before_tool_;
+                emit_text(d, std::string(kToolOpen) + body, false);
+            }
         }
         return;
     }

@@ -80,6 +80,7 @@ private:
     State state_;
     std::string buf_;                 // undecided text
     std::string ws_held_;             // whitespace held back at the end of the reasoning or content so far
+    std::string ws_before_tool_;      // the whitespace before an open tool block: kept if the block is not a call
     bool reasoning_started_ = false;  // leading whitespace is dropped until the first visible character
     bool content_started_ = false;
     int n_calls_ = 0;

@@ -141,8 +141,9 @@ def test_completions_stream_echo_logprobs_and_stop(qwen3moe):
 
 def test_sampling_with_a_seed_is_reproducible(qwen3moe):
     c = client(qwen3moe)
-    kw = dict(model="m", prompt="Numbers, names", max_tokens=12, temperature=1.0, top_p=0.9, top_k=40,
-              min_p=0.01, seed=1234, presence_penalty=0.5, frequency_penalty=0.5, logit_bias=EOG_BIAS)
+    kw = dict(model="m", prompt="Numbers, names", max_tokens=12, temperature=1.0, top_p=0.9, seed=1234,
+              presence_penalty=0.5, frequency_penalty=0.5, logit_bias=EOG_BIAS,
+              extra_body={"top_k": 40, "min_p": 0.01})
     a = c.completions.create(**kw).choices[0].text
     b = c.completions.create(**kw).choices[0].text
     assert a == b
