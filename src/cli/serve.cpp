@@ -280,19 +280,22 @@ Run add_serve(CLI::App &app) {
             // Not streaming: the body comes at the end. While waiting, a space now and then (JSON allows leading
             // whitespace) finds clients that went away, so their generation stops. The content type is spelled
             // with a charset so the library does not compress (and hold back) those spaces.
+            auto last_write = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
             res.set_chunked_content_provider(
                 "application/json; charset=utf-8",
-                [job, responder, cancel](size_t, httplib::DataSink &sink) {
+                [job, responder, cancel, last_write](size_t, httplib::DataSink &sink) {
                     Event e;
-                    if (!job->out.pop(e, std::chrono::milliseconds(1000))) {
-                        if (!sink.write(" ", 1)) {
-                            cancel();
-                            return false;
+                    const bool got = job->out.pop(e, std::chrono::milliseconds(1000));
+                    if (!got || e.kind == Event::Kind::Text) {
+                        if (got) responder->on_event(e);
+                        const auto now = std::chrono::steady_clock::now();
+                        if (now - *last_write >= std::chrono::seconds(1)) {
+                            *last_write = now;
+                            if (!sink.write(" ", 1)) {
+                                cancel();
+                                return false;
+                            }
                         }
-                        return true;
-                    }
-                    if (e.kind == Event::Kind::Text) {
-                        responder->on_event(e);
                         return true;
                     }
                     std::string body;

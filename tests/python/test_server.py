@@ -147,9 +147,10 @@ def test_sampling_with_a_seed_is_reproducible(qwen3moe):
     a = c.completions.create(**kw).choices[0].text
     b = c.completions.create(**kw).choices[0].text
     assert a == b
-    greedy = c.completions.create(**{**kw, "temperature": 0}).choices[0].text
-    others = {c.completions.create(**{**kw, "seed": s}).choices[0].text for s in range(5)}
-    assert len(others | {greedy}) > 1  # sampling does sample
+    # Sampling does sample: hot and untruncated, seeds give different texts.
+    hot = {**kw, "temperature": 2.0, "top_p": 1.0, "extra_body": {"top_k": 0, "min_p": 0}}
+    texts = {c.completions.create(**{**hot, "seed": s}).choices[0].text for s in range(4)}
+    assert len(texts) > 1
 
 
 @pytest.mark.parametrize("which", ["qwen3moe", "qwen3next"])
@@ -231,7 +232,9 @@ def test_tool_call_round_trip(script_server):
                  {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21 degrees"}]
     r2 = c.chat.completions.create(model="m", messages=messages, tools=[WEATHER_TOOL], temperature=0)
     assert r2.usage.prompt_tokens > r.usage.prompt_tokens + 10
-    assert r2.usage.prompt_tokens_details.cached_tokens >= r.usage.prompt_tokens - 1
+    # Shared: the first prompt, less the generation prompt's "<think>\n" (xml) that the history does not repeat.
+    suffix = 2 if script_server.kind == "xml" else 0
+    assert r2.usage.prompt_tokens_details.cached_tokens == r.usage.prompt_tokens - suffix
     assert r2.choices[0].finish_reason == "tool_calls"  # the script model always calls
 
     # Without tools (tool_choice none), the block stays text; the reasoning is still split off.
@@ -277,8 +280,9 @@ def test_disconnect_mid_stream_frees_the_slot(small_server):
     assert r.choices[0].finish_reason in ("stop", "length")
     # A non-streaming client that gives up is noticed too.
     before = small_server.metrics()["strata_requests_cancelled_total"]
-    with pytest.raises(requests.exceptions.Timeout):
-        requests.post(small_server.url + "/v1/chat/completions", json=long_request(False), timeout=0.5)
+    with requests.Session() as h:  # closing the session closes the connection
+        with pytest.raises((requests.exceptions.Timeout, requests.exceptions.ConnectionError)):
+            h.post(small_server.url + "/v1/chat/completions", json=long_request(False), timeout=0.5)
     assert wait_for(lambda: small_server.metrics()["strata_requests_cancelled_total"] == before + 1, 10)
 
 
