@@ -36,6 +36,7 @@ textarea { flex:1; font:inherit; padding:.5em; border:1px solid var(--line); bor
 button { font:inherit; padding:.4em 1.1em; border:0; border-radius:6px; background:var(--accent); color:#fff; cursor:pointer; }
 button:disabled { background:#9db7ea; cursor:default; }
 button#stop { background:#c2410c; }
+button#stop:disabled { background:#e7b9a1; }
 </style>
 </head>
 <body>

@@ -58,7 +58,7 @@ def test_chat_page_in_headless_chromium(strata_bin, build_dir, tmp_path):
             details = reply.locator("details")
             expect(details).to_be_visible()
             assert details.get_attribute("open") is None
-            assert details.locator("div").inner_text() == EXPECTED["json"]["reasoning"]
+            assert details.locator("div").text_content() == EXPECTED["json"]["reasoning"]
             expect(page.locator("#speed")).to_contain_text("tok/s")
             expect(page.locator(".msg.user").first).to_have_text("What is the weather in Paris?")
             expect(page.locator("#send")).to_be_enabled()
