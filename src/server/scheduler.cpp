@@ -290,6 +290,7 @@ void Scheduler::finish(Slot &s, const char *reason) {
     Event e;
     e.kind = Event::Kind::Done;
     e.finish_reason = reason;
+    e.step = local_.steps;
     e.usage = a.usage;
     e.usage.completion_tokens = int64_t(a.generated.size());
     e.usage.gen_ms = a.t_first > 0 ? (now_s() - a.t_first) * 1e3 : 0;
@@ -370,6 +371,7 @@ void Scheduler::emit_token(Slot &s, int32_t token, const std::vector<float> &log
         Event e;
         e.text = std::move(text);
         e.tokens = std::move(a.logprobs);
+        e.step = local_.steps;
         a.logprobs.clear();
         a.job->out.push(std::move(e));
     };
@@ -484,6 +486,9 @@ void Scheduler::step() {
         }
         const double t1 = now_s();
         local_.steps++;
+        uint64_t n_step = 0;
+        for (const SeqInput &in : inputs) n_step += in.tokens.size();
+        local_.max_step_tokens = std::max(local_.max_step_tokens, n_step);
         local_.busy_seconds += t1 - t0;
         for (size_t i = 0; i < inputs.size(); i++) {
             if (!ok[i]) continue;

@@ -61,6 +61,7 @@ struct Event {
     std::string finish_reason;         // Done: "stop" or "length"
     Usage usage;                       // Done
     std::string error;                 // Error: what went wrong (the request failed; others go on)
+    uint64_t step = 0;                 // the scheduler step that produced it (for tests and tracing)
 };
 
 class Channel {
@@ -96,6 +97,7 @@ struct SchedulerStats {
     uint64_t jobs_done = 0, jobs_cancelled = 0, jobs_failed = 0, jobs_rejected = 0;
     uint64_t prompt_tokens = 0, prompt_tokens_reused = 0, prompt_tokens_computed = 0, generated_tokens = 0;
     uint64_t steps = 0, step_tokens = 0, checkpoints_taken = 0, checkpoints_restored = 0;
+    uint64_t max_step_tokens = 0;  // the most tokens one step has held
     double busy_seconds = 0;
     int64_t queued = 0, running = 0;
     int64_t kv_tokens_active = 0, kv_tokens_cached = 0, kv_capacity = 0;

@@ -694,6 +694,34 @@ INSTANTIATE_TEST_SUITE_P(Tiny, SchedulerTest, ::testing::Values("tiny-qwen3moe",
                              return n;
                          });
 
+TEST(Scheduler, LongPromptDelaysOthersByOneChunkPerStep) {
+    auto e = engine_for("tiny-qwen3moe", 2, 16);  // 16 tokens per step
+    auto tok = Tokenizer::from_gguf(*e->model().file);
+    Scheduler s(*e, *tok, {});
+    s.start();
+    auto a = greedy_job(tokens_of(4, 1), 60);
+    ASSERT_TRUE(s.submit(a));
+    std::vector<Event> a_events(1);
+    ASSERT_TRUE(a->out.pop(a_events[0], std::chrono::seconds(60)));  // a is generating
+    auto b = greedy_job(tokens_of(200, 2), 2);
+    ASSERT_TRUE(s.submit(b));
+    uint64_t b_first = 0;
+    for (Event ev; b->out.pop(ev, std::chrono::seconds(60));) {
+        if (!b_first) b_first = ev.step;
+        if (ev.kind != Event::Kind::Text) break;
+    }
+    for (Event ev; a->out.pop(ev, std::chrono::seconds(60));) {
+        a_events.push_back(ev);
+        if (ev.kind != Event::Kind::Text) break;
+    }
+    ASSERT_EQ(a_events.back().kind, Event::Kind::Done);
+    // a got a token in every step, b's 200 prompt tokens took at least 200 / 15 steps beside it, and no step held
+    // more than 16 tokens.
+    for (size_t i = 1; i + 1 < a_events.size(); i++) EXPECT_EQ(a_events[i].step, a_events[i - 1].step + 1);
+    EXPECT_GE(b_first, a_events[0].step + 13);
+    EXPECT_LE(s.stats().max_step_tokens, 16u);
+}
+
 TEST(Scheduler, BoundedQueueRefusesAndShutdownAnswersEveryone) {
     auto e = engine_for("tiny-qwen3moe", 1);
     auto tok = Tokenizer::from_gguf(*e->model().file);
