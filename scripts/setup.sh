@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake pkg-config git clang libclang-rt-14-dev
           libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev
+          chromium
           python3 python3-venv python3-pip)
 missing=()
 for p in "${packages[@]}"; do

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "model/weights.h"
 
 namespace strata {
@@ -84,6 +85,34 @@ public:
     // Sequence slots: copy the first n_pos positions of one slot's caches (and its recurrent state) to another.
     virtual void copy_slot(int32_t src, int32_t dst, int64_t n_pos) = 0;
     virtual void clear_slot(int32_t slot) = 0;
+
+    // Recurrent-state checkpoints (optional; used for prefix reuse on models with GDN layers). A slot's recurrent
+    // state is everything of it that is not indexed by position: every GDN layer's conv state and delta-rule state.
+    // Attention caches can be cut back to any earlier length, recurrent states cannot, so a caller that wants to
+    // rewind a sequence keeps copies of its recurrent state taken at earlier positions and loads one back.
+    //   recurrent_state_bytes(): the size of one slot's recurrent state; 0 when the caches have none, or when the
+    //     backend does not implement checkpoints (callers then never rewind sequences of recurrent models).
+    //   save_recurrent_state(slot, dst): copies the slot's recurrent state into dst (host memory, that many bytes),
+    //     synchronously: when it returns, dst holds the state after every op issued before the call.
+    //   load_recurrent_state(slot, src): the inverse; later ops on the slot see the loaded state.
+    // The layout is the backend's own; a blob is only loaded back into a backend of the same kind with the same cache
+    // configuration (any slot). Neither touches attention caches. The defaults implement "not supported".
+    virtual size_t recurrent_state_bytes() const { return 0; }
+    virtual void save_recurrent_state(int32_t slot, void *dst) {
+        fail("the %s backend cannot save recurrent state", name().c_str());
+    }
+    virtual void load_recurrent_state(int32_t slot, const void *src) {
+        fail("the %s backend cannot load recurrent state", name().c_str());
+    }
+
+    // Counters for monitoring (optional): expert-cache hits and misses and bytes streamed to the device, for
+    // backends that keep only part of the experts resident. Monotonic since init; zeros where not applicable.
+    struct Stats {
+        uint64_t expert_cache_hits = 0;
+        uint64_t expert_cache_misses = 0;
+        uint64_t bytes_streamed = 0;
+    };
+    virtual Stats stats() const { return {}; }
 
     // --- ops ---
     virtual void embed(const Weight &tok_embd, const int32_t *ids, Act out) = 0;

@@ -18,5 +18,6 @@ Run add_tokenize(CLI::App &app);
 Run add_template(CLI::App &app);
 Run add_quantize(CLI::App &app);
 Run add_run(CLI::App &app);
+Run add_serve(CLI::App &app);
 
 }  // namespace strata::cli

@@ -66,6 +66,58 @@ int32_t Engine::n_free_slots() const {
     return int32_t(std::count(seq_len_.begin(), seq_len_.end(), int64_t(-1)));
 }
 
+StateCheckpoint Engine::checkpoint(int32_t seq) {
+    check_seq(seq);
+    StateCheckpoint cp;
+    cp.pos = seq_len_[size_t(seq)];
+    if (!has_recurrent()) return cp;
+    if (!can_rewind()) fail("the %s backend cannot save recurrent state", backend_->name().c_str());
+    cp.data.resize(backend_->recurrent_state_bytes());
+    backend_->save_recurrent_state(seq, cp.data.data());
+    return cp;
+}
+
+namespace {
+// Checks a checkpoint for a cut to n_pos of a sequence of length len; returns whether it must be loaded.
+bool need_state(const Engine &e, const Backend &b, int64_t n_pos, int64_t len, const StateCheckpoint *cp) {
+    if (!e.has_recurrent() || n_pos == len || n_pos == 0) return false;
+    if (!cp) fail("cutting a recurrent sequence back to %lld positions needs a checkpoint", (long long)n_pos);
+    if (cp->pos != n_pos)
+        fail("the checkpoint is at position %lld, not %lld", (long long)cp->pos, (long long)n_pos);
+    if (cp->data.size() != b.recurrent_state_bytes() || cp->data.empty())
+        fail("the checkpoint holds %zu bytes of state, the backend %zu", cp->data.size(), b.recurrent_state_bytes());
+    return true;
+}
+}  // namespace
+
+void Engine::rewind(int32_t seq, int64_t n_pos, const StateCheckpoint *cp) {
+    check_seq(seq);
+    const int64_t len = seq_len_[size_t(seq)];
+    if (n_pos < 0 || n_pos > len)
+        fail("sequence %d: cannot cut %lld positions back to %lld", seq, (long long)len, (long long)n_pos);
+    const bool load = need_state(*this, *backend_, n_pos, len, cp);
+    if (n_pos == 0) backend_->clear_slot(seq);
+    else if (load) backend_->load_recurrent_state(seq, cp->data.data());
+    seq_len_[size_t(seq)] = n_pos;
+}
+
+void Engine::copy_prefix(int32_t src, int32_t dst, int64_t n_pos, const StateCheckpoint *cp) {
+    check_seq(src);
+    check_seq(dst);
+    const int64_t len = seq_len_[size_t(src)];
+    if (n_pos < 0 || n_pos > len)
+        fail("sequence %d holds %lld positions, not %lld to copy", src, (long long)len, (long long)n_pos);
+    if (src == dst) return rewind(dst, n_pos, cp);
+    const bool load = need_state(*this, *backend_, n_pos, len, cp);
+    if (n_pos == 0) {
+        backend_->clear_slot(dst);
+    } else {
+        backend_->copy_slot(src, dst, n_pos);
+        if (load) backend_->load_recurrent_state(dst, cp->data.data());
+    }
+    seq_len_[size_t(dst)] = n_pos;
+}
+
 void Engine::decode(const std::vector<SeqInput> &inputs, std::vector<std::vector<float>> &logits) {
     // Validate everything before touching any cache, so a bad input changes nothing.
     std::vector<int32_t> seen;

@@ -42,6 +42,13 @@ struct SeqInput {
     bool all_logits = false;
 };
 
+// A copy of one sequence's recurrent state (every GDN layer's conv and delta-rule state) as it was after `pos`
+// positions, in host memory: what Engine::rewind needs to cut a sequence of a recurrent model back to `pos`.
+struct StateCheckpoint {
+    int64_t pos = 0;
+    std::vector<uint8_t> data;  // the backend's layout (Backend::save_recurrent_state); empty without recurrent layers
+};
+
 class Engine {
 public:
     Engine(std::unique_ptr<Model> model, std::unique_ptr<Backend> backend, const EngineConfig &cfg);
@@ -59,6 +66,23 @@ public:
     void drop(int32_t seq);
     int64_t seq_len(int32_t seq) const;
     int32_t n_free_slots() const;
+
+    // Prefix reuse: a sequence cut back to its first n_pos positions continues from there as if it had only ever
+    // been fed those. Attention caches keep their first rows; recurrent (GDN) layers cannot be cut back, so they need
+    // their state as it was at n_pos: a checkpoint taken then, by this sequence or any other that held the same first
+    // n_pos tokens. The caller keeps checkpoints and decides which tokens a sequence holds; the engine checks positions.
+    bool has_recurrent() const { return model_->hp.has_recurrent(); }
+    // Whether sequences can be cut back at all: always without recurrent layers, else when the backend saves state.
+    bool can_rewind() const { return !has_recurrent() || backend_->recurrent_state_bytes() > 0; }
+    // The recurrent state of seq now, at seq_len(seq) (data empty for a model without recurrent layers).
+    StateCheckpoint checkpoint(int32_t seq);
+    // Cuts seq back to n_pos <= seq_len(seq) positions. With recurrent layers, cp must be a checkpoint taken at n_pos
+    // unless n_pos == seq_len(seq) (nothing changes) or n_pos == 0 (the state is cleared). Throws strata::Error and
+    // changes nothing when the arguments do not fit.
+    void rewind(int32_t seq, int64_t n_pos, const StateCheckpoint *cp = nullptr);
+    // Makes dst, an existing sequence, hold src's first n_pos <= seq_len(src) positions instead of what it held. With
+    // recurrent layers, cp must be a checkpoint taken at n_pos unless n_pos == seq_len(src) or n_pos == 0.
+    void copy_prefix(int32_t src, int32_t dst, int64_t n_pos, const StateCheckpoint *cp = nullptr);
 
     // Runs the inputs and fills logits[i] with input i's logits (rows x n_vocab, packed). Throws strata::Error
     // (and changes no sequence) when an input is invalid: unknown sequence, token out of range, context full.

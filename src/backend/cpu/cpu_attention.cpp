@@ -85,6 +85,37 @@ void CpuBackend::clear_slot(int32_t slot) {
     }
 }
 
+// Recurrent-state checkpoints: each GDN layer's conv state then its delta-rule state, in layer order, f32.
+size_t CpuBackend::recurrent_state_bytes() const {
+    if (!caches_) return 0;
+    size_t n = 0;
+    for (const Caches::Layer &L : caches_->layers)
+        if (!L.attn) n += size_t(L.conv_rows * L.conv_cols + L.state_floats) * sizeof(float);
+    return n;
+}
+
+void CpuBackend::save_recurrent_state(int32_t slot, void *dst) {
+    STRATA_ASSERT(caches_ && slot >= 0 && slot < caches_->cfg.n_slots);
+    auto *out = static_cast<float *>(dst);
+    for (Caches::Layer &L : caches_->layers) {
+        if (L.attn) continue;
+        out = std::copy_n(caches_->conv(L, slot), L.conv_rows * L.conv_cols, out);
+        out = std::copy_n(caches_->state(L, slot), L.state_floats, out);
+    }
+}
+
+void CpuBackend::load_recurrent_state(int32_t slot, const void *src) {
+    STRATA_ASSERT(caches_ && slot >= 0 && slot < caches_->cfg.n_slots);
+    const auto *in = static_cast<const float *>(src);
+    for (Caches::Layer &L : caches_->layers) {
+        if (L.attn) continue;
+        std::copy_n(in, L.conv_rows * L.conv_cols, caches_->conv(L, slot));
+        in += L.conv_rows * L.conv_cols;
+        std::copy_n(in, L.state_floats, caches_->state(L, slot));
+        in += L.state_floats;
+    }
+}
+
 void CpuBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                            float scale, const BatchInfo &b, Act out) {
     STRATA_ASSERT(caches_ && il < int64_t(caches_->layers.size()));

@@ -48,6 +48,9 @@ public:
     void download(const Act &src, float *host) override;
     void copy_slot(int32_t src, int32_t dst, int64_t n_pos) override;
     void clear_slot(int32_t slot) override;
+    size_t recurrent_state_bytes() const override;
+    void save_recurrent_state(int32_t slot, void *dst) override;
+    void load_recurrent_state(int32_t slot, const void *src) override;
 
     void embed(const Weight &tok_embd, const int32_t *ids, Act out) override;
     void rms_norm(Act x, const Weight &w, float eps, Act out) override;

@@ -1,0 +1,420 @@
+// strata serve: an OpenAI-compatible HTTP server (chat completions, completions, models, health, metrics and a chat
+// page) over one model. Handler threads check requests and wait on their jobs; the scheduler thread runs the engine.
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <httplib.h>
+#include <map>
+#include <mutex>
+#include <pthread.h>
+#include <thread>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "runtime/engine.h"
+#include "server/api.h"
+#include "server/scheduler.h"
+#include "server/text.h"
+#include "server/webpage.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata::cli {
+
+using namespace strata::server;
+
+namespace {
+
+KvType kv_type_of(const std::string &s) {
+    if (s == "f16") return KvType::F16;
+    if (s == "q8_0") return KvType::Q8_0;
+    if (s == "f32") return KvType::F32;
+    fail("--kv-type: expected f16, q8_0 or f32, got '%s'", s.c_str());
+}
+
+// Requests answered, by endpoint and status, for /metrics.
+class HttpCounters {
+public:
+    void add(const std::string &endpoint, int status) {
+        std::lock_guard<std::mutex> lock(mu_);
+        counts_[{endpoint, status}]++;
+    }
+    std::map<std::pair<std::string, int>, uint64_t> snapshot() const {
+        std::lock_guard<std::mutex> lock(mu_);
+        return counts_;
+    }
+
+private:
+    mutable std::mutex mu_;
+    std::map<std::pair<std::string, int>, uint64_t> counts_;
+};
+
+void send_error(httplib::Response &res, const ApiError &e) {
+    res.status = e.status;
+    res.set_content(dump(error_body(e)), "application/json");
+}
+
+std::string metrics_text(const SchedulerStats &s, const HttpCounters &http, double uptime) {
+    std::string out;
+    auto metric = [&](const char *name, const char *type, const char *help, double v) {
+        out += strfmt("# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+    };
+    out += "# HELP strata_http_requests_total HTTP requests answered, by endpoint and status.\n"
+           "# TYPE strata_http_requests_total counter\n";
+    for (const auto &[key, n] : http.snapshot())
+        out += strfmt("strata_http_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", key.first.c_str(),
+                      key.second, (unsigned long long)n);
+    metric("strata_requests_finished_total", "counter", "Generation requests that finished.", double(s.jobs_done));
+    metric("strata_requests_cancelled_total", "counter", "Generation requests cancelled by their client.",
+           double(s.jobs_cancelled));
+    metric("strata_requests_failed_total", "counter", "Generation requests that failed in the engine.",
+           double(s.jobs_failed));
+    metric("strata_requests_rejected_total", "counter", "Requests refused with 503 because the queue was full.",
+           double(s.jobs_rejected));
+    metric("strata_requests_running", "gauge", "Requests being generated now.", double(s.running));
+    metric("strata_queue_depth", "gauge", "Requests waiting for a sequence slot.", double(s.queued));
+    metric("strata_prompt_tokens_total", "counter", "Prompt tokens of all requests.", double(s.prompt_tokens));
+    metric("strata_prompt_tokens_reused_total", "counter", "Prompt tokens taken from the prefix cache.",
+           double(s.prompt_tokens_reused));
+    metric("strata_prompt_tokens_computed_total", "counter", "Prompt tokens run through the model.",
+           double(s.prompt_tokens_computed));
+    metric("strata_generated_tokens_total", "counter", "Tokens generated.", double(s.generated_tokens));
+    metric("strata_generation_tokens_per_second", "gauge", "Generated tokens per second over the last 10 s.",
+           s.gen_tokens_per_s);
+    metric("strata_prompt_tokens_per_second", "gauge", "Prompt tokens computed per second over the last 10 s.",
+           s.prompt_tokens_per_s);
+    metric("strata_steps_total", "counter", "Engine steps (one batched forward call each).", double(s.steps));
+    metric("strata_step_tokens_total", "counter", "Tokens in all engine steps.", double(s.step_tokens));
+    metric("strata_busy_seconds_total", "counter", "Seconds spent in engine steps.", s.busy_seconds);
+    metric("strata_kv_cache_tokens_active", "gauge", "Cache positions held by running requests.",
+           double(s.kv_tokens_active));
+    metric("strata_kv_cache_tokens_cached", "gauge", "Cache positions held, including finished requests' prefixes.",
+           double(s.kv_tokens_cached));
+    metric("strata_kv_cache_capacity_tokens", "gauge", "Cache positions in all slots.", double(s.kv_capacity));
+    metric("strata_kv_cache_usage_ratio", "gauge", "Share of the cache held by running requests.",
+           s.kv_capacity > 0 ? double(s.kv_tokens_active) / double(s.kv_capacity) : 0.0);
+    metric("strata_state_checkpoints_taken_total", "counter", "Recurrent-state checkpoints taken.",
+           double(s.checkpoints_taken));
+    metric("strata_state_checkpoints_restored_total", "counter", "Recurrent-state checkpoints restored for reuse.",
+           double(s.checkpoints_restored));
+    metric("strata_expert_cache_hits_total", "counter",
+           "Expert lookups served from device memory (0 when the backend holds every expert).",
+           double(s.backend.expert_cache_hits));
+    metric("strata_expert_cache_misses_total", "counter", "Expert lookups that had to stream the expert in.",
+           double(s.backend.expert_cache_misses));
+    metric("strata_bytes_streamed_total", "counter", "Weight bytes streamed to the device.",
+           double(s.backend.bytes_streamed));
+    metric("strata_uptime_seconds", "gauge", "Seconds since the server started.", uptime);
+    return out;
+}
+
+}  // namespace
+
+Run add_serve(CLI::App &app) {
+    struct Args {
+        std::string model, host = "127.0.0.1", api_key, alias, kv_type = "f16";
+        int port = 8080, parallel = 4, threads = 0, queue = 64, http_threads = 0, checkpoints = 8;
+        int64_t ctx = 4096, batch = 512;
+        size_t max_body = size_t(8) << 20;
+        bool no_prefix_reuse = false;
+    };
+    auto a = std::make_shared<Args>();
+    CLI::App *sub = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+    sub->add_option("-m,--model", a->model, "GGUF model file")->required();
+    sub->add_option("--host", a->host, "Address to listen on (loopback by default)")->capture_default_str();
+    sub->add_option("--port", a->port, "Port to listen on (0: any free port)")->capture_default_str();
+    sub->add_option("--parallel", a->parallel, "Requests generated at once (sequence slots)")->capture_default_str();
+    sub->add_option("-c,--ctx-size", a->ctx, "Context size per request, in tokens")->capture_default_str();
+    sub->add_option("-b,--batch", a->batch, "Tokens per engine step (prompt chunk size)")->capture_default_str();
+    sub->add_option("-t,--threads", a->threads, "CPU threads (0: all)");
+    sub->add_option("--api-key", a->api_key, "Require 'Authorization: Bearer KEY' on the API");
+    sub->add_option("--alias", a->alias, "Model name shown by the API (default: the file name)");
+    sub->add_option("--queue", a->queue, "Requests that may wait for a slot; more get 503")->capture_default_str();
+    sub->add_option("--http-threads", a->http_threads, "HTTP worker threads (0: parallel + queue + 16)");
+    sub->add_option("--max-body", a->max_body, "Largest request body in bytes")->capture_default_str();
+    sub->add_option("--kv-type", a->kv_type, "KV cache type: f16, q8_0 or f32")->capture_default_str();
+    sub->add_option("--checkpoints", a->checkpoints, "Recurrent-state checkpoints kept per slot (prefix reuse)")
+        ->capture_default_str();
+    sub->add_flag("--no-prefix-reuse", a->no_prefix_reuse, "Always compute the whole prompt");
+
+    return [a] {
+        if (a->parallel < 1) fail("--parallel must be at least 1 (got %d)", a->parallel);
+        if (a->queue < 0) fail("--queue must be >= 0 (got %d)", a->queue);
+        if (a->port < 0 || a->port > 65535) fail("--port must be in 0..65535 (got %d)", a->port);
+        EngineConfig cfg;
+        cfg.n_threads = a->threads;
+        cfg.n_seq_max = a->parallel;
+        cfg.n_ctx = a->ctx;
+        cfg.n_batch = a->batch;
+        cfg.kv_type = kv_type_of(a->kv_type);
+        std::fprintf(stderr, "strata: loading %s\n", a->model.c_str());
+        std::unique_ptr<Engine> eng = make_cpu_engine(a->model, cfg);
+        for (const std::string &w : eng->model().warnings) std::fprintf(stderr, "strata: warning: %s\n", w.c_str());
+        if (!eng->model().file->find("tokenizer.ggml.model")) fail("%s has no tokenizer: it cannot be served", a->model.c_str());
+        std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(*eng->model().file);
+        ModelChat chat(*eng->model().file, a->model);
+        if (!chat.notice().empty()) std::fprintf(stderr, "strata: %s\n", chat.notice().c_str());
+        const PromptEncoder encoder_proto(*tok);
+        const std::string model_id =
+            a->alias.empty() ? std::filesystem::path(a->model).filename().string() : a->alias;
+        const int64_t n_ctx = a->ctx, n_vocab = eng->n_vocab();
+        const auto t_start = std::chrono::steady_clock::now();
+        const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
+                                    std::chrono::system_clock::now().time_since_epoch())
+                                    .count();
+
+        // Signals: SIGINT/SIGTERM stop the server (handled by a thread), a client gone mid-write is not fatal.
+        std::signal(SIGPIPE, SIG_IGN);
+        sigset_t stop_signals;
+        sigemptyset(&stop_signals);
+        sigaddset(&stop_signals, SIGINT);
+        sigaddset(&stop_signals, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+        SchedulerConfig sc;
+        sc.max_queue = a->queue;
+        sc.max_checkpoints = a->checkpoints;
+        sc.prefix_reuse = !a->no_prefix_reuse;
+        Scheduler sched(*eng, *tok, sc);
+        sched.start();
+
+        httplib::Server svr;
+        const int n_http = a->http_threads > 0 ? a->http_threads : a->parallel + a->queue + 16;
+        svr.new_task_queue = [n_http] { return new httplib::ThreadPool(size_t(n_http)); };
+        svr.set_payload_max_length(a->max_body);
+        svr.set_keep_alive_timeout(5);
+        svr.set_read_timeout(60);
+        svr.set_write_timeout(60);
+
+        HttpCounters counters;
+        svr.set_logger([&](const httplib::Request &req, const httplib::Response &res) {
+            counters.add(req.path, res.status);
+        });
+        svr.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request &req, httplib::Response &res) {
+            if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours already
+            std::string msg, code;
+            switch (res.status) {
+                case 404:
+                    msg = "Unknown request URL: " + req.method + " " + req.path + ".";
+                    code = "unknown_url";
+                    break;
+                case 413:
+                    msg = "The request body is too large.";
+                    code = "request_too_large";
+                    break;
+                default: msg = strfmt("The request could not be handled (HTTP %d).", res.status);
+            }
+            res.set_content(dump(error_body(ApiError(res.status, msg, "invalid_request_error", {}, code))),
+                            "application/json");
+            return httplib::Server::HandlerResponse::Handled;
+        }));
+        svr.set_exception_handler([](const httplib::Request &, httplib::Response &res, std::exception_ptr ep) {
+            std::string what = "unknown error";
+            try {
+                if (ep) std::rethrow_exception(ep);
+            } catch (const std::exception &e) {
+                what = e.what();
+            } catch (...) {
+            }
+            send_error(res, ApiError(500, "Internal server error: " + what, "server_error"));
+        });
+
+        auto authorized = [&](const httplib::Request &req, httplib::Response &res) {
+            if (a->api_key.empty()) return true;
+            if (req.get_header_value("Authorization") == "Bearer " + a->api_key) return true;
+            send_error(res, ApiError(401, "Incorrect API key provided. Pass it as 'Authorization: Bearer KEY'.",
+                                     "invalid_request_error", {}, "invalid_api_key"));
+            return false;
+        };
+
+        // Queues a job and answers with its events: server-sent events when streaming, one JSON body otherwise.
+        auto run_job = [&](std::shared_ptr<Job> job, std::shared_ptr<Responder> responder, bool stream,
+                           httplib::Response &res) {
+            if (!sched.submit(job)) {
+                res.set_header("Retry-After", "1");
+                send_error(res, ApiError(503, "The server is overloaded: too many requests are waiting. Retry later.",
+                                         "server_error", {}, "overloaded"));
+                return;
+            }
+            auto cancel = [job, &sched] {
+                if (!job->finished) {
+                    job->cancelled = true;
+                    sched.notify();
+                }
+            };
+            if (stream) {
+                res.set_header("Cache-Control", "no-cache");
+                res.set_header("X-Accel-Buffering", "no");
+                res.set_chunked_content_provider(
+                    "text/event-stream",
+                    [job, responder, cancel](size_t, httplib::DataSink &sink) {
+                        Event e;
+                        if (!job->out.pop(e, std::chrono::milliseconds(1000))) {
+                            static const char ka[] = ": keep-alive\n\n";  // also finds clients that went away
+                            if (!sink.write(ka, sizeof(ka) - 1)) {
+                                cancel();
+                                return false;
+                            }
+                            return true;
+                        }
+                        std::string out;
+                        if (e.kind == Event::Kind::Error) {
+                            out = "data: " + dump(error_body(ApiError(500, e.error, "server_error"))) + "\n\n";
+                        } else {
+                            for (const ojson &c : responder->on_event(e)) out += "data: " + dump(c) + "\n\n";
+                        }
+                        if (e.kind != Event::Kind::Text) out += "data: [DONE]\n\n";
+                        if (!out.empty() && !sink.write(out.data(), out.size())) {
+                            cancel();
+                            return false;
+                        }
+                        if (e.kind != Event::Kind::Text) sink.done();
+                        return true;
+                    },
+                    [cancel](bool) { cancel(); });
+                return;
+            }
+            // Not streaming: the body comes at the end. While waiting, a space now and then (JSON allows leading
+            // whitespace) finds clients that went away, so their generation stops. The content type is spelled
+            // with a charset so the library does not compress (and hold back) those spaces.
+            auto last_write = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+            res.set_chunked_content_provider(
+                "application/json; charset=utf-8",
+                [job, responder, cancel, last_write](size_t, httplib::DataSink &sink) {
+                    Event e;
+                    const bool got = job->out.pop(e, std::chrono::milliseconds(1000));
+                    if (!got || e.kind == Event::Kind::Text) {
+                        if (got) responder->on_event(e);
+                        const auto now = std::chrono::steady_clock::now();
+                        if (now - *last_write >= std::chrono::seconds(1)) {
+                            *last_write = now;
+                            if (!sink.write(" ", 1)) {
+                                cancel();
+                                return false;
+                            }
+                        }
+                        return true;
+                    }
+                    std::string body;
+                    if (e.kind == Event::Kind::Error) {
+                        body = dump(error_body(ApiError(500, e.error, "server_error")));
+                    } else {
+                        responder->on_event(e);
+                        body = dump(responder->body());
+                    }
+                    if (!sink.write(body.data(), body.size())) {
+                        cancel();
+                        return false;
+                    }
+                    sink.done();
+                    return true;
+                },
+                [cancel](bool) { cancel(); });
+        };
+
+        auto chat_handler = [&](const httplib::Request &req, httplib::Response &res) {
+            if (!authorized(req, res)) return;
+            try {
+                const ojson body = parse_body(req.body);
+                PromptEncoder enc = encoder_proto;
+                ChatRequest cr = parse_chat_request(body, enc, n_vocab);
+                ChatPrompt prompt = render_chat_prompt(chat, cr, enc);
+                if (int64_t(prompt.ids.size()) >= n_ctx) throw context_error(int64_t(prompt.ids.size()), n_ctx, "messages");
+                ChatOutputParser::Options po;
+                po.reasoning = true;
+                po.starts_in_reasoning = prompt.opens_reasoning;
+                po.tools = cr.parse_tools;
+                if (cr.parse_tools) po.tool_schemas = cr.tools;
+                auto responder = std::make_shared<Responder>(Responder::Kind::Chat, model_id, *tok, cr.stream,
+                                                             cr.include_usage, cr.gen.top_logprobs,
+                                                             std::make_unique<ChatOutputParser>(po));
+                auto job = std::make_shared<Job>();
+                job->prompt = std::move(prompt.ids);
+                job->params = cr.gen;
+                run_job(job, responder, cr.stream, res);
+            } catch (const ApiError &e) {
+                send_error(res, e);
+            } catch (const std::exception &e) {
+                send_error(res, ApiError(500, std::string("Internal server error: ") + e.what(), "server_error"));
+            }
+        };
+        auto completion_handler = [&](const httplib::Request &req, httplib::Response &res) {
+            if (!authorized(req, res)) return;
+            try {
+                const ojson body = parse_body(req.body);
+                CompletionRequest cr = parse_completion_request(body, n_vocab);
+                std::vector<int32_t> ids = cr.prompt_ids.empty() ? tok->encode(cr.prompt, true, true) : cr.prompt_ids;
+                if (ids.empty()) throw invalid_request("The prompt is empty after tokenization.", "prompt");
+                if (int64_t(ids.size()) >= n_ctx) throw context_error(int64_t(ids.size()), n_ctx, "prompt");
+                std::string echo;
+                if (cr.echo) echo = cr.prompt_ids.empty() ? cr.prompt : tok->decode(cr.prompt_ids);
+                auto responder = std::make_shared<Responder>(Responder::Kind::Completion, model_id, *tok, cr.stream,
+                                                             cr.include_usage, cr.gen.top_logprobs, nullptr, echo);
+                auto job = std::make_shared<Job>();
+                job->prompt = std::move(ids);
+                job->params = cr.gen;
+                run_job(job, responder, cr.stream, res);
+            } catch (const ApiError &e) {
+                send_error(res, e);
+            } catch (const std::exception &e) {
+                send_error(res, ApiError(500, std::string("Internal server error: ") + e.what(), "server_error"));
+            }
+        };
+        auto models_handler = [&](const httplib::Request &req, httplib::Response &res) {
+            if (!authorized(req, res)) return;
+            ojson m = {{"id", model_id}, {"object", "model"}, {"created", created}, {"owned_by", "strata"}};
+            m["meta"] = {{"n_ctx", n_ctx},
+                         {"n_parallel", a->parallel},
+                         {"n_vocab", n_vocab},
+                         {"architecture", eng->hparams().arch_name},
+                         {"chat_template", chat.has_template()}};
+            res.set_content(dump(ojson{{"object", "list"}, {"data", ojson::array({m})}}), "application/json");
+        };
+
+        svr.Post("/v1/chat/completions", chat_handler);
+        svr.Post("/chat/completions", chat_handler);
+        svr.Post("/v1/completions", completion_handler);
+        svr.Post("/completions", completion_handler);
+        svr.Get("/v1/models", models_handler);
+        svr.Get("/models", models_handler);
+        svr.Get("/health", [&](const httplib::Request &, httplib::Response &res) {
+            res.set_content(R"({"status":"ok"})", "application/json");
+        });
+        svr.Get("/metrics", [&](const httplib::Request &req, httplib::Response &res) {
+            if (!authorized(req, res)) return;
+            const double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+            res.set_content(metrics_text(sched.stats(), counters, up), "text/plain; version=0.0.4");
+        });
+        svr.Get("/", [&](const httplib::Request &, httplib::Response &res) {
+            res.set_content(web_page(), "text/html; charset=utf-8");
+        });
+
+        int port = a->port;
+        if (port == 0) {
+            port = svr.bind_to_any_port(a->host);
+            if (port < 0) fail("cannot listen on %s", a->host.c_str());
+        } else if (!svr.bind_to_port(a->host, port)) {
+            fail("cannot listen on %s:%d (in use, or not an address of this machine)", a->host.c_str(), port);
+        }
+        std::thread signals([&] {
+            int sig = 0;
+            sigwait(&stop_signals, &sig);
+            if (sig != 0) std::fprintf(stderr, "strata: stopping (signal %d)\n", sig);
+            svr.stop();
+        });
+        std::fprintf(stderr, "strata: serving %s at http://%s:%d (%d parallel, context %lld)\n", model_id.c_str(),
+                     a->host.c_str(), port, a->parallel, (long long)n_ctx);
+        std::fflush(stderr);
+        const bool ok = svr.listen_after_bind();
+        // Let the signal thread go if listening ended some other way.
+        pthread_kill(signals.native_handle(), SIGTERM);
+        signals.join();
+        sched.stop();
+        return ok ? 0 : 1;
+    };
+}
+
+}  // namespace strata::cli

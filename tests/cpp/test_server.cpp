@@ -1,0 +1,741 @@
+// The server's parts without HTTP: stop strings, the chat output parser (reasoning, Qwen3 JSON and Qwen3-Coder XML
+// tool calls), protected prompt tokenization, request checking and response shapes, engine checkpoints and rewinds,
+// and the scheduler (continuous batching equals one request at a time, prefix reuse, cancellation, the bounded queue).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "core/error.h"
+#include "model/synth.h"
+#include "runtime/engine.h"
+#include "server/api.h"
+#include "server/scheduler.h"
+#include "server/text.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace strata;
+using namespace strata::server;
+
+namespace {
+
+// ---- stop strings ------------------------------------------------------------------------------------------------
+
+std::string feed(StopMatcher &m, const std::vector<std::string> &pieces) {
+    std::string out;
+    for (const auto &p : pieces) out += m.push(p);
+    return out + m.flush();
+}
+
+TEST(StopMatcher, CutsAtTheFirstStopAcrossPieces) {
+    StopMatcher m({"END", "xyz"});
+    EXPECT_EQ(feed(m, {"hello E", "N", "D and more"}), "hello ");
+    EXPECT_TRUE(m.stopped());
+}
+
+TEST(StopMatcher, HoldsBackOnlyWhatMayStartAStop) {
+    StopMatcher m({"</s>"});
+    EXPECT_EQ(m.push("abc<"), "abc");  // "<" may begin the stop
+    EXPECT_EQ(m.push("/x"), "</x");    // decided: not a stop
+    EXPECT_EQ(m.push("y</"), "y");
+    EXPECT_EQ(m.flush(), "</");  // the end: held text comes out
+    EXPECT_FALSE(m.stopped());
+}
+
+TEST(StopMatcher, EarliestStopWinsAndNothingAfterIt) {
+    StopMatcher m({"bb", "a"});
+    EXPECT_EQ(m.push("xxbbya"), "xx");
+    EXPECT_EQ(m.push("more"), "");
+    EXPECT_EQ(m.flush(), "");
+}
+
+TEST(StopMatcher, NoStopsPassesEverything) {
+    StopMatcher m({"", ""});
+    EXPECT_EQ(feed(m, {"a", "<", "b"}), "a<b");
+}
+
+TEST(PartialSuffix, LongestMarkerPrefix) {
+    EXPECT_EQ(partial_suffix("abc<too", "<tool_call>"), 4u);
+    EXPECT_EQ(partial_suffix("abc", "<tool_call>"), 0u);
+    EXPECT_EQ(partial_suffix("<tool_call>", "<tool_call>"), 0u);  // whole markers are found, not held
+}
+
+// ---- tool calls ----------------------------------------------------------------------------------------------
+
+ojson weather_tools() {
+    return ojson::parse(R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
+        "properties":{"city":{"type":"string"},"days":{"type":"integer"},"metric":{"type":"boolean"},
+        "where":{"type":"object"}}}}}])");
+}
+
+TEST(ToolCall, QwenJson) {
+    ToolCall c;
+    ASSERT_TRUE(parse_tool_call("\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n",
+                                weather_tools(), c));
+    EXPECT_EQ(c.name, "get_weather");
+    EXPECT_EQ(ojson::parse(c.arguments), ojson::parse(R"({"city":"Paris","days":3})"));
+    EXPECT_EQ(c.id.rfind("call_", 0), 0u);
+    ASSERT_TRUE(parse_tool_call(R"({"name":"f","arguments":"{\"a\":1}"})", ojson::array(), c));
+    EXPECT_EQ(c.arguments, "{\"a\":1}");  // arguments given as text stay that text
+    ASSERT_TRUE(parse_tool_call(R"({"name":"f"})", ojson::array(), c));
+    EXPECT_EQ(c.arguments, "{}");
+}
+
+TEST(ToolCall, CoderXmlTypedBySchema) {
+    ToolCall c;
+    const char *body = "\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n<parameter=days>\n5\n"
+                       "</parameter>\n<parameter=metric>\ntrue\n</parameter>\n<parameter=where>\n{\"lat\": 1.5}\n"
+                       "</parameter>\n<parameter=note>\n42\n</parameter>\n</function>\n";
+    ASSERT_TRUE(parse_tool_call(body, weather_tools(), c));
+    EXPECT_EQ(c.name, "get_weather");
+    ojson args = ojson::parse(c.arguments);
+    EXPECT_EQ(args["city"], "New York");
+    EXPECT_EQ(args["days"], 5);
+    EXPECT_EQ(args["metric"], true);
+    EXPECT_EQ(args["where"]["lat"], 1.5);
+    EXPECT_EQ(args["note"], "42");  // not in the schema: a string
+}
+
+TEST(ToolCall, CoderXmlStringThatLooksLikeANumber) {
+    ToolCall c;
+    ASSERT_TRUE(parse_tool_call("<function=get_weather><parameter=city>10</parameter></function>", weather_tools(), c));
+    EXPECT_EQ(ojson::parse(c.arguments)["city"], "10");
+}
+
+TEST(ToolCall, RejectsWhatIsNotACall) {
+    ToolCall c;
+    EXPECT_FALSE(parse_tool_call("not json", ojson::array(), c));
+    EXPECT_FALSE(parse_tool_call(R"({"arguments":{}})", ojson::array(), c));
+    EXPECT_FALSE(parse_tool_call(R"([1,2])", ojson::array(), c));
+    EXPECT_FALSE(parse_tool_call("<function=>x</function>", ojson::array(), c));
+    EXPECT_FALSE(parse_tool_call("<function=f><junk></function>", ojson::array(), c));
+}
+
+// ---- chat output parser ------------------------------------------------------------------------------------------
+
+struct Parsed {
+    std::string reasoning, content;
+    std::vector<ToolCall> calls;
+};
+
+Parsed parse_all(ChatOutputParser::Options o, const std::string &text, size_t piece) {
+    ChatOutputParser p(std::move(o));
+    Parsed r;
+    auto add = [&](const ChatOutputParser::Delta &d) {
+        r.reasoning += d.reasoning;
+        r.content += d.content;
+        for (const auto &c : d.tool_calls) r.calls.push_back(c);
+    };
+    for (size_t i = 0; i < text.size(); i += piece) add(p.push(text.substr(i, piece)));
+    add(p.finish());
+    return r;
+}
+
+ChatOutputParser::Options tool_opts() {
+    ChatOutputParser::Options o;
+    o.tools = true;
+    o.tool_schemas = weather_tools();
+    return o;
+}
+
+TEST(ChatOutputParser, ReasoningContentAndToolCallsInAnyPieces) {
+    const std::string out = "<think>\nLet me look it up.\n</think>\n\nChecking the weather.\n<tool_call>\n"
+                            "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+                            "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n</function>\n"
+                            "</tool_call>";
+    for (size_t piece : {size_t(1), size_t(2), size_t(3), size_t(7), out.size()}) {
+        Parsed r = parse_all(tool_opts(), out, piece);
+        EXPECT_EQ(r.reasoning, "Let me look it up.") << piece;
+        EXPECT_EQ(r.content, "Checking the weather.") << piece;
+        ASSERT_EQ(r.calls.size(), 2u) << piece;
+        EXPECT_EQ(ojson::parse(r.calls[0].arguments)["city"], "Paris");
+        EXPECT_EQ(ojson::parse(r.calls[1].arguments)["city"], "Rome");
+    }
+}
+
+TEST(ChatOutputParser, PromptThatOpensReasoning) {
+    ChatOutputParser::Options o;
+    o.starts_in_reasoning = true;
+    Parsed r = parse_all(o, "thinking hard</think>\n\nThe answer.", 1);
+    EXPECT_EQ(r.reasoning, "thinking hard");
+    EXPECT_EQ(r.content, "The answer.");
+    EXPECT_TRUE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n"));
+    EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+    EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n"));
+}
+
+TEST(ChatOutputParser, UnfinishedReasoningStaysReasoning) {
+    Parsed r = parse_all({}, "<think>still going", 3);
+    EXPECT_EQ(r.reasoning, "still going");
+    EXPECT_EQ(r.content, "");
+}
+
+TEST(ChatOutputParser, ThinkAfterContentIsContent) {
+    Parsed r = parse_all({}, "Hello <think>x</think>", 2);
+    EXPECT_EQ(r.content, "Hello <think>x</think>");
+    EXPECT_EQ(r.reasoning, "");
+}
+
+TEST(ChatOutputParser, WithoutToolsCallsStayText) {
+    ChatOutputParser::Options o;
+    Parsed r = parse_all(o, "A <tool_call>{\"name\":\"f\"}</tool_call>", 4);
+    EXPECT_TRUE(r.calls.empty());
+    EXPECT_EQ(r.content, "A <tool_call>{\"name\":\"f\"}</tool_call>");
+}
+
+TEST(ChatOutputParser, BrokenBlockStaysContentAndUnclosedCallCounts) {
+    Parsed r = parse_all(tool_opts(), "x <tool_call>{oops}</tool_call> y", 5);
+    EXPECT_TRUE(r.calls.empty());
+    EXPECT_EQ(r.content, "x <tool_call>{oops}</tool_call> y");
+    r = parse_all(tool_opts(), "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n", 5);
+    ASSERT_EQ(r.calls.size(), 1u);  // the output ended before </tool_call>
+    EXPECT_EQ(r.calls[0].name, "get_weather");
+    EXPECT_EQ(r.content, "");
+}
+
+TEST(ChatOutputParser, PartialMarkerAtTheEndIsText) {
+    Parsed r = parse_all(tool_opts(), "value <tool_ca", 1);
+    EXPECT_EQ(r.content, "value <tool_ca");
+}
+
+// ---- protected prompts ---------------------------------------------------------------------------------------
+
+std::string byte_level(const std::string &s) {
+    // GPT-2's byte alphabet for printable ASCII is the identity; these tests use no other bytes.
+    return s;
+}
+
+std::unique_ptr<Tokenizer> small_tokenizer() {
+    VocabSpec s;
+    s.model = "gpt2";
+    s.pre = "qwen2";
+    // The byte alphabet: printable ASCII maps to itself; others as GPT-2 maps them.
+    auto byte_char = [](int b) {
+        std::vector<int> keep;
+        for (int c = '!'; c <= '~'; c++) keep.push_back(c);
+        for (int c = 0xA1; c <= 0xAC; c++) keep.push_back(c);
+        for (int c = 0xAE; c <= 0xFF; c++) keep.push_back(c);
+        int cp = -1, extra = 0;
+        for (int x = 0; x < 256; x++) {
+            const bool k = std::find(keep.begin(), keep.end(), x) != keep.end();
+            const int here = k ? x : 256 + extra++;
+            if (x == b) cp = here;
+        }
+        std::string out;
+        if (cp < 0x80) out += char(cp);
+        else {
+            out += char(0xC0 | (cp >> 6));
+            out += char(0x80 | (cp & 0x3F));
+        }
+        return out;
+    };
+    for (int b = 0; b < 256; b++) s.tokens.push_back(byte_char(b));
+    s.types.assign(256, int32_t(TokenType::normal));
+    for (const char *sp : {"<|im_start|>", "<|im_end|>"}) {
+        s.tokens.push_back(byte_level(sp));
+        s.types.push_back(int32_t(TokenType::control));
+    }
+    s.tokens.push_back("<think>");
+    s.types.push_back(int32_t(TokenType::user_defined));
+    s.eos = 257;
+    return Tokenizer::from_spec(s);
+}
+
+TEST(PromptEncoder, MessageTextCannotForgeControlTokens) {
+    auto tok = small_tokenizer();
+    PromptEncoder enc(*tok);
+    const std::string user = enc.protect("hi <|im_end|> there \xEE\x80\x80" "0\xEE\x80\x81");
+    const std::string rendered = "<|im_start|>user\n" + user + "<|im_end|>\n";
+    std::vector<int32_t> ids = enc.encode(rendered, false);
+    int n_control = 0;
+    for (int32_t id : ids) n_control += tok->is_control(id);
+    EXPECT_EQ(n_control, 2);  // the template's two, not the user's
+    EXPECT_EQ(ids.front(), 256);
+    EXPECT_EQ(tok->decode(ids, true),
+              "<|im_start|>user\nhi <|im_end|> there \xEE\x80\x80" "0\xEE\x80\x81<|im_end|>\n");
+    // Unprotected text is parsed as the template wrote it.
+    PromptEncoder plain(*tok);
+    int n = 0;
+    for (int32_t id : plain.encode("a<|im_end|>b", false)) n += tok->is_control(id);
+    EXPECT_EQ(n, 1);
+}
+
+// ---- requests ------------------------------------------------------------------------------------------------
+
+ApiError chat_error(const std::string &body) {
+    auto tok = small_tokenizer();
+    PromptEncoder enc(*tok);
+    try {
+        parse_chat_request(parse_body(body), enc, 259);
+    } catch (const ApiError &e) {
+        return e;
+    }
+    return ApiError(0, "no error", "");
+}
+
+TEST(Requests, ErrorsNameTheParameter) {
+    EXPECT_EQ(chat_error("{not json").status, 400);
+    EXPECT_EQ(chat_error("{not json").code, "invalid_json");
+    EXPECT_EQ(chat_error("[1]").status, 400);
+    EXPECT_EQ(chat_error("{}").param, "messages");
+    EXPECT_EQ(chat_error(R"({"messages": "hi"})").code, "invalid_type");
+    EXPECT_EQ(chat_error(R"({"messages": []})").param, "messages");
+    EXPECT_EQ(chat_error(R"({"messages": [{"role":"user","content":"x"}], "temperature": "hot"})").param, "temperature");
+    EXPECT_EQ(chat_error(R"({"messages": [{"role":"user","content":"x"}], "temperature": 7})").code, "invalid_value");
+    EXPECT_EQ(chat_error(R"({"messages": [{"role":"user","content":"x"}], "max_tokens": 1.5})").param, "max_tokens");
+    EXPECT_EQ(chat_error(R"({"messages": [{"role":"user","content":"x"}], "n": 2})").param, "n");
+    EXPECT_EQ(chat_error(R"({"messages": [{"role":"user","content":"x"}], "stop": ["a","b","c","d","e"]})").param,
+              "stop");
+    EXPECT_EQ(chat_error(R"({"messages": [{"role":"user","content":"x"}], "top_logprobs": 3})").param,
+              "top_logprobs");
+    EXPECT_EQ(chat_error(R"({"messages": [{"role":"wizard","content":"x"}]})").param, "messages[0].role");
+    EXPECT_EQ(chat_error(R"({"messages": [{"role":"user"}]})").param, "messages[0].content");
+    EXPECT_EQ(chat_error(R"({"messages": [{"role":"user","content":[{"type":"image_url"}]}]})").param,
+              "messages[0].content");
+    EXPECT_EQ(chat_error(R"({"messages": [{"role":"user","content":"x"}], "logit_bias": {"999": 1}})").param,
+              "logit_bias");
+    EXPECT_EQ(chat_error(R"({"messages": [{"role":"user","content":"x"}], "tools": {}})").param, "tools");
+    // Unknown fields are ignored; valid requests pass.
+    EXPECT_EQ(chat_error(R"({"messages": [{"role":"user","content":"x"}], "frobnicate": {"a": 1}})").status, 0);
+}
+
+TEST(Requests, ChatFieldsReachTheJob) {
+    auto tok = small_tokenizer();
+    PromptEncoder enc(*tok);
+    ChatRequest r = parse_chat_request(
+        parse_body(R"({"messages": [{"role":"developer","content":"sys"},{"role":"user","content":[{"type":"text",
+        "text":"a"},{"type":"text","text":"b"}]},{"role":"assistant","content":null,"tool_calls":[{"id":"c1",
+        "type":"function","function":{"name":"f","arguments":"{\"x\": 1}"}}]},{"role":"tool","tool_call_id":"c1",
+        "content":"42"}], "temperature": 0, "top_k": 5, "seed": 3, "max_completion_tokens": 7, "stop": "zz",
+        "stream": true, "stream_options": {"include_usage": true}, "logprobs": true, "top_logprobs": 2,
+        "tools": [{"type":"function","function":{"name":"f"}}], "logit_bias": {"65": -100}})"),
+        enc, 259);
+    EXPECT_EQ(r.messages[0]["role"], "system");
+    EXPECT_EQ(r.messages[1]["content"], "ab");
+    EXPECT_EQ(r.messages[2]["tool_calls"][0]["function"]["arguments"]["x"], 1);  // an object for the template
+    EXPECT_EQ(r.messages[3]["tool_call_id"], "c1");
+    EXPECT_EQ(r.gen.sampling.temperature, 0.0f);
+    EXPECT_EQ(r.gen.sampling.top_k, 5);
+    EXPECT_EQ(r.gen.sampling.seed, 3u);
+    EXPECT_EQ(r.gen.max_tokens, 7);
+    EXPECT_EQ(r.gen.stop, std::vector<std::string>{"zz"});
+    EXPECT_TRUE(r.stream);
+    EXPECT_TRUE(r.include_usage);
+    EXPECT_EQ(r.gen.top_logprobs, 2);
+    EXPECT_TRUE(r.parse_tools);
+    ASSERT_EQ(r.gen.logit_bias.size(), 1u);
+    EXPECT_EQ(r.gen.logit_bias[0].first, 65);
+    // tool_choice "none": tools are neither shown nor parsed.
+    ChatRequest n = parse_chat_request(
+        parse_body(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":
+        {"name":"f"}}],"tool_choice":"none"})"),
+        enc, 259);
+    EXPECT_FALSE(n.parse_tools);
+    EXPECT_TRUE(n.tools.is_null());
+}
+
+TEST(Requests, Completions) {
+    CompletionRequest r = parse_completion_request(parse_body(R"({"prompt": [1, 2, 3], "logprobs": 2, "echo": true})"), 259);
+    EXPECT_EQ(r.prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+    EXPECT_EQ(r.gen.max_tokens, 16);  // the API's default for completions
+    EXPECT_EQ(r.gen.top_logprobs, 2);
+    EXPECT_THROW(parse_completion_request(parse_body(R"({"prompt": [1, 999]})"), 259), ApiError);
+    EXPECT_THROW(parse_completion_request(parse_body(R"({"prompt": ["a", "b"]})"), 259), ApiError);
+    EXPECT_THROW(parse_completion_request(parse_body(R"({"prompt": 5})"), 259), ApiError);
+    EXPECT_THROW(parse_completion_request(parse_body(R"({})"), 259), ApiError);
+    ApiError e = context_error(5000, 4096, "messages");
+    EXPECT_NE(std::string(e.what()).find("4096"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("5000"), std::string::npos);
+    EXPECT_EQ(e.code, "context_length_exceeded");
+    ojson b = error_body(e);
+    EXPECT_TRUE(b["error"].contains("message") && b["error"].contains("type") && b["error"].contains("param") &&
+                b["error"].contains("code"));
+}
+
+TEST(Responder, StreamedChatChunks) {
+    auto tok = small_tokenizer();
+    ChatOutputParser::Options o = tool_opts();
+    Responder r(Responder::Kind::Chat, "m", *tok, true, true, -1, std::make_unique<ChatOutputParser>(o));
+    std::vector<ojson> chunks;
+    auto add = [&](Event e) {
+        for (auto &c : r.on_event(e)) chunks.push_back(c);
+    };
+    add({Event::Kind::Text, "<think>hm</think>Hi", {}, {}, {}, {}});
+    add({Event::Kind::Text, " <tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}</tool_call>", {}, {}, {}, {}});
+    Event done{Event::Kind::Done, {}, {}, "stop", {}, {}};
+    done.usage.prompt_tokens = 10;
+    done.usage.completion_tokens = 4;
+    add(done);
+    ASSERT_GE(chunks.size(), 5u);
+    EXPECT_EQ(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    std::string reasoning, content;
+    int calls = 0;
+    for (auto &c : chunks) {
+        if (c["choices"].empty()) continue;
+        const ojson &d = c["choices"][0]["delta"];
+        if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+        if (d.contains("content")) content += d["content"].get<std::string>();
+        if (d.contains("tool_calls")) {
+            calls++;
+            EXPECT_EQ(d["tool_calls"][0]["index"], 0);
+            EXPECT_EQ(d["tool_calls"][0]["function"]["name"], "get_weather");
+        }
+    }
+    EXPECT_EQ(reasoning, "hm");
+    EXPECT_EQ(content, "Hi");
+    EXPECT_EQ(calls, 1);
+    const ojson &last = chunks.back();  // the usage chunk
+    EXPECT_TRUE(last["choices"].empty());
+    EXPECT_EQ(last["usage"]["total_tokens"], 14);
+    EXPECT_EQ(chunks[chunks.size() - 2]["choices"][0]["finish_reason"], "tool_calls");
+}
+
+TEST(Responder, NonStreamedCompletionWithLogprobs) {
+    auto tok = small_tokenizer();
+    Responder r(Responder::Kind::Completion, "m", *tok, false, false, 1, nullptr, "echo:");
+    Event t{Event::Kind::Text, "AB", {}, {}, {}, {}};
+    t.tokens = {{65, -0.5f, {{65, -0.5f}}}, {66, -1.0f, {{67, -0.2f}}}};
+    EXPECT_TRUE(r.on_event(t).empty());
+    r.on_event({Event::Kind::Done, {}, {}, "length", {}, {}});
+    ojson b = r.body();
+    EXPECT_EQ(b["object"], "text_completion");
+    EXPECT_EQ(b["choices"][0]["text"], "echo:AB");
+    EXPECT_EQ(b["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(b["choices"][0]["logprobs"]["tokens"], ojson::parse(R"(["A","B"])"));
+    EXPECT_EQ(b["choices"][0]["logprobs"]["text_offset"], ojson::parse("[5,6]"));
+    EXPECT_EQ(b["choices"][0]["logprobs"]["top_logprobs"][1]["C"], -0.2f);
+}
+
+// ---- engine rewinds --------------------------------------------------------------------------------------------
+
+std::string synth_model(const std::string &preset) {
+    const std::string path = std::string(STRATA_BINARY_DIR) + "/test-models/serve-" + preset + ".gguf";
+    if (!std::filesystem::exists(path)) {
+        std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+        SynthOptions o;
+        o.preset = preset;
+        o.seed = 11;
+        write_synthetic_model(o, path + ".tmp");
+        std::filesystem::rename(path + ".tmp", path);
+    }
+    return path;
+}
+
+std::vector<int32_t> tokens_of(int n, int salt) {
+    std::vector<int32_t> t;
+    for (int i = 0; i < n; i++) t.push_back(int32_t((i * 31 + salt * 17 + 3) % 250));
+    return t;
+}
+
+std::unique_ptr<Engine> engine_for(const std::string &preset, int32_t slots, int64_t n_batch = 16) {
+    EngineConfig cfg;
+    cfg.n_threads = 2;
+    cfg.n_seq_max = slots;
+    cfg.n_ctx = 256;
+    cfg.n_batch = n_batch;
+    return make_cpu_engine(synth_model(preset), cfg);
+}
+
+class Rewind : public ::testing::TestWithParam<const char *> {};
+
+TEST_P(Rewind, RestoredCheckpointContinuesExactly) {
+    auto e = engine_for(GetParam(), 2);
+    const std::vector<int32_t> all = tokens_of(40, 1);
+    const std::vector<int32_t> head(all.begin(), all.begin() + 24), tail(all.begin() + 24, all.end());
+    std::vector<std::vector<float>> ref, out;
+    const int32_t s = e->new_sequence();
+    e->decode({{s, head, false}}, out);
+    StateCheckpoint cp = e->checkpoint(s);
+    EXPECT_EQ(cp.pos, 24);
+    EXPECT_EQ(cp.data.empty(), !e->has_recurrent());
+    e->decode({{s, tail, true}}, ref);
+    // Something else after the checkpoint, then back to it: the same tail gives the same logits, bit for bit.
+    e->decode({{s, tokens_of(9, 5), false}}, out);
+    e->rewind(s, 24, &cp);
+    EXPECT_EQ(e->seq_len(s), 24);
+    e->decode({{s, tail, true}}, out);
+    EXPECT_EQ(out[0], ref[0]);
+    // Another sequence gets the prefix copied.
+    const int32_t d = e->new_sequence();
+    e->decode({{d, tokens_of(30, 9), false}}, out);
+    e->copy_prefix(s, d, 24, &cp);
+    EXPECT_EQ(e->seq_len(d), 24);
+    e->decode({{d, tail, true}}, out);
+    EXPECT_EQ(out[0], ref[0]);
+    // A recurrent model cannot be cut back without the state; a wrong checkpoint is refused, nothing changes.
+    if (e->has_recurrent()) {
+        EXPECT_THROW(e->rewind(s, 30), Error);
+        EXPECT_THROW(e->rewind(s, 30, &cp), Error);
+        EXPECT_EQ(e->seq_len(s), 40);
+    } else {
+        EXPECT_NO_THROW(e->rewind(s, 30));
+    }
+    EXPECT_THROW(e->rewind(s, 100, &cp), Error);
+    e->rewind(s, 0);
+    EXPECT_EQ(e->seq_len(s), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, Rewind, ::testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen35moe"),
+                         [](const auto &info) {
+                             std::string n = info.param;
+                             for (char &c : n)
+                                 if (c == '-') c = '_';
+                             return n;
+                         });
+
+// ---- scheduler ---------------------------------------------------------------------------------------------------
+
+struct Result {
+    std::string text, finish, error;
+    std::vector<int32_t> ids;
+    Usage usage;
+};
+
+Result collect(Job &job) {
+    Result r;
+    Event e;
+    for (;;) {
+        if (!job.out.pop(e, std::chrono::seconds(60))) {
+            r.error = "timeout";
+            return r;
+        }
+        r.text += e.text;
+        for (auto &t : e.tokens) r.ids.push_back(t.id);
+        if (e.kind == Event::Kind::Done) {
+            r.finish = e.finish_reason;
+            r.usage = e.usage;
+            return r;
+        }
+        if (e.kind == Event::Kind::Error) {
+            r.error = e.error;
+            return r;
+        }
+    }
+}
+
+std::shared_ptr<Job> greedy_job(std::vector<int32_t> prompt, int64_t max_tokens) {
+    auto j = std::make_shared<Job>();
+    j->prompt = std::move(prompt);
+    j->params.sampling.temperature = 0;
+    j->params.max_tokens = max_tokens;
+    j->params.ignore_eos = true;
+    j->params.top_logprobs = 0;  // to see the ids
+    return j;
+}
+
+class SchedulerTest : public ::testing::TestWithParam<const char *> {};
+
+TEST_P(SchedulerTest, ConcurrentEqualsOneAtATime) {
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 7; i++) prompts.push_back(tokens_of(3 + 11 * i, i));
+    prompts.push_back(prompts[2]);  // the same prompt twice at once
+    std::vector<Result> alone;
+    {
+        auto e = engine_for(GetParam(), 1);
+        auto tok = Tokenizer::from_gguf(*e->model().file);
+        SchedulerConfig c;
+        c.prefix_reuse = false;
+        Scheduler s(*e, *tok, c);
+        s.start();
+        for (auto &p : prompts) {
+            auto j = greedy_job(p, 10);
+            ASSERT_TRUE(s.submit(j));
+            alone.push_back(collect(*j));
+            ASSERT_EQ(alone.back().error, "");
+            EXPECT_EQ(alone.back().ids.size(), 10u);
+            EXPECT_EQ(alone.back().finish, "length");
+        }
+    }
+    auto e = engine_for(GetParam(), 3);  // fewer slots than requests: some wait in the queue
+    auto tok = Tokenizer::from_gguf(*e->model().file);
+    Scheduler s(*e, *tok, {});
+    s.start();
+    std::vector<std::shared_ptr<Job>> jobs;
+    for (auto &p : prompts) {
+        jobs.push_back(greedy_job(p, 10));
+        ASSERT_TRUE(s.submit(jobs.back()));
+    }
+    for (size_t i = 0; i < jobs.size(); i++) {
+        Result r = collect(*jobs[i]);
+        ASSERT_EQ(r.error, "");
+        EXPECT_EQ(r.ids, alone[i].ids) << "request " << i;
+        EXPECT_EQ(r.text, alone[i].text) << "request " << i;
+        EXPECT_EQ(r.usage.prompt_tokens, int64_t(prompts[i].size()));
+        EXPECT_EQ(r.usage.completion_tokens, 10);
+    }
+    SchedulerStats st = s.stats();
+    for (int i = 0; i < 200 && st.jobs_done < jobs.size(); i++) {  // published at the end of the step
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        st = s.stats();
+    }
+    EXPECT_EQ(st.jobs_done, jobs.size());
+    EXPECT_LT(st.steps, 8u * 10u);  // requests shared steps
+}
+
+TEST_P(SchedulerTest, PrefixReuseGivesTheSameOutput) {
+    auto e = engine_for(GetParam(), 2);
+    auto tok = Tokenizer::from_gguf(*e->model().file);
+    Scheduler s(*e, *tok, {});
+    s.start();
+    const std::vector<int32_t> first = tokens_of(50, 3);
+    auto j1 = greedy_job(first, 6);
+    ASSERT_TRUE(s.submit(j1));
+    Result r1 = collect(*j1);
+    EXPECT_EQ(r1.usage.cached_tokens, 0);
+    // The conversation goes on: the next prompt starts with the first prompt and the reply.
+    std::vector<int32_t> second = first;
+    second.insert(second.end(), r1.ids.begin(), r1.ids.end());
+    for (int32_t t : tokens_of(20, 8)) second.push_back(t);
+    auto j2 = greedy_job(second, 6);
+    ASSERT_TRUE(s.submit(j2));
+    Result r2 = collect(*j2);
+    EXPECT_GE(r2.usage.cached_tokens, 48) << "the first prompt (50) less at most one chunk boundary";
+    // The same request once more: reused up to a checkpoint or the last token.
+    auto j3 = greedy_job(second, 6);
+    ASSERT_TRUE(s.submit(j3));
+    Result r3 = collect(*j3);
+    EXPECT_GT(r3.usage.cached_tokens, 0);
+    EXPECT_EQ(r3.ids, r2.ids);
+
+    // Reference without any reuse.
+    auto e2 = engine_for(GetParam(), 1);
+    SchedulerConfig c;
+    c.prefix_reuse = false;
+    Scheduler fresh(*e2, *tok, c);
+    fresh.start();
+    auto k2 = greedy_job(second, 6);
+    ASSERT_TRUE(fresh.submit(k2));
+    Result f2 = collect(*k2);
+    EXPECT_EQ(f2.usage.cached_tokens, 0);
+    EXPECT_EQ(r2.ids, f2.ids);
+    if (e->has_recurrent()) {
+        EXPECT_GT(s.stats().checkpoints_restored, 0u);
+    }
+    EXPECT_GT(s.stats().prompt_tokens_reused, 0u);
+}
+
+TEST_P(SchedulerTest, SharedPrefixIsCopiedFromABusySlot) {
+    auto e = engine_for(GetParam(), 2);
+    auto tok = Tokenizer::from_gguf(*e->model().file);
+    Scheduler s(*e, *tok, {});
+    s.start();
+    const std::vector<int32_t> system = tokens_of(40, 4);
+    auto long_job = greedy_job(system, 200);  // keeps its slot busy
+    ASSERT_TRUE(s.submit(long_job));
+    Event ev;
+    ASSERT_TRUE(long_job->out.pop(ev, std::chrono::seconds(60)));  // it has read its prompt
+    std::vector<int32_t> p = system;
+    for (int32_t t : tokens_of(5, 6)) p.push_back(t);
+    auto j = greedy_job(p, 4);
+    ASSERT_TRUE(s.submit(j));
+    Result r = collect(*j);
+    EXPECT_GE(r.usage.cached_tokens, 32);  // from the other slot (a checkpoint at a chunk boundary at least)
+    long_job->cancelled = true;
+    s.notify();
+}
+
+TEST_P(SchedulerTest, StopStringsCutTheText) {
+    auto e = engine_for(GetParam(), 1);
+    auto tok = Tokenizer::from_gguf(*e->model().file);
+    Scheduler s(*e, *tok, {});
+    s.start();
+    auto j = greedy_job(tokens_of(12, 2), 24);
+    j->params.top_logprobs = -1;
+    ASSERT_TRUE(s.submit(j));
+    Result full = collect(*j);
+    ASSERT_GE(full.text.size(), 8u);
+    const std::string stop = full.text.substr(full.text.size() / 2, 3);
+    auto k = greedy_job(tokens_of(12, 2), 24);
+    k->params.stop = {stop};
+    ASSERT_TRUE(s.submit(k));
+    Result cut = collect(*k);
+    EXPECT_EQ(cut.finish, "stop");
+    EXPECT_EQ(cut.text, full.text.substr(0, full.text.find(stop)));
+    EXPECT_LT(cut.usage.completion_tokens, 24);
+}
+
+TEST_P(SchedulerTest, CancelledJobFreesItsSlot) {
+    auto e = engine_for(GetParam(), 1);
+    auto tok = Tokenizer::from_gguf(*e->model().file);
+    Scheduler s(*e, *tok, {});
+    s.start();
+    auto j = greedy_job(tokens_of(8, 1), 250);
+    ASSERT_TRUE(s.submit(j));
+    Event ev;
+    ASSERT_TRUE(j->out.pop(ev, std::chrono::seconds(60)));
+    j->cancelled = true;
+    s.notify();
+    auto k = greedy_job(tokens_of(8, 2), 3);  // the only slot is free again
+    ASSERT_TRUE(s.submit(k));
+    Result r = collect(*k);
+    EXPECT_EQ(r.error, "");
+    EXPECT_EQ(r.ids.size(), 3u);
+    EXPECT_TRUE(j->finished);
+    EXPECT_EQ(s.stats().jobs_cancelled, 1u);
+}
+
+TEST_P(SchedulerTest, ContextEndFinishesWithLength) {
+    auto e = engine_for(GetParam(), 1);
+    auto tok = Tokenizer::from_gguf(*e->model().file);
+    Scheduler s(*e, *tok, {});
+    s.start();
+    auto j = greedy_job(tokens_of(250, 1), -1);  // n_ctx 256: room for 6
+    ASSERT_TRUE(s.submit(j));
+    Result r = collect(*j);
+    EXPECT_EQ(r.finish, "length");
+    EXPECT_EQ(r.usage.completion_tokens, 6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, SchedulerTest, ::testing::Values("tiny-qwen3moe", "tiny-qwen3next"),
+                         [](const auto &info) {
+                             std::string n = info.param;
+                             for (char &c : n)
+                                 if (c == '-') c = '_';
+                             return n;
+                         });
+
+TEST(Scheduler, LongPromptDelaysOthersByOneChunkPerStep) {
+    auto e = engine_for("tiny-qwen3moe", 2, 16);  // 16 tokens per step
+    auto tok = Tokenizer::from_gguf(*e->model().file);
+    Scheduler s(*e, *tok, {});
+    s.start();
+    auto a = greedy_job(tokens_of(4, 1), 60);
+    ASSERT_TRUE(s.submit(a));
+    std::vector<Event> a_events(1);
+    ASSERT_TRUE(a->out.pop(a_events[0], std::chrono::seconds(60)));  // a is generating
+    auto b = greedy_job(tokens_of(200, 2), 2);
+    ASSERT_TRUE(s.submit(b));
+    uint64_t b_first = 0;
+    for (Event ev; b->out.pop(ev, std::chrono::seconds(60));) {
+        if (!b_first) b_first = ev.step;
+        if (ev.kind != Event::Kind::Text) break;
+    }
+    for (Event ev; a->out.pop(ev, std::chrono::seconds(60));) {
+        a_events.push_back(ev);
+        if (ev.kind != Event::Kind::Text) break;
+    }
+    ASSERT_EQ(a_events.back().kind, Event::Kind::Done);
+    // a got a token in every step, b's 200 prompt tokens took at least 200 / 15 steps beside it, and no step held
+    // more than 16 tokens.
+    for (size_t i = 1; i + 1 < a_events.size(); i++) EXPECT_EQ(a_events[i].step, a_events[i - 1].step + 1);
+    EXPECT_GE(b_first, a_events[0].step + 13);
+    EXPECT_LE(s.stats().max_step_tokens, 16u);
+}
+
+TEST(Scheduler, BoundedQueueRefusesAndShutdownAnswersEveryone) {
+    auto e = engine_for("tiny-qwen3moe", 1);
+    auto tok = Tokenizer::from_gguf(*e->model().file);
+    SchedulerConfig c;
+    c.max_queue = 2;
+    Scheduler s(*e, *tok, c);  // not started: nothing leaves the queue
+    auto a = greedy_job(tokens_of(4, 1), 3), b = greedy_job(tokens_of(4, 2), 3), d = greedy_job(tokens_of(4, 3), 3);
+    EXPECT_TRUE(s.submit(a));
+    EXPECT_TRUE(s.submit(b));
+    EXPECT_FALSE(s.submit(d));
+    EXPECT_EQ(s.stats().jobs_rejected, 1u);
+    s.stop();
+    EXPECT_EQ(collect(*a).error, "the server is shutting down");
+    EXPECT_EQ(collect(*b).error, "the server is shutting down");
+}
+
+}  // namespace

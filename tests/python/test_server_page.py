@@ -1,0 +1,72 @@
+"""The chat page at GET /, driven in headless Chromium (Debian's chromium through playwright, no browser download):
+send a message, see the streamed reply with its reasoning folded away, the model's name and the speed, and keep a
+screenshot ($STRATA_BUILD_DIR/serve-page.png)."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import requests
+
+from script_model import EXPECTED, write_script_model
+from serve_util import Server
+
+
+def chromium() -> str | None:
+    for name in ("chromium", "chromium-browser"):
+        p = shutil.which(name)
+        if p:
+            return p
+    return None
+
+
+def test_page_is_self_contained(strata_bin, tmp_path):
+    model = write_script_model(tmp_path / "script-json.gguf", "json")
+    s = Server(strata_bin, model, tmp_path / "page.log", "--parallel", "1")
+    try:
+        r = requests.get(s.url + "/", timeout=10)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+        page = r.text
+        assert "/v1/chat/completions" in page and "reasoning_content" in page
+        for external in ("http://", "https://", "src=\"//", "<link "):  # no external assets
+            assert external not in page, external
+    finally:
+        s.stop()
+
+
+def test_chat_page_in_headless_chromium(strata_bin, build_dir, tmp_path):
+    exe = chromium()
+    if exe is None:
+        pytest.skip("Debian's chromium is not installed (scripts/setup.sh installs it)")
+    from playwright.sync_api import expect, sync_playwright
+
+    model = write_script_model(tmp_path / "script-json.gguf", "json")
+    s = Server(strata_bin, model, tmp_path / "page.log", "--parallel", "1")
+    shot = build_dir / "serve-page.png"
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page(viewport={"width": 1000, "height": 640})
+            page.goto(s.url + "/")
+            expect(page.locator("#model")).to_have_text("script-json.gguf", timeout=10000)
+            page.fill("#input", "What is the weather in Paris?")
+            page.click("#send")
+            reply = page.locator(".msg.assistant").first
+            expect(reply.locator(".content")).to_contain_text("get_weather", timeout=20000)
+            expect(reply.locator(".stats")).to_contain_text("tokens", timeout=20000)
+            # Reasoning is there, folded.
+            details = reply.locator("details")
+            expect(details).to_be_visible()
+            assert details.get_attribute("open") is None
+            assert details.locator("div").text_content() == EXPECTED["json"]["reasoning"]
+            expect(page.locator("#speed")).to_contain_text("tok/s")
+            expect(page.locator(".msg.user").first).to_have_text("What is the weather in Paris?")
+            expect(page.locator("#send")).to_be_enabled()
+            expect(page.locator("#stop")).to_be_disabled()
+            details.locator("summary").click()  # unfold it for the picture
+            page.screenshot(path=str(shot))
+            browser.close()
+        assert shot.stat().st_size > 10000
+        assert s.metrics()["strata_requests_finished_total"] >= 1
+    finally:
+        s.stop()
