@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/engine_options.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "core/units.h"
@@ -72,8 +73,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 Run add_run(CLI::App &app) {
     struct Args {
         std::string model, prompt, prompt_file, tokens, kv_type = "f16", dump_pattern, dump_dir = ".";
-        std::string device = "auto", vram_budget;
-        int gpu = 0;
+        DeviceOptions dev;
         int n_predict = 128, threads = 0;
         int64_t ctx = 4096, batch = 512;
         SamplerParams sp;
@@ -91,13 +91,7 @@ Run add_run(CLI::App &app) {
     sub->add_option("-c,--ctx-size", a->ctx, "Context size in tokens")->capture_default_str();
     sub->add_option("-b,--batch", a->batch, "Tokens per forward pass while reading the prompt")->capture_default_str();
     sub->add_option("--kv-type", a->kv_type, "KV cache type: f16, q8_0 or f32")->capture_default_str();
-    sub->add_option("--device", a->device,
-                    "Where to run: cuda, cpu, or auto (cuda when built with CUDA and a GPU is visible)")
-        ->capture_default_str();
-    sub->add_option("--gpu", a->gpu, "Which CUDA device")->capture_default_str();
-    sub->add_option("--vram-budget", a->vram_budget,
-                    "Device memory the CUDA engine may use, e.g. 12G (default: what is free); experts that do not fit "
-                    "stay in host memory and are copied in when routed");
+    add_device_options(sub, a->dev);
     sub->add_option("--temp", a->sp.temperature, "Temperature (0: greedy)")->capture_default_str();
     sub->add_option("--top-k", a->sp.top_k, "Top-k (0: off)")->capture_default_str();
     sub->add_option("--top-p", a->sp.top_p, "Top-p (1: off)")->capture_default_str();
@@ -139,13 +133,7 @@ Run add_run(CLI::App &app) {
         cfg.n_ctx = a->ctx;
         cfg.n_batch = a->batch;
         cfg.kv_type = parse_kv_type(a->kv_type);
-        cfg.device = parse_device(a->device);
-        cfg.cuda_device = a->gpu;
-        if (!a->vram_budget.empty()) {
-            cfg.vram_budget = parse_size(a->vram_budget, "--vram-budget");
-            if (cfg.device == Device::Cpu) fail("--vram-budget applies to --device cuda");
-        }
-        cfg.log = [](const std::string &line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+        apply_device_options(a->dev, cfg);
         std::fprintf(stderr, "strata: loading %s\n", a->model.c_str());
         cfg.load_progress = progress_bar("strata: reading weights");
         auto t_load = std::chrono::steady_clock::now();

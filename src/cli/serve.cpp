@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/engine_options.h"
 #include "core/error.h"
 #include "runtime/engine.h"
 #include "server/api.h"
@@ -120,6 +121,7 @@ Run add_serve(CLI::App &app) {
         int64_t ctx = 4096, batch = 512;
         size_t max_body = size_t(8) << 20;
         bool no_prefix_reuse = false;
+        DeviceOptions dev;
     };
     auto a = std::make_shared<Args>();
     CLI::App *sub = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
@@ -139,6 +141,7 @@ Run add_serve(CLI::App &app) {
     sub->add_option("--checkpoints", a->checkpoints, "Recurrent-state checkpoints kept per slot (prefix reuse)")
         ->capture_default_str();
     sub->add_flag("--no-prefix-reuse", a->no_prefix_reuse, "Always compute the whole prompt");
+    add_device_options(sub, a->dev);
 
     return [a] {
         if (a->parallel < 1) fail("--parallel must be at least 1 (got %d)", a->parallel);
@@ -151,7 +154,8 @@ Run add_serve(CLI::App &app) {
         cfg.n_batch = a->batch;
         cfg.kv_type = kv_type_of(a->kv_type);
         std::fprintf(stderr, "strata: loading %s\n", a->model.c_str());
-        std::unique_ptr<Engine> eng = make_cpu_engine(a->model, cfg);
+        apply_device_options(a->dev, cfg);
+        std::unique_ptr<Engine> eng = make_engine(a->model, cfg);
         for (const std::string &w : eng->model().warnings) std::fprintf(stderr, "strata: warning: %s\n", w.c_str());
         if (!eng->model().file->find("tokenizer.ggml.model")) fail("%s has no tokenizer: it cannot be served", a->model.c_str());
         std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(*eng->model().file);

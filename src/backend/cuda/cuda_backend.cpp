@@ -42,7 +42,7 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaOptions &o) {
 CudaExpertStats cuda_expert_stats(const Backend &be) {
     const auto *cb = dynamic_cast<const cuda::CudaBackend *>(&be);
     if (!cb) fail("expert statistics: the backend is not a CUDA backend");
-    return cb->stats();
+    return cb->expert_stats();
 }
 
 namespace cuda {
@@ -75,7 +75,15 @@ std::string CudaBackend::name() const {
                   format_bytes(prop_.totalGlobalMem).c_str());
 }
 
-CudaExpertStats CudaBackend::stats() const {
+Backend::Stats CudaBackend::stats() const {
+    Stats s;
+    s.expert_cache_hits = experts_.stats().hits;
+    s.expert_cache_misses = experts_.stats().misses;
+    s.bytes_streamed = experts_.stats().bytes_uploaded;
+    return s;
+}
+
+CudaExpertStats CudaBackend::expert_stats() const {
     CudaExpertStats s;
     s.n_slots = experts_.n_slots();
     s.n_experts = experts_.n_experts_total();

@@ -59,7 +59,8 @@ class CudaBackend final : public Backend {
              const BatchInfo &b, Act out) override;
     void moe(const LayerWeights &L, Act x, const MoeParams &p, Act out) override;
 
-    CudaExpertStats stats() const;
+    CudaExpertStats expert_stats() const;
+    Stats stats() const override;
     cudaStream_t stream() const { return stream_; }
 
   private:
