@@ -222,12 +222,11 @@ inline __m256i round_away_clamp(__m256 v) {
     return _mm256_cvttps_epi32(r);
 }
 
-// Round to nearest even, clamped to [-128, 127], NaN -> -128 (quant_impl.h's round_clamp).
+// Round to nearest even, clamped to [-128, 127], NaN -> -128 (quant_impl.h's round_clamp): maxps returns its second
+// operand, -128, for a NaN.
 inline __m256i round_even_clamp(__m256 v) {
-    __m256 r = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    r = _mm256_blendv_ps(_mm256_set1_ps(-128.0f), r, _mm256_cmp_ps(v, _mm256_set1_ps(-128.0f), _CMP_GT_OQ));
-    r = _mm256_min_ps(r, _mm256_set1_ps(127.0f));
-    return _mm256_cvttps_epi32(r);
+    const __m256 r = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-128.0f)), _mm256_set1_ps(127.0f)));
 }
 
 // Four vectors of eight int32 in [-128, 127] -> 32 int8 in element order.
