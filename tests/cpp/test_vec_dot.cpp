@@ -21,11 +21,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/vec_dot.h"
+#include "core/error.h"
 #include "core/fp16.h"
 #include "format/quant.h"
 
@@ -242,6 +245,39 @@ TEST_P(VecDot, LevelsAgreeWithScalarAndScalarWithReference) {
                 dtype_name(t), checked, worst_ref, cpu_isa_name(cpu_isa_supported()), worst_level);
 }
 
+// The multi-row form gives each row bit for bit what the one-row form gives, for every row count it accepts.
+TEST_P(VecDot, RowsEqualOneAtATime) {
+    const DType t = GetParam();
+    const DType vt = cpu_vec_dot_type(t);
+    const int64_t n = is_float(t) ? 2304 + 7 : 2304;
+    const std::vector<uint8_t> w = random_weight_row(t, n, 99);
+    std::vector<uint8_t> xs;
+    const size_t stride = (vt == DType::F32 ? size_t(n) * 4 : row_bytes(vt, n)) + 64;  // padded rows
+    for (int r = 0; r < 4; r++) {
+        ActRow a = activation_row(t, n, 500 + uint64_t(r));
+        a.bytes.resize(stride, 0xee);
+        xs.insert(xs.end(), a.bytes.begin(), a.bytes.end());
+    }
+    for (CpuIsa isa : levels_here()) {
+        const VecDotKernel k = vec_dot_kernel(t, isa);
+        ASSERT_NE(k.dot, nullptr);
+        if (!k.dot_rows) continue;
+        ASSERT_GE(k.max_rows, 2);
+        ASSERT_LE(k.max_rows, 8);
+        for (int nx = 1; nx <= k.max_rows; nx++) {
+            float out[8];
+            std::fill(out, out + 8, NAN);
+            k.dot_rows(n, w.data(), xs.data(), stride, out, nx);
+            for (int j = 0; j < nx; j++) {
+                const float one = k.dot(n, w.data(), xs.data() + size_t(j) * stride);
+                ASSERT_EQ(std::memcmp(&out[j], &one, 4), 0)
+                    << dtype_name(t) << " " << cpu_isa_name(isa) << " nx=" << nx << " row " << j;
+            }
+            for (int j = nx; j < 8; j++) ASSERT_TRUE(std::isnan(out[j]));
+        }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTypes, VecDot, ::testing::ValuesIn(k_weight_types),
                          [](const ::testing::TestParamInfo<DType> &p) { return std::string(dtype_name(p.param)); });
 
@@ -318,6 +354,46 @@ TEST(CpuIsa, LevelsAndKernelsPresent) {
 #endif
 }
 
+// The STRATA_CPU_ISA switch (tests/CMakeLists.txt runs this with it set; skipped otherwise): the named level, capped
+// at what the CPU runs, is the one cpu_matmul uses; any other value is refused.
+TEST(CpuIsa, EnvironmentSwitch) {
+    const char *env = std::getenv("STRATA_CPU_ISA");
+    if (!env) GTEST_SKIP() << "STRATA_CPU_ISA is not set";
+    const std::string name = env;
+    if (name != "scalar" && name != "avx2" && name != "avx512") {
+        EXPECT_THROW(cpu_isa_active(), Error);
+        return;
+    }
+    const CpuIsa want = name == "scalar" ? CpuIsa::scalar : name == "avx2" ? CpuIsa::avx2 : CpuIsa::avx512;
+    const CpuIsa expect = int(want) <= int(cpu_isa_supported()) ? want : cpu_isa_supported();
+    EXPECT_EQ(cpu_isa_active(), expect);
+
+    // cpu_matmul computes at that level: its outputs are the level's own dot products, bit for bit.
+    const int64_t K = 512, N = 5, T = 2;
+    std::vector<uint8_t> storage(row_bytes(DType::Q4_K, K) * N);
+    for (int64_t n = 0; n < N; n++) {
+        const std::vector<float> wf = gaussian_outliers(size_t(K), 40 + uint64_t(n), 0.05f);
+        quantize_row(DType::Q4_K, wf.data(), storage.data() + size_t(n) * row_bytes(DType::Q4_K, K), K);
+    }
+    Weight w;
+    w.type = DType::Q4_K;
+    w.ne[0] = K, w.ne[1] = N, w.ne[2] = 1;
+    w.host = storage.data();
+    w.row_bytes = row_bytes(DType::Q4_K, K);
+    std::vector<float> x = gaussian_outliers(size_t(T * K), 41, 1.0f), y(size_t(T * N));
+    ThreadPool pool(2);
+    cpu_matmul(pool, w, Act{x.data(), T, K, K}, Act{y.data(), T, N, N});
+    const VecDotFn dot = vec_dot_fn(DType::Q4_K, expect);
+    std::vector<uint8_t> xq(row_bytes(DType::Q8_K, K));
+    for (int64_t t = 0; t < T; t++) {
+        quantize_row(DType::Q8_K, x.data() + t * K, xq.data(), K);
+        for (int64_t n = 0; n < N; n++) {
+            const float want_y = dot(K, storage.data() + size_t(n) * w.row_bytes, xq.data());
+            EXPECT_EQ(std::memcmp(&y[size_t(t * N + n)], &want_y, 4), 0) << cpu_isa_name(expect);
+        }
+    }
+}
+
 // ---- cpu_matmul ---------------------------------------------------------------------------------------------------
 
 namespace {
@@ -350,14 +426,16 @@ Weight make_weight(DType t, int64_t K, int64_t N, std::vector<uint8_t> &storage,
 
 class Matmul : public ::testing::TestWithParam<DType> {};
 
-// Decode (one token) and prefill (many tokens, more than one token tile) shapes, 1..4 threads, every level:
+// Decode (one token) and prefill (several tokens, up to three token tiles) shapes, 1..4 threads, every level:
 // each output equals its own vec_dot bit for bit (tiling and threads change nothing), and cpu_matmul equals
 // cpu_matmul_reference within the tolerance above (reference: fp32 sums of depth K/8 + 1).
 TEST_P(Matmul, EqualsKernelExactlyAndReferenceWithinBound) {
     const DType t = GetParam();
     const int64_t block = dtype_info(cpu_vec_dot_type(t)).block_size;
     const int64_t K = is_float(t) ? 300 : (block == 256 ? 1024 : 320);
-    for (const MatmulCase mc : {MatmulCase{t, K, 67, 1}, MatmulCase{t, K, 35, 133}}) {
+    // token counts: 1 (decode), 3 and 6 (partial groups of the multi-row kernels), 133 (three token tiles)
+    for (const MatmulCase mc : {MatmulCase{t, K, 67, 1}, MatmulCase{t, K, 9, 3}, MatmulCase{t, K, 21, 6},
+                                MatmulCase{t, K, 35, 133}}) {
         std::vector<uint8_t> storage;
         const Weight w = make_weight(t, mc.K, mc.N, storage, 77);
         std::vector<float> x = gaussian_outliers(size_t(mc.T * (mc.K + 5)), 78, 1.0f);

@@ -26,8 +26,8 @@ void cpu_matmul_isa(ThreadPool &pool, const Weight &w, const Act &x, const Act &
     if (T == 0 || N == 0) return;
 
     const DType vt = cpu_vec_dot_type(w.type);
-    const VecDotFn dot = vec_dot_fn(w.type, isa);
-    if (!dot)
+    const VecDotKernel kernel = vec_dot_kernel(w.type, isa);
+    if (!kernel.dot)
         fail("matmul with '%.*s': no CPU dot product for %s weights", int(w.name.size()), w.name.data(),
              dtype_name(w.type));
 
@@ -63,10 +63,20 @@ void cpu_matmul_isa(ThreadPool &pool, const Weight &w, const Act &x, const Act &
         for (int64_t tile = begin; tile < end; tile++) {
             const int64_t n0 = (tile / token_blocks) * tile_rows, n1 = std::min(N, n0 + tile_rows);
             const int64_t t0 = (tile % token_blocks) * k_tile_tokens, t1 = std::min(T, t0 + k_tile_tokens);
-            for (int64_t t = t0; t < t1; t++) {
+            // Up to max_rows tokens at a time against each weight row: the row is unpacked once for all of them.
+            for (int64_t t = t0; t < t1; t += kernel.max_rows) {
+                const int nx = int(std::min<int64_t>(kernel.max_rows, t1 - t));
                 const uint8_t *xr = xq + size_t(t) * xq_stride;
-                float *yr = y.row(t);
-                for (int64_t n = n0; n < n1; n++) yr[n] = dot(K, w.host + size_t(n) * w.row_bytes, xr);
+                for (int64_t n = n0; n < n1; n++) {
+                    const uint8_t *wr = w.host + size_t(n) * w.row_bytes;
+                    if (nx == 1 || !kernel.dot_rows) {
+                        for (int j = 0; j < nx; j++) y.row(t + j)[n] = kernel.dot(K, wr, xr + size_t(j) * xq_stride);
+                    } else {
+                        float out[8];
+                        kernel.dot_rows(K, wr, xr, xq_stride, out, nx);
+                        for (int j = 0; j < nx; j++) y.row(t + j)[n] = out[j];
+                    }
+                }
             }
         }
     });

@@ -92,9 +92,9 @@ const KernelTable &table_of(CpuIsa isa) {
     return scalar_kernels();
 }
 
-VecDotFn find_dot(const KernelTable &t, DType type) {
+const DotEntry *find_dot(const KernelTable &t, DType type) {
     for (int i = 0; i < t.n_dots; i++)
-        if (t.dots[i].type == type) return t.dots[i].dot;
+        if (t.dots[i].type == type) return &t.dots[i];
     return nullptr;
 }
 
@@ -109,12 +109,15 @@ QuantizeActFn find_quantizer(const KernelTable &t, DType act) {
 
 }  // namespace
 
-VecDotFn vec_dot_fn(DType type, CpuIsa isa) {
+VecDotKernel vec_dot_kernel(DType type, CpuIsa isa) {
     STRATA_ASSERT(int(isa) <= int(cpu_isa_supported()));
     for (int level = int(isa); level >= 0; level--)
-        if (VecDotFn f = find_dot(table_of(CpuIsa(level)), type)) return f;
-    return nullptr;
+        if (const DotEntry *e = find_dot(table_of(CpuIsa(level)), type))
+            return {e->dot, e->dot_rows, e->dot_rows ? e->max_rows : 1};
+    return {};
 }
+
+VecDotFn vec_dot_fn(DType type, CpuIsa isa) { return vec_dot_kernel(type, isa).dot; }
 
 bool vec_dot_has_kernel(DType type, CpuIsa isa) { return find_dot(table_of(isa), type) != nullptr; }
 

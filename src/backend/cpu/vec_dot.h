@@ -7,6 +7,7 @@
 // The SIMD kernels rely on that (sign tricks and 16-bit pair sums); the scalar ones do not.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "format/dtype.h"
@@ -36,12 +37,24 @@ DType cpu_vec_dot_type(DType weight_type);
 // block structs'.
 using VecDotFn = float (*)(int64_t n, const void *w, const void *xq);
 
+// The same dot product for nx activation rows at once (1 <= nx <= the kernel's max_rows), xq_stride bytes apart:
+// out[j] = dot(n, w, xq + j * xq_stride). The weight row is unpacked once for all of them, and each out[j] is bit
+// for bit what VecDotFn gives for that row alone, so batching tokens never changes a result.
+using VecDotRowsFn = void (*)(int64_t n, const void *w, const void *xq, size_t xq_stride, float *out, int nx);
+
+struct VecDotKernel {
+    VecDotFn dot = nullptr;           // nullptr: no dot product for the type
+    VecDotRowsFn dot_rows = nullptr;  // nullptr: call dot row by row
+    int max_rows = 1;
+};
+
 // f32 -> activation format for n elements (a multiple of the block size): exactly quantize_row's bytes.
 using QuantizeActFn = void (*)(const float *x, void *xq, int64_t n);
 
 // The kernel for a weight type at a level at most `isa` (a type without a kernel at that level gets the next lower
 // one); nullptr when the type has no dot product at all. Asking for a level above cpu_isa_supported() is a bug.
 VecDotFn vec_dot_fn(DType weight_type, CpuIsa isa);
+VecDotKernel vec_dot_kernel(DType weight_type, CpuIsa isa);
 
 // Whether the weight type has its own kernel at exactly this level (not a fallback).
 bool vec_dot_has_kernel(DType weight_type, CpuIsa isa);

@@ -1,5 +1,5 @@
-// Internal to the CPU backend: the per-level kernel tables behind vec_dot.h's dispatch, and the small format helpers
-// the scalar kernels share. Declarations and plain constexpr data only, so that the files compiled for AVX2 or
+// Internal to the CPU backend: the per-level kernel tables behind vec_dot.h's dispatch, and the IQ2/IQ3 sign bytes
+// table the x86 kernels use. Declarations and plain constexpr data only, so that the files compiled for AVX2 or
 // AVX-512 can include it without emitting inline code that another file would link against.
 #pragma once
 
@@ -13,6 +13,8 @@ namespace strata::vec_dot_detail {
 struct DotEntry {
     DType type;
     VecDotFn dot;
+    VecDotRowsFn dot_rows = nullptr;
+    int max_rows = 1;
 };
 
 // One level's kernels: dot products for the weight types it implements (the others fall back to a lower level),

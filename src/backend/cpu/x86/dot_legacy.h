@@ -5,46 +5,89 @@
 #pragma once
 
 // ---- float weights ------------------------------------------------------------------------------------------------
+// Four accumulator chains per activation row over steps of four vectors; a shorter remainder goes to chain 0, the
+// last partial vector to chain 1 (AVX-512, masked) or to a scalar tail (AVX2).
 
 #if STRATA_X86_AVX512
-template <class Load16>
-float dot_float(int64_t n, const float *x, Load16 load16) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        a0 = _mm512_fmadd_ps(load16(i), _mm512_loadu_ps(x + i), a0);
-        a1 = _mm512_fmadd_ps(load16(i + 16), _mm512_loadu_ps(x + i + 16), a1);
-        a2 = _mm512_fmadd_ps(load16(i + 32), _mm512_loadu_ps(x + i + 32), a2);
-        a3 = _mm512_fmadd_ps(load16(i + 48), _mm512_loadu_ps(x + i + 48), a3);
+constexpr int k_float_rows = 4;
+template <class Load>
+struct FloatKernel {
+    template <int NT>
+    static void run(int64_t n, const void *vw, const uint8_t *x, size_t xs, float *out) {
+        const Load load{vw};
+        const float *xr[NT];
+        __m512 acc[NT][4];
+        STRATA_UNROLL for (int t = 0; t < NT; t++) {
+            xr[t] = reinterpret_cast<const float *>(x + size_t(t) * xs);
+            for (int c = 0; c < 4; c++) acc[t][c] = _mm512_setzero_ps();
+        }
+        int64_t i = 0;
+        for (; i + 64 <= n; i += 64) {
+            const __m512 w0 = load(i), w1 = load(i + 16), w2 = load(i + 32), w3 = load(i + 48);
+            STRATA_UNROLL for (int t = 0; t < NT; t++) {
+                acc[t][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xr[t] + i), acc[t][0]);
+                acc[t][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xr[t] + i + 16), acc[t][1]);
+                acc[t][2] = _mm512_fmadd_ps(w2, _mm512_loadu_ps(xr[t] + i + 32), acc[t][2]);
+                acc[t][3] = _mm512_fmadd_ps(w3, _mm512_loadu_ps(xr[t] + i + 48), acc[t][3]);
+            }
+        }
+        for (; i + 16 <= n; i += 16) {
+            const __m512 w0 = load(i);
+            STRATA_UNROLL for (int t = 0; t < NT; t++)
+                acc[t][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xr[t] + i), acc[t][0]);
+        }
+        if (i < n) {  // the last n - i < 16 elements through masked loads: nothing past the row is read
+            const __mmask16 m = __mmask16((1u << (n - i)) - 1);
+            const __m512 w0 = load.masked(i, m);
+            STRATA_UNROLL for (int t = 0; t < NT; t++)
+                acc[t][1] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m, xr[t] + i), acc[t][1]);
+        }
+        STRATA_UNROLL for (int t = 0; t < NT; t++) out[t] = _mm512_reduce_add_ps(
+            _mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]), _mm512_add_ps(acc[t][2], acc[t][3])));
     }
-    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(load16(i), _mm512_loadu_ps(x + i), a0);
-    if (i < n) {  // the last n - i < 16 elements through masked loads: nothing past the row is read
-        const __mmask16 m = __mmask16((1u << (n - i)) - 1);
-        a1 = _mm512_fmadd_ps(load16.masked(i, m), _mm512_maskz_loadu_ps(m, x + i), a1);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-}
+};
 #else
-template <class Load8>
-float dot_float(int64_t n, const float *x, Load8 load8) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm256_fmadd_ps(load8(i), _mm256_loadu_ps(x + i), a0);
-        a1 = _mm256_fmadd_ps(load8(i + 8), _mm256_loadu_ps(x + i + 8), a1);
-        a2 = _mm256_fmadd_ps(load8(i + 16), _mm256_loadu_ps(x + i + 16), a2);
-        a3 = _mm256_fmadd_ps(load8(i + 24), _mm256_loadu_ps(x + i + 24), a3);
+constexpr int k_float_rows = 2;  // 16 registers: two rows of four chains plus four weight vectors
+template <class Load>
+struct FloatKernel {
+    template <int NT>
+    static void run(int64_t n, const void *vw, const uint8_t *x, size_t xs, float *out) {
+        const Load load{vw};
+        const float *xr[NT];
+        __m256 acc[NT][4];
+        STRATA_UNROLL for (int t = 0; t < NT; t++) {
+            xr[t] = reinterpret_cast<const float *>(x + size_t(t) * xs);
+            for (int c = 0; c < 4; c++) acc[t][c] = _mm256_setzero_ps();
+        }
+        int64_t i = 0;
+        for (; i + 32 <= n; i += 32) {
+            const __m256 w0 = load(i), w1 = load(i + 8), w2 = load(i + 16), w3 = load(i + 24);
+            STRATA_UNROLL for (int t = 0; t < NT; t++) {
+                acc[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr[t] + i), acc[t][0]);
+                acc[t][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xr[t] + i + 8), acc[t][1]);
+                acc[t][2] = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xr[t] + i + 16), acc[t][2]);
+                acc[t][3] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xr[t] + i + 24), acc[t][3]);
+            }
+        }
+        for (; i + 8 <= n; i += 8) {
+            const __m256 w0 = load(i);
+            STRATA_UNROLL for (int t = 0; t < NT; t++)
+                acc[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr[t] + i), acc[t][0]);
+        }
+        STRATA_UNROLL for (int t = 0; t < NT; t++) {
+            float tail = 0.0f;
+            for (int64_t j = i; j < n; j++) tail += load.scalar(j) * xr[t][j];
+            out[t] = hsum_f32x8(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]),
+                                              _mm256_add_ps(acc[t][2], acc[t][3]))) + tail;
+        }
     }
-    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load8(i), _mm256_loadu_ps(x + i), a0);
-    float tail = 0.0f;
-    for (; i < n; i++) tail += load8.scalar(i) * x[i];
-    return hsum_f32x8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))) + tail;
-}
+};
 #endif
 
 // Loaders of 8 (AVX2) or 16 (AVX-512) weights as floats; scalar() serves the AVX2 tail, masked() the AVX-512 one.
 struct LoadF32 {
     const float *w;
+    explicit LoadF32(const void *p) : w(static_cast<const float *>(p)) {}
 #if STRATA_X86_AVX512
     __m512 operator()(int64_t i) const { return _mm512_loadu_ps(w + i); }
     __m512 masked(int64_t i, __mmask16 m) const { return _mm512_maskz_loadu_ps(m, w + i); }
@@ -56,6 +99,7 @@ struct LoadF32 {
 
 struct LoadF16 {
     const uint16_t *w;
+    explicit LoadF16(const void *p) : w(static_cast<const uint16_t *>(p)) {}
 #if STRATA_X86_AVX512
     __m512 operator()(int64_t i) const { return _mm512_cvtph_ps(load_256(w + i)); }
     __m512 masked(int64_t i, __mmask16 m) const { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, w + i)); }
@@ -67,6 +111,7 @@ struct LoadF16 {
 
 struct LoadBF16 {
     const uint16_t *w;
+    explicit LoadBF16(const void *p) : w(static_cast<const uint16_t *>(p)) {}
 #if STRATA_X86_AVX512
     static __m512 widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
     __m512 operator()(int64_t i) const { return widen(load_256(w + i)); }
@@ -84,40 +129,43 @@ struct LoadBF16 {
 #endif
 };
 
-float dot_f32(int64_t n, const void *w, const void *x) {
-    return dot_float(n, static_cast<const float *>(x), LoadF32{static_cast<const float *>(w)});
-}
-float dot_f16(int64_t n, const void *w, const void *x) {
-    return dot_float(n, static_cast<const float *>(x), LoadF16{static_cast<const uint16_t *>(w)});
-}
-float dot_bf16(int64_t n, const void *w, const void *x) {
-    return dot_float(n, static_cast<const float *>(x), LoadBF16{static_cast<const uint16_t *>(w)});
-}
+using KernelF32 = FloatKernel<LoadF32>;
+using KernelF16 = FloatKernel<LoadF16>;
+using KernelBF16 = FloatKernel<LoadBF16>;
 
 // ---- 32-element blocks with Q8_0 activations ----------------------------------------------------------------------
-// Per block: eight int32 partial sums of level * qx, scaled by d_w * d_x into eight float lanes. Two accumulators so
-// consecutive blocks' multiply-adds overlap.
+// Per block: eight int32 partial sums of level * qx, scaled by d_w * d_x into eight float lanes; even and odd blocks
+// go to two accumulators so consecutive blocks' multiply-adds overlap. Levels(block) gives the weight levels as
+// signed bytes, Scale(block) the weight scale.
 
 template <class Block, class Levels, class Scale>
-float dot_blocks_q8_0(int64_t n, const void *vw, const void *vx, Levels levels, Scale scale) {
-    const Block *w = static_cast<const Block *>(vw);
-    const BlockQ8_0 *x = static_cast<const BlockQ8_0 *>(vx);
-    const int64_t nb = n / 32;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const __m256i p0 = levels(w[i], load_256(x[i].qs));
-        const __m256i p1 = levels(w[i + 1], load_256(x[i + 1].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(scale(w[i]) * fp16_to_f32(x[i].d)), _mm256_cvtepi32_ps(p0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(scale(w[i + 1]) * fp16_to_f32(x[i + 1].d)), _mm256_cvtepi32_ps(p1),
-                               acc1);
+struct Q8_0Kernel {
+    template <int NT>
+    static void run(int64_t n, const void *vw, const uint8_t *x, size_t xs, float *out) {
+        const Block *w = static_cast<const Block *>(vw);
+        const int64_t nb = n / 32;
+        __m256 acc0[NT], acc1[NT];
+        STRATA_UNROLL for (int t = 0; t < NT; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();
+        int64_t i = 0;
+        for (; i + 2 <= nb; i += 2) {
+            add_block(w[i], x, xs, i, acc0);
+            add_block(w[i + 1], x, xs, i + 1, acc1);
+        }
+        if (i < nb) add_block(w[i], x, xs, i, acc0);
+        STRATA_UNROLL for (int t = 0; t < NT; t++) out[t] = hsum_f32x8(_mm256_add_ps(acc0[t], acc1[t]));
     }
-    if (i < nb) {
-        const __m256i p0 = levels(w[i], load_256(x[i].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(scale(w[i]) * fp16_to_f32(x[i].d)), _mm256_cvtepi32_ps(p0), acc0);
+
+    template <int NT>
+    static void add_block(const Block &b, const uint8_t *x, size_t xs, int64_t i, __m256 (&acc)[NT]) {
+        const __m256i q = Levels()(b), q_abs = _mm256_sign_epi8(q, q);
+        const float dw = Scale()(b);
+        STRATA_UNROLL for (int t = 0; t < NT; t++) {
+            const BlockQ8_0 &xb = xblock<BlockQ8_0>(x, xs, t, i);
+            const __m256i p = mul_sum_u8i8(q_abs, _mm256_sign_epi8(load_256(xb.qs), q));
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * fp16_to_f32(xb.d)), _mm256_cvtepi32_ps(p), acc[t]);
+        }
     }
-    return hsum_f32x8(_mm256_add_ps(acc0, acc1));
-}
+};
 
 inline float e8m0_half(uint8_t e) {
     const uint32_t bits = e < 2 ? (0x00200000u << e) : (uint32_t(e - 1) << 23);
@@ -126,80 +174,80 @@ inline float e8m0_half(uint8_t e) {
     return f;
 }
 
-float dot_q8_0(int64_t n, const void *w, const void *x) {
-    return dot_blocks_q8_0<BlockQ8_0>(
-        n, w, x, [](const BlockQ8_0 &b, __m256i xq) { return mul_sum_i8i8(load_256(b.qs), xq); },
-        [](const BlockQ8_0 &b) { return fp16_to_f32(b.d); });
-}
+struct ScaleD {
+    template <class B>
+    float operator()(const B &b) const { return fp16_to_f32(b.d); }
+};
+struct ScaleE8M0 {
+    float operator()(const BlockMXFP4 &b) const { return e8m0_half(b.e); }
+};
 
-float dot_q4_0(int64_t n, const void *w, const void *x) {
-    return dot_blocks_q8_0<BlockQ4_0>(
-        n, w, x,
-        [](const BlockQ4_0 &b, __m256i xq) {
-            return mul_sum_i8i8(_mm256_sub_epi8(unpack_nibbles32(b.qs), _mm256_set1_epi8(8)), xq);
-        },
-        [](const BlockQ4_0 &b) { return fp16_to_f32(b.d); });
-}
-
+struct LevelsQ8_0 {
+    __m256i operator()(const BlockQ8_0 &b) const { return load_256(b.qs); }
+};
+struct LevelsQ4_0 {
+    __m256i operator()(const BlockQ4_0 &b) const {
+        return _mm256_sub_epi8(unpack_nibbles32(b.qs), _mm256_set1_epi8(8));
+    }
+};
 // Q5_0: (nibble | bit5 << 4) - 16, i.e. nibble - 16 where the fifth bit is clear.
-float dot_q5_0(int64_t n, const void *w, const void *x) {
-    return dot_blocks_q8_0<BlockQ5_0>(
-        n, w, x,
-        [](const BlockQ5_0 &b, __m256i xq) {
-            const __m256i clear16 = _mm256_andnot_si256(bits_to_bytes(load_u32(b.qh)), _mm256_set1_epi8(16));
-            return mul_sum_i8i8(_mm256_sub_epi8(unpack_nibbles32(b.qs), clear16), xq);
-        },
-        [](const BlockQ5_0 &b) { return fp16_to_f32(b.d); });
-}
+struct LevelsQ5_0 {
+    __m256i operator()(const BlockQ5_0 &b) const {
+        const __m256i clear16 = _mm256_andnot_si256(bits_to_bytes(load_u32(b.qh)), _mm256_set1_epi8(16));
+        return _mm256_sub_epi8(unpack_nibbles32(b.qs), clear16);
+    }
+};
+template <const int8_t *table16>
+struct LevelsTable {
+    template <class B>
+    __m256i operator()(const B &b) const {
+        return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(load_128(table16)), unpack_nibbles32(b.qs));
+    }
+};
 
-float dot_iq4_nl(int64_t n, const void *w, const void *x) {
-    return dot_blocks_q8_0<BlockIQ4NL>(
-        n, w, x,
-        [](const BlockIQ4NL &b, __m256i xq) {
-            const __m256i table = _mm256_broadcastsi128_si256(load_128(kvalues_iq4nl));
-            return mul_sum_i8i8(_mm256_shuffle_epi8(table, unpack_nibbles32(b.qs)), xq);
-        },
-        [](const BlockIQ4NL &b) { return fp16_to_f32(b.d); });
-}
-
-float dot_mxfp4(int64_t n, const void *w, const void *x) {
-    return dot_blocks_q8_0<BlockMXFP4>(
-        n, w, x,
-        [](const BlockMXFP4 &b, __m256i xq) {
-            const __m256i table = _mm256_broadcastsi128_si256(load_128(kvalues_mxfp4));
-            return mul_sum_i8i8(_mm256_shuffle_epi8(table, unpack_nibbles32(b.qs)), xq);
-        },
-        [](const BlockMXFP4 &b) { return e8m0_half(b.e); });
-}
+using KernelQ8_0 = Q8_0Kernel<BlockQ8_0, LevelsQ8_0, ScaleD>;
+using KernelQ4_0 = Q8_0Kernel<BlockQ4_0, LevelsQ4_0, ScaleD>;
+using KernelQ5_0 = Q8_0Kernel<BlockQ5_0, LevelsQ5_0, ScaleD>;
+using KernelIQ4_NL = Q8_0Kernel<BlockIQ4NL, LevelsTable<kvalues_iq4nl>, ScaleD>;
+using KernelMXFP4 = Q8_0Kernel<BlockMXFP4, LevelsTable<kvalues_mxfp4>, ScaleE8M0>;
 
 // ---- 32-element blocks with a minimum, Q8_1 activations -----------------------------------------------------------
 // Levels are unsigned (0..15 or 0..31), so they go straight to the unsigned side; m * s_x is summed separately.
 
 template <class Block, class Levels>
-float dot_blocks_q8_1(int64_t n, const void *vw, const void *vx, Levels levels) {
-    const Block *w = static_cast<const Block *>(vw);
-    const BlockQ8_1 *x = static_cast<const BlockQ8_1 *>(vx);
-    const int64_t nb = n / 32;
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0.0f;
-    for (int64_t i = 0; i < nb; i++) {
-        const __m256i p = mul_sum_u8i8(levels(w[i]), load_256(x[i].qs));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_f32(w[i].d) * fp16_to_f32(x[i].d)), _mm256_cvtepi32_ps(p), acc);
-        mins += fp16_to_f32(w[i].m) * fp16_to_f32(x[i].s);
+struct Q8_1Kernel {
+    template <int NT>
+    static void run(int64_t n, const void *vw, const uint8_t *x, size_t xs, float *out) {
+        const Block *w = static_cast<const Block *>(vw);
+        __m256 acc[NT];
+        float mins[NT];
+        STRATA_UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps(), mins[t] = 0.0f;
+        for (int64_t i = 0; i < n / 32; i++) {
+            const __m256i q = Levels()(w[i]);
+            const float dw = fp16_to_f32(w[i].d), mw = fp16_to_f32(w[i].m);
+            STRATA_UNROLL for (int t = 0; t < NT; t++) {
+                const BlockQ8_1 &xb = xblock<BlockQ8_1>(x, xs, t, i);
+                const __m256i p = mul_sum_u8i8(q, load_256(xb.qs));
+                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * fp16_to_f32(xb.d)), _mm256_cvtepi32_ps(p), acc[t]);
+                mins[t] += mw * fp16_to_f32(xb.s);
+            }
+        }
+        STRATA_UNROLL for (int t = 0; t < NT; t++) out[t] = hsum_f32x8(acc[t]) + mins[t];
     }
-    return hsum_f32x8(acc) + mins;
-}
+};
 
-float dot_q4_1(int64_t n, const void *w, const void *x) {
-    return dot_blocks_q8_1<BlockQ4_1>(n, w, x, [](const BlockQ4_1 &b) { return unpack_nibbles32(b.qs); });
-}
-
-float dot_q5_1(int64_t n, const void *w, const void *x) {
-    return dot_blocks_q8_1<BlockQ5_1>(n, w, x, [](const BlockQ5_1 &b) {
+struct LevelsQ4_1 {
+    __m256i operator()(const BlockQ4_1 &b) const { return unpack_nibbles32(b.qs); }
+};
+struct LevelsQ5_1 {
+    __m256i operator()(const BlockQ5_1 &b) const {
         const __m256i bit16 = _mm256_and_si256(bits_to_bytes(load_u32(b.qh)), _mm256_set1_epi8(16));
         return _mm256_or_si256(unpack_nibbles32(b.qs), bit16);
-    });
-}
+    }
+};
+
+using KernelQ4_1 = Q8_1Kernel<BlockQ4_1, LevelsQ4_1>;
+using KernelQ5_1 = Q8_1Kernel<BlockQ5_1, LevelsQ5_1>;
 
 // ---- activation quantizers ----------------------------------------------------------------------------------------
 // They repeat quant_legacy.cpp / quant_k.cpp's arithmetic operation for operation (same products, same roundings,

@@ -2,13 +2,33 @@
 // anonymous namespace after the kernels). Types missing here fall back to the scalar kernels.
 #pragma once
 
+template <class Kernel, int max_rows = 4>
+constexpr DotEntry entry(DType t) {
+    return {t, dot_one<Kernel>, dot_rows<Kernel, max_rows>, max_rows};
+}
+
 const DotEntry k_x86_dots[] = {
-    {DType::F32, dot_f32},       {DType::F16, dot_f16},         {DType::BF16, dot_bf16},
-    {DType::Q8_0, dot_q8_0},     {DType::Q4_0, dot_q4_0},       {DType::Q5_0, dot_q5_0},
-    {DType::Q4_1, dot_q4_1},     {DType::Q5_1, dot_q5_1},       {DType::IQ4_NL, dot_iq4_nl},
-    {DType::MXFP4, dot_mxfp4},   {DType::Q2_K, dot_q2_k},       {DType::Q3_K, dot_q3_k},
-    {DType::Q4_K, dot_q4_k},     {DType::Q5_K, dot_q5_k},       {DType::Q6_K, dot_q6_k},
-    {DType::IQ4_XS, dot_iq4_xs}, {DType::IQ2_XXS, dot_iq2_xxs}, {DType::IQ2_XS, dot_iq2_xs},
-    {DType::IQ2_S, dot_iq2_s},   {DType::IQ3_XXS, dot_iq3_xxs}, {DType::IQ3_S, dot_iq3_s},
-    {DType::IQ1_S, dot_iq1_s},   {DType::IQ1_M, dot_iq1_m},
+    entry<KernelF32, k_float_rows>(DType::F32),
+    entry<KernelF16, k_float_rows>(DType::F16),
+    entry<KernelBF16, k_float_rows>(DType::BF16),
+    entry<KernelQ8_0>(DType::Q8_0),
+    entry<KernelQ4_0>(DType::Q4_0),
+    entry<KernelQ5_0>(DType::Q5_0),
+    entry<KernelQ4_1>(DType::Q4_1),
+    entry<KernelQ5_1>(DType::Q5_1),
+    entry<KernelIQ4_NL>(DType::IQ4_NL),
+    entry<KernelMXFP4>(DType::MXFP4),
+    entry<KernelQ2_K>(DType::Q2_K),
+    entry<KernelQ3_K>(DType::Q3_K),
+    entry<KernelQ4_K>(DType::Q4_K),
+    entry<KernelQ5_K>(DType::Q5_K),
+    entry<KernelQ6_K>(DType::Q6_K),
+    entry<KernelIQ4_XS>(DType::IQ4_XS),
+    entry<KernelIQ2_XXS>(DType::IQ2_XXS),
+    entry<KernelIQ2_XS>(DType::IQ2_XS),
+    entry<KernelIQ2_S>(DType::IQ2_S),
+    entry<KernelIQ3_XXS>(DType::IQ3_XXS),
+    entry<KernelIQ3_S>(DType::IQ3_S),
+    entry<KernelIQ1_S>(DType::IQ1_S),
+    entry<KernelIQ1_M>(DType::IQ1_M),
 };

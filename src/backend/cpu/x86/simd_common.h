@@ -1,7 +1,40 @@
-// x86 building blocks shared by the SIMD kernels: horizontal sums, int8 dot-product steps, nibble and bit unpacking.
+// x86 building blocks shared by the SIMD kernels: the multi-row kernel plumbing, horizontal sums, int8 dot-product
+// steps, nibble and bit unpacking.
 // Included only by vec_dot_avx2.cpp and vec_dot_avx512.cpp, inside an anonymous namespace, so every file compiled
 // for an instruction set keeps its own copies. STRATA_X86_AVX512 selects the AVX-512 VNNI forms of the int8 steps.
 #pragma once
+
+// ---- kernels over several activation rows -------------------------------------------------------------------------
+// A kernel is a struct with `template <int NT> static void run(int64_t n, const void *w, const uint8_t *x,
+// size_t x_stride, float *out)`: the dot products of one weight row with NT activation rows. The weight row is
+// unpacked once for all of them; each row's arithmetic is the same sequence whatever NT is, so a batch of tokens
+// gives bit for bit what one token at a time would.
+
+#define STRATA_UNROLL _Pragma("GCC unroll 8")
+
+template <class Kernel>
+float dot_one(int64_t n, const void *w, const void *x) {
+    float r;
+    Kernel::template run<1>(n, w, static_cast<const uint8_t *>(x), 0, &r);
+    return r;
+}
+
+template <class Kernel, int max_rows>
+void dot_rows(int64_t n, const void *w, const void *x, size_t x_stride, float *out, int nx) {
+    const uint8_t *xb = static_cast<const uint8_t *>(x);
+    if constexpr (max_rows >= 4) {
+        if (nx >= 4) return Kernel::template run<4>(n, w, xb, x_stride, out);
+        if (nx == 3) return Kernel::template run<3>(n, w, xb, x_stride, out);
+    }
+    if (nx >= 2) return Kernel::template run<2>(n, w, xb, x_stride, out);
+    Kernel::template run<1>(n, w, xb, x_stride, out);
+}
+
+// Block i of activation row t.
+template <class B>
+inline const B &xblock(const uint8_t *x, size_t x_stride, int t, int64_t i) {
+    return reinterpret_cast<const B *>(x + size_t(t) * x_stride)[i];
+}
 
 // ---- horizontal reductions ----------------------------------------------------------------------------------------
 
