@@ -23,9 +23,10 @@ namespace {
 #include "backend/cpu/x86/kernel_list.h"
 }  // namespace
 
+// Constant-initialised (no code runs to build it), so asking for the table is safe on any CPU.
 const KernelTable &avx2_kernels() {
-    static const KernelTable table = {k_x86_dots, int(sizeof(k_x86_dots) / sizeof(k_x86_dots[0])), quantize_q8_0,
-                                      quantize_q8_1, quantize_q8_k};
+    static constexpr KernelTable table = {k_x86_dots, int(sizeof(k_x86_dots) / sizeof(k_x86_dots[0])),
+                                          quantize_q8_0, quantize_q8_1, quantize_q8_k};
     return table;
 }
 

@@ -167,14 +167,18 @@ struct SubIQ1M : SubBase {
             uint16_t((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000)));
     }
     SubIQ1M(const BlockIQ1M &b, int ib) {
-        constexpr int64_t plus = 0x0101010101010101, minus = -1;
         const uint8_t *q = b.qs + 4 * ib;
         const uint32_t h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
         const __m256i g = grid4_u64(iq::iq1s_grid, q[0] | ((h0 << 8) & 0x700), q[1] | ((h0 << 4) & 0x700),
                                     q[2] | ((h1 << 8) & 0x700), q[3] | ((h1 << 4) & 0x700));
-        iq1_levels(*this, g,
-                   _mm256_set_epi64x((h1 & 0x80) ? minus : plus, (h1 & 0x08) ? minus : plus,
-                                     (h0 & 0x80) ? minus : plus, (h0 & 0x08) ? minus : plus));
+        // Delta signs: bit 3 (groups 0, 2) or bit 7 (groups 1, 3) of h0 (groups 0-1) or h1 (groups 2-3), spread to
+        // the groups' bytes (h0 to the low 128 bits, h1 to the high), tested, and turned into -1 / +1.
+        const __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi16(short(h0 | (h1 << 8))),
+                                              _mm256_set_m128i(_mm_set1_epi8(1), _mm_setzero_si128()));
+        const int64_t b3 = 0x0808080808080808, b7 = int64_t(0x8080808080808080ull);
+        const __m256i bit = _mm256_set_epi64x(b7, b3, b7, b3);
+        const __m256i negative = _mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit);
+        iq1_levels(*this, g, _mm256_or_si256(negative, _mm256_set1_epi8(1)));
         uint16_t sc;
         std::memcpy(&sc, b.scales + 2 * (ib / 2), 2);
         const int s = sc >> (6 * (ib % 2));

@@ -7,7 +7,7 @@ constexpr DotEntry entry(DType t) {
     return {t, dot_one<Kernel>, dot_rows<Kernel, max_rows>, max_rows};
 }
 
-const DotEntry k_x86_dots[] = {
+constexpr DotEntry k_x86_dots[] = {
     entry<KernelF32, k_float_rows>(DType::F32),
     entry<KernelF16, k_float_rows>(DType::F16),
     entry<KernelBF16, k_float_rows>(DType::BF16),
