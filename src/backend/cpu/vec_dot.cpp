@@ -6,6 +6,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include "backend/cpu/vec_dot_impl.h"
 #include "core/error.h"
 
@@ -22,17 +26,43 @@ const char *cpu_isa_name(CpuIsa isa) {
     return "?";
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+namespace {
+
+// What the CPU has and the OS saves across context switches (XCR0), read with cpuid / xgetbv (compilers differ in
+// which feature names __builtin_cpu_supports knows).
+struct X86Features {
+    bool avx2 = false, avx512 = false;
+};
+
+X86Features x86_features() {
+    X86Features f;
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+    const bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
+    if (!osxsave || !avx) return f;
+    unsigned xcr0_lo, xcr0_hi;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    const bool os_avx = (xcr0_lo & 0x6) == 0x6;        // SSE and AVX state
+    const bool os_avx512 = (xcr0_lo & 0xe6) == 0xe6;   // and opmask, upper ZMM halves, ZMM16-31
+    if (__get_cpuid_max(0, nullptr) < 7) return f;
+    __cpuid_count(7, 0, a, b, c, d);
+    f.avx2 = os_avx && fma && f16c && (b & (1u << 5));
+    const bool avx512 = (b & (1u << 16)) && (b & (1u << 17)) && (b & (1u << 30)) && (b & (1u << 31));  // F DQ BW VL
+    const bool vnni = c & (1u << 11);
+    f.avx512 = f.avx2 && os_avx512 && avx512 && vnni;
+    return f;
+}
+
+}  // namespace
+#endif
+
 CpuIsa cpu_isa_supported() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     static const CpuIsa level = [] {
-        __builtin_cpu_init();
-        const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
-        const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                            __builtin_cpu_supports("avx512vnni");
-        if (avx512 && avx512_kernels().n_dots > 0) return CpuIsa::avx512;
-        if (avx2 && avx2_kernels().n_dots > 0) return CpuIsa::avx2;
+        const X86Features f = x86_features();
+        if (f.avx512 && avx512_kernels().n_dots > 0) return CpuIsa::avx512;
+        if (f.avx2 && avx2_kernels().n_dots > 0) return CpuIsa::avx2;
         return CpuIsa::scalar;
     }();
     return level;

@@ -8,11 +8,15 @@
     defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 // GCC 12's AVX-512 intrinsics fill unused lanes from self-initialised "undefined" vectors, which its own
 // -Wuninitialized then reports inside the intrinsic headers; silence that for the header's lines only.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 #include <cstring>
 #include <type_traits>
