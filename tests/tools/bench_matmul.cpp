@@ -1,6 +1,7 @@
 // Benchmark of the CPU matmul per weight type and instruction-set level against cpu_matmul_reference: time, weight
-// GB/s (bytes of the weight matrix streamed per call) and tokens/s, for decode- and prefill-shaped calls. Not a
-// test and not run in CI; correctness is tests/cpp/test_vec_dot.cpp's job.
+// GB/s (bytes of the weight matrix streamed per call, next to the machine's streaming-read peak, measured first) and
+// tokens/s, for decode- and prefill-shaped calls. Not a test and not run in CI; correctness is
+// tests/cpp/test_vec_dot.cpp's job.
 //
 //   build/bin/bench_matmul [--types Q4_K,Q8_0,...] [--shapes expert,lmhead,prefill] [--threads N] [--reps N]
 //                          [--no-reference] [--cpu-time]
@@ -72,6 +73,29 @@ Timing best_of(int reps, Fn fn) {
     return best;
 }
 
+// Streaming-read bandwidth of this machine with the pool's threads (sum of a 512 MiB buffer, best of 3): the
+// ceiling for decode-shaped calls whose weights do not fit in cache.
+double read_peak_gbs(ThreadPool &pool) {
+    const size_t n = size_t(512) << 17;  // uint64 words: 512 MiB
+    std::vector<uint64_t> buf(n, 1);
+    std::vector<uint64_t> sums(size_t(pool.size()) * 8);
+    double best = 1e30;
+    for (int rep = 0; rep < 4; rep++) {
+        const double t0 = wall_seconds();
+        pool.run([&](int ith, int nth) {
+            const size_t b = n * size_t(ith) / size_t(nth), e = n * size_t(ith + 1) / size_t(nth);
+            uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            for (size_t i = b; i + 4 <= e; i += 4) s0 += buf[i], s1 += buf[i + 1], s2 += buf[i + 2], s3 += buf[i + 3];
+            sums[size_t(ith) * 8] = s0 + s1 + s2 + s3;
+        });
+        if (rep > 0) best = std::min(best, wall_seconds() - t0);  // the first pass faults the pages in
+    }
+    uint64_t total = 0;
+    for (uint64_t v : sums) total += v;
+    if (total == 0) std::printf("(unexpected zero sum)\n");
+    return double(n * 8) * 1e-9 / best;
+}
+
 std::vector<DType> parse_types(const std::string &list) {
     std::vector<DType> out;
     size_t pos = 0;
@@ -118,6 +142,7 @@ int main(int argc, char **argv) {
         ThreadPool pool(threads);
         std::printf("threads %d, CPU levels up to %s, reps %d; rates from the best %s\n", pool.size(),
                     cpu_isa_name(cpu_isa_supported()), reps, by_cpu ? "CPU time / threads" : "wall time");
+        std::printf("memory read peak: %.1f GB/s\n", read_peak_gbs(pool));
         std::printf("%-8s %-8s %-9s %10s %9s %9s %10s %8s\n", "type", "shape", "level", "wall_ms", "cpu_ms", "GB/s",
                     "tok/s", "speedup");
 
