@@ -4,8 +4,8 @@
 // threads and tiling. Benchmarks are elsewhere (tests/tools/bench_matmul.cpp).
 //
 // Tolerances. Let u = 2^-24 (fp32 unit roundoff) and M = sum_k |W_k| |X_k| over the dequantized values, where for
-// types with a minimum (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) |W_k| counts the scaled level and the minimum separately,
-// since kernels add those parts apart. A kernel sums exact integers per block, then adds depth = (number of blocks)
+// types that store a minimum (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) or an offset level (Q3_K, Q6_K, TQ1_0, TQ2_0) |W_k|
+// counts the stored level's part and the minimum / offset part separately, since kernels sum those apart. A kernel sums exact integers per block, then adds depth = (number of blocks)
 // scaled block sums in fp32 (float types: n products in 8 or more lanes, depth n/8 + 1); every block term carries a
 // few roundings. So each result is within (depth + c) u M of the exact value of the same integers, c covering the
 // handful of per-block roundings and the final lane reductions (c = 16 here, generous for <= 6 roundings). Two
@@ -63,7 +63,9 @@ std::vector<float> gaussian_outliers(size_t n, uint64_t seed, float scale) {
 
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
-// Byte ranges of the level fields (zeroed: the dequantized value is the block's minimum part alone).
+// Byte ranges of the level fields of types that store a minimum or an offset level: zeroed, the dequantized value
+// is the block's minimum part (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) or its offset part (Q3_K: -4, Q6_K: -32, TQ: -1 times
+// the scale) alone, which is what the kernels add apart from the stored levels.
 struct LevelBytes {
     int begin, end;
 };
@@ -72,8 +74,12 @@ bool level_bytes(DType t, LevelBytes *r) {
         case DType::Q4_1: *r = {4, 20}; return true;
         case DType::Q5_1: *r = {4, 24}; return true;
         case DType::Q2_K: *r = {16, 80}; return true;
+        case DType::Q3_K: *r = {0, 96}; return true;  // hmask and qs
         case DType::Q4_K: *r = {16, 144}; return true;
         case DType::Q5_K: *r = {16, 176}; return true;
+        case DType::Q6_K: *r = {0, 192}; return true;  // ql and qh
+        case DType::TQ1_0: *r = {0, 52}; return true;  // qs and qh
+        case DType::TQ2_0: *r = {0, 64}; return true;
         default: return false;
     }
 }

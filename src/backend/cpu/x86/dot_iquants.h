@@ -1,5 +1,5 @@
-// x86 kernels of the i-quants (IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) with Q8_K
-// activations. Included only by vec_dot_avx2.cpp / vec_dot_avx512.cpp inside an anonymous namespace, after
+// x86 kernels of the i-quants (IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) and the ternary types
+// (TQ1_0, TQ2_0) with Q8_K activations. Included only by vec_dot_avx2.cpp / vec_dot_avx512.cpp inside an anonymous namespace, after
 // simd_common.h.
 //
 // All share one loop (IQKernel): per 32-element sub-block the weight side is built once, as unsigned magnitudes,
@@ -194,3 +194,86 @@ using KernelIQ3_XXS = IQKernel<BlockIQ3XXS, SubIQ3XXS>;
 using KernelIQ3_S = IQKernel<BlockIQ3S, SubIQ3S>;
 using KernelIQ1_S = IQKernel<BlockIQ1S, SubIQ1S>;
 using KernelIQ1_M = IQKernel<BlockIQ1M, SubIQ1M>;
+
+// ---- ternary (TQ2_0, TQ1_0): levels q - 1 with q in {0, 1, 2}; the -1 comes back as sum(bsums) ----------------------
+
+// TQ1_0 packs five base-3 digits per byte as a fixed-point fraction of 243: digit p of byte b is
+// (uint8(b * 3^p) * 3) >> 8, which is 0, 1 or 2 as m = uint8(b * 3^p) is below 86, below 171, or above.
+inline __m256i tq1_digits(__m256i m) {
+    const __m256i ge86 = _mm256_cmpeq_epi8(_mm256_max_epu8(m, _mm256_set1_epi8(86)), m);
+    const __m256i ge171 = _mm256_cmpeq_epi8(_mm256_max_epu8(m, _mm256_set1_epi8(char(171))), m);
+    return _mm256_sub_epi8(_mm256_setzero_si256(), _mm256_add_epi8(ge86, ge171));
+}
+inline __m256i times3(__m256i m) { return _mm256_add_epi8(m, _mm256_add_epi8(m, m)); }  // byte-wise, mod 256
+inline __m128i times3(__m128i m) { return _mm_add_epi8(m, _mm_add_epi8(m, m)); }
+
+// Unsigned digits of a ternary block, 32 elements at a time (group g covers elements 32g .. 32g+31).
+struct DigitsTQ2 {
+    __m256i q0, q1;
+    explicit DigitsTQ2(const BlockTQ2_0 &b) : q0(load_256(b.qs)), q1(load_256(b.qs + 32)) {}
+    __m256i group(int g) const {  // element 128h + 32j + l: bits 2j of qs[32h + l]
+        const __m256i q = g < 4 ? q0 : q1;
+        return _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * (g & 3))), _mm256_set1_epi8(3));
+    }
+};
+
+struct DigitsTQ1 {
+    __m256i m;    // qs[0..31] * 3^p for the next group p < 5
+    __m128i m16;  // qs[32..47] * 3^p for the next digit p of those bytes
+    const BlockTQ1_0 &b;
+    explicit DigitsTQ1(const BlockTQ1_0 &blk) : m(load_256(blk.qs)), m16(load_128(blk.qs + 32)), b(blk) {}
+    // Called for g = 0, 1, ..., 7 in order. Groups 0-4: digit g of qs[j] is element 32g + j. Groups 5-6: digits
+    // 2(g-5) and 2(g-5)+1 of qs[32 + j] are elements 160 + 32(g-5) + j and + 16. Group 7: digit 4 of qs[32 + j]
+    // (elements 224 + j), then digit p of qh[j] (elements 240 + 4p + j).
+    __m256i group(int g) {
+        if (g < 5) {
+            const __m256i d = tq1_digits(m);
+            m = times3(m);
+            return d;
+        }
+        if (g < 7) {
+            const __m128i next = times3(m16);
+            const __m256i d = tq1_digits(_mm256_set_m128i(next, m16));
+            m16 = times3(next);
+            return d;
+        }
+        const __m128i a1 = _mm_set1_epi32(int(load_u32(b.qh))), a3 = times3(a1), a9 = times3(a3), a27 = times3(a9);
+        const __m128i qh = _mm_blend_epi32(_mm_blend_epi32(a1, a3, 0x2), _mm_blend_epi32(a9, a27, 0x8), 0xc);
+        return tq1_digits(_mm256_set_m128i(qh, m16));
+    }
+};
+
+template <class Block, class Digits>
+struct TernaryKernel {
+    template <int NT>
+    static void run(int64_t n, const void *vw, const uint8_t *x, size_t xs, float *out) {
+        const Block *w = static_cast<const Block *>(vw);
+        __m256 acc[NT];
+        STRATA_UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < n / 256; i++) {
+            __m256i sumi[NT];
+            STRATA_UNROLL for (int t = 0; t < NT; t++) {
+                const __m256i bsums = _mm256_madd_epi16(load_256(xblock<BlockQ8K>(x, xs, t, i).bsums),
+                                                        _mm256_set1_epi16(1));
+                sumi[t] = _mm256_sub_epi32(_mm256_setzero_si256(), bsums);
+            }
+            Digits digits(w[i]);
+            for (int g = 0; g < 8; g++) {
+                const __m256i q = digits.group(g);
+                STRATA_UNROLL for (int t = 0; t < NT; t++) {
+                    const __m256i xq = load_256(xblock<BlockQ8K>(x, xs, t, i).qs + 32 * g);
+                    sumi[t] = _mm256_add_epi32(sumi[t], mul_sum_u8i8(q, xq));
+                }
+            }
+            const float d = fp16_to_f32(w[i].d);
+            STRATA_UNROLL for (int t = 0; t < NT; t++) {
+                const float dt = xblock<BlockQ8K>(x, xs, t, i).d * d;
+                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dt), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+            }
+        }
+        STRATA_UNROLL for (int t = 0; t < NT; t++) out[t] = hsum_f32x8(acc[t]);
+    }
+};
+
+using KernelTQ1_0 = TernaryKernel<BlockTQ1_0, DigitsTQ1>;
+using KernelTQ2_0 = TernaryKernel<BlockTQ2_0, DigitsTQ2>;

@@ -1,5 +1,5 @@
 // The weight types with an x86 kernel, as a table for vec_dot_avx2.cpp / vec_dot_avx512.cpp (included inside their
-// anonymous namespace after the kernels). Types missing here fall back to the scalar kernels.
+// anonymous namespace after the kernels): every weight type has one.
 #pragma once
 
 template <class Kernel, int max_rows = 4>
@@ -31,4 +31,6 @@ constexpr DotEntry k_x86_dots[] = {
     entry<KernelIQ3_S>(DType::IQ3_S),
     entry<KernelIQ1_S>(DType::IQ1_S),
     entry<KernelIQ1_M>(DType::IQ1_M),
+    entry<KernelTQ1_0>(DType::TQ1_0),
+    entry<KernelTQ2_0>(DType::TQ2_0),
 };
