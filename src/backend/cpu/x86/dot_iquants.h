@@ -258,7 +258,7 @@ struct TernaryKernel {
                 sumi[t] = _mm256_sub_epi32(_mm256_setzero_si256(), bsums);
             }
             Digits digits(w[i]);
-            for (int g = 0; g < 8; g++) {
+            STRATA_UNROLL for (int g = 0; g < 8; g++) {
                 const __m256i q = digits.group(g);
                 STRATA_UNROLL for (int t = 0; t < NT; t++) {
                     const __m256i xq = load_256(xblock<BlockQ8K>(x, xs, t, i).qs + 32 * g);
