@@ -21,7 +21,7 @@ struct IQKernel {
         for (int64_t i = 0; i < n / 256; i++) {
             __m256i sumi[NT];
             STRATA_UNROLL for (int t = 0; t < NT; t++) sumi[t] = _mm256_setzero_si256();
-            for (int ib = 0; ib < 8; ib++) {
+            STRATA_UNROLL for (int ib = 0; ib < 8; ib++) {
                 const Sub sub(w[i], ib);
                 STRATA_UNROLL for (int t = 0; t < NT; t++) {
                     const __m256i xq = load_256(xblock<BlockQ8K>(x, xs, t, i).qs + 32 * ib);

@@ -46,7 +46,7 @@ struct Q45KKernel {
             }
             __m256i hbits;
             if constexpr (five_bits) hbits = load_256(w[i].qh);
-            for (int p = 0; p < 4; p++) {  // elements 64p .. 64p+63: sub-blocks 2p (low nibbles), 2p+1 (high)
+            STRATA_UNROLL for (int p = 0; p < 4; p++) {  // elements 64p .. 64p+63: sub-blocks 2p (low nibbles), 2p+1 (high)
                 const __m256i q = load_256(w[i].qs + 32 * p);
                 __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
                 if constexpr (five_bits) {  // bit 2p of qh[l] for the low half, bit 2p+1 for the high half
@@ -94,7 +94,7 @@ struct SymKKernel {
                                                          _mm256_cvtepi8_epi16(s8));
                 sumi[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, offset_shift));
             }
-            for (int h = 0; h < 2; h++) {
+            STRATA_UNROLL for (int h = 0; h < 2; h++) {
                 const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(h ? _mm_srli_si128(s8, 8) : s8));
                 const Levels levels(w[i], h);
                 add_groups<0>(levels, sc, x, xs, i, h, sumi);
@@ -189,7 +189,7 @@ struct Q2KKernel {
                 mins[t] += xb.d * dmin * float(hsum_i32x8(_mm256_madd_epi16(load_256(xb.bsums), m16)));
                 sumi[t] = _mm256_setzero_si256();
             }
-            for (int h = 0; h < 2; h++) {
+            STRATA_UNROLL for (int h = 0; h < 2; h++) {
                 const __m256i qs = load_256(w[i].qs + 32 * h);
                 const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(h ? _mm_srli_si128(s8, 8) : s8));
                 const __m256i u[4] = {_mm256_and_si256(qs, m2), _mm256_and_si256(_mm256_srli_epi16(qs, 2), m2),
