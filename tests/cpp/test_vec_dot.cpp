@@ -5,16 +5,18 @@
 //
 // Tolerances. Let u = 2^-24 (fp32 unit roundoff) and M = sum_k |W_k| |X_k| over the dequantized values, where for
 // types that store a minimum (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) or an offset level (Q3_K, Q6_K, TQ1_0, TQ2_0) |W_k|
-// counts the stored level's part and the minimum / offset part separately, since kernels sum those apart. A kernel sums exact integers per block, then adds depth = (number of blocks)
-// scaled block sums in fp32 (float types: n products in 8 or more lanes, depth n/8 + 1); every block term carries a
-// few roundings. So each result is within (depth + c) u M of the exact value of the same integers, c covering the
-// handful of per-block roundings and the final lane reductions (c = 16 here, generous for <= 6 roundings). Two
-// levels therefore agree within (2 depth + 2c) u M. The dequantize-then-multiply reference is summed in double from
-// fp32 elements that carry <= 5 roundings each, so scalar vs reference also fits (depth + 2c) u M. Q4_1 / Q5_1 add
-// one known, intended difference: the activation's s = d*sum(q) is an fp16 made from the unrounded d, off from the
-// dequantized d * sum(q) by at most 2^-10 (1 + 2^-10) |s|; its m * s term gets that much more.
+// counts the stored level's part and the minimum / offset part separately, since kernels sum those apart. A kernel
+// sums exact integers per block, then adds depth = (number of blocks) scaled block sums in fp32 (float types: n
+// products in 8 or more lanes, depth n/8 + 1); every block term carries a few roundings. So each result is within
+// (depth + c) u M of the exact value of the same integers, c covering the handful of per-block roundings and the
+// final lane reductions (c = 16 here, generous for <= 6 roundings). Two levels therefore agree within
+// (2 depth + 2c) u M. The dequantize-then-multiply reference is summed in double from fp32 elements that carry <= 5
+// roundings each, so scalar vs reference also fits (depth + 2c) u M. Q4_1 / Q5_1 add one known, intended
+// difference: the activation's s = d*sum(q) is an fp16 made from the unrounded d, off from the dequantized
+// d * sum(q) by at most 2^-10 (1 + 2^-10) |s|; its m * s term gets that much more.
 // These bounds shrink with M; a wrong level, scale, sign or block offset moves a result by a sizeable part of one
 // block's share of M, tens to thousands of times the tolerance at the sizes tested (checked by breaking kernels).
+// Each type's log line prints the largest |difference| / tolerance seen.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -255,7 +257,8 @@ TEST_P(VecDot, LevelsAgreeWithScalarAndScalarWithReference) {
         }
     }
     EXPECT_GT(checked, 0);
-    std::printf("%-8s %d row pairs; worst |diff| / tolerance: scalar vs reference %.3f, levels up to %s vs scalar %.3f\n",
+    std::printf("%-8s %d row pairs; worst |diff| / tolerance: scalar vs reference %.3f, levels up to %s vs "
+                "scalar %.3f\n",
                 dtype_name(t), checked, worst_ref, cpu_isa_name(cpu_isa_supported()), worst_level);
 }
 

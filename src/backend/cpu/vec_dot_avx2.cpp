@@ -16,11 +16,14 @@
 
 namespace strata::vec_dot_detail {
 namespace {
+// The order matters: each file uses the ones before it.
+// clang-format off
 #include "backend/cpu/x86/simd_common.h"
 #include "backend/cpu/x86/dot_legacy.h"
 #include "backend/cpu/x86/dot_kquants.h"
 #include "backend/cpu/x86/dot_iquants.h"
 #include "backend/cpu/x86/kernel_list.h"
+// clang-format on
 }  // namespace
 
 // Constant-initialised (no code runs to build it), so asking for the table is safe on any CPU.

@@ -37,7 +37,8 @@ float dot_iq4_xs(int64_t n, const void *vw, const void *vx) {
             const uint8_t *qs = w[i].qs + 16 * ib;
             const int8_t *xq = x[i].qs + 32 * ib;
             int s = 0;
-            for (int j = 0; j < 16; j++) s += kvalues_iq4nl[qs[j] & 15] * xq[j] + kvalues_iq4nl[qs[j] >> 4] * xq[j + 16];
+            for (int j = 0; j < 16; j++)
+                s += kvalues_iq4nl[qs[j] & 15] * xq[j] + kvalues_iq4nl[qs[j] >> 4] * xq[j + 16];
             isum += (ls - 32) * s;
         }
         sum += x[i].d * f16(w[i].d) * float(isum);

@@ -1,10 +1,10 @@
 // x86 kernels of the i-quants (IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) and the ternary types
-// (TQ1_0, TQ2_0) with Q8_K activations. Included only by vec_dot_avx2.cpp / vec_dot_avx512.cpp inside an anonymous namespace, after
-// simd_common.h.
+// (TQ1_0, TQ2_0) with Q8_K activations. Included only by vec_dot_avx2.cpp / vec_dot_avx512.cpp inside an anonymous
+// namespace, after simd_common.h.
 //
-// All share one loop (IQKernel): per 32-element sub-block the weight side is built once, as unsigned magnitudes,
-// a sign vector to apply to the activations (_mm256_sign_epi8) and int16 scales (one per 16 elements); each
-// activation row then costs one pair-sum and one scaled accumulation. Grid types gather their levels from the
+// All i-quants share one loop (IQKernel): per 32-element sub-block the weight side is built once, as unsigned
+// magnitudes, a sign vector to apply to the activations (_mm256_sign_epi8) and int16 scales (one per 16 elements);
+// each activation row then costs one pair-sum and one scaled accumulation. Grid types gather their levels from the
 // lookup tables with scalar loads (too large for in-register shuffles). Sub-block scales are integers; the common
 // factor (a power of two) and d are applied once per super-block, so each super-block's integer total is exact.
 #pragma once

@@ -46,7 +46,8 @@ struct Q45KKernel {
             }
             __m256i hbits;
             if constexpr (five_bits) hbits = load_256(w[i].qh);
-            STRATA_UNROLL for (int p = 0; p < 4; p++) {  // elements 64p .. 64p+63: sub-blocks 2p (low nibbles), 2p+1 (high)
+            // elements 64p .. 64p+63: sub-blocks 2p (low nibbles) and 2p+1 (high nibbles)
+            STRATA_UNROLL for (int p = 0; p < 4; p++) {
                 const __m256i q = load_256(w[i].qs + 32 * p);
                 __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
                 if constexpr (five_bits) {  // bit 2p of qh[l] for the low half, bit 2p+1 for the high half
@@ -156,7 +157,8 @@ struct ScalesQ3K {
 // Q3_K: u = 2 low bits (bits 2g of qs) | hmask bit 4h + g << 2 (0..7), level u - 4.
 struct LevelsQ3K {
     __m256i qs, hm;
-    LevelsQ3K(const BlockQ3K &b, int h) : qs(load_256(b.qs + 32 * h)), hm(_mm256_srli_epi16(load_256(b.hmask), 4 * h)) {}
+    LevelsQ3K(const BlockQ3K &b, int h)
+        : qs(load_256(b.qs + 32 * h)), hm(_mm256_srli_epi16(load_256(b.hmask), 4 * h)) {}
     template <int g>
     __m256i group() const {
         const __m256i low = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * g), _mm256_set1_epi8(3));

@@ -132,4 +132,6 @@ inline __m256i scale_pair(__m256i s8_both_lanes) {
 }
 
 // Two int16 scales as a vector: lo in the low 128 bits, hi in the high 128 bits.
-inline __m256i scale_halves(int lo, int hi) { return _mm256_set_m128i(_mm_set1_epi16(short(hi)), _mm_set1_epi16(short(lo))); }
+inline __m256i scale_halves(int lo, int hi) {
+    return _mm256_set_m128i(_mm_set1_epi16(short(hi)), _mm_set1_epi16(short(lo)));
+}
