@@ -1,5 +1,6 @@
-// CPU reference ops: the chunked delta rule equals the recurrent one, the matmul equals a plain dequantize-then-
-// multiply, norms and RoPE do what their definitions say.
+// CPU reference ops: the chunked delta rule equals the recurrent one, the reference matmul equals a plain
+// dequantize-then-multiply (the fast matmul is tested in test_vec_dot.cpp), norms and RoPE do what their definitions
+// say.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -82,7 +83,7 @@ TEST(CpuMatmul, EqualsDequantizeThenMultiply) {
         w.row_bytes = row_bytes(type, K);
         w.expert_stride = w.row_bytes * size_t(N);
         std::vector<float> x = randn(size_t(T * K), 12), y(static_cast<size_t>(T * N));
-        cpu_matmul(pool, w, Act{x.data(), T, K, K}, Act{y.data(), T, N, N});
+        cpu_matmul_reference(pool, w, Act{x.data(), T, K, K}, Act{y.data(), T, N, N});
 
         const DType vt = cpu_vec_dot_type(type);
         for (int64_t t = 0; t < T; t++) {

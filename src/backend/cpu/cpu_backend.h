@@ -7,17 +7,20 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/vec_dot.h"
 #include "core/threads.h"
 
 namespace strata {
 
-// Activation format a weight type's dot products pair with (REFERENCE.md §2.4): F32 for float weights (no
-// quantization), else Q8_0, Q8_1 or Q8_K.
-DType cpu_vec_dot_type(DType weight_type);
-
-// Reference matmul on the CPU: y[t, n] = sum_k W[n, k] * xq[t, k], where xq is x quantized to the weight's
-// activation format and dequantized again, and W rows are dequantized; fp32 accumulation.
+// The CPU matmul y[t, n] = sum_k W[n, k] * xq[t, k], where xq is x in the weight's activation format
+// (cpu_vec_dot_type, vec_dot.h): integer dot products per row pair at the level cpu_isa_active() picks, or at a
+// given level (at most cpu_isa_supported()).
 void cpu_matmul(ThreadPool &pool, const Weight &w, const Act &x, const Act &y);
+void cpu_matmul_isa(ThreadPool &pool, const Weight &w, const Act &x, const Act &y, CpuIsa isa);
+
+// The reference it is tested against: xq quantized and dequantized again, W rows dequantized, fp32 dot products in
+// a fixed order.
+void cpu_matmul_reference(ThreadPool &pool, const Weight &w, const Act &x, const Act &y);
 
 // Ops with plain loops, exposed for tests and for other backends' reference checks.
 void cpu_rms_norm(ThreadPool &pool, const Act &x, const float *w, int64_t group, float eps, const Act &out);
