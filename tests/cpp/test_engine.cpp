@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "model/synth.h"
@@ -24,8 +25,11 @@ std::string model_path(const std::string &preset, DType et, DType dt) {
         o.expert_type = et;
         o.dense_type = dt;
         o.seed = 7;
-        write_synthetic_model(o, path + ".tmp");
-        std::filesystem::rename(path + ".tmp", path);
+        // Test processes run in parallel: each writes its own temporary, and the atomic rename makes the first
+        // complete file win.
+        const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+        write_synthetic_model(o, tmp);
+        std::filesystem::rename(tmp, path);
     }
     return path;
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <unistd.h>
 #include <thread>
 
 #include "core/error.h"
@@ -415,8 +416,11 @@ std::string synth_model(const std::string &preset) {
         SynthOptions o;
         o.preset = preset;
         o.seed = 11;
-        write_synthetic_model(o, path + ".tmp");
-        std::filesystem::rename(path + ".tmp", path);
+        // Test processes run in parallel: each writes its own temporary, and the atomic rename makes the first
+        // complete file win.
+        const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+        write_synthetic_model(o, tmp);
+        std::filesystem::rename(tmp, path);
     }
     return path;
 }
