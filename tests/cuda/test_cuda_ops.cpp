@@ -137,8 +137,10 @@ TEST_P(CudaMatmul, MatchesTheReference) {
 
     std::vector<float> want(size_t(c.t * c.n));
     Act xh{x.data(), c.t, c.k, c.k}, yh{want.data(), c.t, c.n, c.n};
-    cpu_matmul(pool, hw.w, xh, yh);
-    // Every kernel (the quantized mat-vec ones too) computes the reference's function: float rounding apart, equal.
+    cpu_matmul_reference(pool, hw.w, xh, yh);
+    // Every kernel (the quantized mat-vec ones too) computes the reference's function (weights and quantized
+    // activations dequantized, fp32 sums): float rounding apart, equal. The CPU's integer fast path is checked
+    // against the same reference in tests/cpp/test_vec_dot.cpp, with its own bound.
     EXPECT_LE(max_abs_diff(want, got), 2e-5f * std::max(1.0f, max_abs(want)))
         << dtype_name(c.type) << " k=" << c.k << " n=" << c.n << " t=" << c.t;
 }

@@ -27,9 +27,12 @@ void cpu_matmul_isa(ThreadPool &pool, const Weight &w, const Act &x, const Act &
 
     const DType vt = cpu_vec_dot_type(w.type);
     const VecDotKernel kernel = vec_dot_kernel(w.type, isa);
-    if (!kernel.dot)
-        fail("matmul with '%.*s': no CPU dot product for %s weights", int(w.name.size()), w.name.data(),
-             dtype_name(w.type));
+    if (!kernel.dot) {
+        // Types stored as weights only in unusual files (the activation formats Q8_1, Q8_K): the loader accepts
+        // every dequantizable type, so compute them through the reference path rather than refuse.
+        cpu_matmul_reference(pool, w, x, y);
+        return;
+    }
 
     // Activation rows as the dot products read them: x itself for float weights, else quantized once per row.
     const uint8_t *xq = reinterpret_cast<const uint8_t *>(x.data);
