@@ -220,6 +220,49 @@ TEST_P(CudaEngine, BadRequestsFailAndTheEngineGoesOn) {
     for (float x : l[0]) ASSERT_TRUE(std::isfinite(x));
 }
 
+// Recurrent-state checkpoints (prefix reuse in the server): a sequence cut back to a checkpoint, or another one given
+// the prefix, continues exactly as the original did, and the blob matches what the CPU backend saves at that point
+// (the same layout, and the GPU computes the CPU's function).
+TEST_P(CudaEngine, CheckpointRewindContinuesExactly) {
+    auto e = make_cuda_engine(path(), config());
+    ASSERT_TRUE(e->can_rewind());
+    const std::vector<int32_t> all = prompt_tokens(40, 6);
+    const std::vector<int32_t> head(all.begin(), all.begin() + 24), tail(all.begin() + 24, all.end());
+    std::vector<std::vector<float>> ref, out;
+    const int32_t s = e->new_sequence();
+    e->decode({{s, head, false}}, out);
+    StateCheckpoint cp = e->checkpoint(s);
+    EXPECT_EQ(cp.data.empty(), !e->has_recurrent());
+    e->decode({{s, tail, true}}, ref);
+    e->decode({{s, prompt_tokens(9, 7), false}}, out);
+    e->rewind(s, 24, &cp);
+    e->decode({{s, tail, true}}, out);
+    EXPECT_EQ(out[0], ref[0]);
+    const int32_t d = e->new_sequence();
+    e->decode({{d, prompt_tokens(30, 8), false}}, out);
+    e->copy_prefix(s, d, 24, &cp);
+    e->decode({{d, tail, true}}, out);
+    EXPECT_EQ(out[0], ref[0]);
+
+    if (e->has_recurrent()) {
+        auto cpu = make_cpu_engine(path(), config());
+        const int32_t c = cpu->new_sequence();
+        cpu->decode({{c, head, false}}, out);
+        StateCheckpoint cc = cpu->checkpoint(c);
+        ASSERT_EQ(cc.data.size(), cp.data.size());
+        const float *a = reinterpret_cast<const float *>(cp.data.data());
+        const float *b = reinterpret_cast<const float *>(cc.data.data());
+        const size_t n = cp.data.size() / sizeof(float);
+        double num = 0, den = 0;
+        for (size_t i = 0; i < n; i++) {
+            num += double(a[i] - b[i]) * (a[i] - b[i]);
+            den += double(b[i]) * b[i];
+        }
+        EXPECT_GT(den, 0.0);
+        EXPECT_LE(num / den, quantized() ? 1e-3 : 1e-8) << "GPU and CPU recurrent states differ";
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiny, CudaEngine,
                          ::testing::Values(Case{"tiny-qwen3moe", DType::F32, DType::F32},
                                            Case{"tiny-qwen3next", DType::F32, DType::F32},

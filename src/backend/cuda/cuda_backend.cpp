@@ -493,6 +493,47 @@ void CudaBackend::clear_slot(int32_t slot) {
     }
 }
 
+// Recurrent-state checkpoints: the same layout as the CPU backend's (each GDN layer's conv state, then its delta-rule
+// state, f32, in layer order). Copies go through the stream and end with a synchronisation, so the host blob holds
+// the state after every op issued before the call, and a load is ordered before every later op.
+size_t CudaBackend::recurrent_state_bytes() const {
+    size_t n = 0;
+    for (const LayerCache &c : caches_)
+        if (!c.attn) n += size_t(c.conv_floats + c.state_floats) * sizeof(float);
+    return n;
+}
+
+void CudaBackend::save_recurrent_state(int32_t slot, void *dst) {
+    STRATA_ASSERT(slot >= 0 && slot < cache_cfg_.n_slots);
+    auto *out = static_cast<float *>(dst);
+    for (const LayerCache &c : caches_) {
+        if (c.attn) continue;
+        STRATA_CUDA_CHECK(cudaMemcpyAsync(out, c.conv + slot * c.conv_floats, size_t(c.conv_floats) * 4,
+                                          cudaMemcpyDeviceToHost, stream_));
+        out += c.conv_floats;
+        STRATA_CUDA_CHECK(cudaMemcpyAsync(out, c.state + slot * c.state_floats, size_t(c.state_floats) * 4,
+                                          cudaMemcpyDeviceToHost, stream_));
+        out += c.state_floats;
+    }
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::load_recurrent_state(int32_t slot, const void *src) {
+    STRATA_ASSERT(slot >= 0 && slot < cache_cfg_.n_slots);
+    const auto *in = static_cast<const float *>(src);
+    for (LayerCache &c : caches_) {
+        if (c.attn) continue;
+        STRATA_CUDA_CHECK(cudaMemcpyAsync(c.conv + slot * c.conv_floats, in, size_t(c.conv_floats) * 4,
+                                          cudaMemcpyHostToDevice, stream_));
+        in += c.conv_floats;
+        STRATA_CUDA_CHECK(cudaMemcpyAsync(c.state + slot * c.state_floats, in, size_t(c.state_floats) * 4,
+                                          cudaMemcpyHostToDevice, stream_));
+        in += c.state_floats;
+    }
+    // The source is pageable caller memory that may be freed as soon as we return.
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
 // ---- row tables -------------------------------------------------------------------------------------------
 
 const int2 *CudaBackend::slot_pos(const BatchInfo &b) {

@@ -59,6 +59,10 @@ class CudaBackend final : public Backend {
              const BatchInfo &b, Act out) override;
     void moe(const LayerWeights &L, Act x, const MoeParams &p, Act out) override;
 
+    size_t recurrent_state_bytes() const override;
+    void save_recurrent_state(int32_t slot, void *dst) override;
+    void load_recurrent_state(int32_t slot, const void *src) override;
+
     CudaExpertStats expert_stats() const;
     Stats stats() const override;
     cudaStream_t stream() const { return stream_; }
