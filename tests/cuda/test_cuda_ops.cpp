@@ -155,6 +155,12 @@ std::vector<MatmulCase> matmul_cases() {
                                  {256, 70, 70},
                                  {512, 33, 130}})
             out.push_back({t, k, n, tok});
+    // larger products for the tensor-core kernels: several k steps, weight-row blocks and activation tiles
+    for (DType t : k_all_types) out.push_back({t, 2048, 260, 100});
+    // row lengths that end in a partial k step of the tensor-core kernels (types with 32-element blocks)
+    for (DType t : k_all_types)
+        if (dtype_info(t).block_size == 32 && dtype_info(cpu_vec_dot_type(t)).block_size == 32)
+            out.push_back({t, 288, 70, 33});
     // row lengths that are no multiple of 32 (float types only)
     for (DType t : {DType::F32, DType::F16, DType::BF16})
         for (int64_t tok : {1, 5, 67}) out.push_back({t, 100, 19, tok});
@@ -232,18 +238,27 @@ TEST(CudaOps, NormsRopeAndElementwiseMatchTheCpu) {
 
 // ---- attention --------------------------------------------------------------------------------------------------
 
-class CudaAttention : public ::testing::TestWithParam<KvType> {};
+struct AttentionCase {
+    KvType kv;
+    int64_t head_dim, n_head, n_head_kv, prompt;  // prompt: tokens of the first sequence's prefill
+};
 
+class CudaAttention : public ::testing::TestWithParam<AttentionCase> {};
+
+// Head sizes 64, 128 and 256 take the tiled kernel (decode steps its small tiles, with keys split over blocks where
+// there are too few blocks to fill the GPU), others the one-block-per-row kernel; every case against the CPU.
 TEST_P(CudaAttention, PrefillAndDecodeMatchTheCpu) {
-    const KvType kt = GetParam();
+    const AttentionCase ac = GetParam();
+    const KvType kt = ac.kv;
+    const int64_t hd = ac.head_dim, nh = ac.n_head, nkv = ac.n_head_kv, P = ac.prompt;
     HParams hp;
     hp.n_layer = 1;
-    hp.n_head = 8;
-    hp.n_head_kv = 2;
-    hp.head_dim_k = hp.head_dim_v = 64;
+    hp.n_head = nh;
+    hp.n_head_kv = nkv;
+    hp.head_dim_k = hp.head_dim_v = hd;
     CacheConfig cc;
     cc.n_slots = 2;
-    cc.n_ctx = 160;
+    cc.n_ctx = P + 16;
     cc.kv_type = kt;
     auto gpu = cuda_backend();
     auto cpu = make_cpu_backend(2);
@@ -254,20 +269,21 @@ TEST_P(CudaAttention, PrefillAndDecodeMatchTheCpu) {
     cpu->prepare(m);
     gpu->init_caches(hp, cc);
     cpu->init_caches(hp, cc);
-    const int64_t hd = 64, qc = 8 * hd, kvc = 2 * hd;
-    // Prefill of two sequences (70 and 9 tokens, more than one key tile), then three decode steps of both.
+    const int64_t qc = nh * hd, kvc = nkv * hd;
+    // Prefill of two sequences (P and 9 tokens, more than one key tile), then three decode steps of both.
     std::vector<BatchInfo> steps;
     BatchInfo p;
-    p.segs = {{0, 0, 70, 0}, {1, 0, 9, 70}};
-    p.n_tokens = 79;
+    p.segs = {{0, 0, P, 0}, {1, 0, 9, P}};
+    p.n_tokens = P + 9;
     steps.push_back(p);
     for (int s = 0; s < 3; s++) {
         BatchInfo d;
-        d.segs = {{1, 9 + s, 1, 0}, {0, 70 + s, 1, 1}};
+        d.segs = {{1, 9 + s, 1, 0}, {0, P + s, 1, 1}};
         d.n_tokens = 2;
         steps.push_back(d);
     }
     uint64_t seed = 100;
+    const float scale = 1.0f / std::sqrt(float(hd));
     for (const BatchInfo &bi : steps) {
         const int64_t T = bi.n_tokens;
         std::vector<float> q = randn(size_t(T * qc), seed++), k = randn(size_t(T * kvc), seed++),
@@ -278,7 +294,7 @@ TEST_P(CudaAttention, PrefillAndDecodeMatchTheCpu) {
             put(qa, q, dev);
             put(ka, k, dev);
             put(va, v, dev);
-            be.attention(0, qa, ka, va, 8, 2, hd, 0.125f, bi, o);
+            be.attention(0, qa, ka, va, nh, nkv, hd, scale, bi, o);
             return get(be, o);
         };
         const auto want = run(*cpu, false), got = run(*gpu, true);
@@ -287,8 +303,23 @@ TEST_P(CudaAttention, PrefillAndDecodeMatchTheCpu) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(KvTypes, CudaAttention, ::testing::Values(KvType::F32, KvType::F16, KvType::Q8_0),
-                         [](const auto &info) { return std::string(kv_type_name(info.param)); });
+std::vector<AttentionCase> attention_cases() {
+    std::vector<AttentionCase> out;
+    for (KvType kt : {KvType::F32, KvType::F16, KvType::Q8_0}) {
+        out.push_back({kt, 64, 8, 2, 70});
+        out.push_back({kt, 128, 16, 2, 700});  // group of 8; decode splits its 700 keys over blocks
+        out.push_back({kt, 256, 4, 2, 300});
+        out.push_back({kt, 96, 6, 3, 70});  // the untiled kernel
+    }
+    out.push_back({KvType::F16, 128, 4, 4, 1200});  // no GQA, a long prompt
+    return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention, ::testing::ValuesIn(attention_cases()), [](const auto &info) {
+    const AttentionCase &c = info.param;
+    return std::string(kv_type_name(c.kv)) + "_d" + std::to_string(c.head_dim) + "_h" + std::to_string(c.n_head) +
+           "_kv" + std::to_string(c.n_head_kv) + "_p" + std::to_string(c.prompt);
+});
 
 // ---- Gated DeltaNet -----------------------------------------------------------------------------------------------
 

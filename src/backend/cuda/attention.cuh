@@ -26,4 +26,18 @@ void launch_kv_store(const KvCacheView &c, Rows k, Rows v, const int2 *slot_pos_
 void launch_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                       float scale, const int2 *slot_pos_dev, cudaStream_t stream);
 
+// The tiled kernel (flash_attention.cu): query vectors (row, head of the GQA group) of consecutive rows of one
+// sequence in tiles; a tile is rows [row0, row0 + n_rows) at positions pos0... of a slot.
+struct AttnTile {
+    int32_t row0, n_rows, slot, pos0;
+};
+// Rows per tile for this head size and GQA group, or 0 where the tiled kernel does not apply (head sizes 64, 128
+// and 256 are covered). small: tiles of 16 query vectors (decoding), else 64 (head size <= 128) or 32.
+int flash_rows_per_tile(int64_t head_dim, int64_t group, bool small);
+// Workspace for n_split > 1 (keys split over blocks, each block `chunk` keys, a multiple of 64).
+size_t flash_workspace_floats(int n_tiles, int64_t n_head_kv, int n_split, int64_t head_dim, bool small);
+void launch_flash_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv,
+                            int64_t head_dim, float scale, bool small, const AttnTile *tiles_dev, int n_tiles,
+                            int n_split, int chunk, float *ws, cudaStream_t stream);
+
 }  // namespace strata::cuda

@@ -63,6 +63,8 @@ CudaBackend::~CudaBackend() {
     // Errors are ignored here: a destructor cannot fail, and a broken context frees everything with the process.
     cudaSetDevice(device_);
     if (stream_) cudaStreamSynchronize(stream_);
+    prof_.step();
+    prof_.report();
     for (auto &a : allocations_) cudaFree(a.first);
     if (pinned_base_) cudaHostUnregister(const_cast<uint8_t *>(pinned_base_));
     if (stage_) cudaFreeHost(stage_);
@@ -150,6 +152,7 @@ Act CudaBackend::alloc(int64_t rows, int64_t cols) {
 
 void CudaBackend::reset_scratch() {
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    prof_.step();
     if (chunks_.size() > 1) {
         size_t total = 0;
         for (const Chunk &c : chunks_) total += c.size;
@@ -186,6 +189,7 @@ void *CudaBackend::upload(const void *host, size_t bytes) {
 }
 
 void CudaBackend::download(const Act &src, float *host) {
+    STRATA_CUDA_OP("download");
     if (src.rows == 0) return;
     STRATA_CUDA_CHECK(cudaMemcpy2DAsync(host, size_t(src.cols) * 4, src.data, size_t(src.stride) * 4,
                                         size_t(src.cols) * 4, size_t(src.rows), cudaMemcpyDeviceToHost, stream_));
@@ -388,6 +392,20 @@ void CudaBackend::prepare(Model &m) {
     std::string host_note = "host 0 GiB";
     if (n_slots >= n_experts_total) {
         experts_.load_all(stream_);
+        // Per layer, the device table of its experts' matrices, for routing without the host (moe()).
+        expert_tables_.assign(size_t(hp.n_layer), nullptr);
+        for (int64_t il = 0; il < hp.n_layer; il++) {
+            if (!m.layers[size_t(il)].gate_exps.present()) continue;
+            std::vector<const uint8_t *> tab(size_t(3 * hp.n_expert));
+            for (int32_t e = 0; e < int32_t(hp.n_expert); e++) {
+                const ExpertPtrs p = experts_.resident(il, e);
+                tab[size_t(3 * e)] = p.gate, tab[size_t(3 * e + 1)] = p.up, tab[size_t(3 * e + 2)] = p.down;
+            }
+            auto *dev = static_cast<const uint8_t **>(dev_alloc(tab.size() * sizeof(void *), "expert tables"));
+            STRATA_CUDA_CHECK(
+                cudaMemcpyAsync(dev, tab.data(), tab.size() * sizeof(void *), cudaMemcpyHostToDevice, stream_));
+            expert_tables_[size_t(il)] = dev;
+        }
     } else if (m.file) {
         // Streaming from the mapped file. Pinning the mapping (cudaHostRegister, read-only) lets copies run as DMA
         // at full speed, but on the Firecracker H200 machines registering even a 15 MB mapping took over 20 s, so it
@@ -572,6 +590,7 @@ const float *CudaBackend::inv_freq(const RopeParams &rp) {
 // ---- small ops ----------------------------------------------------------------------------------------------
 
 void CudaBackend::embed(const Weight &tok_embd, const int32_t *ids, Act out) {
+    STRATA_CUDA_OP("embed");
     STRATA_ASSERT(out.cols == tok_embd.ne[0]);
     for (int64_t t = 0; t < out.rows; t++)
         if (ids[t] < 0 || ids[t] >= tok_embd.ne[1])
@@ -582,21 +601,25 @@ void CudaBackend::embed(const Weight &tok_embd, const int32_t *ids, Act out) {
 }
 
 void CudaBackend::rms_norm(Act x, const Weight &w, float eps, Act out) {
+    STRATA_CUDA_OP("rms_norm");
     STRATA_ASSERT(out.rows == x.rows && out.cols == x.cols);
     launch_rms_norm(rows_of(x), dev_vector(w), w.ne[0], eps, rows_of(out), stream_);
 }
 
 void CudaBackend::add(Act a, Act b, Act out) {
+    STRATA_CUDA_OP("add");
     STRATA_ASSERT(a.rows == b.rows && a.cols == b.cols && out.rows == a.rows && out.cols == a.cols);
     launch_add(rows_of(a), rows_of(b), rows_of(out), stream_);
 }
 
 void CudaBackend::mul_sigmoid(Act x, Act gate) {
+    STRATA_CUDA_OP("mul_sigmoid");
     STRATA_ASSERT(x.rows == gate.rows && x.cols == gate.cols);
     launch_mul_sigmoid(rows_of(x), rows_of(gate), stream_);
 }
 
 void CudaBackend::gather_rows(Act src, const std::vector<int64_t> &rows, Act dst) {
+    STRATA_CUDA_OP("gather_rows");
     STRATA_ASSERT(dst.rows == int64_t(rows.size()) && dst.cols == src.cols);
     std::vector<int32_t> r32(rows.size());
     for (size_t i = 0; i < rows.size(); i++) {
@@ -608,12 +631,14 @@ void CudaBackend::gather_rows(Act src, const std::vector<int64_t> &rows, Act dst
 }
 
 void CudaBackend::deinterleave(Act src, int64_t width, Act a, Act b) {
+    STRATA_CUDA_OP("deinterleave");
     const int64_t n_pairs = src.cols / (2 * width);
     STRATA_ASSERT(src.cols == 2 * width * n_pairs && a.cols == width * n_pairs && b.cols == a.cols);
     launch_deinterleave(rows_of(src), width, rows_of(a), rows_of(b), stream_);
 }
 
 void CudaBackend::rope(Act x, const RopeParams &rp, const BatchInfo &b) {
+    STRATA_CUDA_OP("rope");
     STRATA_ASSERT(x.cols % rp.head_dim == 0 && rp.n_rot <= rp.head_dim && rp.n_rot % 2 == 0);
     launch_rope_neox(rows_of(x), rp.head_dim, rp.n_rot, inv_freq(rp), slot_pos(b), stream_);
 }

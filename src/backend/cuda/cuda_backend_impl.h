@@ -24,6 +24,7 @@
 #include "backend/cuda/expert_cache.h"
 #include "backend/cuda/gdn.cuh"
 #include "backend/cuda/matmul.cuh"
+#include "backend/cuda/op_profiler.h"
 
 namespace strata::cuda {
 
@@ -120,6 +121,12 @@ class CudaBackend final : public Backend {
         const char *name;
     };
     void grouped_matmul(const WeightShape &w, const std::vector<MatmulGroup> &groups, PreparedAct &x, Rows y);
+    // Decode-sized MoE with every expert resident: groups made on the device from the routing, no host round trip.
+    bool device_routing_applies(const LayerWeights &L, int64_t il, int64_t n_tokens) const;
+    void moe_host_grouped(const LayerWeights &L, int64_t il, Act x, int64_t k, int64_t n_exp,
+                          const std::vector<int32_t> &ids, const float *wts_dev, Act out);
+    void moe_device_routed(const LayerWeights &L, int64_t il, Act x, int64_t k, const int32_t *ids_dev,
+                           const float *wts_dev, Act out);
 
     // ---- plan ----
     void plan_and_place(Model &m);
@@ -159,8 +166,13 @@ class CudaBackend final : public Backend {
     std::vector<LayerCache> caches_;
 
     ExpertCache experts_;
+    std::vector<const uint8_t *const *> expert_tables_;  // per layer, when every expert is resident
     const uint8_t *pinned_base_ = nullptr;  // the registered host range, if any
     std::string plan_line_;
+    OpProfiler prof_;
 };
+
+// Times the enclosing op when STRATA_CUDA_PROFILE=1 (op_profiler.h).
+#define STRATA_CUDA_OP(name) OpScope op_scope_(prof_, name, stream_)
 
 }  // namespace strata::cuda

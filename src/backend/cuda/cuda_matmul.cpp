@@ -14,12 +14,24 @@ namespace strata::cuda {
 
 namespace {
 
-// STRATA_CUDA_MMVQ=0 sends the small groups to the generic kernel too (A/B checks of the quantized kernels).
+bool env_off(const char *name) {
+    const char *e = std::getenv(name);
+    return e && std::strcmp(e, "0") == 0;
+}
+
+// STRATA_CUDA_MMVQ=0 sends the small groups and STRATA_CUDA_MMQ=0 the large ones to the generic kernels (A/B checks
+// of the quantized kernels).
 bool mmvq_enabled() {
-    static const bool on = [] {
-        const char *e = std::getenv("STRATA_CUDA_MMVQ");
-        return !(e && std::strcmp(e, "0") == 0);
-    }();
+    static const bool on = !env_off("STRATA_CUDA_MMVQ");
+    return on;
+}
+bool mmq_enabled() {
+    static const bool on = !env_off("STRATA_CUDA_MMQ");
+    return on;
+}
+// STRATA_CUDA_DEVICE_ROUTING=0 sends decoding through the host-grouped MoE path as well.
+bool device_routing_enabled() {
+    static const bool on = !env_off("STRATA_CUDA_DEVICE_ROUTING");
     return on;
 }
 
@@ -61,6 +73,19 @@ void CudaBackend::grouped_matmul(const WeightShape &w, const std::vector<MatmulG
         a.x = x.round_trip;
         a.x_stride = x.k;
     };
+    auto quantized = [&](MatmulArgs &a) {
+        if (!x.q8 || x.q8_type != vt) {
+            int8_t *q = scratch_array<int8_t>(x.rows * x.k);
+            float2 *ds = scratch_array<float2>(x.rows * (x.k / 32));
+            launch_quantize_act(vt, x.src, x.stride, x.rows, x.k, q, ds, stream_);
+            x.q8 = q;
+            x.q8_ds = ds;
+            x.q8_type = vt;
+        }
+        a.xq = x.q8;
+        a.xds = x.q8_ds;
+    };
+    const bool int8_ok = vt != DType::F32 && w.k % 32 == 0;
     auto set_groups = [&](MatmulArgs &a, const std::vector<MatmulGroup> &gs) {
         if (gs.size() == 1) {
             a.single = gs[0];
@@ -75,17 +100,8 @@ void CudaBackend::grouped_matmul(const WeightShape &w, const std::vector<MatmulG
     if (!small.empty()) {
         MatmulArgs a = base;
         set_groups(a, small);
-        if (mmvq_enabled() && mmvq_supported(w.type) && vt != DType::F32 && w.k % 32 == 0) {
-            if (!x.q8 || x.q8_type != vt) {
-                int8_t *q = scratch_array<int8_t>(x.rows * x.k);
-                float2 *ds = scratch_array<float2>(x.rows * (x.k / 32));
-                launch_quantize_act(vt, x.src, x.stride, x.rows, x.k, q, ds, stream_);
-                x.q8 = q;
-                x.q8_ds = ds;
-                x.q8_type = vt;
-            }
-            a.xq = x.q8;
-            a.xds = x.q8_ds;
+        if (mmvq_enabled() && mmvq_supported(w.type) && int8_ok) {
+            quantized(a);
             launch_mmvq(a, stream_);
         } else {
             round_trip(a);
@@ -94,7 +110,11 @@ void CudaBackend::grouped_matmul(const WeightShape &w, const std::vector<MatmulG
     }
     if (!big.empty()) {
         MatmulArgs a = base;
-        round_trip(a);
+        const bool mmq = mmq_enabled() && mmq_supported(w.type) && int8_ok;
+        if (mmq)
+            quantized(a);
+        else
+            round_trip(a);
         if (big.size() == 1 && big[0].x_row0 == 0 && big[0].y_row0 == 0) {
             a.single = big[0];
         } else {
@@ -105,11 +125,15 @@ void CudaBackend::grouped_matmul(const WeightShape &w, const std::vector<MatmulG
             a.tiles = upload_vec(tiles);
             a.n_tiles = int32_t(tiles.size());
         }
-        launch_mm_generic(a, stream_);
+        if (mmq)
+            launch_mmq(a, stream_);
+        else
+            launch_mm_generic(a, stream_);
     }
 }
 
 void CudaBackend::matmul(const Weight &w, Act x, Act out) {
+    STRATA_CUDA_OP("matmul");
     STRATA_ASSERT(x.cols == w.ne[0] && out.cols == w.ne[1] && out.rows == x.rows);
     if (x.rows == 0) return;
     const Mark m = mark();
@@ -124,25 +148,68 @@ void CudaBackend::matmul(const Weight &w, Act x, Act out) {
     release(m);
 }
 
-// Routed experts: route on the device, read the ids back, group (token, expert) pairs by expert, run each expert's
-// gate/up/down over its rows (several experts per launch, pointers from the slot table), and sum each token's
-// expert outputs in expert-id order; then the shared expert.
-void CudaBackend::moe(const LayerWeights &L, Act x, const MoeParams &p, Act out) {
-    const int64_t il = layer_index(L);
-    const int64_t T = x.rows, E = x.cols, k = p.n_expert_used, n_ff = L.gate_exps.ne[1], n_exp = p.n_expert;
-    STRATA_ASSERT(out.rows == T && out.cols == E && L.down_exps.ne[1] == E && k >= 1 && k <= n_exp);
-    if (T == 0) return;
-    const Mark mk = mark();
+// The host-grouped path below runs an expert's rows as one group, through the mat-vec kernel when it has at most
+// k_mmv_max_rows of them. With at most that many tokens every expert has, so there every pair (token, expert) can be
+// its own one-row group of the same kernel: the same function of the same rows, hence the same bits, with the
+// groups made on the device from the routing and no synchronisation with the host.
+bool CudaBackend::device_routing_applies(const LayerWeights &L, int64_t il, int64_t n_tokens) const {
+    if (!device_routing_enabled() || !mmvq_enabled() || n_tokens > k_mmv_max_rows) return false;
+    if (size_t(il) >= expert_tables_.size() || !expert_tables_[size_t(il)]) return false;
+    for (const Weight *w : {&L.gate_exps, &L.up_exps, &L.down_exps})
+        if (!mmvq_supported(w->type) || w->ne[0] % 32 != 0 || cpu_vec_dot_type(w->type) == DType::F32 ||
+            w->ne[0] % dtype_info(cpu_vec_dot_type(w->type)).block_size != 0)
+            return false;
+    return true;
+}
 
-    Act logits = alloc(T, n_exp);
-    matmul(L.gate_inp, x, logits);
-    int32_t *ids_dev = scratch_array<int32_t>(T * k);
-    float *wts_dev = scratch_array<float>(T * k);
-    launch_router_topk(rows_of(logits), k, p.norm_weights, p.weights_scale, ids_dev, wts_dev, stream_);
-    std::vector<int32_t> ids(size_t(T * k));
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(ids.data(), ids_dev, ids.size() * 4, cudaMemcpyDeviceToHost, stream_));
-    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+void CudaBackend::moe_device_routed(const LayerWeights &L, int64_t il, Act x, int64_t k, const int32_t *ids_dev,
+                                    const float *wts_dev, Act out) {
+    STRATA_CUDA_OP("experts_device_routed");
+    const int64_t T = x.rows, E = x.cols, n_ff = L.gate_exps.ne[1], M = T * k;
+    MatmulGroup *groups = scratch_array<MatmulGroup>(3 * M);
+    int32_t *yrow = scratch_array<int32_t>(M), *widx = scratch_array<int32_t>(M);
+    launch_moe_pair_groups(ids_dev, T, k, expert_tables_[size_t(il)], groups, groups + M, groups + 2 * M, yrow, widx,
+                           stream_);
+    Act g = alloc(M, n_ff), u = alloc(M, n_ff), ys = alloc(M, E);
+    // Activations quantized once per activation format (gate and up usually share it).
+    auto run = [&](const Weight &w, const MatmulGroup *gs, const Act &src, Act y, const int8_t *&q, const float2 *&ds,
+                   DType &qt) {
+        const DType vt = cpu_vec_dot_type(w.type);
+        if (!q || qt != vt) {
+            int8_t *qq = scratch_array<int8_t>(src.rows * src.cols);
+            float2 *dd = scratch_array<float2>(src.rows * (src.cols / 32));
+            launch_quantize_act(vt, src.data, src.stride, src.rows, src.cols, qq, dd, stream_);
+            q = qq, ds = dd, qt = vt;
+        }
+        MatmulArgs a;
+        a.type = w.type;
+        a.k = w.ne[0];
+        a.n = w.ne[1];
+        a.row_bytes = w.row_bytes;
+        a.xq = q;
+        a.xds = ds;
+        a.y = y.data;
+        a.y_stride = y.stride;
+        a.groups = gs;
+        a.n_groups = int32_t(M);
+        launch_mmvq(a, stream_);
+    };
+    const int8_t *xq = nullptr, *gq = nullptr;
+    const float2 *xds = nullptr, *gds = nullptr;
+    DType xt = DType::F32, gt = DType::F32;
+    run(L.gate_exps, groups, x, g, xq, xds, xt);
+    run(L.up_exps, groups + M, x, u, xq, xds, xt);
+    launch_silu_mul(rows_of(g), rows_of(u), stream_);
+    run(L.down_exps, groups + 2 * M, g, ys, gq, gds, gt);
+    launch_moe_combine(rows_of(ys), yrow, widx, wts_dev, k, rows_of(out), stream_);
+}
 
+// Routing read back: (token, expert) pairs grouped by expert on the host, each expert's gate/up/down over its rows
+// (several experts per launch, pointers from the slot table, which copies in the experts that are not resident),
+// and each token's expert outputs summed in expert-id order.
+void CudaBackend::moe_host_grouped(const LayerWeights &L, int64_t il, Act x, int64_t k, int64_t n_exp,
+                                   const std::vector<int32_t> &ids, const float *wts_dev, Act out) {
+    const int64_t T = x.rows, E = x.cols, n_ff = L.gate_exps.ne[1];
     // Rows sorted by expert (tokens in order within an expert).
     std::vector<int32_t> count(size_t(n_exp), 0), first(size_t(n_exp), 0), fill(size_t(n_exp), 0);
     for (int32_t e : ids) {
@@ -196,7 +263,11 @@ void CudaBackend::moe(const LayerWeights &L, Act x, const MoeParams &p, Act out)
     for (size_t s0 = 0; s0 < used.size(); s0 += size_t(per_set)) {
         const size_t s1 = std::min(used.size(), s0 + size_t(per_set));
         ptrs.resize(s1 - s0);
-        experts_.acquire(il, used.data() + s0, int64_t(s1 - s0), ptrs.data(), stream_);
+        {
+            STRATA_CUDA_OP("acquire");
+            experts_.acquire(il, used.data() + s0, int64_t(s1 - s0), ptrs.data(), stream_);
+        }
+        STRATA_CUDA_OP("experts");
         std::vector<MatmulGroup> gg, ug, dg;
         const int32_t r0 = first[size_t(used[s0])];
         const int32_t r1 = first[size_t(used[s1 - 1])] + count[size_t(used[s1 - 1])];
@@ -218,8 +289,41 @@ void CudaBackend::moe(const LayerWeights &L, Act x, const MoeParams &p, Act out)
         grouped_matmul(dw, dg, pg, rows_of(ys));
     }
     launch_moe_combine(rows_of(ys), upload_vec(yrow), upload_vec(widx), wts_dev, k, rows_of(out), stream_);
+}
+
+// Routed experts: route on the device; then the experts either through the routing read back and grouped on the
+// host (any batch, any cache) or, for decoding with every expert resident, grouped on the device; then the shared
+// expert.
+void CudaBackend::moe(const LayerWeights &L, Act x, const MoeParams &p, Act out) {
+    const int64_t il = layer_index(L);
+    const int64_t T = x.rows, E = x.cols, k = p.n_expert_used, n_exp = p.n_expert;
+    STRATA_ASSERT(out.rows == T && out.cols == E && L.down_exps.ne[1] == E && k >= 1 && k <= n_exp);
+    if (T == 0) return;
+    STRATA_CUDA_OP("moe");
+    const Mark mk = mark();
+
+    Act logits = alloc(T, n_exp);
+    int32_t *ids_dev = scratch_array<int32_t>(T * k);
+    float *wts_dev = scratch_array<float>(T * k);
+    std::vector<int32_t> ids(size_t(T * k));
+    const bool on_device = device_routing_applies(L, il, T);
+    {
+        STRATA_CUDA_OP("route");
+        matmul(L.gate_inp, x, logits);
+        launch_router_topk(rows_of(logits), k, p.norm_weights, p.weights_scale, ids_dev, wts_dev, stream_);
+        if (!on_device) {
+            STRATA_CUDA_CHECK(cudaMemcpyAsync(ids.data(), ids_dev, ids.size() * 4, cudaMemcpyDeviceToHost, stream_));
+            STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        }
+    }
+    if (on_device) {
+        moe_device_routed(L, il, x, k, ids_dev, wts_dev, out);
+    } else {
+        moe_host_grouped(L, il, x, k, n_exp, ids, wts_dev, out);
+    }
 
     if (L.gate_shexp.present()) {
+        STRATA_CUDA_OP("shared_expert");
         const int64_t n_sh = L.gate_shexp.ne[1];
         Act sg = alloc(T, n_sh), su = alloc(T, n_sh), sy = alloc(T, E);
         matmul(L.gate_shexp, x, sg);

@@ -1,11 +1,29 @@
 // The sequence mixers of the CUDA backend: attention over the KV cache and the Gated DeltaNet core.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/cuda/cuda_backend_impl.h"
 #include "core/error.h"
 
 namespace strata::cuda {
 
+namespace {
+
+// STRATA_CUDA_FLASH=0 keeps attention on the one-block-per-row-and-head kernel (A/B checks of the tiled one).
+bool flash_enabled() {
+    static const bool on = [] {
+        const char *e = std::getenv("STRATA_CUDA_FLASH");
+        return !(e && std::strcmp(e, "0") == 0);
+    }();
+    return on;
+}
+
+}  // namespace
+
 void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                             float scale, const BatchInfo &b, Act out) {
+    STRATA_CUDA_OP("attention");
     STRATA_ASSERT(il >= 0 && il < int64_t(caches_.size()));
     LayerCache &c = caches_[size_t(il)];
     STRATA_ASSERT(c.attn && k.cols == c.kv.kv_cols && v.cols == c.kv.kv_cols && q.cols == n_head * head_dim);
@@ -15,11 +33,43 @@ void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int
                  (long long)c.kv.n_ctx);
     const int2 *sp = slot_pos(b);
     launch_kv_store(c.kv, rows_of(k), rows_of(v), sp, stream_);
-    launch_attention(c.kv, rows_of(q), rows_of(out), n_head, n_head_kv, head_dim, scale, sp, stream_);
+    const int64_t group = n_head / n_head_kv;
+    // Decoding batches (every sequence a row or two) take the tiles of 16 query vectors.
+    bool small = std::all_of(b.segs.begin(), b.segs.end(), [&](const BatchSeg &s) { return s.n * group <= 16; });
+    int rpt = flash_enabled() ? flash_rows_per_tile(head_dim, group, small) : 0;
+    if (rpt == 0 && small && flash_enabled()) small = false, rpt = flash_rows_per_tile(head_dim, group, false);
+    if (rpt == 0) {
+        launch_attention(c.kv, rows_of(q), rows_of(out), n_head, n_head_kv, head_dim, scale, sp, stream_);
+        return;
+    }
+    std::vector<AttnTile> tiles;
+    int64_t max_end = 0;
+    for (const BatchSeg &s : b.segs) {
+        for (int64_t r = 0; r < s.n; r += rpt)
+            tiles.push_back({int32_t(s.row0 + r), int32_t(std::min<int64_t>(rpt, s.n - r)), s.slot, int32_t(s.pos0 + r)});
+        max_end = std::max(max_end, s.pos0 + s.n);
+    }
+    if (tiles.empty()) return;
+    // Too few blocks to fill the GPU (decoding a few sequences): split long key ranges over blocks.
+    const int64_t blocks = int64_t(tiles.size()) * n_head_kv, target = 2 * int64_t(prop_.multiProcessorCount);
+    int64_t n_split = 1, chunk = max_end;
+    if (blocks < target && max_end > 64) {
+        n_split = std::min((target + blocks - 1) / blocks, (max_end + 63) / 64);
+        chunk = ((max_end + n_split - 1) / n_split + 63) / 64 * 64;
+        n_split = (max_end + chunk - 1) / chunk;
+    }
+    const Mark m = mark();
+    float *ws = n_split > 1 ? scratch_array<float>(int64_t(flash_workspace_floats(int(tiles.size()), n_head_kv,
+                                                                                  int(n_split), head_dim, small)))
+                            : nullptr;
+    launch_flash_attention(c.kv, rows_of(q), rows_of(out), n_head, n_head_kv, head_dim, scale, small, upload_vec(tiles),
+                           int(tiles.size()), int(n_split), int(chunk), ws, stream_);
+    release(m);
 }
 
 void CudaBackend::gdn(int64_t il, const LayerWeights &Lw, Act qkv, Act z, Act beta_in, Act alpha_in, const GdnParams &p,
                       const BatchInfo &b, Act out) {
+    STRATA_CUDA_OP("gdn");
     STRATA_ASSERT(il >= 0 && il < int64_t(caches_.size()));
     LayerCache &c = caches_[size_t(il)];
     GdnShape s{p.n_k_heads, p.n_v_heads, p.head_k_dim, p.head_v_dim, p.conv_kernel, p.ba_grouped, p.vhead_tiled, p.eps};

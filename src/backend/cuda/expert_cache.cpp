@@ -22,6 +22,7 @@ void ExpertCache::init(std::vector<ExpertLayout> layers, int64_t n_expert, size_
         n_total_ += n_expert;
     }
     slots_.clear();
+    all_resident_ = false;
     lru_head_ = lru_tail_ = -1;
     for (uint8_t *p : slots) {
         slots_.push_back(Slot{p, -1, -1, -1, -1});
@@ -81,6 +82,12 @@ void ExpertCache::load_all(cudaStream_t stream) {
     }
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
     stats_.bytes_uploaded = 0;  // start-up loading is not streaming
+    all_resident_ = true;
+}
+
+ExpertPtrs ExpertCache::resident(int64_t il, int32_t e) const {
+    STRATA_ASSERT(all_resident_ && table_[size_t(il)][size_t(e)] >= 0);
+    return ptrs(slots_[size_t(table_[size_t(il)][size_t(e)])], il);
 }
 
 void ExpertCache::acquire(int64_t il, const int32_t *experts, int64_t n, ExpertPtrs *out, cudaStream_t stream) {

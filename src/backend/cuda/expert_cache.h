@@ -51,6 +51,10 @@ class ExpertCache {
     int64_t n_experts_total() const { return n_total_; }
     size_t slot_bytes() const { return slot_bytes_; }
     const Stats &stats() const { return stats_; }
+    // Every expert of every layer in its slot for good (load_all): callers may then keep pointers.
+    bool all_resident() const { return all_resident_; }
+    // Device pointers of a resident expert (all_resident()).
+    ExpertPtrs resident(int64_t il, int32_t e) const;
     // Slot of an expert, -1 when not in device memory (tests).
     int32_t slot_of(int64_t il, int32_t e) const { return table_[size_t(il)][size_t(e)]; }
 
@@ -71,6 +75,7 @@ class ExpertCache {
     size_t slot_bytes_ = 0;
     int64_t n_expert_ = 0, n_total_ = 0;
     int32_t lru_head_ = -1, lru_tail_ = -1;
+    bool all_resident_ = false;
     Stats stats_;
 };
 

@@ -11,7 +11,8 @@
 // them the scale d and d * sum(q)). The activation values are exactly those of the reference's format for the weight
 // type (Q8_0 levels and fp16 scale per 32, or Q8_K levels and scale per 256), not llama.cpp's per-32 Q8_1: then the
 // quantized kernels, the generic ones and the CPU compute one function, differing only in float rounding, and the
-// choice of kernel (which follows the batch size) never moves a result by a quantization step.
+// choice of kernel (which follows the batch size) never moves a result by a quantization step. The same types have
+// quantized matrix-matrix kernels (mmq) on the int8 tensor cores for larger groups.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -53,6 +54,11 @@ void launch_mm_generic(const MatmulArgs &a, cudaStream_t stream);
 // Quantized mat-vec kernels (k a multiple of 32); activations from launch_quantize_act.
 bool mmvq_supported(DType t);
 void launch_mmvq(const MatmulArgs &a, cudaStream_t stream);  // every group <= k_mmv_max_rows rows
+
+// Quantized matrix-matrix kernels on the tensor cores (sm_80 and later; k a multiple of 32), same activations and
+// the tile list of launch_mm_generic.
+bool mmq_supported(DType t);
+void launch_mmq(const MatmulArgs &a, cudaStream_t stream);
 
 // x rows through the activation format `vt` (F32: a plain copy; Q8_0, Q8_1, Q8_K: quantized and dequantized exactly
 // as format/quant.h does), packed into out (rows x k).

@@ -67,6 +67,25 @@ __global__ void k_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx,
     }
 }
 
+__global__ void k_moe_pair_groups(const int32_t *ids, int64_t n_tokens, int64_t k, const uint8_t *const *table,
+                                  MatmulGroup *gate, MatmulGroup *up, MatmulGroup *down, int32_t *yrow,
+                                  int32_t *widx) {
+    const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (t >= n_tokens) return;
+    const int32_t *id = ids + t * k;
+    for (int64_t j = 0; j < k; j++) {
+        const int32_t i = int32_t(t * k + j), e = id[j];
+        gate[i] = {table[3 * e + 0], int32_t(t), 1, i};
+        up[i] = {table[3 * e + 1], int32_t(t), 1, i};
+        down[i] = {table[3 * e + 2], i, 1, i};
+        // rank of pair j among the token's pairs by expert id (ids of one token are distinct)
+        int64_t r = 0;
+        for (int64_t j2 = 0; j2 < k; j2++) r += id[j2] < e;
+        yrow[t * k + r] = i;
+        widx[t * k + r] = i;
+    }
+}
+
 __global__ void k_shared_expert_add(Rows x, const float *w, Rows y, Rows out) {
     __shared__ float red[32];
     __shared__ float gate;
@@ -100,6 +119,14 @@ void launch_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx, const
     k_moe_combine<<<dim3(std::min<unsigned>(ceil_div(out.cols, 256), 16), unsigned(out.rows)), 256, 0, stream>>>(
         ys, yrow, widx, weights, k, out);
     STRATA_CUDA_LAUNCH_CHECK("k_moe_combine");
+}
+
+void launch_moe_pair_groups(const int32_t *ids, int64_t n_tokens, int64_t k, const uint8_t *const *table,
+                            MatmulGroup *gate, MatmulGroup *up, MatmulGroup *down, int32_t *yrow, int32_t *widx,
+                            cudaStream_t stream) {
+    if (n_tokens == 0) return;
+    k_moe_pair_groups<<<ceil_div(n_tokens, 64), 64, 0, stream>>>(ids, n_tokens, k, table, gate, up, down, yrow, widx);
+    STRATA_CUDA_LAUNCH_CHECK("k_moe_pair_groups");
 }
 
 void launch_shared_expert_add(Rows x, const float *w, Rows y, Rows out, cudaStream_t stream) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/matmul.cuh"
 
 namespace strata::cuda {
 
@@ -17,6 +18,14 @@ void launch_router_topk(Rows logits, int64_t k, bool norm, float scale, int32_t 
 // expert id), starting from zero.
 void launch_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx, const float *weights, int64_t k, Rows out,
                         cudaStream_t stream);
+
+// Decoding with every expert resident, without the host: for each token t and rank j, pair i = t k + j gets the
+// matmul groups {gate of ids[i], x row t, 1 row, row i}, {up ...} and {down of ids[i], row i, 1 row, row i}, from
+// the layer's table of expert matrices (table[3 e + 0..2]: gate, up, down device pointers); and yrow/widx list each
+// token's pairs in expert-id order for launch_moe_combine (the order the reference adds them in).
+void launch_moe_pair_groups(const int32_t *ids, int64_t n_tokens, int64_t k, const uint8_t *const *table,
+                            MatmulGroup *gate, MatmulGroup *up, MatmulGroup *down, int32_t *yrow, int32_t *widx,
+                            cudaStream_t stream);
 
 // out[t] += sigmoid(w . x[t]) * y[t] (w: x.cols floats on the device).
 void launch_shared_expert_add(Rows x, const float *w, Rows y, Rows out, cudaStream_t stream);
