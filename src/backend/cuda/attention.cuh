@@ -36,8 +36,8 @@ struct AttnTile {
 int flash_rows_per_tile(int64_t head_dim, int64_t group, bool small);
 // Workspace for n_split > 1 (keys split over blocks, each block `chunk` keys, a multiple of 64).
 size_t flash_workspace_floats(int n_tiles, int64_t n_head_kv, int n_split, int64_t head_dim, bool small);
-void launch_flash_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv,
-                            int64_t head_dim, float scale, bool small, const AttnTile *tiles_dev, int n_tiles,
-                            int n_split, int chunk, float *ws, cudaStream_t stream);
+void launch_flash_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                            float scale, bool small, const AttnTile *tiles_dev, int n_tiles, int n_split, int chunk,
+                            float *ws, cudaStream_t stream);
 
 }  // namespace strata::cuda

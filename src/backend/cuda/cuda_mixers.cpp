@@ -46,7 +46,8 @@ void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int
     int64_t max_end = 0;
     for (const BatchSeg &s : b.segs) {
         for (int64_t r = 0; r < s.n; r += rpt)
-            tiles.push_back({int32_t(s.row0 + r), int32_t(std::min<int64_t>(rpt, s.n - r)), s.slot, int32_t(s.pos0 + r)});
+            tiles.push_back(
+                {int32_t(s.row0 + r), int32_t(std::min<int64_t>(rpt, s.n - r)), s.slot, int32_t(s.pos0 + r)});
         max_end = std::max(max_end, s.pos0 + s.n);
     }
     if (tiles.empty()) return;
@@ -59,8 +60,8 @@ void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int
         n_split = (max_end + chunk - 1) / chunk;
     }
     const Mark m = mark();
-    float *ws = n_split > 1 ? scratch_array<float>(int64_t(flash_workspace_floats(int(tiles.size()), n_head_kv,
-                                                                                  int(n_split), head_dim, small)))
+    float *ws = n_split > 1 ? scratch_array<float>(int64_t(
+                                  flash_workspace_floats(int(tiles.size()), n_head_kv, int(n_split), head_dim, small)))
                             : nullptr;
     launch_flash_attention(c.kv, rows_of(q), rows_of(out), n_head, n_head_kv, head_dim, scale, small, upload_vec(tiles),
                            int(tiles.size()), int(n_split), int(chunk), ws, stream_);

@@ -19,7 +19,7 @@ constexpr int k_threads = 128, TM = 16, TN = 8;  // thread grid: TM row groups x
 template <int D, bool SMALL>
 struct Cfg {
     static constexpr int M = SMALL ? 16 : D <= 128 ? 64 : 32;  // query vectors per block
-    static constexpr int N = D <= 128 ? 32 : 16;  // keys per tile
+    static constexpr int N = D <= 128 ? 32 : 16;               // keys per tile
     static constexpr int RM = M / TM, RN = N / TN, RD = D / TN;
     static constexpr int QP = D + 4;  // padded pitch of Q and K rows (16-byte loads, rows 4 banks apart)
     static constexpr int PP = N + 1;
@@ -111,9 +111,8 @@ __device__ __forceinline__ float group_sum8(float v) {
 }
 
 template <KvType KT, int D, bool SMALL>
-__global__ __launch_bounds__(k_threads) void k_flash(KvCacheView c, Rows q, Rows out, int group, int n_kv,
-                                                     float scale, const AttnTile *tiles, int n_split, int chunk,
-                                                     float *ws) {
+__global__ __launch_bounds__(k_threads) void k_flash(KvCacheView c, Rows q, Rows out, int group, int n_kv, float scale,
+                                                     const AttnTile *tiles, int n_split, int chunk, float *ws) {
     using C = Cfg<D, SMALL>;
     constexpr int M = C::M, N = C::N, RM = C::RM, RN = C::RN, RD = C::RD, QP = C::QP, PP = C::PP;
     extern __shared__ float4 smem4[];
@@ -128,8 +127,7 @@ __global__ __launch_bounds__(k_threads) void k_flash(KvCacheView c, Rows q, Rows
     for (int i = tid; i < M * D; i += k_threads) {
         const int v = i / D, d = i % D;
         float val = 0.0f;
-        if (v < n_vec)
-            val = q.data[int64_t(t.row0 + v / group) * q.stride + int64_t(kvh * group + v % group) * D + d];
+        if (v < n_vec) val = q.data[int64_t(t.row0 + v / group) * q.stride + int64_t(kvh * group + v % group) * D + d];
         Qs[v * QP + d] = val;
     }
 
@@ -273,11 +271,12 @@ void launch_typed(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, f
     }();
     if (!attr) fail("CUDA attention: %zu bytes of shared memory per block are not available", Cfg<D, SMALL>::smem);
     const dim3 grid{unsigned(n_tiles), unsigned(n_kv), unsigned(n_split)};
-    k_flash<KT, D, SMALL><<<grid, k_threads, Cfg<D, SMALL>::smem, stream>>>(c, q, out, group, n_kv, scale, tiles, n_split, chunk, ws);
+    k_flash<KT, D, SMALL>
+        <<<grid, k_threads, Cfg<D, SMALL>::smem, stream>>>(c, q, out, group, n_kv, scale, tiles, n_split, chunk, ws);
     STRATA_CUDA_LAUNCH_CHECK("k_flash");
     if (n_split > 1) {
-        k_flash_merge<D, SMALL><<<dim3(unsigned(n_tiles), unsigned(n_kv)), 256, 0, stream>>>(out, group, n_kv, tiles,
-                                                                                      n_split, ws);
+        k_flash_merge<D, SMALL>
+            <<<dim3(unsigned(n_tiles), unsigned(n_kv)), 256, 0, stream>>>(out, group, n_kv, tiles, n_split, ws);
         STRATA_CUDA_LAUNCH_CHECK("k_flash_merge");
     }
 }
@@ -287,14 +286,14 @@ void launch_dim(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, flo
                 int n_tiles, int n_split, int chunk, float *ws, cudaStream_t stream) {
     switch (c.type) {
         case KvType::F32:
-            return launch_typed<KvType::F32, D, SMALL>(c, q, out, group, n_kv, scale, tiles, n_tiles, n_split, chunk, ws,
-                                                stream);
+            return launch_typed<KvType::F32, D, SMALL>(c, q, out, group, n_kv, scale, tiles, n_tiles, n_split, chunk,
+                                                       ws, stream);
         case KvType::F16:
-            return launch_typed<KvType::F16, D, SMALL>(c, q, out, group, n_kv, scale, tiles, n_tiles, n_split, chunk, ws,
-                                                stream);
+            return launch_typed<KvType::F16, D, SMALL>(c, q, out, group, n_kv, scale, tiles, n_tiles, n_split, chunk,
+                                                       ws, stream);
         case KvType::Q8_0:
-            return launch_typed<KvType::Q8_0, D, SMALL>(c, q, out, group, n_kv, scale, tiles, n_tiles, n_split, chunk, ws,
-                                                 stream);
+            return launch_typed<KvType::Q8_0, D, SMALL>(c, q, out, group, n_kv, scale, tiles, n_tiles, n_split, chunk,
+                                                        ws, stream);
     }
 }
 
@@ -316,9 +315,9 @@ size_t flash_workspace_floats(int n_tiles, int64_t n_head_kv, int n_split, int64
            size_t(head_dim + 2);
 }
 
-void launch_flash_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv,
-                            int64_t head_dim, float scale, bool small, const AttnTile *tiles_dev, int n_tiles,
-                            int n_split, int chunk, float *ws, cudaStream_t stream) {
+void launch_flash_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                            float scale, bool small, const AttnTile *tiles_dev, int n_tiles, int n_split, int chunk,
+                            float *ws, cudaStream_t stream) {
     if (n_tiles == 0) return;
     STRATA_ASSERT(flash_rows_per_tile(head_dim, n_head / n_head_kv, small) > 0 && n_head % n_head_kv == 0);
     STRATA_ASSERT(n_tiles <= int64_t(1) << 30 && n_head_kv <= 65535 && n_split >= 1 && n_split <= 65535);
@@ -327,19 +326,19 @@ void launch_flash_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_he
     switch (head_dim) {
         case 64:
             return small ? launch_dim<64, true>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws,
-                                                  stream)
-                         : launch_dim<64, false>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk,
-                                                   ws, stream);
+                                                stream)
+                         : launch_dim<64, false>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws,
+                                                 stream);
         case 128:
             return small ? launch_dim<128, true>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws,
-                                                  stream)
-                         : launch_dim<128, false>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk,
-                                                   ws, stream);
+                                                 stream)
+                         : launch_dim<128, false>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws,
+                                                  stream);
         case 256:
             return small ? launch_dim<256, true>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws,
-                                                  stream)
-                         : launch_dim<256, false>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk,
-                                                   ws, stream);
+                                                 stream)
+                         : launch_dim<256, false>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws,
+                                                  stream);
         default:
             fail("CUDA attention: no tiled kernel for head size %lld", (long long)head_dim);
     }

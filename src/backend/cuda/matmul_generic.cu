@@ -88,8 +88,8 @@ __global__ __launch_bounds__(k_mmv_warps * 32) void k_mmv_generic(MatmulArgs a, 
     float acc[k_mmv_max_rows];
 #pragma unroll
     for (int t = 0; t < k_mmv_max_rows; t++) acc[t] = 0.0f;
-    // Unrolled so that several weight loads are in flight: a small matrix (a router) has too few rows to hide
-    // their latency with other warps.
+        // Unrolled so that several weight loads are in flight: a small matrix (a router) has too few rows to hide
+        // their latency with other warps.
 #pragma unroll 8
     for (int64_t k = lane; k < a.k; k += 32) {
         const float w = row_elem<T>(wrow, k, g);

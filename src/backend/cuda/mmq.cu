@@ -19,9 +19,9 @@ namespace {
 using qv::QV;
 using qv::WSub;
 
-constexpr int MW = 128;              // weight rows per block
-constexpr int MT = k_mm_tile_rows;   // activation rows per block
-constexpr int MS = 4;                // 32-element sub-blocks per k step
+constexpr int MW = 128;                  // weight rows per block
+constexpr int MT = k_mm_tile_rows;       // activation rows per block
+constexpr int MS = 4;                    // 32-element sub-blocks per k step
 constexpr int ROW_BYTES = MS * 32 + 16;  // shared-memory row pitch: rows 8 apart land 4 banks apart
 constexpr int THREADS = 256;
 
@@ -38,10 +38,9 @@ __device__ __forceinline__ void mma_k32(int c[4], const int a[4], const int b[2]
 }
 
 __device__ __forceinline__ void mma_k16(int c[4], int a0, int a1, int b0) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
-        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-        : "r"(a0), "r"(a1), "r"(b0));
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b0));
 }
 
 // One sub-block of a weight row into shared memory: 32 int8 values, the scales of its two 16-element halves and

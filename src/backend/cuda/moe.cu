@@ -68,8 +68,7 @@ __global__ void k_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx,
 }
 
 __global__ void k_moe_pair_groups(const int32_t *ids, int64_t n_tokens, int64_t k, const uint8_t *const *table,
-                                  MatmulGroup *gate, MatmulGroup *up, MatmulGroup *down, int32_t *yrow,
-                                  int32_t *widx) {
+                                  MatmulGroup *gate, MatmulGroup *up, MatmulGroup *down, int32_t *yrow, int32_t *widx) {
     const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= n_tokens) return;
     const int32_t *id = ids + t * k;

@@ -20,8 +20,8 @@ class OpProfiler {
     bool on() const { return on_; }
     void begin(const char *name, cudaStream_t s);
     void end(cudaStream_t s);
-    void step();     // one forward pass ended (the stream is synchronised): fold finished events into the totals
-    void report();   // print the totals to stderr
+    void step();    // one forward pass ended (the stream is synchronised): fold finished events into the totals
+    void report();  // print the totals to stderr
 
   private:
     using Clock = std::chrono::steady_clock;
