@@ -69,7 +69,7 @@ struct GdnParams {
 };
 
 class Backend {
-public:
+  public:
     virtual ~Backend() = default;
     virtual std::string name() const = 0;
 
@@ -80,6 +80,14 @@ public:
     // Scratch activations, valid until reset_scratch() (called once per forward pass).
     virtual Act alloc(int64_t rows, int64_t cols) = 0;
     virtual void reset_scratch() = 0;
+    // Scratch allocated after a mark may be handed out again once the mark is released (ops queued before the
+    // release still read it correctly: backends order reuse after them). A forward pass releases each layer's
+    // temporaries, so it holds one layer's, not all of them. Backends with plenty of memory may ignore marks.
+    struct ScratchMark {
+        size_t a = 0, b = 0;
+    };
+    virtual ScratchMark scratch_mark() { return {}; }
+    virtual void scratch_release(ScratchMark) {}
     virtual void download(const Act &src, float *host) = 0;  // rows x cols, packed
 
     // Sequence slots: copy the first n_pos positions of one slot's caches (and its recurrent state) to another.
@@ -133,8 +141,8 @@ public:
                            float scale, const BatchInfo &b, Act out) = 0;
     // Gated DeltaNet core of layer il: causal conv (with the slot's conv state) and SiLU over qkv, per-head L2
     // norms, the gated delta rule (with the slot's recurrent state), gated RMSNorm with z. out: value_dim cols.
-    virtual void gdn(int64_t il, const LayerWeights &L, Act qkv, Act z, Act beta_in, Act alpha_in,
-                     const GdnParams &p, const BatchInfo &b, Act out) = 0;
+    virtual void gdn(int64_t il, const LayerWeights &L, Act qkv, Act z, Act beta_in, Act alpha_in, const GdnParams &p,
+                     const BatchInfo &b, Act out) = 0;
     // Routed experts (softmax routing, top-k, ties to the lower id) plus the gated shared expert when present.
     virtual void moe(const LayerWeights &L, Act x, const MoeParams &p, Act out) = 0;
 };

@@ -1,4 +1,5 @@
 // Blocks shared by the Qwen MoE architectures, written once against the backend's ops, plus the forward entry.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -110,18 +111,25 @@ void forward(const Model &m, Backend &be, const int32_t *tokens, const BatchInfo
     be.reset_scratch();
     Act h = m.hp.arch == Arch::QWEN3MOE ? trunk_qwen3moe(c, tokens) : trunk_qwen3next(c, tokens);
 
-    // Only the rows whose logits are wanted go through the output norm and the vocabulary projection.
-    const int64_t n_out = int64_t(out_rows.size());
-    if (n_out == 0) return;
-    Act sel = be.alloc(n_out, m.hp.n_embd);
-    be.gather_rows(h, out_rows, sel);
-    Act normed = be.alloc(n_out, m.hp.n_embd);
-    be.rms_norm(sel, m.output_norm, m.hp.rms_eps, normed);
-    c.trace("result_norm", normed);
-    Act out = be.alloc(n_out, m.hp.n_vocab);
-    be.matmul(m.output, normed, out);
-    c.trace("result_output", out);
-    be.download(out, logits);
+    // Only the rows whose logits are wanted go through the output norm and the vocabulary projection, in slices of
+    // rows, so that a pass wanting every position's logits needs scratch for one slice (a tracer gets them whole).
+    const int64_t n_out = int64_t(out_rows.size()), E = m.hp.n_embd, V = m.hp.n_vocab;
+    const int64_t slice = tracer ? std::max<int64_t>(n_out, 1) : k_logit_slice_rows;
+    for (int64_t r0 = 0; r0 < n_out; r0 += slice) {
+        const int64_t n = std::min(slice, n_out - r0);
+        const Backend::ScratchMark mk = be.scratch_mark();
+        const std::vector<int64_t> rows(out_rows.begin() + r0, out_rows.begin() + r0 + n);
+        Act sel = be.alloc(n, E);
+        be.gather_rows(h, rows, sel);
+        Act normed = be.alloc(n, E);
+        be.rms_norm(sel, m.output_norm, m.hp.rms_eps, normed);
+        c.trace("result_norm", normed);
+        Act out = be.alloc(n, V);
+        be.matmul(m.output, normed, out);
+        c.trace("result_output", out);
+        be.download(out, logits + r0 * V);
+        be.scratch_release(mk);
+    }
 }
 
 }  // namespace strata

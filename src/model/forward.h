@@ -29,6 +29,9 @@ struct ForwardCtx {
     void trace(int64_t il, const char *name, const Act &a) const;
 };
 
+// Rows of logits computed at a time by forward(): backends size their scratch for this many.
+constexpr int64_t k_logit_slice_rows = 256;
+
 // Runs the model over tokens[0..batch.n_tokens) and writes the logits of rows out_rows (in that order) to
 // logits[out_rows.size() * n_vocab].
 void forward(const Model &m, Backend &be, const int32_t *tokens, const BatchInfo &batch,

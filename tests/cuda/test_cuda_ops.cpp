@@ -153,7 +153,8 @@ std::vector<MatmulCase> matmul_cases() {
                                  {512, 1, 8},
                                  {768, 65, 9},
                                  {256, 70, 70},
-                                 {512, 33, 130}})
+                                 {512, 33, 130},
+                                 {1024, 100, 3}})  // few long rows: the split mat-vec kernel for generic types
             out.push_back({t, k, n, tok});
     // larger products for the tensor-core kernels: several k steps, weight-row blocks and activation tiles
     for (DType t : k_all_types) out.push_back({t, 2048, 260, 100});

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "format/quant.h"
+#include "model/forward.h"
 
 namespace strata {
 
@@ -167,6 +168,13 @@ void CudaBackend::reset_scratch() {
     slot_pos_dev_ = nullptr;
 }
 
+void CudaBackend::scratch_release(ScratchMark m) {
+    release({m.a, m.b});
+    // The per-pass row table may lie in what was released.
+    slot_pos_rows_ = -1;
+    slot_pos_dev_ = nullptr;
+}
+
 void *CudaBackend::upload(const void *host, size_t bytes) {
     void *dev = scratch_bytes(bytes);
     const size_t need = align_up(bytes);
@@ -242,11 +250,11 @@ uint64_t CudaBackend::scratch_estimate(const HParams &hp) const {
     const uint64_t conv = uint64_t(hp.gdn_conv_dim()), d_inner = uint64_t(hp.ssm_d_inner),
                    n_v = uint64_t(hp.ssm_dt_rank);
     const uint64_t gdn = T * (conv + 2 * d_inner + 2 * n_v + E);
-    uint64_t per_layer_max = 0, layers = 0;
+    // A pass keeps one layer's temporaries at a time (the forward pass releases them per layer).
+    uint64_t layers = 0;
     for (int64_t il = 0; il < hp.n_layer; il++) {
         const uint64_t mix = hp.is_recurrent(il) ? gdn : attn;
-        layers += (mix + 2 * T * E) * 4 + 16 * k_align;
-        per_layer_max = std::max(per_layer_max, mix);
+        layers = std::max(layers, (mix + 2 * T * E) * 4 + 16 * k_align);
     }
     const uint64_t M = T * uint64_t(hp.n_expert_used), F = uint64_t(std::max(hp.n_ff_exp, hp.n_ff_shexp));
     const uint64_t K = std::max({E, F, q_cols, d_inner});
@@ -255,7 +263,8 @@ uint64_t CudaBackend::scratch_estimate(const HParams &hp) const {
     const uint64_t gdn_tmp = 4 * (T * (conv + 2 * n_v) + conv * uint64_t(hp.ssm_conv_kernel) +
                                   n_v * 64 * (2 * uint64_t(hp.ssm_d_state) + 128));
     const uint64_t mm_tmp = 5 * T * K;
-    const uint64_t out = 4 * T * (2 * E + uint64_t(hp.n_vocab)) + 5 * T * E;
+    const uint64_t out_rows = std::min<uint64_t>(T, uint64_t(k_logit_slice_rows));
+    const uint64_t out = 4 * out_rows * (2 * E + uint64_t(hp.n_vocab)) + 5 * out_rows * E;
     const uint64_t total = 4 * T * E + layers + std::max({moe_tmp, gdn_tmp, mm_tmp}) + out;
     return total + total / 8 + (uint64_t(32) << 20);
 }
@@ -389,6 +398,15 @@ void CudaBackend::prepare(Model &m) {
         done += n;
     }
     experts_.init(std::move(layouts), hp.n_expert, slot_bytes, std::move(slots));
+    // Expert bytes come from the mapped file through a pinned stager (STRATA_CUDA_STAGER=0: plain pageable copies).
+    const char *stager_env = std::getenv("STRATA_CUDA_STAGER");
+    const bool use_stager = n_experts_total > 0 && !(stager_env && std::strcmp(stager_env, "0") == 0);
+    if (use_stager && !stager_)
+        stager_ = std::make_unique<HostStager>(size_t(32) << 20, 4, std::min(8, hardware_threads()));
+    experts_.set_stager(use_stager ? stager_.get() : nullptr);
+    const std::string copy_note = use_stager ? strfmt(" via pinned stager %d x %s", stager_->n_buffers(),
+                                                      format_bytes(stager_->buffer_bytes()).c_str())
+                                             : std::string();
     std::string host_note = "host 0 GiB";
     if (n_slots >= n_experts_total) {
         experts_.load_all(stream_);
@@ -413,7 +431,7 @@ void CudaBackend::prepare(Model &m) {
         // driver and stay in stream order.
         const char *pin_env = std::getenv("STRATA_CUDA_PIN");
         if (!(pin_env && std::strcmp(pin_env, "1") == 0)) {
-            host_note = strfmt("host %s pageable", format_bytes(m.expert_bytes).c_str());
+            host_note = strfmt("host %s pageable%s", format_bytes(m.expert_bytes).c_str(), copy_note.c_str());
         } else {
             const uint8_t *base = m.file->bytes();
             const long page = sysconf(_SC_PAGESIZE);
@@ -424,11 +442,12 @@ void CudaBackend::prepare(Model &m) {
             const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             if (err == cudaSuccess) {
                 pinned_base_ = base;
+                experts_.set_stager(nullptr);  // straight DMA from the pinned mapping
                 host_note = strfmt("host %s pinned (%.2f s)", format_bytes(m.expert_bytes).c_str(), secs);
             } else {
                 cudaGetLastError();
-                host_note = strfmt("host %s pageable (pinning failed: %s)", format_bytes(m.expert_bytes).c_str(),
-                                   cudaGetErrorName(err));
+                host_note = strfmt("host %s pageable%s (pinning failed: %s)", format_bytes(m.expert_bytes).c_str(),
+                                   copy_note.c_str(), cudaGetErrorName(err));
             }
         }
     }

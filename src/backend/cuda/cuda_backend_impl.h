@@ -15,6 +15,7 @@
 
 #include <cuda_runtime_api.h>
 #include <map>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -42,6 +43,8 @@ class CudaBackend final : public Backend {
     void init_caches(const HParams &hp, const CacheConfig &cfg) override;
     Act alloc(int64_t rows, int64_t cols) override;
     void reset_scratch() override;
+    ScratchMark scratch_mark() override { return {cur_chunk_, cur_off_}; }
+    void scratch_release(ScratchMark m) override;
     void download(const Act &src, float *host) override;
     void copy_slot(int32_t src, int32_t dst, int64_t n_pos) override;
     void clear_slot(int32_t slot) override;
@@ -166,8 +169,9 @@ class CudaBackend final : public Backend {
     std::vector<LayerCache> caches_;
 
     ExpertCache experts_;
+    std::unique_ptr<HostStager> stager_;
     std::vector<const uint8_t *const *> expert_tables_;  // per layer, when every expert is resident
-    const uint8_t *pinned_base_ = nullptr;  // the registered host range, if any
+    const uint8_t *pinned_base_ = nullptr;               // the registered host range, if any
     std::string plan_line_;
     OpProfiler prof_;
 };

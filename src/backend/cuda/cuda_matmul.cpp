@@ -34,6 +34,11 @@ bool device_routing_enabled() {
     static const bool on = !env_off("STRATA_CUDA_DEVICE_ROUTING");
     return on;
 }
+// STRATA_CUDA_SCAN_EVICT=0 keeps least-recently-used eviction for chunks that sweep most experts (expert_cache.h).
+bool scan_evict_enabled() {
+    static const bool on = !env_off("STRATA_CUDA_SCAN_EVICT");
+    return on;
+}
 
 }  // namespace
 
@@ -265,7 +270,8 @@ void CudaBackend::moe_host_grouped(const LayerWeights &L, int64_t il, Act x, int
         ptrs.resize(s1 - s0);
         {
             STRATA_CUDA_OP("acquire");
-            experts_.acquire(il, used.data() + s0, int64_t(s1 - s0), ptrs.data(), stream_);
+            const bool scan = scan_evict_enabled() && 2 * int64_t(used.size()) >= n_exp;
+            experts_.acquire(il, used.data() + s0, int64_t(s1 - s0), ptrs.data(), stream_, scan);
         }
         STRATA_CUDA_OP("experts");
         std::vector<MatmulGroup> gg, ug, dg;

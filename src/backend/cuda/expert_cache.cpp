@@ -59,18 +59,29 @@ ExpertPtrs ExpertCache::ptrs(const Slot &s, int64_t il) const {
     return {s.dev + L.gate_off, s.dev + L.up_off, s.dev + L.down_off};
 }
 
-void ExpertCache::fill(int32_t slot, int64_t il, int32_t e, cudaStream_t stream) {
+void ExpertCache::fill(int32_t slot, int64_t il, int32_t e) {
     Slot &s = slots_[size_t(slot)];
     if (s.layer >= 0) table_[size_t(s.layer)][size_t(s.expert)] = -1;
     const ExpertLayout &L = layers_[size_t(il)];
     const size_t g = L.gate->matrix_bytes(), u = L.up->matrix_bytes(), d = L.down->matrix_bytes();
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(s.dev + L.gate_off, L.gate->expert_host(e), g, cudaMemcpyHostToDevice, stream));
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(s.dev + L.up_off, L.up->expert_host(e), u, cudaMemcpyHostToDevice, stream));
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(s.dev + L.down_off, L.down->expert_host(e), d, cudaMemcpyHostToDevice, stream));
+    pending_.push_back({s.dev + L.gate_off, L.gate->expert_host(e), g});
+    pending_.push_back({s.dev + L.up_off, L.up->expert_host(e), u});
+    pending_.push_back({s.dev + L.down_off, L.down->expert_host(e), d});
     s.layer = int32_t(il);
     s.expert = e;
     table_[size_t(il)][size_t(e)] = slot;
     stats_.bytes_uploaded += g + u + d;
+}
+
+void ExpertCache::flush(cudaStream_t stream) {
+    if (pending_.empty()) return;
+    if (stager_) {
+        stager_->copy(pending_, stream);
+    } else {
+        for (const HostStager::Item &it : pending_)
+            STRATA_CUDA_CHECK(cudaMemcpyAsync(it.dst, it.src, it.bytes, cudaMemcpyHostToDevice, stream));
+    }
+    pending_.clear();
 }
 
 void ExpertCache::load_all(cudaStream_t stream) {
@@ -78,7 +89,8 @@ void ExpertCache::load_all(cudaStream_t stream) {
     int32_t next = 0;
     for (size_t il = 0; il < layers_.size(); il++) {
         if (!layers_[il].gate) continue;
-        for (int32_t e = 0; e < n_expert_; e++) fill(next++, int64_t(il), e, stream);
+        for (int32_t e = 0; e < n_expert_; e++) fill(next++, int64_t(il), e);
+        flush(stream);
     }
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
     stats_.bytes_uploaded = 0;  // start-up loading is not streaming
@@ -90,10 +102,12 @@ ExpertPtrs ExpertCache::resident(int64_t il, int32_t e) const {
     return ptrs(slots_[size_t(table_[size_t(il)][size_t(e)])], il);
 }
 
-void ExpertCache::acquire(int64_t il, const int32_t *experts, int64_t n, ExpertPtrs *out, cudaStream_t stream) {
+void ExpertCache::acquire(int64_t il, const int32_t *experts, int64_t n, ExpertPtrs *out, cudaStream_t stream,
+                          bool scan) {
     STRATA_ASSERT(il >= 0 && size_t(il) < layers_.size() && layers_[size_t(il)].gate);
     STRATA_ASSERT(n <= n_slots());
     std::vector<int32_t> &tab = table_[size_t(il)];
+    const uint64_t call = ++calls_;
     // First move every requested expert that is resident to the recent end, so that refilling the others cannot
     // evict it: after that, the n - 1 or fewer slots this call has touched are all behind at least one untouched one.
     for (int64_t i = 0; i < n; i++) {
@@ -101,6 +115,7 @@ void ExpertCache::acquire(int64_t il, const int32_t *experts, int64_t n, ExpertP
         if (s >= 0) {
             unlink(s);
             push_back(s);
+            slots_[size_t(s)].call = call;
             stats_.hits++;
         }
     }
@@ -108,14 +123,22 @@ void ExpertCache::acquire(int64_t il, const int32_t *experts, int64_t n, ExpertP
         int32_t s = tab[size_t(experts[i])];
         if (s < 0) {
             s = lru_head_;
-            STRATA_ASSERT(s >= 0);
-            fill(s, il, experts[i], stream);
+            if (scan && slots_[size_t(s)].layer >= 0) {  // empty slots first, in any case
+                // The slots this call touched are at the recent end: the first one before them.
+                int32_t v = lru_tail_;
+                while (v >= 0 && slots_[size_t(v)].call == call) v = slots_[size_t(v)].prev;
+                if (v >= 0) s = v;
+            }
+            STRATA_ASSERT(s >= 0 && slots_[size_t(s)].call != call);
+            slots_[size_t(s)].call = call;
+            fill(s, il, experts[i]);
             unlink(s);
             push_back(s);
             stats_.misses++;
         }
         out[i] = ptrs(slots_[size_t(s)], il);
     }
+    flush(stream);
 }
 
 }  // namespace strata::cuda

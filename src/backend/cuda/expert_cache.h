@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/cuda/host_stager.h"
 #include "model/weights.h"
 
 namespace strata::cuda {
@@ -41,11 +42,19 @@ class ExpertCache {
     // slots: n_slots device pointers of slot_bytes each.
     void init(std::vector<ExpertLayout> layers, int64_t n_expert, size_t slot_bytes, std::vector<uint8_t *> slots);
 
+    // Copies from host memory go through this stager (pageable sources), or straight to the stream (nullptr).
+    void set_stager(HostStager *s) { stager_ = s; }
+
     // Copies every expert of every layer into its own slot (needs n_slots >= all experts); synchronous.
     void load_all(cudaStream_t stream);
 
     // Makes experts[0..n) of layer il resident (n <= n_slots(), distinct ids) and writes their pointers to out.
-    void acquire(int64_t il, const int32_t *experts, int64_t n, ExpertPtrs *out, cudaStream_t stream);
+    // Victims are the least recently used slots; with `scan` (a chunk that needs most of a layer's experts, so
+    // passes sweep the layers in order) the most recently used ones outside this call instead: under LRU a sweep
+    // larger than the cache evicts each expert just before it is needed again and nothing ever hits, while evicting
+    // what was just used keeps the rest of the cache for the next pass.
+    void acquire(int64_t il, const int32_t *experts, int64_t n, ExpertPtrs *out, cudaStream_t stream,
+                 bool scan = false);
 
     int64_t n_slots() const { return int64_t(slots_.size()); }
     int64_t n_experts_total() const { return n_total_; }
@@ -63,8 +72,10 @@ class ExpertCache {
         uint8_t *dev = nullptr;
         int32_t layer = -1, expert = -1;
         int32_t prev = -1, next = -1;  // recency list: head = least recently used
+        uint64_t call = 0;             // the acquire() that last touched it
     };
-    void fill(int32_t slot, int64_t il, int32_t e, cudaStream_t stream);
+    void fill(int32_t slot, int64_t il, int32_t e);  // queues the copies in pending_
+    void flush(cudaStream_t stream);                 // issues pending_
     ExpertPtrs ptrs(const Slot &s, int64_t il) const;
     void unlink(int32_t s);
     void push_back(int32_t s);  // most recently used
@@ -76,6 +87,9 @@ class ExpertCache {
     int64_t n_expert_ = 0, n_total_ = 0;
     int32_t lru_head_ = -1, lru_tail_ = -1;
     bool all_resident_ = false;
+    uint64_t calls_ = 0;
+    HostStager *stager_ = nullptr;
+    std::vector<HostStager::Item> pending_;
     Stats stats_;
 };
 

@@ -105,6 +105,34 @@ __global__ __launch_bounds__(k_mmv_warps * 32) void k_mmv_generic(MatmulArgs a, 
     }
 }
 
+// Matrices with few rows (routers): a block per weight row and group, its threads over k, so that enough loads are
+// in flight to stream the matrix at memory speed.
+constexpr int k_mmv_split_threads = 256;
+
+template <DType T>
+__global__ __launch_bounds__(k_mmv_split_threads) void k_mmv_split(MatmulArgs a, IqGrids g) {
+    __shared__ float red[32];
+    const int64_t n = blockIdx.x;
+    const MatmulGroup grp = a.groups ? a.groups[blockIdx.y] : a.single;
+    const uint8_t *wrow = static_cast<const uint8_t *>(grp.w) + size_t(n) * a.row_bytes;
+    const float *x = a.x + int64_t(grp.x_row0) * a.x_stride;
+    float acc[k_mmv_max_rows];
+#pragma unroll
+    for (int t = 0; t < k_mmv_max_rows; t++) acc[t] = 0.0f;
+#pragma unroll 4
+    for (int64_t k = threadIdx.x; k < a.k; k += k_mmv_split_threads) {
+        const float w = row_elem<T>(wrow, k, g);
+#pragma unroll
+        for (int t = 0; t < k_mmv_max_rows; t++)
+            if (t < grp.n_rows) acc[t] += w * x[t * a.x_stride + k];
+    }
+    for (int t = 0; t < grp.n_rows; t++) {
+        const float s = block_sum(acc[t], red);
+        if (threadIdx.x == 0) a.y[int64_t(grp.y_row0 + t) * a.y_stride + n] = s;
+        __syncthreads();  // red is reused by the next row's sum
+    }
+}
+
 }  // namespace
 
 void launch_act_round_trip(DType vt, const float *x, int64_t x_stride, int64_t rows, int64_t k, float *out,
@@ -135,11 +163,16 @@ void launch_mmv_generic(const MatmulArgs &a, cudaStream_t stream) {
     if (a.n_groups == 0 || a.n == 0) return;
     STRATA_ASSERT(a.n_groups <= 65535);
     const IqGrids &g = iq_grids();
-    const dim3 grid(ceil_div(a.n, k_mmv_warps), unsigned(a.n_groups));
+    // Few rows and long ones: split each row's k over a block (the choice follows the matrix's shape only).
+    const bool split = a.n <= 1024 && a.k >= 1024;
+    const dim3 grid(split ? unsigned(a.n) : ceil_div(a.n, k_mmv_warps), unsigned(a.n_groups));
     // clang-format off
     switch (a.type) {
-#define X(T_)                                                                      \
-    case DType::T_: k_mmv_generic<DType::T_><<<grid, k_mmv_warps * 32, 0, stream>>>(a, g); break;
+#define X(T_)                                                                                    \
+    case DType::T_:                                                                              \
+        if (split) k_mmv_split<DType::T_><<<grid, k_mmv_split_threads, 0, stream>>>(a, g);       \
+        else k_mmv_generic<DType::T_><<<grid, k_mmv_warps * 32, 0, stream>>>(a, g);              \
+        break;
         STRATA_CUDA_DTYPES(X)
 #undef X
         default: fail("CUDA: no matmul kernel for %s", dtype_name(a.type));

@@ -30,6 +30,7 @@ Act trunk_qwen3moe(const ForwardCtx &c, const int32_t *tokens) {
     c.trace("inp_embd", x);
     for (int64_t il = 0; il < hp.n_layer; il++) {
         const LayerWeights &L = c.m.layers[size_t(il)];
+        const Backend::ScratchMark layer_mark = be.scratch_mark();
         Act cur = be.alloc(T, hp.n_embd);
         be.rms_norm(x, L.attn_norm, hp.rms_eps, cur);
         Act attn = attention_block(c, il, cur);
@@ -40,6 +41,7 @@ Act trunk_qwen3moe(const ForwardCtx &c, const int32_t *tokens) {
         c.trace(il, "ffn_moe_out", moe);
         be.add(x, moe, x);
         c.trace(il, "l_out", x);
+        be.scratch_release(layer_mark);
     }
     return x;
 }

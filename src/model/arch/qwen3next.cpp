@@ -1,8 +1,8 @@
 // qwen3next (Qwen3-Next-80B-A3B, Qwen3-Coder-Next) and qwen35moe (Qwen3.5 MoE): three Gated DeltaNet layers to one
 // gated-attention layer, each followed by routed experts plus a gated shared expert. qwen35moe differs in its
 // separate beta/alpha projections, IMRoPE and MTP blocks after the trunk.
-#include "model/arch/common.h"
 #include "core/error.h"
+#include "model/arch/common.h"
 #include "model/forward.h"
 
 namespace strata {
@@ -15,9 +15,10 @@ void declare_gdn(TensorLoader &tl, const HParams &hp, int64_t il, LayerWeights &
     L.ssm_z = tl.maybe(blk_name(il, "attn_gate.weight"), {hp.n_embd, hp.ssm_d_inner});
     if (!L.ssm_qkv.present() || !L.ssm_z.present()) {
         if (tl.maybe(blk_name(il, "ssm_in.weight"), {hp.n_embd, hp.gdn_conv_dim() + hp.ssm_d_inner}).present())
-            fail("layer %lld stores the Gated DeltaNet input projection in the legacy fused 'ssm_in' layout; "
-                 "reconvert the model with a current converter (attn_qkv + attn_gate)",
-                 (long long)il);
+            fail(
+                "layer %lld stores the Gated DeltaNet input projection in the legacy fused 'ssm_in' layout; "
+                "reconvert the model with a current converter (attn_qkv + attn_gate)",
+                (long long)il);
         tl.need(blk_name(il, L.ssm_qkv.present() ? "attn_gate.weight" : "attn_qkv.weight"),
                 L.ssm_qkv.present() ? std::vector<int64_t>{hp.n_embd, hp.ssm_d_inner}
                                     : std::vector<int64_t>{hp.n_embd, hp.gdn_conv_dim()});
@@ -47,8 +48,10 @@ void declare_qwen3next(TensorLoader &tl, Model &m) {
         L.mtp = il >= hp.n_layer;
         L.attn_norm = tl.need(blk_name(il, "attn_norm.weight"), {hp.n_embd});
         L.ffn_norm = tl.need(blk_name(il, "post_attention_norm.weight"), {hp.n_embd});
-        if (L.recurrent) declare_gdn(tl, hp, il, L);
-        else declare_attention(tl, hp, il, 2 * hp.n_head * hp.head_dim_k, L);
+        if (L.recurrent)
+            declare_gdn(tl, hp, il, L);
+        else
+            declare_attention(tl, hp, il, 2 * hp.n_head * hp.head_dim_k, L);
         declare_moe(tl, hp, il, L);
         if (L.mtp) {
             L.nextn_eh_proj = tl.need(blk_name(il, "nextn.eh_proj.weight"), {2 * hp.n_embd, hp.n_embd});
@@ -74,6 +77,7 @@ Act trunk_qwen3next(const ForwardCtx &c, const int32_t *tokens) {
     c.trace("inp_embd", x);
     for (int64_t il = 0; il < hp.n_layer; il++) {
         const LayerWeights &L = c.m.layers[size_t(il)];
+        const Backend::ScratchMark layer_mark = be.scratch_mark();
         Act cur = be.alloc(T, hp.n_embd);
         be.rms_norm(x, L.attn_norm, hp.rms_eps, cur);
         Act mix = L.recurrent ? gdn_block(c, il, cur) : attention_block(c, il, cur);
@@ -84,6 +88,7 @@ Act trunk_qwen3next(const ForwardCtx &c, const int32_t *tokens) {
         c.trace(il, "ffn_moe_out", moe);
         be.add(x, moe, x);
         c.trace(il, "l_out", x);
+        be.scratch_release(layer_mark);
     }
     return x;
 }
