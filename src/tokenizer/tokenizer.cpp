@@ -260,6 +260,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool render_special)
     for (int32_t id : ids) {
         const bool control = is_control(id);  // also checks that id is in range
         if (!render_special && control) continue;
+        if (token_type(id) == TokenType::unused) continue;  // placeholders, never text (as llama.cpp does)
         const std::string &t = text_[size_t(id)];
         // The dummy prefix the encoder added is not part of the text.
         if (first && spm_ && add_space_prefix_ && !t.empty() && t[0] == ' ' && !control) {
@@ -274,6 +275,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool render_special)
 
 std::string StreamDecoder::push(int32_t id) {
     if (!render_special_ && tok_.is_control(id)) return {};
+    if (tok_.token_type(id) == TokenType::unused) return {};
     pending_ += tok_.token_text(id);
     const size_t keep = tok::utf8_incomplete_tail(pending_);
     std::string out;

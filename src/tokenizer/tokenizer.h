@@ -67,8 +67,9 @@ class Tokenizer {
     // The bytes a token stands for: decoded from the byte-level alphabet (gpt2), U+2581 as a space and <0xXX> as
     // that byte (llama); control, unknown and user-defined tokens as spelled. May be part of a UTF-8 character.
     std::string token_text(int32_t id) const;
-    // Ids -> text. Control tokens are left out unless render_special. A SentencePiece model's dummy-prefix space
-    // is dropped at the start. Not streaming: the result may end in part of a character.
+    // Ids -> text. Control tokens are left out unless render_special; unused (placeholder) tokens always. A
+    // SentencePiece model's dummy-prefix space is dropped at the start. Not streaming: the result may end in part of a
+    // character.
     std::string decode(std::span<const int32_t> ids, bool render_special = false) const;
 
     int32_t n_vocab() const { return int32_t(spec_.tokens.size()); }
