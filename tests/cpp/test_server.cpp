@@ -1,16 +1,21 @@
 // The server's parts without HTTP: stop strings, the chat output parser (reasoning, Qwen3 JSON and Qwen3-Coder XML
-// tool calls), protected prompt tokenization, request checking and response shapes, engine checkpoints and rewinds,
-// and the scheduler (continuous batching equals one request at a time, prefix reuse, cancellation, the bounded queue).
+// tool calls), protected prompt tokenization, request checking and response shapes, client connections, engine
+// checkpoints and rewinds, and the scheduler (continuous batching equals one request at a time, prefix reuse,
+// cancellation, engine failures, the bounded queue).
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
 #include <filesystem>
-#include <unistd.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <thread>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "model/synth.h"
 #include "runtime/engine.h"
 #include "server/api.h"
+#include "server/connection.h"
 #include "server/scheduler.h"
 #include "server/text.h"
 #include "tokenizer/tokenizer.h"
@@ -407,6 +412,56 @@ TEST(Responder, NonStreamedCompletionWithLogprobs) {
     EXPECT_EQ(b["choices"][0]["logprobs"]["top_logprobs"][1]["C"], -0.2f);
 }
 
+// ---- client connections --------------------------------------------------------------------------------------
+
+std::pair<std::string, int> local_end(int fd) {
+    sockaddr_in a{};
+    socklen_t len = sizeof(a);
+    EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len), 0);
+    return {"127.0.0.1", ntohs(a.sin_port)};
+}
+
+TEST(ClientConnection, FoundByItsAddressesAndSeesTheClientLeave) {
+    const int listener = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr *>(&a), sizeof(a)), 0);
+    ASSERT_EQ(listen(listener, 1), 0);
+    const auto [host, port] = local_end(listener);
+    const int client = socket(AF_INET, SOCK_STREAM, 0);
+    a.sin_port = htons(uint16_t(port));
+    ASSERT_EQ(connect(client, reinterpret_cast<sockaddr *>(&a), sizeof(a)), 0);
+    const int server = accept(listener, nullptr, nullptr);
+    ASSERT_GE(server, 0);
+    const int client_port = local_end(client).second;
+
+    EXPECT_FALSE(ClientConnection(host, port, host, client_port + 1).found());
+    ClientConnection conn(host, port, host, client_port);
+    ASSERT_TRUE(conn.found());
+    EXPECT_TRUE(conn.alive());
+    // Bytes from the client (a next request) leave it alive and stay to be read.
+    ASSERT_EQ(send(client, "GET", 3, 0), 3);
+    for (int i = 0; i < 100 && conn.alive(); i++) {
+        char c;
+        if (recv(server, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 1) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(conn.alive());
+    char buf[3];
+    EXPECT_EQ(recv(server, buf, 3, 0), 3);
+    // The client leaves.
+    close(client);
+    bool gone = false;
+    for (int i = 0; i < 100 && !gone; i++) {
+        gone = !conn.alive();
+        if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(gone);
+    close(server);
+    close(listener);
+}
+
 // ---- engine rewinds --------------------------------------------------------------------------------------------
 
 std::string synth_model(const std::string &preset) {
@@ -724,6 +779,37 @@ TEST(Scheduler, LongPromptDelaysOthersByOneChunkPerStep) {
     for (size_t i = 1; i + 1 < a_events.size(); i++) EXPECT_EQ(a_events[i].step, a_events[i - 1].step + 1);
     EXPECT_GE(b_first, a_events[0].step + 13);
     EXPECT_LE(s.stats().max_step_tokens, 16u);
+}
+
+TEST(Scheduler, EngineFailureFailsOnlyThatRequest) {
+    auto e = engine_for("tiny-qwen3moe", 2);
+    auto tok = Tokenizer::from_gguf(*e->model().file);
+    SchedulerConfig c;
+    c.fail_token = 7;  // the test hook: the engine fails on an input holding token 7
+    Scheduler s(*e, *tok, c);
+    s.start();
+    std::vector<int32_t> healthy = tokens_of(20, 3);
+    std::erase(healthy, c.fail_token);
+    auto ref = greedy_job(healthy, 12);
+    ASSERT_TRUE(s.submit(ref));
+    const Result alone = collect(*ref);
+    ASSERT_EQ(alone.error, "");
+
+    // One fails while reading its prompt, one after its first token, beside a healthy one.
+    auto in_prompt = greedy_job({1, 2, c.fail_token, 3}, 12);
+    auto after_first = greedy_job(tokens_of(6, 4), 12);
+    after_first->params.logit_bias = {{c.fail_token, 100.0f}};  // greedy: the first token is the failing one
+    auto good = greedy_job(healthy, 12);
+    for (auto &j : {in_prompt, after_first, good}) ASSERT_TRUE(s.submit(j));
+    const Result a = collect(*in_prompt), b = collect(*after_first), g = collect(*good);
+    EXPECT_NE(a.error.find("test hook"), std::string::npos) << a.error;
+    EXPECT_TRUE(a.ids.empty());
+    EXPECT_NE(b.error.find("test hook"), std::string::npos) << b.error;
+    EXPECT_EQ(b.ids, std::vector<int32_t>{c.fail_token});
+    EXPECT_EQ(g.error, "");
+    EXPECT_EQ(g.ids, alone.ids);
+    EXPECT_TRUE(in_prompt->finished && after_first->finished);
+    EXPECT_EQ(s.stats().jobs_failed, 2u);
 }
 
 TEST(Scheduler, BoundedQueueRefusesAndShutdownAnswersEveryone) {

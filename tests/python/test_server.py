@@ -373,6 +373,70 @@ def test_malformed_requests_get_openai_errors_and_the_server_keeps_serving(small
     assert small_server.alive()
 
 
+# A request that fails after it was queued. The CPU engine has no natural failure for a valid request, so the
+# server's test hook ($STRATA_TEST_FAIL_TOKEN) makes the engine fail a request whose next input holds this token.
+FAIL_TOKEN = 501  # "irds" of the golden vocabulary (no prompt here writes "birds")
+FAIL_FIRST = {str(FAIL_TOKEN): 100}  # as a logit bias: the first generated token fails at the next step
+
+
+@pytest.fixture(scope="module")
+def failing_server(strata_bin, golden_dir, tmp_path_factory):
+    s = Server(strata_bin, golden_dir / "tiny-qwen3moe-F32.gguf", tmp_path_factory.mktemp("srv") / "failing.log",
+               "--parallel", "2", "--ctx-size", "1024", env={"STRATA_TEST_FAIL_TOKEN": str(FAIL_TOKEN)})
+    yield s
+    s.stop()
+
+
+def server_error_of(r: requests.Response) -> dict:
+    assert r.status_code == 500, (r.status_code, r.text[:300])
+    assert r.headers["content-type"].startswith("application/json")
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}, err
+    assert err["type"] == "server_error" and "test hook" in err["message"], err
+    return err
+
+
+def test_a_request_that_fails_in_the_engine_gets_its_status_and_the_server_keeps_serving(failing_server):
+    s = failing_server
+    chat = {"model": "m", "messages": [{"role": "user", "content": "Tell me about the weather."}],
+            "temperature": 0, "max_tokens": 8}
+    before = s.metrics()["strata_requests_failed_total"]
+    # Not streaming: it fails after its first token was generated, and still gets 500 (no byte went out before).
+    server_error_of(requests.post(s.url + "/v1/chat/completions", json={**chat, "logit_bias": FAIL_FIRST},
+                                  timeout=30))
+    # Failing while the prompt is read, streaming or not: 500 as well, as a JSON body.
+    for stream in (False, True):
+        server_error_of(requests.post(s.url + "/v1/completions", timeout=30,
+                                      json={"model": "m", "prompt": [1, 2, FAIL_TOKEN], "stream": stream}))
+    # Streaming, failing after the first token went out: the stream has begun (200), an error event ends it.
+    with requests.post(s.url + "/v1/chat/completions", json={**chat, "stream": True, "logit_bias": FAIL_FIRST},
+                       stream=True, timeout=30) as r:
+        assert r.status_code == 200
+        data = [line[6:] for line in r.iter_lines() if line.startswith(b"data: ")]
+    assert data[-1] == b"[DONE]"
+    assert json.loads(data[-2])["error"]["type"] == "server_error"
+    assert json.loads(data[0])["choices"][0]["delta"]["role"] == "assistant"
+    # The official client raises InternalServerError with the body.
+    with pytest.raises(openai.InternalServerError) as e:
+        client(s).chat.completions.create(**chat, logit_bias=FAIL_FIRST)
+    assert e.value.status_code == 500 and e.value.body["type"] == "server_error"
+
+    # A failing request beside a healthy one: the healthy one is answered as if it had been alone.
+    c = client(s)
+    alone = chat_greedy(c, "Name three rivers.", max_tokens=8, logit_bias=EOG_BIAS)
+    with cf.ThreadPoolExecutor(2) as ex:
+        bad = ex.submit(requests.post, s.url + "/v1/chat/completions", timeout=30,
+                        json={**chat, "logit_bias": FAIL_FIRST})
+        good = ex.submit(chat_greedy, c, "Name three rivers.", max_tokens=8, logit_bias=EOG_BIAS)
+        server_error_of(bad.result())
+        assert good.result().choices[0].message.content == alone.choices[0].message.content
+    m = s.metrics()
+    assert m["strata_requests_failed_total"] == before + 6
+    assert m["strata_requests_running"] == 0
+    assert m['strata_http_requests_total{endpoint="/v1/chat/completions",status="500"}'] >= 3
+    assert s.alive()
+
+
 def test_api_key(strata_bin, golden_dir, tmp_path):
     s = Server(strata_bin, golden_dir / "tiny-qwen3moe-F32.gguf", tmp_path / "key.log", "--api-key", "sesame",
                "--parallel", "1")
