@@ -392,12 +392,21 @@ ojson timings_json(const Usage &u) {
             {"predicted_per_second", u.gen_ms > 0 ? double(u.completion_tokens) * 1e3 / u.gen_ms : 0.0}};
 }
 
-ojson tool_call_json(const ToolCall &c, size_t index, bool with_index) {
-    ojson j = ojson::object();
-    if (with_index) j["index"] = index;
-    j["id"] = c.id;
-    j["type"] = "function";
-    j["function"] = {{"name", c.name}, {"arguments", c.arguments}};
+ojson tool_call_json(const ToolCall &c) {
+    return {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
+}
+
+// A streamed piece of a call, as OpenAI streams them: the first one with the call's id, type and name, later ones
+// with arguments text only.
+ojson tool_call_delta_json(const ToolCallDelta &c) {
+    ojson j = {{"index", c.index}};
+    if (!c.id.empty()) {
+        j["id"] = c.id;
+        j["type"] = "function";
+        j["function"] = {{"name", c.name}, {"arguments", c.arguments}};
+    } else {
+        j["function"] = {{"arguments", c.arguments}};
+    }
     return j;
 }
 }  // namespace
@@ -485,8 +494,11 @@ std::vector<ojson> Responder::on_event(const Event &e) {
         const size_t offset = text_.size();
         text_ += d.content;
         reasoning_ += d.reasoning;
-        const size_t first_call = calls_.size();
-        for (auto &c : d.tool_calls) calls_.push_back(c);
+        for (const ToolCallDelta &c : d.tool_calls) {
+            if (!c.id.empty()) calls_.push_back({c.id, c.name, {}});
+            STRATA_ASSERT(c.index + 1 == calls_.size());  // pieces of the last call begun
+            calls_.back().arguments += c.arguments;
+        }
         ojson lp_delta;
         if (want_lp && !e.tokens.empty()) {
             const size_t before = kind_ == Kind::Chat ? logprobs_["content"].size() : logprobs_["tokens"].size();
@@ -512,8 +524,7 @@ std::vector<ojson> Responder::on_event(const Event &e) {
                 if (!d.content.empty()) delta["content"] = d.content;
                 if (!d.tool_calls.empty()) {
                     delta["tool_calls"] = ojson::array();
-                    for (size_t i = 0; i < d.tool_calls.size(); i++)
-                        delta["tool_calls"].push_back(tool_call_json(d.tool_calls[i], first_call + i, true));
+                    for (const ToolCallDelta &c : d.tool_calls) delta["tool_calls"].push_back(tool_call_delta_json(c));
                 }
                 out.push_back(chunk({{"index", 0}, {"delta", delta}, {"logprobs", lp_delta}, {"finish_reason", nullptr}}));
             } else {
@@ -553,7 +564,7 @@ ojson Responder::body() const {
         if (!reasoning_.empty()) msg["reasoning_content"] = reasoning_;
         if (!calls_.empty()) {
             msg["tool_calls"] = ojson::array();
-            for (size_t i = 0; i < calls_.size(); i++) msg["tool_calls"].push_back(tool_call_json(calls_[i], i, false));
+            for (const ToolCall &c : calls_) msg["tool_calls"].push_back(tool_call_json(c));
         }
         choice["message"] = std::move(msg);
     } else {

@@ -142,10 +142,16 @@ async function send(text) {
           }
           if (delta.content) { content += delta.content; view.content.textContent = content; }
           if (delta.tool_calls) for (const c of delta.tool_calls) {
-            calls.push(c);
-            const t = document.createElement("div"); t.className = "tool";
-            t.textContent = "tool call: " + c.function.name + "(" + c.function.arguments + ")";
-            view.tools.appendChild(t);
+            // A call's first piece names it; later pieces add to its arguments.
+            let call = calls[c.index];
+            if (!call) {
+              call = calls[c.index] = { id: c.id, name: c.function.name, arguments: "",
+                                        view: document.createElement("div") };
+              call.view.className = "tool";
+              view.tools.appendChild(call.view);
+            }
+            call.arguments += c.function.arguments || "";
+            call.view.textContent = "tool call: " + call.name + "(" + call.arguments + ")";
           }
           if (j.timings && j.timings.predicted_per_second)
             $("speed").textContent = j.timings.predicted_per_second.toFixed(1) + " tok/s";
@@ -161,7 +167,9 @@ async function send(text) {
       (n && secs > 0 ? " · " + (n / secs).toFixed(1) + " tok/s" : "") +
       " · " + ((performance.now() - t0) / 1000).toFixed(2) + " s";
     const msg = { role: "assistant", content: content };
-    if (calls.length) msg.tool_calls = calls.map((c) => ({ id: c.id, type: "function", function: c.function }));
+    if (calls.length)
+      msg.tool_calls = calls.map((c) => ({ id: c.id, type: "function",
+                                           function: { name: c.name, arguments: c.arguments } }));
     history.push(msg);
     controller = null;
     setBusy(false);

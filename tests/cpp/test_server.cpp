@@ -124,13 +124,30 @@ struct Parsed {
     std::vector<ToolCall> calls;
 };
 
+// Adds streamed call pieces to whole calls, checking their shape: a call's first piece names it, later ones only
+// add arguments to the last call begun.
+void add_call_pieces(std::vector<ToolCall> &calls, const std::vector<ToolCallDelta> &pieces) {
+    for (const ToolCallDelta &c : pieces) {
+        if (!c.id.empty()) {
+            EXPECT_EQ(c.index, calls.size());
+            EXPECT_EQ(c.id.rfind("call_", 0), 0u);
+            EXPECT_FALSE(c.name.empty());
+            calls.push_back({c.id, c.name, {}});
+        } else {
+            ASSERT_EQ(c.index + 1, calls.size());
+            EXPECT_TRUE(c.name.empty());
+        }
+        calls.back().arguments += c.arguments;
+    }
+}
+
 Parsed parse_all(ChatOutputParser::Options o, const std::string &text, size_t piece) {
     ChatOutputParser p(std::move(o));
     Parsed r;
     auto add = [&](const ChatOutputParser::Delta &d) {
         r.reasoning += d.reasoning;
         r.content += d.content;
-        for (const auto &c : d.tool_calls) r.calls.push_back(c);
+        add_call_pieces(r.calls, d.tool_calls);
     };
     for (size_t i = 0; i < text.size(); i += piece) add(p.push(text.substr(i, piece)));
     add(p.finish());
@@ -202,6 +219,100 @@ TEST(ChatOutputParser, BrokenBlockStaysContentAndUnclosedCallCounts) {
 TEST(ChatOutputParser, PartialMarkerAtTheEndIsText) {
     Parsed r = parse_all(tool_opts(), "value <tool_ca", 1);
     EXPECT_EQ(r.content, "value <tool_ca");
+}
+
+TEST(ChatOutputParser, CallStreamsFromItsOpeningAndArgumentsAsWritten) {
+    const std::string out = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                            "\"Paris\", \"days\": [1, {\"x\": \"}\"}]}}\n</tool_call>\nDone.";
+    ChatOutputParser p(tool_opts());
+    std::vector<ToolCall> calls;
+    std::string content;
+    size_t named_at = 0;  // how much output had been pushed when the call's name came out
+    for (size_t i = 0; i < out.size(); i++) {
+        ChatOutputParser::Delta d = p.push(out.substr(i, 1));
+        content += d.content;
+        add_call_pieces(calls, d.tool_calls);
+        if (!calls.empty() && !named_at) named_at = i + 1;
+    }
+    ChatOutputParser::Delta d = p.finish();
+    content += d.content;
+    add_call_pieces(calls, d.tool_calls);
+    EXPECT_EQ(named_at, out.find("\"arguments\":") + 12);  // at the opening's colon, long before the block's end
+    ASSERT_EQ(calls.size(), 1u);
+    EXPECT_EQ(calls[0].name, "get_weather");
+    EXPECT_EQ(calls[0].arguments, "{\"city\": \"Paris\", \"days\": [1, {\"x\": \"}\"}]}");  // as the model wrote it
+    EXPECT_EQ(content, "Let me check.\nDone.");  // the whitespace before the block is layout, the text after it not
+    EXPECT_EQ(p.n_tool_calls(), 1);
+}
+
+TEST(ChatOutputParser, XmlCallStreamsOneParameterAtATime) {
+    ChatOutputParser p(tool_opts());
+    std::vector<ToolCall> calls;
+    auto push = [&](const std::string &t) { add_call_pieces(calls, p.push(t).tool_calls); };
+    push("<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n<param");
+    ASSERT_EQ(calls.size(), 1u);
+    EXPECT_EQ(calls[0].name, "get_weather");
+    EXPECT_EQ(calls[0].arguments, "{\"city\":\"New York\"");
+    push("eter=days>\n5\n</parameter>\n</function>\n</tool_call>");
+    add_call_pieces(calls, p.finish().tool_calls);
+    EXPECT_EQ(calls[0].arguments, "{\"city\":\"New York\",\"days\":5}");
+    ASSERT_TRUE(ojson::accept(calls[0].arguments));
+}
+
+TEST(ChatOutputParser, WhatACallMadeOfItsArguments) {
+    auto one_call = [](const std::string &out) {
+        Parsed r = parse_all(tool_opts(), out, 3);
+        EXPECT_EQ(r.calls.size(), 1u) << out;
+        EXPECT_EQ(r.content, "") << out;
+        return r.calls.empty() ? ToolCall{} : r.calls[0];
+    };
+    // Given as a JSON string: its text. None given, or empty: {}.
+    EXPECT_EQ(one_call("<tool_call>{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"}</tool_call>").arguments, "{\"a\":1}");
+    EXPECT_EQ(one_call("<tool_call>{\"name\": \"f\"}</tool_call>").arguments, "{}");
+    EXPECT_EQ(one_call("<tool_call>{\"name\": \"f\", \"parameters\": \"\"}</tool_call>").arguments, "{}");
+    EXPECT_EQ(one_call("<tool_call><function=f></function></tool_call>").arguments, "{}");
+    // Unfinished or not JSON: as the model wrote it, up to where the value ends.
+    EXPECT_EQ(one_call("<tool_call>{\"name\": \"f\", \"arguments\": {\"city\": \"Par").arguments, "{\"city\": \"Par");
+    EXPECT_EQ(one_call("<tool_call>{\"name\": \"f\", \"arguments\": banana split}</tool_call>").arguments, "banana");
+    // XML text that is not a parameter is dropped; an unclosed parameter ends at the next tag.
+    EXPECT_EQ(one_call("<tool_call><function=f>junk<parameter=a>1</parameter>more<parameter=b>x</function></tool_call>")
+                  .arguments,
+              "{\"a\":\"1\",\"b\":\"x\"}");
+    // Keys in another order: the block is read whole when it closes.
+    ToolCall c = one_call("<tool_call>{\"arguments\": {\"a\": 1}, \"name\": \"f\"}</tool_call>");
+    EXPECT_EQ(c.name, "f");
+    EXPECT_EQ(ojson::parse(c.arguments), ojson::parse(R"({"a":1})"));
+}
+
+TEST(ChatOutputParser, ForcedOpeningContinuesTheCall) {
+    ChatOutputParser::Options named = tool_opts();
+    named.forced_opening = "\n{\"name\": \"get_weather\", \"arguments\": ";
+    Parsed r = parse_all(named, "{\"city\": \"Oslo\"}}\n</tool_call>", 2);
+    ASSERT_EQ(r.calls.size(), 1u);
+    EXPECT_EQ(r.calls[0].name, "get_weather");
+    EXPECT_EQ(r.calls[0].arguments, "{\"city\": \"Oslo\"}");
+    EXPECT_EQ(r.content, "");
+    // Whatever the model writes, a named call is a call.
+    r = parse_all(named, "qq zz", 2);
+    ASSERT_EQ(r.calls.size(), 1u);
+    EXPECT_EQ(r.calls[0].name, "get_weather");
+    EXPECT_EQ(r.calls[0].arguments, "qq");
+    r = parse_all(named, "", 1);
+    ASSERT_EQ(r.calls.size(), 1u);
+    EXPECT_EQ(r.calls[0].arguments, "{}");
+
+    ChatOutputParser::Options xml = tool_opts();
+    xml.forced_opening = "\n<function=";
+    r = parse_all(xml, "get_weather>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>", 4);
+    ASSERT_EQ(r.calls.size(), 1u);
+    EXPECT_EQ(r.calls[0].name, "get_weather");
+    EXPECT_EQ(r.calls[0].arguments, "{\"days\":2}");
+    // "required": the model names the function; if it never does, the block stays text, the forced start included.
+    ChatOutputParser::Options required = tool_opts();
+    required.forced_opening = "\n{\"name\": \"";
+    r = parse_all(required, "no name here", 3);
+    EXPECT_TRUE(r.calls.empty());
+    EXPECT_EQ(r.content, "<tool_call>\n{\"name\": \"no name here");
 }
 
 // ---- protected prompts ---------------------------------------------------------------------------------------
@@ -394,6 +505,47 @@ TEST(Responder, StreamedChatChunks) {
     EXPECT_TRUE(last["choices"].empty());
     EXPECT_EQ(last["usage"]["total_tokens"], 14);
     EXPECT_EQ(chunks[chunks.size() - 2]["choices"][0]["finish_reason"], "tool_calls");
+}
+
+TEST(Responder, StreamedToolCallEqualsTheNonStreamedOne) {
+    auto tok = small_tokenizer();
+    const std::vector<std::string> pieces = {"<tool_", "call>\n{\"name\": \"get_", "weather\", \"argu", "ments\": {\"ci",
+                                             "ty\": \"Os", "lo\"}}\n</tool_call>"};
+    Responder streamed(Responder::Kind::Chat, "m", *tok, true, false, -1, std::make_unique<ChatOutputParser>(tool_opts()));
+    Responder whole(Responder::Kind::Chat, "m", *tok, false, false, -1, std::make_unique<ChatOutputParser>(tool_opts()));
+    std::vector<ojson> deltas;  // the tool_calls entries of the stream, in order
+    std::string finish;
+    for (size_t i = 0; i <= pieces.size(); i++) {
+        Event e = i < pieces.size() ? Event{Event::Kind::Text, pieces[i], {}, {}, {}, {}}
+                                    : Event{Event::Kind::Done, {}, {}, "stop", {}, {}};
+        whole.on_event(e);
+        for (const ojson &c : streamed.on_event(e)) {
+            const ojson &ch = c["choices"][0];
+            if (ch["finish_reason"].is_string()) finish = ch["finish_reason"];
+            if (ch["delta"].contains("tool_calls"))
+                for (const ojson &t : ch["delta"]["tool_calls"]) deltas.push_back(t);
+        }
+    }
+    ASSERT_GE(deltas.size(), 3u);  // the arguments came in several pieces
+    // OpenAI's streaming shape: the first piece has index, id, type and name; the others only add arguments.
+    EXPECT_EQ(deltas[0]["index"], 0);
+    EXPECT_EQ(deltas[0]["type"], "function");
+    EXPECT_EQ(deltas[0]["function"]["name"], "get_weather");
+    std::string args;
+    for (size_t i = 0; i < deltas.size(); i++) {
+        EXPECT_EQ(deltas[i]["index"], 0);
+        EXPECT_EQ(deltas[i].contains("id"), i == 0);
+        EXPECT_EQ(deltas[i]["function"].contains("name"), i == 0);
+        args += deltas[i]["function"]["arguments"].get<std::string>();
+    }
+    const ojson msg = whole.body()["choices"][0]["message"];
+    EXPECT_TRUE(msg["content"].is_null());
+    ASSERT_EQ(msg["tool_calls"].size(), 1u);
+    EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "get_weather");
+    EXPECT_EQ(msg["tool_calls"][0]["function"]["arguments"], args);
+    EXPECT_EQ(args, "{\"city\": \"Oslo\"}");
+    EXPECT_EQ(finish, "tool_calls");
+    EXPECT_EQ(whole.body()["choices"][0]["finish_reason"], "tool_calls");
 }
 
 TEST(Responder, NonStreamedCompletionWithLogprobs) {
