@@ -398,6 +398,7 @@ Run add_serve(CLI::App &app) {
                 po.starts_in_reasoning = prompt.opens_reasoning;
                 po.tools = cr.parse_tools;
                 if (cr.parse_tools) po.tool_schemas = cr.tools;
+                po.forced_opening = prompt.forced_opening;
                 auto responder = std::make_shared<Responder>(Responder::Kind::Chat, model_id, *tok, cr.stream,
                                                              cr.include_usage, cr.gen.top_logprobs,
                                                              std::make_unique<ChatOutputParser>(po));

@@ -28,6 +28,11 @@ std::string random_call_id() {
     return id;
 }
 
+// Compact JSON text that never throws on invalid UTF-8 (replaced by U+FFFD).
+std::string json_text(const nlohmann::ordered_json &j) {
+    return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
 constexpr std::string_view kThinkOpen = "<think>", kThinkClose = "</think>";
 constexpr std::string_view kToolOpen = "<tool_call>", kToolClose = "</tool_call>";
 
@@ -162,16 +167,22 @@ bool parse_tool_call(std::string_view body, const nlohmann::ordered_json &tools,
     return true;
 }
 
+ToolFormat tool_format_of(std::string_view chat_template) {
+    return chat_template.find("<function=") != std::string_view::npos ? ToolFormat::Xml : ToolFormat::Json;
+}
+
+std::string forced_call_opening(ToolFormat format, const std::string &name) {
+    if (format == ToolFormat::Xml) return "\n<function=" + (name.empty() ? std::string() : name + ">\n");
+    // As the Qwen3 template writes calls: {"name": "NAME", "arguments": {...}}
+    if (name.empty()) return "\n{\"name\": \"";
+    return "\n{\"name\": " + json_text(name) + ", \"arguments\": ";
+}
+
 // ---- ChatOutputParser --------------------------------------------------------------------------------------------
 
 namespace {
 
 constexpr std::string_view kParam = "<parameter=", kParamEnd = "</parameter>", kFunctionEnd = "</function>";
-
-// Compact JSON text that never throws on invalid UTF-8 (replaced by U+FFFD).
-std::string json_text(const nlohmann::ordered_json &j) {
-    return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-}
 
 enum class Match { yes, more, no };  // `more`: the text ends before it is decided
 

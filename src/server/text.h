@@ -47,6 +47,16 @@ struct ToolCall {
 // Returns false when the body is neither.
 bool parse_tool_call(std::string_view body, const nlohmann::ordered_json &tools, ToolCall &out);
 
+// How a chat template's model writes a call inside <tool_call>: Qwen3-Coder's and Qwen3.5's XML functions when the
+// template writes "<function=", Qwen3's JSON object otherwise.
+enum class ToolFormat { Json, Xml };
+ToolFormat tool_format_of(std::string_view chat_template);
+
+// The start of a call's body (the text after <tool_call>) that the prompt writes when tool_choice forces a call: up
+// to where the function's name goes when the model is to choose it (`name` empty), else through the name to where
+// the arguments begin.
+std::string forced_call_opening(ToolFormat format, const std::string &name);
+
 // A piece of a tool call as it streams, in OpenAI's streaming shape: a call's first piece carries its id and name,
 // later pieces only text to append to its arguments.
 struct ToolCallDelta {

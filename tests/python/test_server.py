@@ -20,6 +20,9 @@ WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather of a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
                    "required": ["city"]}}}
+TIME_TOOL = {"type": "function", "function": {
+    "name": "get_time", "description": "Current time in a time zone",
+    "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}}}}
 
 
 @pytest.fixture(scope="module")
@@ -246,10 +249,58 @@ def test_tool_call_round_trip(script_server):
     # Without tools (tool_choice none), the block stays text; the reasoning is still split off.
     r3 = c.chat.completions.create(model="m", messages=messages[:1], tools=[WEATHER_TOOL], tool_choice="none",
                                    temperature=0)
+    # The tools were not offered: the template rendered the prompt it renders without them.
+    bare = c.chat.completions.create(model="m", messages=messages[:1], temperature=0)
+    assert r3.usage.prompt_tokens == bare.usage.prompt_tokens < r.usage.prompt_tokens
     assert r3.choices[0].finish_reason == "stop"
     assert not r3.choices[0].message.tool_calls
     assert "<tool_call>" in r3.choices[0].message.content
     assert (r3.choices[0].message.model_extra or {}).get("reasoning_content") == want["reasoning"]
+
+
+def test_forced_tool_calls_on_a_random_model(qwen3moe):
+    """tool_choice "required" or a named function: the prompt goes on with the start of the call, so the reply is
+    that call whatever a model with random weights writes; its arguments are the model's text as written."""
+    c = client(qwen3moe)
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    rendered = f"<|im_start|>user\n{messages[0]['content']}<|im_end|>\n<|im_start|>assistant\n"  # shows no tools
+    named = dict(model="m", messages=messages, tools=[WEATHER_TOOL, TIME_TOOL], temperature=0, max_tokens=12,
+                 tool_choice={"type": "function", "function": {"name": "get_time"}})
+    r = c.chat.completions.create(**named)
+    ch = r.choices[0]
+    assert ch.finish_reason in ("tool_calls", "length")
+    assert ch.message.content is None
+    assert [t.function.name for t in ch.message.tool_calls] == ["get_time"]
+    call = ch.message.tool_calls[0]
+    assert call.id.startswith("call_") and call.function.arguments
+    # The model continued a prompt that ends inside the call (JSON: the golden template names no format).
+    raw = c.completions.create(model="m", prompt=rendered + '<tool_call>\n{"name": "get_time", "arguments": ',
+                               max_tokens=12, temperature=0)
+    assert raw.usage.prompt_tokens == r.usage.prompt_tokens
+    assert raw.choices[0].text.lstrip().startswith(call.function.arguments)  # as written, up to where it ends
+
+    # Streamed: the same call, assembled from its pieces.
+    s = stream_chat(c, **named)
+    assert [(t["name"], t["arguments"]) for t in s["tool_calls"].values()] == [("get_time", call.function.arguments)]
+    assert s["finish"] == ch.finish_reason and s["content"] == ""
+
+    # "required" with one tool names it.
+    one = c.chat.completions.create(**{**named, "tools": [WEATHER_TOOL], "tool_choice": "required"})
+    assert [t.function.name for t in one.choices[0].message.tool_calls] == ["get_weather"]
+    # "required" with several: the model writes the name. This one writes none of them: no call can be made, and
+    # its text stays in the content, from the forced start on.
+    several = c.chat.completions.create(**{**named, "tool_choice": "required"})
+    raw = c.completions.create(model="m", prompt=rendered + '<tool_call>\n{"name": "', max_tokens=12, temperature=0)
+    assert several.usage.prompt_tokens == raw.usage.prompt_tokens
+    msg = several.choices[0].message
+    assert msg.tool_calls is None and msg.content == '<tool_call>\n{"name": "' + raw.choices[0].text.rstrip()
+    assert several.choices[0].finish_reason == "length"
+
+    # A named function must be one of the tools, and forcing needs tools.
+    for bad in ({**named, "tools": [WEATHER_TOOL]}, {**named, "tools": None, "tool_choice": "required"}):
+        with pytest.raises(openai.BadRequestError) as e:
+            c.chat.completions.create(**{k: v for k, v in bad.items() if v is not None})
+        assert e.value.body["param"] == "tool_choice"
 
 
 # ---- disconnects, errors, overload --------------------------------------------------------------------------------
