@@ -265,7 +265,7 @@ TEST(ChatOutputParser, WhatACallMadeOfItsArguments) {
         return r.calls.empty() ? ToolCall{} : r.calls[0];
     };
     // Given as a JSON string: its text. None given, or empty: {}.
-    EXPECT_EQ(one_call("<tool_call>{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"}</tool_call>").arguments, "{\"a\":1}");
+    EXPECT_EQ(one_call(R"(<tool_call>{"name":"f","arguments":"{\"a\":1}"}</tool_call>)").arguments, "{\"a\":1}");
     EXPECT_EQ(one_call("<tool_call>{\"name\": \"f\"}</tool_call>").arguments, "{}");
     EXPECT_EQ(one_call("<tool_call>{\"name\": \"f\", \"parameters\": \"\"}</tool_call>").arguments, "{}");
     EXPECT_EQ(one_call("<tool_call><function=f></function></tool_call>").arguments, "{}");
@@ -624,10 +624,11 @@ TEST(Responder, StreamedChatChunks) {
 
 TEST(Responder, StreamedToolCallEqualsTheNonStreamedOne) {
     auto tok = small_tokenizer();
-    const std::vector<std::string> pieces = {"<tool_", "call>\n{\"name\": \"get_", "weather\", \"argu", "ments\": {\"ci",
-                                             "ty\": \"Os", "lo\"}}\n</tool_call>"};
-    Responder streamed(Responder::Kind::Chat, "m", *tok, true, false, -1, std::make_unique<ChatOutputParser>(tool_opts()));
-    Responder whole(Responder::Kind::Chat, "m", *tok, false, false, -1, std::make_unique<ChatOutputParser>(tool_opts()));
+    const std::vector<std::string> pieces = {"<tool_", "call>\n{\"name\": \"get_", "weather\", \"argu",
+                                             "ments\": {\"ci", "ty\": \"Os", "lo\"}}\n</tool_call>"};
+    auto parser = [] { return std::make_unique<ChatOutputParser>(tool_opts()); };
+    Responder streamed(Responder::Kind::Chat, "m", *tok, true, false, -1, parser());
+    Responder whole(Responder::Kind::Chat, "m", *tok, false, false, -1, parser());
     std::vector<ojson> deltas;  // the tool_calls entries of the stream, in order
     std::string finish;
     for (size_t i = 0; i <= pieces.size(); i++) {
