@@ -152,7 +152,7 @@ void answer_stream(std::shared_ptr<JobWaiter> waiter, std::shared_ptr<Responder>
     if (first.kind == Event::Kind::Error) return send_error(res, job_error(first));
     struct State {
         std::string first_chunks;  // written by the provider's first call
-        bool first_ends = false;
+        bool first_ends = false, started = false;
         std::chrono::steady_clock::time_point last_write;
     };
     auto st = std::make_shared<State>();
@@ -162,11 +162,11 @@ void answer_stream(std::shared_ptr<JobWaiter> waiter, std::shared_ptr<Responder>
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [waiter, responder, st, started = false](size_t, httplib::DataSink &sink) mutable {
+        [waiter, responder, st](size_t, httplib::DataSink &sink) {
             std::string out;
             bool end = false;
-            if (!started) {
-                started = true;
+            if (!st->started) {
+                st->started = true;
                 out = std::move(st->first_chunks);
                 end = st->first_ends;
             } else if (Event e; waiter->poll(e)) {
