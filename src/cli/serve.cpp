@@ -5,6 +5,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <httplib.h>
 #include <map>
@@ -17,6 +18,7 @@
 #include "core/error.h"
 #include "runtime/engine.h"
 #include "server/api.h"
+#include "server/connection.h"
 #include "server/scheduler.h"
 #include "server/text.h"
 #include "server/webpage.h"
@@ -56,6 +58,136 @@ private:
 void send_error(httplib::Response &res, const ApiError &e) {
     res.status = e.status;
     res.set_content(dump(error_body(e)), "application/json");
+}
+
+// How often a handler waiting for its job looks at the job's events and at its client's connection.
+constexpr auto kPollInterval = std::chrono::milliseconds(100);
+// Silence after which a stream gets a comment line, for proxies that close connections they think idle.
+constexpr auto kStreamKeepAlive = std::chrono::seconds(15);
+
+// A queued job seen from its HTTP handler: its events, as long as its client is there. A client that has gone away
+// is noticed by looking at its socket, never by writing to it, because nothing may be sent before the status is
+// known: a request that fails before its first token (or, when not streaming, before its end) gets its real status.
+class JobWaiter {
+public:
+    JobWaiter(std::shared_ptr<Job> job, Scheduler &sched, ClientConnection client)
+        : job_(std::move(job)), sched_(sched), client_(client) {}
+    ~JobWaiter() { cancel(); }
+
+    // Waits for the next event while the client is there; false once it has gone (the job is then cancelled).
+    bool next(Event &e) {
+        while (!poll(e))
+            if (gone_) return false;
+        return true;
+    }
+    // Waits one poll interval: true with an event; false without one (gone() tells whether the client has left).
+    // The client is looked at every interval, also while events keep coming.
+    bool poll(Event &e) {
+        const bool got = job_->out.pop(e, kPollInterval);
+        const auto now = std::chrono::steady_clock::now();
+        if (now - last_look_ >= kPollInterval) {
+            last_look_ = now;
+            if (!client_.alive()) {
+                gone_ = true;
+                cancel();
+                return false;
+            }
+        }
+        return got;
+    }
+    bool gone() const { return gone_; }
+    // Stops the job (a no-op once it has finished): the scheduler frees its slot at the next step.
+    void cancel() {
+        if (!job_->finished) {
+            job_->cancelled = true;
+            sched_.notify();
+        }
+    }
+
+private:
+    std::shared_ptr<Job> job_;
+    Scheduler &sched_;
+    ClientConnection client_;
+    std::chrono::steady_clock::time_point last_look_ = std::chrono::steady_clock::now();
+    bool gone_ = false;
+};
+
+// The answer to a job that failed in the scheduler or the engine.
+ApiError job_error(const Event &e) {
+    return ApiError(500, "The server failed on this request: " + e.error, "server_error");
+}
+
+// The status logged for a request whose client left before the answer (nginx's "client closed request"); the
+// client never reads it.
+void client_gone(httplib::Response &res) {
+    send_error(res, ApiError(499, "The client closed the connection before the answer was ready.",
+                             "invalid_request_error", {}, "client_closed_request"));
+}
+
+// Not streaming: one body, with its status, once the job has ended.
+void answer_whole(JobWaiter &waiter, Responder &responder, httplib::Response &res) {
+    for (Event e; waiter.next(e);) {
+        if (e.kind == Event::Kind::Error) return send_error(res, job_error(e));
+        responder.on_event(e);
+        if (e.kind == Event::Kind::Done) return res.set_content(dump(responder.body()), "application/json");
+    }
+    client_gone(res);
+}
+
+std::string sse_events(Responder &responder, const Event &e) {
+    std::string out;
+    if (e.kind == Event::Kind::Error) out = "data: " + dump(error_body(job_error(e))) + "\n\n";
+    else
+        for (const ojson &c : responder.on_event(e)) out += "data: " + dump(c) + "\n\n";
+    if (e.kind != Event::Kind::Text) out += "data: [DONE]\n\n";
+    return out;
+}
+
+// Streaming: the status and the first chunks once the first event is known (an error then still gets its status),
+// then server-sent events as they come; a failure after that can only be an error event in the stream.
+void answer_stream(std::shared_ptr<JobWaiter> waiter, std::shared_ptr<Responder> responder,
+                   httplib::Response &res) {
+    Event first;
+    if (!waiter->next(first)) return client_gone(res);
+    if (first.kind == Event::Kind::Error) return send_error(res, job_error(first));
+    struct State {
+        std::string first_chunks;  // written by the provider's first call
+        bool first_ends = false, started = false;
+        std::chrono::steady_clock::time_point last_write;
+    };
+    auto st = std::make_shared<State>();
+    st->first_chunks = sse_events(*responder, first);
+    st->first_ends = first.kind != Event::Kind::Text;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [waiter, responder, st](size_t, httplib::DataSink &sink) {
+            std::string out;
+            bool end = false;
+            if (!st->started) {
+                st->started = true;
+                out = std::move(st->first_chunks);
+                end = st->first_ends;
+            } else if (Event e; waiter->poll(e)) {
+                out = sse_events(*responder, e);
+                end = e.kind != Event::Kind::Text;
+            } else if (waiter->gone()) {
+                return false;
+            } else if (std::chrono::steady_clock::now() - st->last_write >= kStreamKeepAlive) {
+                out = ": keep-alive\n\n";
+            }
+            if (!out.empty()) {
+                if (!sink.write(out.data(), out.size())) {
+                    waiter->cancel();
+                    return false;
+                }
+                st->last_write = std::chrono::steady_clock::now();
+            }
+            if (end) sink.done();
+            return true;
+        },
+        [waiter](bool) { waiter->cancel(); });
 }
 
 std::string metrics_text(const SchedulerStats &s, const HttpCounters &http, double uptime) {
@@ -182,6 +314,10 @@ Run add_serve(CLI::App &app) {
         sc.max_queue = a->queue;
         sc.max_checkpoints = a->checkpoints;
         sc.prefix_reuse = !a->no_prefix_reuse;
+        if (const char *t = std::getenv("STRATA_TEST_FAIL_TOKEN")) {
+            sc.fail_token = int32_t(std::atoi(t));
+            std::fprintf(stderr, "strata: test hook: requests fail when token %d reaches the engine\n", sc.fail_token);
+        }
         Scheduler sched(*eng, *tok, sc);
         sched.start();
 
@@ -235,88 +371,18 @@ Run add_serve(CLI::App &app) {
         };
 
         // Queues a job and answers with its events: server-sent events when streaming, one JSON body otherwise.
-        auto run_job = [&](std::shared_ptr<Job> job, std::shared_ptr<Responder> responder, bool stream,
-                           httplib::Response &res) {
+        auto run_job = [&](const httplib::Request &req, std::shared_ptr<Job> job, std::shared_ptr<Responder> responder,
+                           bool stream, httplib::Response &res) {
             if (!sched.submit(job)) {
                 res.set_header("Retry-After", "1");
                 send_error(res, ApiError(503, "The server is overloaded: too many requests are waiting. Retry later.",
                                          "server_error", {}, "overloaded"));
                 return;
             }
-            auto cancel = [job, &sched] {
-                if (!job->finished) {
-                    job->cancelled = true;
-                    sched.notify();
-                }
-            };
-            if (stream) {
-                res.set_header("Cache-Control", "no-cache");
-                res.set_header("X-Accel-Buffering", "no");
-                res.set_chunked_content_provider(
-                    "text/event-stream",
-                    [job, responder, cancel](size_t, httplib::DataSink &sink) {
-                        Event e;
-                        if (!job->out.pop(e, std::chrono::milliseconds(1000))) {
-                            static const char ka[] = ": keep-alive\n\n";  // also finds clients that went away
-                            if (!sink.write(ka, sizeof(ka) - 1)) {
-                                cancel();
-                                return false;
-                            }
-                            return true;
-                        }
-                        std::string out;
-                        if (e.kind == Event::Kind::Error) {
-                            out = "data: " + dump(error_body(ApiError(500, e.error, "server_error"))) + "\n\n";
-                        } else {
-                            for (const ojson &c : responder->on_event(e)) out += "data: " + dump(c) + "\n\n";
-                        }
-                        if (e.kind != Event::Kind::Text) out += "data: [DONE]\n\n";
-                        if (!out.empty() && !sink.write(out.data(), out.size())) {
-                            cancel();
-                            return false;
-                        }
-                        if (e.kind != Event::Kind::Text) sink.done();
-                        return true;
-                    },
-                    [cancel](bool) { cancel(); });
-                return;
-            }
-            // Not streaming: the body comes at the end. While waiting, a space now and then (JSON allows leading
-            // whitespace) finds clients that went away, so their generation stops. The content type is spelled
-            // with a charset so the library does not compress (and hold back) those spaces.
-            auto last_write = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
-            res.set_chunked_content_provider(
-                "application/json; charset=utf-8",
-                [job, responder, cancel, last_write](size_t, httplib::DataSink &sink) {
-                    Event e;
-                    const bool got = job->out.pop(e, std::chrono::milliseconds(1000));
-                    if (!got || e.kind == Event::Kind::Text) {
-                        if (got) responder->on_event(e);
-                        const auto now = std::chrono::steady_clock::now();
-                        if (now - *last_write >= std::chrono::seconds(1)) {
-                            *last_write = now;
-                            if (!sink.write(" ", 1)) {
-                                cancel();
-                                return false;
-                            }
-                        }
-                        return true;
-                    }
-                    std::string body;
-                    if (e.kind == Event::Kind::Error) {
-                        body = dump(error_body(ApiError(500, e.error, "server_error")));
-                    } else {
-                        responder->on_event(e);
-                        body = dump(responder->body());
-                    }
-                    if (!sink.write(body.data(), body.size())) {
-                        cancel();
-                        return false;
-                    }
-                    sink.done();
-                    return true;
-                },
-                [cancel](bool) { cancel(); });
+            auto waiter = std::make_shared<JobWaiter>(
+                job, sched, ClientConnection(req.local_addr, req.local_port, req.remote_addr, req.remote_port));
+            if (stream) answer_stream(waiter, responder, res);
+            else answer_whole(*waiter, *responder, res);
         };
 
         auto chat_handler = [&](const httplib::Request &req, httplib::Response &res) {
@@ -332,13 +398,14 @@ Run add_serve(CLI::App &app) {
                 po.starts_in_reasoning = prompt.opens_reasoning;
                 po.tools = cr.parse_tools;
                 if (cr.parse_tools) po.tool_schemas = cr.tools;
+                po.forced_opening = prompt.forced_opening;
                 auto responder = std::make_shared<Responder>(Responder::Kind::Chat, model_id, *tok, cr.stream,
                                                              cr.include_usage, cr.gen.top_logprobs,
                                                              std::make_unique<ChatOutputParser>(po));
                 auto job = std::make_shared<Job>();
                 job->prompt = std::move(prompt.ids);
                 job->params = cr.gen;
-                run_job(job, responder, cr.stream, res);
+                run_job(req, job, responder, cr.stream, res);
             } catch (const ApiError &e) {
                 send_error(res, e);
             } catch (const std::exception &e) {
@@ -360,7 +427,7 @@ Run add_serve(CLI::App &app) {
                 auto job = std::make_shared<Job>();
                 job->prompt = std::move(ids);
                 job->params = cr.gen;
-                run_job(job, responder, cr.stream, res);
+                run_job(req, job, responder, cr.stream, res);
             } catch (const ApiError &e) {
                 send_error(res, e);
             } catch (const std::exception &e) {

@@ -277,19 +277,28 @@ ChatRequest parse_chat_request(const ojson &body, PromptEncoder &enc, int64_t n_
         r.messages.push_back(std::move(out));
     }
 
-    std::string choice = "auto";
+    std::string choice = "auto", named;  // named: the function of {"type": "function", "function": {"name": ...}}
     if (const ojson *tc = field(body, "tool_choice")) {
         if (tc->is_string()) {
             choice = tc->get<std::string>();
             if (choice != "none" && choice != "auto" && choice != "required")
                 throw bad_value("tool_choice", "expected 'none', 'auto', 'required' or a function");
         } else if (tc->is_object()) {
+            if (get_string(*tc, "type", "function") != "function")
+                throw bad_value("tool_choice.type", "only 'function' can be chosen");
+            const ojson *fn = field(*tc, "function");
+            if (!fn || !fn->is_object()) throw wrong_type("tool_choice.function", "an object", fn ? *fn : ojson());
+            named = get_string(*fn, "name");
+            if (named.empty())
+                throw invalid_request("Missing required parameter: 'tool_choice.function.name'.",
+                                      "tool_choice.function.name", "missing_required_parameter");
             choice = "function";
         } else {
             throw wrong_type("tool_choice", "a string or an object", *tc);
         }
     }
-    if (const ojson *tools = field(body, "tools")) {
+    const ojson *tools = field(body, "tools");
+    if (tools) {
         if (!tools->is_array()) throw wrong_type("tools", "an array", *tools);
         for (size_t i = 0; i < tools->size(); i++) {
             const ojson &t = (*tools)[i];
@@ -307,6 +316,18 @@ ChatRequest parse_chat_request(const ojson &body, PromptEncoder &enc, int64_t n_
             r.tools = *tools;
             r.parse_tools = true;
         }
+    }
+    if (choice == "required" || choice == "function") {
+        if (!r.parse_tools)
+            throw bad_value("tool_choice", "'tool_choice' is only allowed when 'tools' are specified.");
+        if (choice == "function" && std::none_of(tools->begin(), tools->end(), [&](const ojson &t) {
+                return t["function"]["name"] == named;
+            }))
+            throw bad_value("tool_choice", "no function named '" + named + "' in 'tools'.");
+        r.force_tool_call = true;
+        // "required" with one tool can only call that one: name it, so the model writes just the arguments.
+        if (choice == "function") r.forced_tool = named;
+        else if (tools->size() == 1) r.forced_tool = (*tools)[0]["function"]["name"].get<std::string>();
     }
     if (const ojson *kw = field(body, "chat_template_kwargs")) {
         if (!kw->is_object()) throw wrong_type("chat_template_kwargs", "an object", *kw);
@@ -351,7 +372,19 @@ CompletionRequest parse_completion_request(const ojson &body, int64_t n_vocab) {
     return r;
 }
 
-ChatPrompt render_chat_prompt(const ModelChat &chat, const ChatRequest &req, const PromptEncoder &enc) {
+namespace {
+// The prompt goes on inside a call, as the template's format writes one. The function's name comes from the request:
+// protected like message text, so a name cannot forge control tokens.
+void start_forced_call(ChatPrompt &p, const ModelChat &chat, const std::string &name, PromptEncoder &enc) {
+    const ToolFormat format = tool_format_of(chat.info().chat_template);
+    if (prompt_opens_reasoning(p.text))  // an empty reasoning block, as templates write one with thinking off
+        p.text += std::string(p.text.ends_with('\n') ? "\n" : "") + "</think>\n\n";
+    p.text += "<tool_call>" + forced_call_opening(format, enc.protect(name));
+    p.forced_opening = forced_call_opening(format, name);
+}
+}  // namespace
+
+ChatPrompt render_chat_prompt(const ModelChat &chat, const ChatRequest &req, PromptEncoder &enc) {
     ChatPrompt p;
     try {
         p.text = chat.render(req.messages, req.tools, true, req.template_kwargs);
@@ -359,6 +392,7 @@ ChatPrompt render_chat_prompt(const ModelChat &chat, const ChatRequest &req, con
         throw invalid_request(std::string("The chat template could not render these messages: ") + e.what(),
                               "messages");
     }
+    if (req.force_tool_call) start_forced_call(p, chat, req.forced_tool, enc);
     p.ids = enc.encode(p.text, false);
     p.opens_reasoning = prompt_opens_reasoning(p.text);
     if (p.ids.empty()) throw bad_value("messages", "the rendered prompt is empty");
@@ -392,12 +426,21 @@ ojson timings_json(const Usage &u) {
             {"predicted_per_second", u.gen_ms > 0 ? double(u.completion_tokens) * 1e3 / u.gen_ms : 0.0}};
 }
 
-ojson tool_call_json(const ToolCall &c, size_t index, bool with_index) {
-    ojson j = ojson::object();
-    if (with_index) j["index"] = index;
-    j["id"] = c.id;
-    j["type"] = "function";
-    j["function"] = {{"name", c.name}, {"arguments", c.arguments}};
+ojson tool_call_json(const ToolCall &c) {
+    return {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
+}
+
+// A streamed piece of a call, as OpenAI streams them: the first one with the call's id, type and name, later ones
+// with arguments text only.
+ojson tool_call_delta_json(const ToolCallDelta &c) {
+    ojson j = {{"index", c.index}};
+    if (!c.id.empty()) {
+        j["id"] = c.id;
+        j["type"] = "function";
+        j["function"] = {{"name", c.name}, {"arguments", c.arguments}};
+    } else {
+        j["function"] = {{"arguments", c.arguments}};
+    }
     return j;
 }
 }  // namespace
@@ -485,8 +528,11 @@ std::vector<ojson> Responder::on_event(const Event &e) {
         const size_t offset = text_.size();
         text_ += d.content;
         reasoning_ += d.reasoning;
-        const size_t first_call = calls_.size();
-        for (auto &c : d.tool_calls) calls_.push_back(c);
+        for (const ToolCallDelta &c : d.tool_calls) {
+            if (!c.id.empty()) calls_.push_back({c.id, c.name, {}});
+            STRATA_ASSERT(c.index + 1 == calls_.size());  // pieces of the last call begun
+            calls_.back().arguments += c.arguments;
+        }
         ojson lp_delta;
         if (want_lp && !e.tokens.empty()) {
             const size_t before = kind_ == Kind::Chat ? logprobs_["content"].size() : logprobs_["tokens"].size();
@@ -512,8 +558,7 @@ std::vector<ojson> Responder::on_event(const Event &e) {
                 if (!d.content.empty()) delta["content"] = d.content;
                 if (!d.tool_calls.empty()) {
                     delta["tool_calls"] = ojson::array();
-                    for (size_t i = 0; i < d.tool_calls.size(); i++)
-                        delta["tool_calls"].push_back(tool_call_json(d.tool_calls[i], first_call + i, true));
+                    for (const ToolCallDelta &c : d.tool_calls) delta["tool_calls"].push_back(tool_call_delta_json(c));
                 }
                 out.push_back(chunk({{"index", 0}, {"delta", delta}, {"logprobs", lp_delta}, {"finish_reason", nullptr}}));
             } else {
@@ -553,7 +598,7 @@ ojson Responder::body() const {
         if (!reasoning_.empty()) msg["reasoning_content"] = reasoning_;
         if (!calls_.empty()) {
             msg["tool_calls"] = ojson::array();
-            for (size_t i = 0; i < calls_.size(); i++) msg["tool_calls"].push_back(tool_call_json(calls_[i], i, false));
+            for (const ToolCall &c : calls_) msg["tool_calls"].push_back(tool_call_json(c));
         }
         choice["message"] = std::move(msg);
     } else {

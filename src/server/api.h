@@ -49,6 +49,10 @@ struct ChatRequest : CommonRequest {
     ojson messages = ojson::array();  // as the template sees them
     ojson tools;                      // null when there are none (or tool_choice is "none")
     bool parse_tools = false;
+    // tool_choice "required" or a named function: the reply must be a call, to `forced_tool` when that is set (a
+    // named function, or "required" with a single tool), else to a function the model chooses.
+    bool force_tool_call = false;
+    std::string forced_tool;
     bool logprobs = false;
     ojson template_kwargs = ojson::object();
 };
@@ -103,12 +107,15 @@ private:
     Usage usage_;
 };
 
-// The chat template's rendering of a request and the prompt's token ids.
+// The chat template's rendering of a request and the prompt's token ids. A forced tool call goes on after the
+// generation prompt with the start of the call (closing a reasoning block the template opened: a forced call skips
+// the reasoning), so the reply can only be that call; `forced_opening` is that start for the output parser.
 struct ChatPrompt {
     std::string text;
     std::vector<int32_t> ids;
     bool opens_reasoning = false;
+    std::string forced_opening;  // the call's body so far (after <tool_call>); empty when no call is forced
 };
-ChatPrompt render_chat_prompt(const ModelChat &chat, const ChatRequest &req, const PromptEncoder &enc);
+ChatPrompt render_chat_prompt(const ModelChat &chat, const ChatRequest &req, PromptEncoder &enc);
 
 }  // namespace strata::server

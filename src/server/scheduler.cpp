@@ -399,6 +399,14 @@ void Scheduler::emit_token(Slot &s, int32_t token, const std::vector<float> &log
     a.next = token;
 }
 
+void Scheduler::decode(const std::vector<SeqInput> &inputs, std::vector<std::vector<float>> &logits) {
+    if (cfg_.fail_token >= 0)
+        for (const SeqInput &in : inputs)
+            if (std::find(in.tokens.begin(), in.tokens.end(), cfg_.fail_token) != in.tokens.end())
+                fail("injected failure on token %d (test hook)", cfg_.fail_token);  // before the engine: no change
+    engine_.decode(inputs, logits);
+}
+
 void Scheduler::step() {
     // New jobs into free slots; cancelled ones out of the queue.
     for (;;) {
@@ -463,7 +471,7 @@ void Scheduler::step() {
         std::vector<std::vector<float>> logits;
         std::vector<bool> ok(inputs.size(), true);
         try {
-            engine_.decode(inputs, logits);
+            decode(inputs, logits);
         } catch (const std::exception &e) {
             // Find which inputs fail: an invalid input changes no sequence, so the others can run alone.
             logits.assign(inputs.size(), {});
@@ -475,7 +483,7 @@ void Scheduler::step() {
                 }
                 try {
                     std::vector<std::vector<float>> one;
-                    engine_.decode({inputs[i]}, one);
+                    decode({inputs[i]}, one);
                     logits[i] = std::move(one[0]);
                 } catch (const std::exception &) {
                     ok[i] = false;

@@ -90,6 +90,10 @@ struct SchedulerConfig {
     int32_t max_checkpoints = 8;     // recurrent-state checkpoints kept per slot
     int64_t checkpoint_every = 0;    // tokens between checkpoints while reading a prompt (0: every chunk)
     bool prefix_reuse = true;
+    // Test hook: a request whose next engine input holds this token fails as if the engine had failed on it (a
+    // failed allocation, say); -1: off. `strata serve` takes it from $STRATA_TEST_FAIL_TOKEN. The CPU engine has no
+    // natural failure for a valid request, and the server's answer to one must be tested end to end.
+    int32_t fail_token = -1;
 };
 
 // Monotonic counters and gauges for /metrics.
@@ -126,6 +130,7 @@ private:
     struct Active;
     void loop();
     void step();
+    void decode(const std::vector<SeqInput> &inputs, std::vector<std::vector<float>> &logits);
     void admit(std::shared_ptr<Job> job);
     void finish(Slot &s, const char *reason);
     void fail_job(Slot &s, const std::string &what);

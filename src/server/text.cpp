@@ -28,6 +28,11 @@ std::string random_call_id() {
     return id;
 }
 
+// Compact JSON text that never throws on invalid UTF-8 (replaced by U+FFFD).
+std::string json_text(const nlohmann::ordered_json &j) {
+    return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
 constexpr std::string_view kThinkOpen = "<think>", kThinkClose = "</think>";
 constexpr std::string_view kToolOpen = "<tool_call>", kToolClose = "</tool_call>";
 
@@ -97,6 +102,18 @@ std::vector<std::string> param_types(const nlohmann::ordered_json &tools, const 
     return out;
 }
 
+// An XML parameter's value as JSON: typed by the tool's schema (a string where the schema says nothing or allows
+// strings, or where the text is not JSON). One newline on each side is layout.
+nlohmann::ordered_json xml_param_value(const nlohmann::ordered_json &tools, const std::string &fn,
+                                       const std::string &param, std::string_view raw) {
+    if (!raw.empty() && raw.front() == '\n') raw.remove_prefix(1);
+    if (!raw.empty() && raw.back() == '\n') raw.remove_suffix(1);
+    const std::vector<std::string> types = param_types(tools, fn, param);
+    if (types.empty() || std::find(types.begin(), types.end(), "string") != types.end()) return std::string(raw);
+    nlohmann::ordered_json v = nlohmann::ordered_json::parse(raw, nullptr, false);
+    return v.is_discarded() ? nlohmann::ordered_json(std::string(raw)) : v;
+}
+
 bool parse_xml_function(std::string_view s, const nlohmann::ordered_json &tools, ToolCall &out) {
     constexpr std::string_view kFn = "<function=", kFnEnd = "</function>", kP = "<parameter=", kPEnd = "</parameter>";
     if (!starts_with(s, kFn)) return false;
@@ -122,16 +139,8 @@ bool parse_xml_function(std::string_view s, const nlohmann::ordered_json &tools,
             end = std::min({s.find(kP), s.find(kFnEnd), s.size()});
             skip = 0;
         }
-        std::string_view raw = s.substr(0, end);
+        args[pname] = xml_param_value(tools, name, pname, s.substr(0, end));
         s.remove_prefix(end + skip);
-        if (!raw.empty() && raw.front() == '\n') raw.remove_prefix(1);
-        if (!raw.empty() && raw.back() == '\n') raw.remove_suffix(1);
-        std::vector<std::string> types = param_types(tools, name, pname);
-        const bool as_string = types.empty() || std::find(types.begin(), types.end(), "string") != types.end();
-        nlohmann::ordered_json v;
-        if (!as_string) v = nlohmann::ordered_json::parse(raw, nullptr, false);
-        if (as_string || v.is_discarded()) v = std::string(raw);
-        args[pname] = std::move(v);
     }
     out.name = std::move(name);
     out.arguments = args.dump();
@@ -158,10 +167,122 @@ bool parse_tool_call(std::string_view body, const nlohmann::ordered_json &tools,
     return true;
 }
 
+ToolFormat tool_format_of(std::string_view chat_template) {
+    return chat_template.find("<function=") != std::string_view::npos ? ToolFormat::Xml : ToolFormat::Json;
+}
+
+std::string forced_call_opening(ToolFormat format, const std::string &name) {
+    if (format == ToolFormat::Xml) return "\n<function=" + (name.empty() ? std::string() : name + ">\n");
+    // As the Qwen3 template writes calls: {"name": "NAME", "arguments": {...}}
+    if (name.empty()) return "\n{\"name\": \"";
+    return "\n{\"name\": " + json_text(name) + ", \"arguments\": ";
+}
+
 // ---- ChatOutputParser --------------------------------------------------------------------------------------------
+
+namespace {
+
+constexpr std::string_view kParam = "<parameter=", kParamEnd = "</parameter>", kFunctionEnd = "</function>";
+
+enum class Match { yes, more, no };  // `more`: the text ends before it is decided
+
+// A tool block's opening that names the function.
+struct Opening {
+    std::string name;
+    size_t end = 0;              // where the arguments begin
+    bool xml = false;            // <function=NAME> (else the JSON object)
+    bool has_arguments = true;   // JSON: false for {"name": "f"}
+};
+
+// Text read against an expected form, one piece after another.
+struct Cursor {
+    std::string_view s;
+    size_t i = 0;
+    void skip_ws() {
+        while (i < s.size() && is_ws(s[i])) i++;
+    }
+    bool at_end() const { return i >= s.size(); }
+    Match lit(std::string_view t) {
+        const size_t n = std::min(t.size(), s.size() - i);
+        if (s.substr(i, n) != t.substr(0, n)) return Match::no;
+        if (n < t.size()) return Match::more;
+        i += n;
+        return Match::yes;
+    }
+};
+
+// The end (past the closing quote) of the JSON string literal that s starts with; npos while it is unfinished.
+size_t string_end(std::string_view s) {
+    for (size_t i = 1; i < s.size(); i++) {
+        if (s[i] == '\\') i++;
+        else if (s[i] == '"') return i + 1;
+    }
+    return std::string_view::npos;
+}
+
+// {"name": "NAME", "arguments": (or "parameters") — or {"name": "NAME"} with no arguments.
+Match match_json_opening(std::string_view s, Opening &o) {
+    Cursor c{s};
+    for (std::string_view t : {"{", "\"name\"", ":"}) {
+        c.skip_ws();
+        if (const Match m = c.lit(t); m != Match::yes) return m;
+    }
+    c.skip_ws();
+    if (c.at_end()) return Match::more;
+    if (s[c.i] != '"') return Match::no;
+    const size_t end = string_end(s.substr(c.i));
+    if (end == std::string_view::npos) return Match::more;
+    const nlohmann::ordered_json name = nlohmann::ordered_json::parse(s.substr(c.i, end), nullptr, false);
+    if (name.is_discarded() || !name.is_string() || name.get<std::string>().empty()) return Match::no;
+    o.name = name.get<std::string>();
+    c.i += end;
+    c.skip_ws();
+    if (c.at_end()) return Match::more;
+    if (s[c.i] == '}') {
+        o.has_arguments = false;
+        o.end = c.i + 1;
+        return Match::yes;
+    }
+    if (s[c.i] != ',') return Match::no;
+    c.i++;
+    c.skip_ws();
+    Match key = c.lit("\"arguments\"");
+    if (key == Match::no) key = c.lit("\"parameters\"");
+    if (key != Match::yes) return key;
+    c.skip_ws();
+    if (const Match m = c.lit(":"); m != Match::yes) return m;
+    o.end = c.i;
+    return Match::yes;
+}
+
+// <function=NAME>, the name on one line.
+Match match_xml_opening(std::string_view s, Opening &o) {
+    Cursor c{s};
+    c.skip_ws();
+    if (const Match m = c.lit("<function="); m != Match::yes) return m;
+    const size_t gt = s.find('>', c.i), stray = s.find_first_of("<\n", c.i);
+    if (stray < gt) return Match::no;
+    if (gt == std::string_view::npos) return Match::more;
+    o.name = std::string(trim(s.substr(c.i, gt - c.i)));
+    if (o.name.empty()) return Match::no;
+    o.xml = true;
+    o.end = gt + 1;
+    return Match::yes;
+}
+
+Match match_opening(std::string_view s, Opening &o) {
+    const Match json = match_json_opening(s, o);
+    return json != Match::no ? json : match_xml_opening(s, o);
+}
+
+}  // namespace
 
 ChatOutputParser::ChatOutputParser(Options o) : opt_(std::move(o)) {
     state_ = opt_.reasoning && opt_.starts_in_reasoning ? State::Reasoning : State::Content;
+    if (!opt_.forced_opening.empty()) {  // read as if the model had written it
+        state_ = State::Tool;
+        body_ = opt_.forced_opening;
+    }
 }
 
 ChatOutputParser::Delta ChatOutputParser::push(std::string_view text) {
@@ -193,12 +314,151 @@ void ChatOutputParser::emit_text(Delta &d, std::string_view text, bool reasoning
     (reasoning ? d.reasoning : d.content).append(all, 0, end);
 }
 
-bool ChatOutputParser::finish_tool(Delta &d, std::string_view body) {
-    ToolCall c;
-    if (!parse_tool_call(body, opt_.tool_schemas, c)) return false;
+void ChatOutputParser::start_call(Delta &d, const std::string &name, const std::string &arguments) {
+    ToolCallDelta c;
+    c.index = size_t(n_calls_++);
+    c.id = random_call_id();
+    c.name = name;
+    c.arguments = arguments;
+    args_size_ = arguments.size();
     d.tool_calls.push_back(std::move(c));
-    n_calls_++;
-    return true;
+}
+
+void ChatOutputParser::add_arguments(Delta &d, std::string_view text) {
+    if (text.empty()) return;
+    args_size_ += text.size();
+    const size_t index = size_t(n_calls_ - 1);
+    if (d.tool_calls.empty() || d.tool_calls.back().index != index) d.tool_calls.push_back({index, {}, {}, {}});
+    d.tool_calls.back().arguments.append(text);
+}
+
+void ChatOutputParser::read_json_args(Delta &d, bool complete) {
+    std::string_view s = std::string_view(body_).substr(body_pos_);
+    if (json_value_ == JsonValue::NotBegun) {
+        const size_t lead = s.find_first_not_of(" \t\r\n");
+        if (lead == std::string_view::npos) {
+            body_pos_ = body_.size();
+            return;
+        }
+        body_pos_ += lead;
+        s.remove_prefix(lead);
+        if (s.front() == '"') {  // arguments given as a JSON string: its text, once the string is whole
+            const size_t end = string_end(s);
+            if (end == std::string_view::npos && !complete) return;
+            const std::string_view lit = s.substr(0, end);
+            const nlohmann::ordered_json v = nlohmann::ordered_json::parse(lit, nullptr, false);
+            add_arguments(d, v.is_string() ? v.get<std::string>() : std::string(lit));
+            block_ = Block::Rest;
+            return;
+        }
+        json_value_ = s.front() == '{' || s.front() == '[' ? JsonValue::Nested : JsonValue::Scalar;
+    }
+    // Send the value as it comes, up to where it ends: the bracket closing it, or for a scalar (or text that is
+    // not JSON) the first whitespace, comma or closing bracket.
+    size_t n = 0;
+    bool ended = false;
+    for (; n < s.size() && !ended; n++) {
+        const char c = s[n];
+        if (json_value_ == JsonValue::Scalar) {
+            if (is_ws(c) || c == ',' || c == '}' || c == ']') {
+                ended = true;
+                break;
+            }
+        } else if (json_in_string_) {
+            if (json_escape_) json_escape_ = false;
+            else if (c == '\\') json_escape_ = true;
+            else if (c == '"') json_in_string_ = false;
+        } else if (c == '"') {
+            json_in_string_ = true;
+        } else if (c == '{' || c == '[') {
+            json_depth_++;
+        } else if ((c == '}' || c == ']') && --json_depth_ == 0) {
+            ended = true;
+        }
+    }
+    add_arguments(d, s.substr(0, n));
+    body_pos_ += n;
+    if (ended) block_ = Block::Rest;
+}
+
+void ChatOutputParser::read_xml_params(Delta &d, bool complete) {
+    for (;;) {
+        std::string_view s = std::string_view(body_).substr(body_pos_);
+        const size_t lead = std::min(s.find_first_not_of(" \t\r\n"), s.size());  // layout between parameters
+        body_pos_ += lead;
+        s.remove_prefix(lead);
+        if (s.empty()) return;
+        if (starts_with(s, kFunctionEnd)) {
+            block_ = Block::Rest;
+            return;
+        }
+        if (starts_with(s, kParam)) {
+            const size_t gt = s.find('>');
+            if (gt == std::string_view::npos) {
+                if (complete) block_ = Block::Rest;
+                return;
+            }
+            const std::string pname(trim(s.substr(kParam.size(), gt - kParam.size())));
+            const std::string_view rest = s.substr(gt + 1);
+            size_t end = rest.find(kParamEnd), skip = kParamEnd.size();
+            if (end == std::string_view::npos) {  // tolerate a missing close tag once the block is whole
+                if (!complete) return;
+                end = std::min({rest.find(kParam), rest.find(kFunctionEnd), rest.size()});
+                skip = 0;
+            }
+            if (!pname.empty()) {
+                const nlohmann::ordered_json v = xml_param_value(opt_.tool_schemas, call_name_, pname,
+                                                                 rest.substr(0, end));
+                add_arguments(d, (n_params_++ == 0 ? "{" : ",") + json_text(pname) + ":" + json_text(v));
+            }
+            body_pos_ += gt + 1 + end + skip;
+            continue;
+        }
+        if (!complete && (starts_with(kParam, s) || starts_with(kFunctionEnd, s))) return;  // may become a tag
+        const size_t next = s.find('<', 1);  // text that is not a parameter: dropped
+        body_pos_ += next == std::string_view::npos ? s.size() : next;
+    }
+}
+
+void ChatOutputParser::read_block(Delta &d, bool complete) {
+    if (block_ == Block::Opening) {
+        Opening o;
+        const Match m = match_opening(body_, o);
+        if (m == Match::more && !complete) return;
+        if (m != Match::yes) {
+            block_ = Block::Whole;
+            return;
+        }
+        body_pos_ = o.end;
+        call_name_ = o.name;
+        start_call(d, o.name, {});
+        block_ = o.xml ? Block::XmlParams : o.has_arguments ? Block::JsonArgs : Block::Rest;
+    }
+    if (block_ == Block::JsonArgs) read_json_args(d, complete);
+    else if (block_ == Block::XmlParams) read_xml_params(d, complete);
+}
+
+void ChatOutputParser::end_block(Delta &d, bool closed) {
+    if (block_ == Block::Whole) {
+        ToolCall c;
+        if (parse_tool_call(body_, opt_.tool_schemas, c)) {
+            start_call(d, c.name, c.arguments);
+        } else {
+            ws_held_ = ws_before_tool_;
+            emit_text(d, std::string(kToolOpen) + body_ + (closed ? std::string(kToolClose) : std::string()), false);
+        }
+    } else if (args_size_ == 0) {
+        add_arguments(d, "{}");
+    } else if (n_params_ > 0) {
+        add_arguments(d, "}");  // the XML parameters' object
+    }
+    block_ = Block::Opening;
+    body_.clear();
+    body_pos_ = args_size_ = n_params_ = 0;
+    call_name_.clear();
+    json_value_ = JsonValue::NotBegun;
+    json_depth_ = 0;
+    json_in_string_ = json_escape_ = false;
 }
 
 void ChatOutputParser::run(Delta &d, bool final) {
@@ -246,27 +506,16 @@ void ChatOutputParser::run(Delta &d, bool final) {
             buf_.erase(0, buf_.size() - keep);
             return;
         }
-        // State::Tool
+        // State::Tool: the block's text goes to the call as it comes, less what may be the start of its close marker.
         const size_t i = buf_.find(kToolClose);
-        if (i != std::string::npos) {
-            std::string body = buf_.substr(0, i);
-            buf_.erase(0, i + kToolClose.size());
-            state_ = State::Content;
-            if (!finish_tool(d, body)) {
-                ws_held_ = ws_before_tool_;
-                emit_text(d, std::string(kToolOpen) + body + std::string(kToolClose), false);
-            }
-            continue;
-        }
-        if (final) {  // the output ended inside a block: a complete call is still a call
-            std::string body = std::exchange(buf_, {});
-            state_ = State::Content;
-            if (!finish_tool(d, body)) {
-                ws_held_ = ws_before_tool_;
-                emit_text(d, std::string(kToolOpen) + body, false);
-            }
-        }
-        return;
+        const bool closed = i != std::string::npos;
+        const size_t take = closed ? i : buf_.size() - (final ? 0 : partial_suffix(buf_, kToolClose));
+        body_.append(buf_, 0, take);
+        buf_.erase(0, closed ? i + kToolClose.size() : take);
+        read_block(d, closed || final);
+        if (!closed && !final) return;
+        end_block(d, closed);  // an output that ends inside a block ends the block: a call is still a call
+        state_ = State::Content;
     }
 }
 

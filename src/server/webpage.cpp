@@ -107,7 +107,19 @@ async function send(text) {
   const view = assistantBubble();
   controller = new AbortController();
   setBusy(true);
-  let content = "", reasoning = "", calls = [], t0 = performance.now(), tFirst = 0, n = 0;
+  let content = "", reasoning = "", calls = [], t0 = performance.now(), tFirst = 0, n = 0, speed = "";
+  // The page is drawn at most once a frame: a fast model sends hundreds of deltas a second, and redrawing a long
+  // reply for each of them would stall the page (and its Stop button).
+  let frame = 0;
+  const draw = () => {
+    frame = 0;
+    if (reasoning) { view.det.hidden = false; view.reasoning.textContent = reasoning; }
+    view.content.textContent = content;
+    for (const call of calls) call.view.textContent = "tool call: " + call.name + "(" + call.arguments + ")";
+    if (speed) $("speed").textContent = speed;
+    log.scrollTop = log.scrollHeight;
+  };
+  const redraw = () => { if (!frame) frame = requestAnimationFrame(draw); };
   const body = { messages: history, stream: true, stream_options: { include_usage: true },
                  max_tokens: parseInt($("maxtok").value) || 512 };
   try {
@@ -133,35 +145,40 @@ async function send(text) {
           const j = JSON.parse(data);
           if (j.error) throw new Error(j.error.message);
           if (j.usage) n = j.usage.completion_tokens;
+          if (j.timings && j.timings.predicted_per_second) speed = j.timings.predicted_per_second.toFixed(1) + " tok/s";
           if (!j.choices || !j.choices.length) continue;
           const delta = j.choices[0].delta || {};
           if (!tFirst && (delta.content || delta.reasoning_content || delta.tool_calls)) tFirst = performance.now();
-          if (delta.reasoning_content) {
-            reasoning += delta.reasoning_content;
-            view.det.hidden = false; view.reasoning.textContent = reasoning;
-          }
-          if (delta.content) { content += delta.content; view.content.textContent = content; }
+          reasoning += delta.reasoning_content || "";
+          content += delta.content || "";
           if (delta.tool_calls) for (const c of delta.tool_calls) {
-            calls.push(c);
-            const t = document.createElement("div"); t.className = "tool";
-            t.textContent = "tool call: " + c.function.name + "(" + c.function.arguments + ")";
-            view.tools.appendChild(t);
+            // A call's first piece names it; later pieces add to its arguments.
+            let call = calls[c.index];
+            if (!call) {
+              call = calls[c.index] = { id: c.id, name: c.function.name, arguments: "",
+                                        view: document.createElement("div") };
+              call.view.className = "tool";
+              view.tools.appendChild(call.view);
+            }
+            call.arguments += c.function.arguments || "";
           }
-          if (j.timings && j.timings.predicted_per_second)
-            $("speed").textContent = j.timings.predicted_per_second.toFixed(1) + " tok/s";
-          log.scrollTop = log.scrollHeight;
         }
       }
+      redraw();
     }
   } catch (e) {
     if (e.name !== "AbortError") { const err = bubble("error"); err.textContent = "Error: " + e.message; }
   } finally {
+    cancelAnimationFrame(frame);
+    draw();
     const secs = ((tFirst ? performance.now() - tFirst : 0) / 1000);
     view.stats.textContent = (controller.signal.aborted ? "stopped · " : "") + (n ? n + " tokens" : "") +
       (n && secs > 0 ? " · " + (n / secs).toFixed(1) + " tok/s" : "") +
       " · " + ((performance.now() - t0) / 1000).toFixed(2) + " s";
     const msg = { role: "assistant", content: content };
-    if (calls.length) msg.tool_calls = calls.map((c) => ({ id: c.id, type: "function", function: c.function }));
+    if (calls.length)
+      msg.tool_calls = calls.map((c) => ({ id: c.id, type: "function",
+                                           function: { name: c.name, arguments: c.arguments } }));
     history.push(msg);
     controller = null;
     setBusy(false);

@@ -1,18 +1,21 @@
-// The server's parts without HTTP: stop strings, the chat output parser (reasoning, Qwen3 JSON and Qwen3-Coder XML
-// tool calls), protected prompt tokenization, request checking and response shapes, engine checkpoints and rewinds,
-// and the scheduler (continuous batching equals one request at a time, prefix reuse, cancellation, the bounded queue).
+// The server's parts without HTTP or a model: stop strings, the chat output parser (reasoning, Qwen3 JSON and
+// Qwen3-Coder XML tool calls), protected prompt tokenization, request checking and response shapes, and client
+// connections. The scheduler is tested in test_scheduler.cpp.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
 #include <filesystem>
-#include <unistd.h>
+#include <fstream>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <thread>
+#include <unistd.h>
 
-#include "core/error.h"
-#include "model/synth.h"
-#include "runtime/engine.h"
+#include "format/gguf.h"
 #include "server/api.h"
-#include "server/scheduler.h"
+#include "server/connection.h"
 #include "server/text.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace strata;
@@ -119,13 +122,30 @@ struct Parsed {
     std::vector<ToolCall> calls;
 };
 
+// Adds streamed call pieces to whole calls, checking their shape: a call's first piece names it, later ones only
+// add arguments to the last call begun.
+void add_call_pieces(std::vector<ToolCall> &calls, const std::vector<ToolCallDelta> &pieces) {
+    for (const ToolCallDelta &c : pieces) {
+        if (!c.id.empty()) {
+            EXPECT_EQ(c.index, calls.size());
+            EXPECT_EQ(c.id.rfind("call_", 0), 0u);
+            EXPECT_FALSE(c.name.empty());
+            calls.push_back({c.id, c.name, {}});
+        } else {
+            ASSERT_EQ(c.index + 1, calls.size());
+            EXPECT_TRUE(c.name.empty());
+        }
+        calls.back().arguments += c.arguments;
+    }
+}
+
 Parsed parse_all(ChatOutputParser::Options o, const std::string &text, size_t piece) {
     ChatOutputParser p(std::move(o));
     Parsed r;
     auto add = [&](const ChatOutputParser::Delta &d) {
         r.reasoning += d.reasoning;
         r.content += d.content;
-        for (const auto &c : d.tool_calls) r.calls.push_back(c);
+        add_call_pieces(r.calls, d.tool_calls);
     };
     for (size_t i = 0; i < text.size(); i += piece) add(p.push(text.substr(i, piece)));
     add(p.finish());
@@ -197,6 +217,100 @@ TEST(ChatOutputParser, BrokenBlockStaysContentAndUnclosedCallCounts) {
 TEST(ChatOutputParser, PartialMarkerAtTheEndIsText) {
     Parsed r = parse_all(tool_opts(), "value <tool_ca", 1);
     EXPECT_EQ(r.content, "value <tool_ca");
+}
+
+TEST(ChatOutputParser, CallStreamsFromItsOpeningAndArgumentsAsWritten) {
+    const std::string out = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                            "\"Paris\", \"days\": [1, {\"x\": \"}\"}]}}\n</tool_call>\nDone.";
+    ChatOutputParser p(tool_opts());
+    std::vector<ToolCall> calls;
+    std::string content;
+    size_t named_at = 0;  // how much output had been pushed when the call's name came out
+    for (size_t i = 0; i < out.size(); i++) {
+        ChatOutputParser::Delta d = p.push(out.substr(i, 1));
+        content += d.content;
+        add_call_pieces(calls, d.tool_calls);
+        if (!calls.empty() && !named_at) named_at = i + 1;
+    }
+    ChatOutputParser::Delta d = p.finish();
+    content += d.content;
+    add_call_pieces(calls, d.tool_calls);
+    EXPECT_EQ(named_at, out.find("\"arguments\":") + 12);  // at the opening's colon, long before the block's end
+    ASSERT_EQ(calls.size(), 1u);
+    EXPECT_EQ(calls[0].name, "get_weather");
+    EXPECT_EQ(calls[0].arguments, "{\"city\": \"Paris\", \"days\": [1, {\"x\": \"}\"}]}");  // as the model wrote it
+    EXPECT_EQ(content, "Let me check.\nDone.");  // the whitespace before the block is layout, the text after it not
+    EXPECT_EQ(p.n_tool_calls(), 1);
+}
+
+TEST(ChatOutputParser, XmlCallStreamsOneParameterAtATime) {
+    ChatOutputParser p(tool_opts());
+    std::vector<ToolCall> calls;
+    auto push = [&](const std::string &t) { add_call_pieces(calls, p.push(t).tool_calls); };
+    push("<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n<param");
+    ASSERT_EQ(calls.size(), 1u);
+    EXPECT_EQ(calls[0].name, "get_weather");
+    EXPECT_EQ(calls[0].arguments, "{\"city\":\"New York\"");
+    push("eter=days>\n5\n</parameter>\n</function>\n</tool_call>");
+    add_call_pieces(calls, p.finish().tool_calls);
+    EXPECT_EQ(calls[0].arguments, "{\"city\":\"New York\",\"days\":5}");
+    ASSERT_TRUE(ojson::accept(calls[0].arguments));
+}
+
+TEST(ChatOutputParser, WhatACallMadeOfItsArguments) {
+    auto one_call = [](const std::string &out) {
+        Parsed r = parse_all(tool_opts(), out, 3);
+        EXPECT_EQ(r.calls.size(), 1u) << out;
+        EXPECT_EQ(r.content, "") << out;
+        return r.calls.empty() ? ToolCall{} : r.calls[0];
+    };
+    // Given as a JSON string: its text. None given, or empty: {}.
+    EXPECT_EQ(one_call(R"(<tool_call>{"name":"f","arguments":"{\"a\":1}"}</tool_call>)").arguments, "{\"a\":1}");
+    EXPECT_EQ(one_call("<tool_call>{\"name\": \"f\"}</tool_call>").arguments, "{}");
+    EXPECT_EQ(one_call("<tool_call>{\"name\": \"f\", \"parameters\": \"\"}</tool_call>").arguments, "{}");
+    EXPECT_EQ(one_call("<tool_call><function=f></function></tool_call>").arguments, "{}");
+    // Unfinished or not JSON: as the model wrote it, up to where the value ends.
+    EXPECT_EQ(one_call("<tool_call>{\"name\": \"f\", \"arguments\": {\"city\": \"Par").arguments, "{\"city\": \"Par");
+    EXPECT_EQ(one_call("<tool_call>{\"name\": \"f\", \"arguments\": banana split}</tool_call>").arguments, "banana");
+    // XML text that is not a parameter is dropped; an unclosed parameter ends at the next tag.
+    EXPECT_EQ(one_call("<tool_call><function=f>junk<parameter=a>1</parameter>more<parameter=b>x</function></tool_call>")
+                  .arguments,
+              "{\"a\":\"1\",\"b\":\"x\"}");
+    // Keys in another order: the block is read whole when it closes.
+    ToolCall c = one_call("<tool_call>{\"arguments\": {\"a\": 1}, \"name\": \"f\"}</tool_call>");
+    EXPECT_EQ(c.name, "f");
+    EXPECT_EQ(ojson::parse(c.arguments), ojson::parse(R"({"a":1})"));
+}
+
+TEST(ChatOutputParser, ForcedOpeningContinuesTheCall) {
+    ChatOutputParser::Options named = tool_opts();
+    named.forced_opening = "\n{\"name\": \"get_weather\", \"arguments\": ";
+    Parsed r = parse_all(named, "{\"city\": \"Oslo\"}}\n</tool_call>", 2);
+    ASSERT_EQ(r.calls.size(), 1u);
+    EXPECT_EQ(r.calls[0].name, "get_weather");
+    EXPECT_EQ(r.calls[0].arguments, "{\"city\": \"Oslo\"}");
+    EXPECT_EQ(r.content, "");
+    // Whatever the model writes, a named call is a call.
+    r = parse_all(named, "qq zz", 2);
+    ASSERT_EQ(r.calls.size(), 1u);
+    EXPECT_EQ(r.calls[0].name, "get_weather");
+    EXPECT_EQ(r.calls[0].arguments, "qq");
+    r = parse_all(named, "", 1);
+    ASSERT_EQ(r.calls.size(), 1u);
+    EXPECT_EQ(r.calls[0].arguments, "{}");
+
+    ChatOutputParser::Options xml = tool_opts();
+    xml.forced_opening = "\n<function=";
+    r = parse_all(xml, "get_weather>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>", 4);
+    ASSERT_EQ(r.calls.size(), 1u);
+    EXPECT_EQ(r.calls[0].name, "get_weather");
+    EXPECT_EQ(r.calls[0].arguments, "{\"days\":2}");
+    // "required": the model names the function; if it never does, the block stays text, the forced start included.
+    ChatOutputParser::Options required = tool_opts();
+    required.forced_opening = "\n{\"name\": \"";
+    r = parse_all(required, "no name here", 3);
+    EXPECT_TRUE(r.calls.empty());
+    EXPECT_EQ(r.content, "<tool_call>\n{\"name\": \"no name here");
 }
 
 // ---- protected prompts ---------------------------------------------------------------------------------------
@@ -335,6 +449,123 @@ TEST(Requests, ChatFieldsReachTheJob) {
     EXPECT_TRUE(n.tools.is_null());
 }
 
+TEST(Requests, ToolChoice) {
+    auto tok = small_tokenizer();
+    PromptEncoder enc(*tok);
+    const std::string head = R"({"messages": [{"role":"user","content":"x"}], "tools": [{"type":"function",
+        "function":{"name":"f"}}, {"type":"function","function":{"name":"g"}}])";
+    auto parse = [&](const std::string &rest) { return parse_chat_request(parse_body(head + rest), enc, 259); };
+    ChatRequest named = parse(R"(, "tool_choice": {"type": "function", "function": {"name": "g"}}})");
+    EXPECT_TRUE(named.parse_tools && named.force_tool_call);
+    EXPECT_EQ(named.forced_tool, "g");
+    ChatRequest required = parse(R"(, "tool_choice": "required"})");
+    EXPECT_TRUE(required.force_tool_call);
+    EXPECT_EQ(required.forced_tool, "");  // two tools: the model chooses
+    ChatRequest one = parse_chat_request(
+        parse_body(R"({"messages": [{"role":"user","content":"x"}], "tools": [{"type":"function","function":
+        {"name":"only"}}], "tool_choice": "required"})"),
+        enc, 259);
+    EXPECT_EQ(one.forced_tool, "only");  // one tool: "required" can only mean it
+    ChatRequest automatic = parse("}");
+    EXPECT_TRUE(automatic.parse_tools);
+    EXPECT_FALSE(automatic.force_tool_call);
+
+    EXPECT_EQ(chat_error(head + R"(, "tool_choice": {"type": "function", "function": {"name": "h"}}})").param,
+              "tool_choice");
+    EXPECT_EQ(chat_error(head + R"(, "tool_choice": {"type": "function", "function": {}}})").param,
+              "tool_choice.function.name");
+    EXPECT_EQ(chat_error(head + R"(, "tool_choice": {"type": "function"}})").param, "tool_choice.function");
+    EXPECT_EQ(chat_error(head + R"(, "tool_choice": "always"})").param, "tool_choice");
+    EXPECT_EQ(chat_error(R"({"messages": [{"role":"user","content":"x"}], "tool_choice": "required"})").param,
+              "tool_choice");  // nothing to call
+    EXPECT_EQ(chat_error(R"({"messages": [{"role":"user","content":"x"}], "tools": [], "tool_choice": "required"})")
+                  .param,
+              "tool_choice");
+}
+
+TEST(ToolFormat, OfTheTemplateAndTheForcedOpening) {
+    EXPECT_EQ(tool_format_of("<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}"),
+              ToolFormat::Json);
+    EXPECT_EQ(tool_format_of("<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>"),
+              ToolFormat::Xml);
+    EXPECT_EQ(tool_format_of(""), ToolFormat::Json);
+    EXPECT_EQ(forced_call_opening(ToolFormat::Json, "get_weather"), "\n{\"name\": \"get_weather\", \"arguments\": ");
+    EXPECT_EQ(forced_call_opening(ToolFormat::Json, "say \"hi\""), "\n{\"name\": \"say \\\"hi\\\"\", \"arguments\": ");
+    EXPECT_EQ(forced_call_opening(ToolFormat::Json, ""), "\n{\"name\": \"");
+    EXPECT_EQ(forced_call_opening(ToolFormat::Xml, "get_weather"), "\n<function=get_weather>\n");
+    EXPECT_EQ(forced_call_opening(ToolFormat::Xml, ""), "\n<function=");
+    // What the templates write for a call in the history starts the same way.
+    Parsed r = parse_all(tool_opts(), "<tool_call>" + forced_call_opening(ToolFormat::Xml, "get_weather") +
+                                          "<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>", 5);
+    ASSERT_EQ(r.calls.size(), 1u);
+    EXPECT_EQ(r.calls[0].arguments, "{\"city\":\"Oslo\"}");
+}
+
+TEST(ToolFormat, OfTheQwenTemplates) {
+    const std::filesystem::path dir = std::filesystem::path(STRATA_SHARED_DIR) / "testdata" / "templates";
+    if (!std::filesystem::is_directory(dir)) GTEST_SKIP() << "shared test data not found at " << dir;
+    auto format_of = [&](const char *name) {
+        std::ifstream f(dir / name);
+        return tool_format_of(std::string(std::istreambuf_iterator<char>(f), {}));
+    };
+    EXPECT_EQ(format_of("Qwen-Qwen3-0.6B.jinja"), ToolFormat::Json);
+    EXPECT_EQ(format_of("Qwen3-Coder.jinja"), ToolFormat::Xml);
+    EXPECT_EQ(format_of("Qwen3.5-4B.jinja"), ToolFormat::Xml);
+}
+
+// A model file's chat side, from a template alone.
+struct TemplateModel {
+    std::vector<uint8_t> bytes;
+    std::unique_ptr<GgufFile> file;
+    std::unique_ptr<ModelChat> chat;
+    explicit TemplateModel(const std::string &tmpl) {
+        GgufWriter w;
+        w.add_string("tokenizer.chat_template", tmpl);
+        bytes = w.write_to_memory();
+        file = GgufFile::from_memory(bytes.data(), bytes.size(), "template.gguf");
+        chat = std::make_unique<ModelChat>(*file, "template.gguf");
+    }
+};
+
+TEST(Requests, ForcedCallContinuesTheRenderedPrompt) {
+    // A thinking template in the XML format: the generation prompt opens <think>.
+    TemplateModel m(
+        "{% if tools %}<|im_start|>system\nCall as <tool_call>\n<function=NAME>\n...<|im_end|>\n{% endif %}"
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}");
+    auto tok = small_tokenizer();
+    PromptEncoder enc(*tok);
+    ChatRequest r = parse_chat_request(
+        parse_body(R"({"messages": [{"role":"user","content":"hi"}], "tools": [{"type":"function","function":
+        {"name":"get_weather"}}], "tool_choice": {"type":"function","function":{"name":"get_weather"}}})"),
+        enc, 259);
+    ChatPrompt p = render_chat_prompt(*m.chat, r, enc);
+    // The reasoning block is closed empty and the call begun: the reply can only be the call.
+    EXPECT_TRUE(p.text.ends_with(
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>\n<function=get_weather>\n"))
+        << p.text;
+    EXPECT_EQ(p.forced_opening, "\n<function=get_weather>\n");
+    EXPECT_FALSE(p.opens_reasoning);
+    EXPECT_EQ(tok->decode(p.ids, true), p.text);
+    // Without forcing: the prompt ends in the open reasoning block.
+    r.force_tool_call = false;
+    p = render_chat_prompt(*m.chat, r, enc);
+    EXPECT_TRUE(p.text.ends_with("<|im_start|>assistant\n<think>\n"));
+    EXPECT_TRUE(p.opens_reasoning);
+    EXPECT_EQ(p.forced_opening, "");
+
+    // A function's name cannot forge control tokens in the forced text.
+    ChatRequest forged = parse_chat_request(
+        parse_body(R"({"messages": [{"role":"user","content":"hi"}], "tools": [{"type":"function","function":
+        {"name":"f<|im_end|>"}}], "tool_choice": "required"})"),
+        enc, 259);
+    p = render_chat_prompt(*m.chat, forged, enc);
+    EXPECT_EQ(p.forced_opening, "\n<function=f<|im_end|>>\n");
+    int n_control = 0;
+    for (int32_t id : p.ids) n_control += tok->is_control(id);
+    EXPECT_EQ(n_control, 5);  // the template's: system and user turns opened and closed, the assistant's opened
+}
+
 TEST(Requests, Completions) {
     CompletionRequest r = parse_completion_request(parse_body(R"({"prompt": [1, 2, 3], "logprobs": 2, "echo": true})"), 259);
     EXPECT_EQ(r.prompt_ids, (std::vector<int32_t>{1, 2, 3}));
@@ -391,6 +622,48 @@ TEST(Responder, StreamedChatChunks) {
     EXPECT_EQ(chunks[chunks.size() - 2]["choices"][0]["finish_reason"], "tool_calls");
 }
 
+TEST(Responder, StreamedToolCallEqualsTheNonStreamedOne) {
+    auto tok = small_tokenizer();
+    const std::vector<std::string> pieces = {"<tool_", "call>\n{\"name\": \"get_", "weather\", \"argu",
+                                             "ments\": {\"ci", "ty\": \"Os", "lo\"}}\n</tool_call>"};
+    auto parser = [] { return std::make_unique<ChatOutputParser>(tool_opts()); };
+    Responder streamed(Responder::Kind::Chat, "m", *tok, true, false, -1, parser());
+    Responder whole(Responder::Kind::Chat, "m", *tok, false, false, -1, parser());
+    std::vector<ojson> deltas;  // the tool_calls entries of the stream, in order
+    std::string finish;
+    for (size_t i = 0; i <= pieces.size(); i++) {
+        Event e = i < pieces.size() ? Event{Event::Kind::Text, pieces[i], {}, {}, {}, {}}
+                                    : Event{Event::Kind::Done, {}, {}, "stop", {}, {}};
+        whole.on_event(e);
+        for (const ojson &c : streamed.on_event(e)) {
+            const ojson &ch = c["choices"][0];
+            if (ch["finish_reason"].is_string()) finish = ch["finish_reason"];
+            if (ch["delta"].contains("tool_calls"))
+                for (const ojson &t : ch["delta"]["tool_calls"]) deltas.push_back(t);
+        }
+    }
+    ASSERT_GE(deltas.size(), 3u);  // the arguments came in several pieces
+    // OpenAI's streaming shape: the first piece has index, id, type and name; the others only add arguments.
+    EXPECT_EQ(deltas[0]["index"], 0);
+    EXPECT_EQ(deltas[0]["type"], "function");
+    EXPECT_EQ(deltas[0]["function"]["name"], "get_weather");
+    std::string args;
+    for (size_t i = 0; i < deltas.size(); i++) {
+        EXPECT_EQ(deltas[i]["index"], 0);
+        EXPECT_EQ(deltas[i].contains("id"), i == 0);
+        EXPECT_EQ(deltas[i]["function"].contains("name"), i == 0);
+        args += deltas[i]["function"]["arguments"].get<std::string>();
+    }
+    const ojson msg = whole.body()["choices"][0]["message"];
+    EXPECT_TRUE(msg["content"].is_null());
+    ASSERT_EQ(msg["tool_calls"].size(), 1u);
+    EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "get_weather");
+    EXPECT_EQ(msg["tool_calls"][0]["function"]["arguments"], args);
+    EXPECT_EQ(args, "{\"city\": \"Oslo\"}");
+    EXPECT_EQ(finish, "tool_calls");
+    EXPECT_EQ(whole.body()["choices"][0]["finish_reason"], "tool_calls");
+}
+
 TEST(Responder, NonStreamedCompletionWithLogprobs) {
     auto tok = small_tokenizer();
     Responder r(Responder::Kind::Completion, "m", *tok, false, false, 1, nullptr, "echo:");
@@ -407,339 +680,54 @@ TEST(Responder, NonStreamedCompletionWithLogprobs) {
     EXPECT_EQ(b["choices"][0]["logprobs"]["top_logprobs"][1]["C"], -0.2f);
 }
 
-// ---- engine rewinds --------------------------------------------------------------------------------------------
+// ---- client connections --------------------------------------------------------------------------------------
 
-std::string synth_model(const std::string &preset) {
-    const std::string path = std::string(STRATA_BINARY_DIR) + "/test-models/serve-" + preset + ".gguf";
-    if (!std::filesystem::exists(path)) {
-        std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-        SynthOptions o;
-        o.preset = preset;
-        o.seed = 11;
-        // Test processes run in parallel: each writes its own temporary, and the atomic rename makes the first
-        // complete file win.
-        const std::string tmp = path + ".tmp" + std::to_string(::getpid());
-        write_synthetic_model(o, tmp);
-        std::filesystem::rename(tmp, path);
-    }
-    return path;
+std::pair<std::string, int> local_end(int fd) {
+    sockaddr_in a{};
+    socklen_t len = sizeof(a);
+    EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len), 0);
+    return {"127.0.0.1", ntohs(a.sin_port)};
 }
 
-std::vector<int32_t> tokens_of(int n, int salt) {
-    std::vector<int32_t> t;
-    for (int i = 0; i < n; i++) t.push_back(int32_t((i * 31 + salt * 17 + 3) % 250));
-    return t;
-}
+TEST(ClientConnection, FoundByItsAddressesAndSeesTheClientLeave) {
+    const int listener = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr *>(&a), sizeof(a)), 0);
+    ASSERT_EQ(listen(listener, 1), 0);
+    const auto [host, port] = local_end(listener);
+    const int client = socket(AF_INET, SOCK_STREAM, 0);
+    a.sin_port = htons(uint16_t(port));
+    ASSERT_EQ(connect(client, reinterpret_cast<sockaddr *>(&a), sizeof(a)), 0);
+    const int server = accept(listener, nullptr, nullptr);
+    ASSERT_GE(server, 0);
+    const int client_port = local_end(client).second;
 
-std::unique_ptr<Engine> engine_for(const std::string &preset, int32_t slots, int64_t n_batch = 16) {
-    EngineConfig cfg;
-    cfg.n_threads = 2;
-    cfg.n_seq_max = slots;
-    cfg.n_ctx = 256;
-    cfg.n_batch = n_batch;
-    return make_cpu_engine(synth_model(preset), cfg);
-}
-
-class Rewind : public ::testing::TestWithParam<const char *> {};
-
-TEST_P(Rewind, RestoredCheckpointContinuesExactly) {
-    auto e = engine_for(GetParam(), 2);
-    const std::vector<int32_t> all = tokens_of(40, 1);
-    const std::vector<int32_t> head(all.begin(), all.begin() + 24), tail(all.begin() + 24, all.end());
-    std::vector<std::vector<float>> ref, out;
-    const int32_t s = e->new_sequence();
-    e->decode({{s, head, false}}, out);
-    StateCheckpoint cp = e->checkpoint(s);
-    EXPECT_EQ(cp.pos, 24);
-    EXPECT_EQ(cp.data.empty(), !e->has_recurrent());
-    e->decode({{s, tail, true}}, ref);
-    // Something else after the checkpoint, then back to it: the same tail gives the same logits, bit for bit.
-    e->decode({{s, tokens_of(9, 5), false}}, out);
-    e->rewind(s, 24, &cp);
-    EXPECT_EQ(e->seq_len(s), 24);
-    e->decode({{s, tail, true}}, out);
-    EXPECT_EQ(out[0], ref[0]);
-    // Another sequence gets the prefix copied.
-    const int32_t d = e->new_sequence();
-    e->decode({{d, tokens_of(30, 9), false}}, out);
-    e->copy_prefix(s, d, 24, &cp);
-    EXPECT_EQ(e->seq_len(d), 24);
-    e->decode({{d, tail, true}}, out);
-    EXPECT_EQ(out[0], ref[0]);
-    // A recurrent model cannot be cut back without the state; a wrong checkpoint is refused, nothing changes.
-    if (e->has_recurrent()) {
-        EXPECT_THROW(e->rewind(s, 30), Error);
-        EXPECT_THROW(e->rewind(s, 30, &cp), Error);
-        EXPECT_EQ(e->seq_len(s), 40);
-    } else {
-        EXPECT_NO_THROW(e->rewind(s, 30));
-    }
-    EXPECT_THROW(e->rewind(s, 100, &cp), Error);
-    e->rewind(s, 0);
-    EXPECT_EQ(e->seq_len(s), 0);
-}
-
-INSTANTIATE_TEST_SUITE_P(Tiny, Rewind, ::testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen35moe"),
-                         [](const auto &info) {
-                             std::string n = info.param;
-                             for (char &c : n)
-                                 if (c == '-') c = '_';
-                             return n;
-                         });
-
-// ---- scheduler ---------------------------------------------------------------------------------------------------
-
-struct Result {
-    std::string text, finish, error;
-    std::vector<int32_t> ids;
-    Usage usage;
-};
-
-Result collect(Job &job) {
-    Result r;
-    Event e;
-    for (;;) {
-        if (!job.out.pop(e, std::chrono::seconds(60))) {
-            r.error = "timeout";
-            return r;
-        }
-        r.text += e.text;
-        for (auto &t : e.tokens) r.ids.push_back(t.id);
-        if (e.kind == Event::Kind::Done) {
-            r.finish = e.finish_reason;
-            r.usage = e.usage;
-            return r;
-        }
-        if (e.kind == Event::Kind::Error) {
-            r.error = e.error;
-            return r;
-        }
-    }
-}
-
-std::shared_ptr<Job> greedy_job(std::vector<int32_t> prompt, int64_t max_tokens) {
-    auto j = std::make_shared<Job>();
-    j->prompt = std::move(prompt);
-    j->params.sampling.temperature = 0;
-    j->params.max_tokens = max_tokens;
-    j->params.ignore_eos = true;
-    j->params.top_logprobs = 0;  // to see the ids
-    return j;
-}
-
-class SchedulerTest : public ::testing::TestWithParam<const char *> {};
-
-TEST_P(SchedulerTest, ConcurrentEqualsOneAtATime) {
-    std::vector<std::vector<int32_t>> prompts;
-    for (int i = 0; i < 7; i++) prompts.push_back(tokens_of(3 + 11 * i, i));
-    prompts.push_back(prompts[2]);  // the same prompt twice at once
-    std::vector<Result> alone;
-    {
-        auto e = engine_for(GetParam(), 1);
-        auto tok = Tokenizer::from_gguf(*e->model().file);
-        SchedulerConfig c;
-        c.prefix_reuse = false;
-        Scheduler s(*e, *tok, c);
-        s.start();
-        for (auto &p : prompts) {
-            auto j = greedy_job(p, 10);
-            ASSERT_TRUE(s.submit(j));
-            alone.push_back(collect(*j));
-            ASSERT_EQ(alone.back().error, "");
-            EXPECT_EQ(alone.back().ids.size(), 10u);
-            EXPECT_EQ(alone.back().finish, "length");
-        }
-    }
-    auto e = engine_for(GetParam(), 3);  // fewer slots than requests: some wait in the queue
-    auto tok = Tokenizer::from_gguf(*e->model().file);
-    Scheduler s(*e, *tok, {});
-    s.start();
-    std::vector<std::shared_ptr<Job>> jobs;
-    for (auto &p : prompts) {
-        jobs.push_back(greedy_job(p, 10));
-        ASSERT_TRUE(s.submit(jobs.back()));
-    }
-    for (size_t i = 0; i < jobs.size(); i++) {
-        Result r = collect(*jobs[i]);
-        ASSERT_EQ(r.error, "");
-        EXPECT_EQ(r.ids, alone[i].ids) << "request " << i;
-        EXPECT_EQ(r.text, alone[i].text) << "request " << i;
-        EXPECT_EQ(r.usage.prompt_tokens, int64_t(prompts[i].size()));
-        EXPECT_EQ(r.usage.completion_tokens, 10);
-    }
-    SchedulerStats st = s.stats();
-    for (int i = 0; i < 200 && st.jobs_done < jobs.size(); i++) {  // published at the end of the step
+    EXPECT_FALSE(ClientConnection(host, port, host, client_port + 1).found());
+    ClientConnection conn(host, port, host, client_port);
+    ASSERT_TRUE(conn.found());
+    EXPECT_TRUE(conn.alive());
+    // Bytes from the client (a next request) leave it alive and stay to be read.
+    ASSERT_EQ(send(client, "GET", 3, 0), 3);
+    for (int i = 0; i < 100 && conn.alive(); i++) {
+        char c;
+        if (recv(server, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 1) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        st = s.stats();
     }
-    EXPECT_EQ(st.jobs_done, jobs.size());
-    EXPECT_LT(st.steps, 8u * 10u);  // requests shared steps
-}
-
-TEST_P(SchedulerTest, PrefixReuseGivesTheSameOutput) {
-    auto e = engine_for(GetParam(), 2);
-    auto tok = Tokenizer::from_gguf(*e->model().file);
-    Scheduler s(*e, *tok, {});
-    s.start();
-    const std::vector<int32_t> first = tokens_of(50, 3);
-    auto j1 = greedy_job(first, 6);
-    ASSERT_TRUE(s.submit(j1));
-    Result r1 = collect(*j1);
-    EXPECT_EQ(r1.usage.cached_tokens, 0);
-    // The conversation goes on: the next prompt starts with the first prompt and the reply.
-    std::vector<int32_t> second = first;
-    second.insert(second.end(), r1.ids.begin(), r1.ids.end());
-    for (int32_t t : tokens_of(20, 8)) second.push_back(t);
-    auto j2 = greedy_job(second, 6);
-    ASSERT_TRUE(s.submit(j2));
-    Result r2 = collect(*j2);
-    EXPECT_GE(r2.usage.cached_tokens, 48) << "the first prompt (50) less at most one chunk boundary";
-    // The same request once more: reused up to a checkpoint or the last token.
-    auto j3 = greedy_job(second, 6);
-    ASSERT_TRUE(s.submit(j3));
-    Result r3 = collect(*j3);
-    EXPECT_GT(r3.usage.cached_tokens, 0);
-    EXPECT_EQ(r3.ids, r2.ids);
-
-    // Reference without any reuse.
-    auto e2 = engine_for(GetParam(), 1);
-    SchedulerConfig c;
-    c.prefix_reuse = false;
-    Scheduler fresh(*e2, *tok, c);
-    fresh.start();
-    auto k2 = greedy_job(second, 6);
-    ASSERT_TRUE(fresh.submit(k2));
-    Result f2 = collect(*k2);
-    EXPECT_EQ(f2.usage.cached_tokens, 0);
-    EXPECT_EQ(r2.ids, f2.ids);
-    if (e->has_recurrent()) {
-        EXPECT_GT(s.stats().checkpoints_restored, 0u);
+    EXPECT_TRUE(conn.alive());
+    char buf[3];
+    EXPECT_EQ(recv(server, buf, 3, 0), 3);
+    // The client leaves.
+    close(client);
+    bool gone = false;
+    for (int i = 0; i < 100 && !gone; i++) {
+        gone = !conn.alive();
+        if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    EXPECT_GT(s.stats().prompt_tokens_reused, 0u);
-}
-
-TEST_P(SchedulerTest, SharedPrefixIsCopiedFromABusySlot) {
-    auto e = engine_for(GetParam(), 2);
-    auto tok = Tokenizer::from_gguf(*e->model().file);
-    Scheduler s(*e, *tok, {});
-    s.start();
-    const std::vector<int32_t> system = tokens_of(40, 4);
-    auto long_job = greedy_job(system, 200);  // keeps its slot busy
-    ASSERT_TRUE(s.submit(long_job));
-    Event ev;
-    ASSERT_TRUE(long_job->out.pop(ev, std::chrono::seconds(60)));  // it has read its prompt
-    std::vector<int32_t> p = system;
-    for (int32_t t : tokens_of(5, 6)) p.push_back(t);
-    auto j = greedy_job(p, 4);
-    ASSERT_TRUE(s.submit(j));
-    Result r = collect(*j);
-    EXPECT_GE(r.usage.cached_tokens, 32);  // from the other slot (a checkpoint at a chunk boundary at least)
-    long_job->cancelled = true;
-    s.notify();
-}
-
-TEST_P(SchedulerTest, StopStringsCutTheText) {
-    auto e = engine_for(GetParam(), 1);
-    auto tok = Tokenizer::from_gguf(*e->model().file);
-    Scheduler s(*e, *tok, {});
-    s.start();
-    auto j = greedy_job(tokens_of(12, 2), 24);
-    j->params.top_logprobs = -1;
-    ASSERT_TRUE(s.submit(j));
-    Result full = collect(*j);
-    ASSERT_GE(full.text.size(), 8u);
-    const std::string stop = full.text.substr(full.text.size() / 2, 3);
-    auto k = greedy_job(tokens_of(12, 2), 24);
-    k->params.stop = {stop};
-    ASSERT_TRUE(s.submit(k));
-    Result cut = collect(*k);
-    EXPECT_EQ(cut.finish, "stop");
-    EXPECT_EQ(cut.text, full.text.substr(0, full.text.find(stop)));
-    EXPECT_LT(cut.usage.completion_tokens, 24);
-}
-
-TEST_P(SchedulerTest, CancelledJobFreesItsSlot) {
-    auto e = engine_for(GetParam(), 1);
-    auto tok = Tokenizer::from_gguf(*e->model().file);
-    Scheduler s(*e, *tok, {});
-    s.start();
-    auto j = greedy_job(tokens_of(8, 1), 250);
-    ASSERT_TRUE(s.submit(j));
-    Event ev;
-    ASSERT_TRUE(j->out.pop(ev, std::chrono::seconds(60)));
-    j->cancelled = true;
-    s.notify();
-    auto k = greedy_job(tokens_of(8, 2), 3);  // the only slot is free again
-    ASSERT_TRUE(s.submit(k));
-    Result r = collect(*k);
-    EXPECT_EQ(r.error, "");
-    EXPECT_EQ(r.ids.size(), 3u);
-    EXPECT_TRUE(j->finished);
-    EXPECT_EQ(s.stats().jobs_cancelled, 1u);
-}
-
-TEST_P(SchedulerTest, ContextEndFinishesWithLength) {
-    auto e = engine_for(GetParam(), 1);
-    auto tok = Tokenizer::from_gguf(*e->model().file);
-    Scheduler s(*e, *tok, {});
-    s.start();
-    auto j = greedy_job(tokens_of(250, 1), -1);  // n_ctx 256: room for 6
-    ASSERT_TRUE(s.submit(j));
-    Result r = collect(*j);
-    EXPECT_EQ(r.finish, "length");
-    EXPECT_EQ(r.usage.completion_tokens, 6);
-}
-
-INSTANTIATE_TEST_SUITE_P(Tiny, SchedulerTest, ::testing::Values("tiny-qwen3moe", "tiny-qwen3next"),
-                         [](const auto &info) {
-                             std::string n = info.param;
-                             for (char &c : n)
-                                 if (c == '-') c = '_';
-                             return n;
-                         });
-
-TEST(Scheduler, LongPromptDelaysOthersByOneChunkPerStep) {
-    auto e = engine_for("tiny-qwen3moe", 2, 16);  // 16 tokens per step
-    auto tok = Tokenizer::from_gguf(*e->model().file);
-    Scheduler s(*e, *tok, {});
-    s.start();
-    auto a = greedy_job(tokens_of(4, 1), 60);
-    ASSERT_TRUE(s.submit(a));
-    std::vector<Event> a_events(1);
-    ASSERT_TRUE(a->out.pop(a_events[0], std::chrono::seconds(60)));  // a is generating
-    auto b = greedy_job(tokens_of(200, 2), 2);
-    ASSERT_TRUE(s.submit(b));
-    uint64_t b_first = 0;
-    for (Event ev; b->out.pop(ev, std::chrono::seconds(60));) {
-        if (!b_first) b_first = ev.step;
-        if (ev.kind != Event::Kind::Text) break;
-    }
-    for (Event ev; a->out.pop(ev, std::chrono::seconds(60));) {
-        a_events.push_back(ev);
-        if (ev.kind != Event::Kind::Text) break;
-    }
-    ASSERT_EQ(a_events.back().kind, Event::Kind::Done);
-    // a got a token in every step, b's 200 prompt tokens took at least 200 / 15 steps beside it, and no step held
-    // more than 16 tokens.
-    for (size_t i = 1; i + 1 < a_events.size(); i++) EXPECT_EQ(a_events[i].step, a_events[i - 1].step + 1);
-    EXPECT_GE(b_first, a_events[0].step + 13);
-    EXPECT_LE(s.stats().max_step_tokens, 16u);
-}
-
-TEST(Scheduler, BoundedQueueRefusesAndShutdownAnswersEveryone) {
-    auto e = engine_for("tiny-qwen3moe", 1);
-    auto tok = Tokenizer::from_gguf(*e->model().file);
-    SchedulerConfig c;
-    c.max_queue = 2;
-    Scheduler s(*e, *tok, c);  // not started: nothing leaves the queue
-    auto a = greedy_job(tokens_of(4, 1), 3), b = greedy_job(tokens_of(4, 2), 3), d = greedy_job(tokens_of(4, 3), 3);
-    EXPECT_TRUE(s.submit(a));
-    EXPECT_TRUE(s.submit(b));
-    EXPECT_FALSE(s.submit(d));
-    EXPECT_EQ(s.stats().jobs_rejected, 1u);
-    s.stop();
-    EXPECT_EQ(collect(*a).error, "the server is shutting down");
-    EXPECT_EQ(collect(*b).error, "the server is shutting down");
+    EXPECT_TRUE(gone);
+    close(server);
+    close(listener);
 }
 
 }  // namespace

@@ -6,8 +6,9 @@ down projections), so the logits depend only on the last token: token_embd maps 
 vector, output.weight maps that vector to the next script token with a large logit. The script starts after the
 token that ends the generation prompt ("\\n" of "<|im_start|>assistant\\n") and ends with <|im_end|>; every other
 token also leads to <|im_end|>. Script pieces are extra vocabulary entries (appended to the golden models' 512-token
-vocabulary) or the existing special tokens, all distinct, so the machine never loops. The chat template is a short
-Qwen3-style one that shows tools, assistant tool calls and tool results.
+vocabulary) or the existing special tokens, all distinct, so the machine never loops, except the "endless" script,
+which starts again after its last piece: it writes until max_tokens or the context's end. The chat template is a
+short Qwen3-style one that shows tools, assistant tool calls and tool results.
 """
 from __future__ import annotations
 
@@ -69,6 +70,8 @@ SCRIPTS = {
     "xml": ["I will use ", "the tool.", "</think>", "\n\n", "<tool_call>", "\n<function=get_weather>\n",
             "<parameter=city>\n", "Paris\n", "</parameter>\n<parameter=days>\n", "3\n", "</parameter>\n",
             "</function>\n", "</tool_call>"],
+    # Never ends (a long reply for the chat page's stop button).
+    "endless": ["The river ", "runs on ", "and on, ", "past the ", "market. "],
 }
 EXPECTED = {
     "json": {"reasoning": "I should call the tool.", "name": "get_weather", "arguments": {"city": "Paris"}},
@@ -77,7 +80,8 @@ EXPECTED = {
 
 
 def template(kind: str) -> str:
-    header = TOOLS_HEADER[kind].replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n")
+    header = TOOLS_HEADER["xml" if kind == "xml" else "json"]
+    header = header.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n")
     suffix = "<think>\\n" if kind == "xml" else ""
     return TEMPLATE.replace("HEADER", "'" + header + "'").replace("GEN_SUFFIX", "'" + suffix + "'")
 
@@ -114,7 +118,10 @@ def write_script_model(path: Path, kind: str) -> Path:
     for j, t in enumerate(chain):
         embd[t] = 0.0
         embd[t, j] = 1.0
-        nxt = chain[j + 1] if j + 1 < len(chain) else end
+        if j + 1 < len(chain):
+            nxt = chain[j + 1]
+        else:
+            nxt = chain[1] if kind == "endless" else end
         out[nxt, j] = LOGIT
     out[end, N_EMBD - 1] = LOGIT
 

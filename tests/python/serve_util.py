@@ -18,13 +18,15 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, strata: pathlib.Path, model: pathlib.Path, log: pathlib.Path, *args: str, threads: int = 1):
+    def __init__(self, strata: pathlib.Path, model: pathlib.Path, log: pathlib.Path, *args: str, threads: int = 1,
+                 env: dict[str, str] | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log
         self._log = open(log, "wb")
         cmd = [str(strata), "serve", "-m", str(model), "--port", str(self.port), "-t", str(threads), *args]
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env={**os.environ, **(env or {})})
         deadline = time.monotonic() + 60
         while True:
             if self.proc.poll() is not None:

@@ -20,6 +20,9 @@ WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather of a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
                    "required": ["city"]}}}
+TIME_TOOL = {"type": "function", "function": {
+    "name": "get_time", "description": "Current time in a time zone",
+    "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}}}}
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +63,11 @@ def stream_chat(c: openai.OpenAI, **kw):
         parts["content"] += d.content or ""
         parts["reasoning"] += getattr(d, "reasoning_content", None) or (d.model_extra or {}).get("reasoning_content") or ""
         for tc in d.tool_calls or []:
-            slot = parts["tool_calls"].setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
+            slot = parts["tool_calls"].setdefault(tc.index, {"id": None, "name": "", "arguments": "", "pieces": 0})
+            # OpenAI's streaming shape: the first piece of a call has its id, type and name, later ones add arguments.
+            assert (tc.id is not None) == (slot["pieces"] == 0), tc
+            assert (tc.type == "function") == (slot["pieces"] == 0), tc
+            slot["pieces"] += 1
             slot["id"] = tc.id or slot["id"]
             if tc.function:
                 slot["name"] += tc.function.name or ""
@@ -224,7 +231,9 @@ def test_tool_call_round_trip(script_server):
     assert s["finish"] == "tool_calls"
     assert s["reasoning"] == want["reasoning"]
     assert s["content"] == ""
-    assert [(t["name"], json.loads(t["arguments"])) for t in s["tool_calls"].values()] == [(want["name"], want["arguments"])]
+    assert [(t["name"], t["arguments"]) for t in s["tool_calls"].values()] == [(call.function.name,
+                                                                                 call.function.arguments)]
+    assert s["tool_calls"][0]["pieces"] >= 3  # the arguments streamed as they were written, not whole at the end
     assert s["usage"].completion_tokens == r.usage.completion_tokens
 
     # The result goes back: the template renders the call and the tool's answer; the shared prefix is reused.
@@ -240,10 +249,58 @@ def test_tool_call_round_trip(script_server):
     # Without tools (tool_choice none), the block stays text; the reasoning is still split off.
     r3 = c.chat.completions.create(model="m", messages=messages[:1], tools=[WEATHER_TOOL], tool_choice="none",
                                    temperature=0)
+    # The tools were not offered: the template rendered the prompt it renders without them.
+    bare = c.chat.completions.create(model="m", messages=messages[:1], temperature=0)
+    assert r3.usage.prompt_tokens == bare.usage.prompt_tokens < r.usage.prompt_tokens
     assert r3.choices[0].finish_reason == "stop"
     assert not r3.choices[0].message.tool_calls
     assert "<tool_call>" in r3.choices[0].message.content
     assert (r3.choices[0].message.model_extra or {}).get("reasoning_content") == want["reasoning"]
+
+
+def test_forced_tool_calls_on_a_random_model(qwen3moe):
+    """tool_choice "required" or a named function: the prompt goes on with the start of the call, so the reply is
+    that call whatever a model with random weights writes; its arguments are the model's text as written."""
+    c = client(qwen3moe)
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    rendered = f"<|im_start|>user\n{messages[0]['content']}<|im_end|>\n<|im_start|>assistant\n"  # shows no tools
+    named = dict(model="m", messages=messages, tools=[WEATHER_TOOL, TIME_TOOL], temperature=0, max_tokens=12,
+                 tool_choice={"type": "function", "function": {"name": "get_time"}})
+    r = c.chat.completions.create(**named)
+    ch = r.choices[0]
+    assert ch.finish_reason in ("tool_calls", "length")
+    assert ch.message.content is None
+    assert [t.function.name for t in ch.message.tool_calls] == ["get_time"]
+    call = ch.message.tool_calls[0]
+    assert call.id.startswith("call_") and call.function.arguments
+    # The model continued a prompt that ends inside the call (JSON: the golden template names no format).
+    raw = c.completions.create(model="m", prompt=rendered + '<tool_call>\n{"name": "get_time", "arguments": ',
+                               max_tokens=12, temperature=0)
+    assert raw.usage.prompt_tokens == r.usage.prompt_tokens
+    assert raw.choices[0].text.lstrip().startswith(call.function.arguments)  # as written, up to where it ends
+
+    # Streamed: the same call, assembled from its pieces.
+    s = stream_chat(c, **named)
+    assert [(t["name"], t["arguments"]) for t in s["tool_calls"].values()] == [("get_time", call.function.arguments)]
+    assert s["finish"] == ch.finish_reason and s["content"] == ""
+
+    # "required" with one tool names it.
+    one = c.chat.completions.create(**{**named, "tools": [WEATHER_TOOL], "tool_choice": "required"})
+    assert [t.function.name for t in one.choices[0].message.tool_calls] == ["get_weather"]
+    # "required" with several: the model writes the name. This one writes none of them: no call can be made, and
+    # its text stays in the content, from the forced start on.
+    several = c.chat.completions.create(**{**named, "tool_choice": "required"})
+    raw = c.completions.create(model="m", prompt=rendered + '<tool_call>\n{"name": "', max_tokens=12, temperature=0)
+    assert several.usage.prompt_tokens == raw.usage.prompt_tokens
+    msg = several.choices[0].message
+    assert msg.tool_calls is None and msg.content == '<tool_call>\n{"name": "' + raw.choices[0].text.rstrip()
+    assert several.choices[0].finish_reason == "length"
+
+    # A named function must be one of the tools, and forcing needs tools.
+    for bad in ({**named, "tools": [WEATHER_TOOL]}, {**named, "tools": None, "tool_choice": "required"}):
+        with pytest.raises(openai.BadRequestError) as e:
+            c.chat.completions.create(**{k: v for k, v in bad.items() if v is not None})
+        assert e.value.body["param"] == "tool_choice"
 
 
 # ---- disconnects, errors, overload --------------------------------------------------------------------------------
@@ -371,6 +428,70 @@ def test_malformed_requests_get_openai_errors_and_the_server_keeps_serving(small
                                                    extra_body={"not_a_field": {"x": [1]}, "mirostat": 2})
     assert r.choices[0].finish_reason in ("stop", "length")
     assert small_server.alive()
+
+
+# A request that fails after it was queued. The CPU engine has no natural failure for a valid request, so the
+# server's test hook ($STRATA_TEST_FAIL_TOKEN) makes the engine fail a request whose next input holds this token.
+FAIL_TOKEN = 501  # "irds" of the golden vocabulary (no prompt here writes "birds")
+FAIL_FIRST = {str(FAIL_TOKEN): 100}  # as a logit bias: the first generated token fails at the next step
+
+
+@pytest.fixture(scope="module")
+def failing_server(strata_bin, golden_dir, tmp_path_factory):
+    s = Server(strata_bin, golden_dir / "tiny-qwen3moe-F32.gguf", tmp_path_factory.mktemp("srv") / "failing.log",
+               "--parallel", "2", "--ctx-size", "1024", env={"STRATA_TEST_FAIL_TOKEN": str(FAIL_TOKEN)})
+    yield s
+    s.stop()
+
+
+def server_error_of(r: requests.Response) -> dict:
+    assert r.status_code == 500, (r.status_code, r.text[:300])
+    assert r.headers["content-type"].startswith("application/json")
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}, err
+    assert err["type"] == "server_error" and "test hook" in err["message"], err
+    return err
+
+
+def test_a_request_that_fails_in_the_engine_gets_its_status_and_the_server_keeps_serving(failing_server):
+    s = failing_server
+    chat = {"model": "m", "messages": [{"role": "user", "content": "Tell me about the weather."}],
+            "temperature": 0, "max_tokens": 8}
+    before = s.metrics()["strata_requests_failed_total"]
+    # Not streaming: it fails after its first token was generated, and still gets 500 (no byte went out before).
+    server_error_of(requests.post(s.url + "/v1/chat/completions", json={**chat, "logit_bias": FAIL_FIRST},
+                                  timeout=30))
+    # Failing while the prompt is read, streaming or not: 500 as well, as a JSON body.
+    for stream in (False, True):
+        server_error_of(requests.post(s.url + "/v1/completions", timeout=30,
+                                      json={"model": "m", "prompt": [1, 2, FAIL_TOKEN], "stream": stream}))
+    # Streaming, failing after the first token went out: the stream has begun (200), an error event ends it.
+    with requests.post(s.url + "/v1/chat/completions", json={**chat, "stream": True, "logit_bias": FAIL_FIRST},
+                       stream=True, timeout=30) as r:
+        assert r.status_code == 200
+        data = [line[6:] for line in r.iter_lines() if line.startswith(b"data: ")]
+    assert data[-1] == b"[DONE]"
+    assert json.loads(data[-2])["error"]["type"] == "server_error"
+    assert json.loads(data[0])["choices"][0]["delta"]["role"] == "assistant"
+    # The official client raises InternalServerError with the body.
+    with pytest.raises(openai.InternalServerError) as e:
+        client(s).chat.completions.create(**chat, logit_bias=FAIL_FIRST)
+    assert e.value.status_code == 500 and e.value.body["type"] == "server_error"
+
+    # A failing request beside a healthy one: the healthy one is answered as if it had been alone.
+    c = client(s)
+    alone = chat_greedy(c, "Name three rivers.", max_tokens=8, logit_bias=EOG_BIAS)
+    with cf.ThreadPoolExecutor(2) as ex:
+        bad = ex.submit(requests.post, s.url + "/v1/chat/completions", timeout=30,
+                        json={**chat, "logit_bias": FAIL_FIRST})
+        good = ex.submit(chat_greedy, c, "Name three rivers.", max_tokens=8, logit_bias=EOG_BIAS)
+        server_error_of(bad.result())
+        assert good.result().choices[0].message.content == alone.choices[0].message.content
+    m = s.metrics()
+    assert m["strata_requests_failed_total"] == before + 6
+    assert m["strata_requests_running"] == 0
+    assert m['strata_http_requests_total{endpoint="/v1/chat/completions",status="500"}'] >= 3
+    assert s.alive()
 
 
 def test_api_key(strata_bin, golden_dir, tmp_path):

@@ -1,6 +1,6 @@
 """The chat page at GET /, driven in headless Chromium (Debian's chromium through playwright, no browser download):
 send a message, see the streamed reply with its reasoning folded away, the model's name and the speed, and keep a
-screenshot ($STRATA_BUILD_DIR/serve-page.png)."""
+screenshot ($STRATA_BUILD_DIR/serve-page.png); stop a long reply and see the server free its slot."""
 from __future__ import annotations
 
 import shutil
@@ -9,7 +9,7 @@ import pytest
 import requests
 
 from script_model import EXPECTED, write_script_model
-from serve_util import Server
+from serve_util import Server, wait_for
 
 
 def chromium() -> str | None:
@@ -68,5 +68,57 @@ def test_chat_page_in_headless_chromium(strata_bin, build_dir, tmp_path):
             browser.close()
         assert shot.stat().st_size > 10000
         assert s.metrics()["strata_requests_finished_total"] >= 1
+    finally:
+        s.stop()
+
+
+def test_stop_button_ends_a_long_reply_and_frees_the_slot(strata_bin, tmp_path):
+    exe = chromium()
+    if exe is None:
+        pytest.skip("Debian's chromium is not installed (scripts/setup.sh installs it)")
+    from playwright.sync_api import expect, sync_playwright
+
+    model = write_script_model(tmp_path / "script-endless.gguf", "endless")  # writes until told to stop
+    s = Server(strata_bin, model, tmp_path / "stop.log", "--parallel", "1", "--ctx-size", "32768")
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page()
+            page.goto(s.url + "/")
+            expect(page.locator("#model")).to_have_text("script-endless.gguf", timeout=10000)
+            page.fill("#maxtok", "30000")  # about half a minute of generation here
+            page.fill("#input", "Tell me about the river.")
+            page.click("#send")
+            reply = page.locator(".msg.assistant").first
+            content = reply.locator(".content")
+            expect(content).to_contain_text("market. The river", timeout=20000)  # streaming, once round the loop
+            assert s.metrics()["strata_requests_running"] == 1
+
+            page.click("#stop")
+            # The stream ends on the page: the reply is marked stopped and a new message can be sent.
+            expect(reply.locator(".stats")).to_contain_text("stopped", timeout=5000)
+            expect(page.locator("#send")).to_be_enabled()
+            expect(page.locator("#stop")).to_be_disabled()
+            # The server noticed the closed connection: the job was cancelled and the only slot is free.
+            assert wait_for(lambda: s.metrics()["strata_requests_cancelled_total"] == 1, 5)
+            m = s.metrics()
+            assert m["strata_requests_running"] == 0
+            assert m["strata_generated_tokens_total"] < 30000
+            # The partial reply stays, and nothing more arrives.
+            partial = content.text_content()
+            assert partial.startswith("The river runs on and on, past the market. The river")
+            page.wait_for_timeout(500)
+            assert content.text_content() == partial
+
+            # The next message is answered at once, with the partial reply in its history.
+            page.fill("#maxtok", "5")
+            page.fill("#input", "Go on.")
+            page.click("#send")
+            second = page.locator(".msg.assistant").nth(1)
+            expect(second.locator(".stats")).to_contain_text("5 tokens", timeout=10000)
+            expect(second.locator(".content")).to_have_text("The river runs on and on, past the market.")  # 5 pieces
+            expect(content).to_have_text(partial)
+            browser.close()
+        assert s.metrics()["strata_requests_finished_total"] == 1
     finally:
         s.stop()
