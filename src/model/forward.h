@@ -27,6 +27,8 @@ struct ForwardCtx {
 
     void trace(const std::string &name, const Act &a) const;
     void trace(int64_t il, const char *name, const Act &a) const;
+    // Whether the tracer asks for layer il's intermediate `name` (for values computed only to be traced).
+    bool wants(int64_t il, const char *name) const;
 };
 
 // Runs the model over tokens[0..batch.n_tokens) and writes the logits of rows out_rows (in that order) to
