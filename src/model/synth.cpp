@@ -99,6 +99,14 @@ const std::vector<Preset> &presets() {
          qwen3next(Arch::QWEN3NEXT, 2048, 48, 0, 16, 2, 256, 16, 32, 128, 512, 10, 512, 512, 151936)},
         {"qwen3.5-35b-a3b",
          qwen3next(Arch::QWEN35MOE, 2048, 40, 1, 16, 2, 256, 16, 32, 128, 256, 8, 512, 512, 248320)},
+        // Qwen/Qwen3.5-397B-A17B, text_config of its config.json as restated by Megatron's Qwen3.5 MIMO config and
+        // model tables in other engines (the Hugging Face file itself was not reachable here): hidden 4096, 60
+        // layers (full_attention_interval 4), 32 q / 2 kv heads of 256, linear-attention 16 k / 64 v heads of 128,
+        // conv 4, 512 experts top-10, moe_intermediate 1024, shared expert 1024, vocab 248320, rope theta 1e7 with
+        // partial_rotary_factor 0.25, mrope_section [11, 11, 10]; one MTP block (mtp_num_hidden_layers 1, as in
+        // every Qwen3.5 config). These shapes add up to 396B parameters without the MTP block and 17.3B active.
+        {"qwen3.5-397b-a17b",
+         qwen3next(Arch::QWEN35MOE, 4096, 60, 1, 32, 2, 256, 16, 64, 128, 512, 10, 1024, 1024, 248320)},
     };
     return p;
 }
@@ -131,11 +139,16 @@ struct Dist {
     float mean = 0, std = 1;
 };
 
-struct TensorPlan {
+// One tensor as planned: name, shape, type (after falling back to F32 where the type cannot hold it), values.
+struct TensorSpec {
     std::string name;
     std::vector<int64_t> ne;
     DType type;
     Dist dist;
+};
+
+struct TensorPlan {
+    TensorSpec spec;
     uint64_t key;
     ThreadPool *pool;
 };
@@ -157,21 +170,23 @@ struct PiecePool {
 
 PiecePool make_pool(const TensorPlan &t) {
     PiecePool p;
-    p.piece_bytes = row_bytes(t.type, k_piece);
+    p.piece_bytes = row_bytes(t.spec.type, k_piece);
     p.bytes.resize(p.piece_bytes * size_t(k_pool_pieces));
     t.pool->parallel_for(k_pool_pieces, 64, [&](int64_t i0, int64_t i1) {
         std::vector<float> v(static_cast<size_t>(k_piece));
         for (int64_t i = i0; i < i1; i++) {
-            for (int64_t j = 0; j < k_piece; j++) v[size_t(j)] = draw(t.dist, t.key ^ 0x5bd1e995u, uint64_t(i * k_piece + j));
-            quantize_row(t.type, v.data(), p.bytes.data() + size_t(i) * p.piece_bytes, k_piece);
+            for (int64_t j = 0; j < k_piece; j++)
+                v[size_t(j)] = draw(t.spec.dist, t.key ^ 0x5bd1e995u, uint64_t(i * k_piece + j));
+            quantize_row(t.spec.type, v.data(), p.bytes.data() + size_t(i) * p.piece_bytes, k_piece);
         }
     });
     return p;
 }
 
 void fill_rows(const TensorPlan &t, const PiecePool *pool, int64_t row0, int64_t n_rows, uint8_t *dst) {
-    const int64_t ne0 = t.ne[0];
-    const size_t rb = row_bytes(t.type, ne0);
+    const TensorSpec &s = t.spec;
+    const int64_t ne0 = s.ne[0];
+    const size_t rb = row_bytes(s.type, ne0);
     t.pool->parallel_for(n_rows, 4, [&](int64_t r0, int64_t r1) {
         std::vector<float> row(static_cast<size_t>(ne0));
         for (int64_t r = r0; r < r1; r++) {
@@ -185,9 +200,9 @@ void fill_rows(const TensorPlan &t, const PiecePool *pool, int64_t row0, int64_t
                 }
                 continue;
             }
-            for (int64_t i = 0; i < ne0; i++) row[size_t(i)] = draw(t.dist, t.key, uint64_t(gr * ne0 + i));
-            if (t.type == DType::F32) std::memcpy(out, row.data(), rb);
-            else quantize_row(t.type, row.data(), out, ne0);
+            for (int64_t i = 0; i < ne0; i++) row[size_t(i)] = draw(s.dist, t.key, uint64_t(gr * ne0 + i));
+            if (s.type == DType::F32) std::memcpy(out, row.data(), rb);
+            else quantize_row(s.type, row.data(), out, ne0);
         }
     });
 }
@@ -284,63 +299,15 @@ void write_builtin_tokenizer(GgufWriter &w, int64_t n_vocab) {
     w.add_bool("tokenizer.ggml.add_bos_token", false);
 }
 
-}  // namespace
+// ---- the tensor list ------------------------------------------------------------------------------------------
 
-std::vector<std::string> synth_presets() {
-    std::vector<std::string> out;
-    for (const Preset &p : presets()) out.push_back(p.name);
-    return out;
-}
-
-HParams synth_hparams(const std::string &preset) {
-    for (const Preset &p : presets())
-        if (preset == p.name) return p.hp;
-    std::string all;
-    for (const std::string &n : synth_presets()) all += (all.empty() ? "" : ", ") + n;
-    fail("unknown preset '%s' (presets: %s)", preset.c_str(), all.c_str());
-}
-
-SynthReport write_synthetic_model(const SynthOptions &opt, const std::string &path) {
-    HParams hp = synth_hparams(opt.preset);
-    std::unique_ptr<GgufFile> vocab;
-    if (!opt.vocab_file.empty()) {
-        vocab = GgufFile::open(opt.vocab_file);
-        const GgufValue *toks = vocab->find("tokenizer.ggml.tokens");
-        if (!toks) fail("%s: no tokenizer.ggml.tokens to copy", opt.vocab_file.c_str());
-        hp.n_vocab = int64_t(toks->count);
-    }
-    ThreadPool pool(opt.n_threads);
-    GgufWriter w;
-    write_hparams(w, hp, "synthetic " + opt.preset);
-    w.add_u32("general.file_type", 15);
-    if (vocab) {
-        for (const GgufKV &kv : vocab->kvs())
-            if (kv.key.substr(0, 10) == "tokenizer.") gguf_copy_kv(w, kv);
-    } else {
-        write_builtin_tokenizer(w, hp.n_vocab);
-    }
-
-    std::vector<std::unique_ptr<TensorPlan>> plans;
-    SynthReport rep;
-    auto add = [&](std::string name, std::vector<int64_t> ne, DType type, Dist d) {
+// Every tensor of the file, in file order, with how its values are drawn.
+std::vector<TensorSpec> plan_tensors(const HParams &hp, const SynthOptions &opt) {
+    std::vector<TensorSpec> specs;
+    auto add = [&](std::string name, std::vector<int64_t> ne, DType type, Dist d) -> TensorSpec & {
         if (ne.size() == 1 || ne[0] % dtype_info(type).block_size != 0 || !can_quantize(type)) type = DType::F32;
-        auto t = std::make_unique<TensorPlan>(TensorPlan{name, ne, type, d, mix64(opt.seed) ^ hash_name(name), &pool});
-        int64_t rows = 1;
-        for (size_t i = 1; i < ne.size(); i++) rows *= ne[i];
-        rep.bytes += row_bytes(type, ne[0]) * uint64_t(rows);
-        rep.n_tensors++;
-        const TensorPlan *tp = t.get();
-        const int64_t n_elem = ne[0] * rows;
-        auto pool_holder = std::make_shared<std::unique_ptr<PiecePool>>();
-        const bool pooled = n_elem >= k_pool_threshold && ne[0] % k_piece == 0;
-        w.add_tensor_streamed(name, type, ne, [tp, pooled, pool_holder](uint64_t offset, uint8_t *dst, size_t n) {
-            if (pooled && !*pool_holder) *pool_holder = std::make_unique<PiecePool>(make_pool(*tp));
-            const size_t rb = row_bytes(tp->type, tp->ne[0]);
-            STRATA_ASSERT(offset % rb == 0 && n % rb == 0);
-            fill_rows(*tp, pooled ? pool_holder->get() : nullptr, int64_t(offset / rb), int64_t(n / rb), dst);
-            if (pooled && offset + n == rb * size_t(n_rows_of(tp->ne))) pool_holder->reset();  // tensor done
-        });
-        plans.push_back(std::move(t));
+        specs.push_back({std::move(name), std::move(ne), type, d});
+        return specs.back();
     };
     auto mat = [&](int64_t ne0) { return Dist{Dist::NORMAL, 0.0f, 1.0f / std::sqrt(float(ne0))}; };
     const Dist norm{Dist::NORMAL, 1.0f, 0.05f};
@@ -394,6 +361,73 @@ SynthReport write_synthetic_model(const SynthOptions &opt, const std::string &pa
             add(n("nextn.hnorm.weight"), {E}, DType::F32, norm);
             add(n("nextn.shared_head_norm.weight"), {E}, DType::F32, norm);
         }
+    }
+    return specs;
+}
+
+}  // namespace
+
+std::vector<std::string> synth_presets() {
+    std::vector<std::string> out;
+    for (const Preset &p : presets()) out.push_back(p.name);
+    return out;
+}
+
+HParams synth_hparams(const std::string &preset) {
+    for (const Preset &p : presets())
+        if (preset == p.name) return p.hp;
+    std::string all;
+    for (const std::string &n : synth_presets()) all += (all.empty() ? "" : ", ") + n;
+    fail("unknown preset '%s' (presets: %s)", preset.c_str(), all.c_str());
+}
+
+std::vector<SynthTensor> synth_tensors(const HParams &hp, const SynthOptions &opt) {
+    std::vector<SynthTensor> out;
+    for (const TensorSpec &t : plan_tensors(hp, opt))
+        out.push_back({t.name, t.ne, t.type, row_bytes(t.type, t.ne[0]) * uint64_t(n_rows_of(t.ne))});
+    return out;
+}
+
+SynthReport write_synthetic_model(const SynthOptions &opt, const std::string &path) {
+    HParams hp = synth_hparams(opt.preset);
+    std::unique_ptr<GgufFile> vocab;
+    if (!opt.vocab_file.empty()) {
+        vocab = GgufFile::open(opt.vocab_file);
+        const GgufValue *toks = vocab->find("tokenizer.ggml.tokens");
+        if (!toks) fail("%s: no tokenizer.ggml.tokens to copy", opt.vocab_file.c_str());
+        hp.n_vocab = int64_t(toks->count);
+    }
+    std::vector<TensorSpec> specs = plan_tensors(hp, opt);
+    ThreadPool pool(opt.n_threads);
+    GgufWriter w;
+    write_hparams(w, hp, "synthetic " + opt.preset);
+    w.add_u32("general.file_type", 15);
+    if (vocab) {
+        for (const GgufKV &kv : vocab->kvs())
+            if (kv.key.substr(0, 10) == "tokenizer.") gguf_copy_kv(w, kv);
+    } else {
+        write_builtin_tokenizer(w, hp.n_vocab);
+    }
+
+    std::vector<std::unique_ptr<TensorPlan>> plans;
+    SynthReport rep;
+    for (TensorSpec &spec : specs) {
+        const uint64_t key = mix64(opt.seed) ^ hash_name(spec.name);
+        auto t = std::make_unique<TensorPlan>(TensorPlan{std::move(spec), key, &pool});
+        const TensorPlan *tp = t.get();
+        const TensorSpec &s = tp->spec;
+        rep.bytes += row_bytes(s.type, s.ne[0]) * uint64_t(n_rows_of(s.ne));
+        rep.n_tensors++;
+        auto pool_holder = std::make_shared<std::unique_ptr<PiecePool>>();
+        const bool pooled = s.ne[0] * n_rows_of(s.ne) >= k_pool_threshold && s.ne[0] % k_piece == 0;
+        w.add_tensor_streamed(s.name, s.type, s.ne, [tp, pooled, pool_holder](uint64_t offset, uint8_t *dst, size_t n) {
+            if (pooled && !*pool_holder) *pool_holder = std::make_unique<PiecePool>(make_pool(*tp));
+            const size_t rb = row_bytes(tp->spec.type, tp->spec.ne[0]);
+            STRATA_ASSERT(offset % rb == 0 && n % rb == 0);
+            fill_rows(*tp, pooled ? pool_holder->get() : nullptr, int64_t(offset / rb), int64_t(n / rb), dst);
+            if (pooled && offset + n == rb * size_t(n_rows_of(tp->spec.ne))) pool_holder->reset();  // tensor done
+        });
+        plans.push_back(std::move(t));
     }
     w.write(path);
     return rep;

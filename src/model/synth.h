@@ -27,6 +27,16 @@ std::vector<std::string> synth_presets();
 // The hyperparameters of a preset (throws naming the preset when unknown).
 HParams synth_hparams(const std::string &preset);
 
+// One tensor of a synthetic file, as the file lists it: what `strata inspect` reports, without writing the file.
+struct SynthTensor {
+    std::string name;
+    std::vector<int64_t> ne;  // ggml order
+    DType type;               // F32 where the requested type cannot hold the tensor (1-D, or rows not whole blocks)
+    uint64_t bytes = 0;
+};
+// The tensors write_synthetic_model writes for these hyperparameters and options, in file order.
+std::vector<SynthTensor> synth_tensors(const HParams &hp, const SynthOptions &opt);
+
 struct SynthReport {
     uint64_t bytes = 0;
     size_t n_tensors = 0;
