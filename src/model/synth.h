@@ -17,7 +17,9 @@ struct SynthOptions {
     DType expert_type = DType::Q4_K;  // routed experts
     DType dense_type = DType::Q8_0;   // attention / GDN projections, shared experts, embeddings, output
     uint64_t seed = 1;
-    float route_skew = 0.0f;          // 0: uniform routing; larger: Zipf-like expert popularity
+    // 0: routing as random routers give it (nearly uniform); S > 0: the expert of popularity rank r is chosen about
+    // in proportion to 1/r^S (model/route_skew.h), which experts are popular shuffled per layer by the seed.
+    float route_skew = 0.0f;
     std::string vocab_file;           // copy tokenizer.* metadata from this GGUF (its vocab size wins)
     int n_threads = 0;
 };

@@ -1,16 +1,18 @@
-// Synthetic models: the tensor list against the file the writer produces, and the qwen3.5-397b-a17b preset against
-// the released model's shapes and parameter counts (its file would be ~200 GB).
+// Synthetic models: the tensor list against the file the writer produces, the qwen3.5-397b-a17b preset against the
+// released model's shapes and parameter counts (its file would be ~200 GB), and --route-skew measured by running the
+// CPU engine and counting which experts the routers choose.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "format/gguf.h"
+#include "model/route_skew.h"
 #include "model/synth.h"
 #include "model/tensor_role.h"
 #include "runtime/engine.h"
@@ -151,11 +153,122 @@ TEST(SynthPreset, Qwen35_397B_Tensors) {
     // What `strata inspect` totals by role for this file: experts dominate; the rest fits a GPU.
     const double gib = double(uint64_t(1) << 30);
     EXPECT_NEAR(double(bytes_by_role["routed_expert"]) / gib, 202.5, 0.5);  // 60 x 3 x 512 x 4096 x 1024 at 4.5 bits
-    EXPECT_NEAR(double(bytes_by_role["embedding"]) / gib, 1.01, 0.01);       // 248320 x 4096 at Q8_0
+    EXPECT_NEAR(double(bytes_by_role["embedding"]) / gib, 1.01, 0.01);      // 248320 x 4096 at Q8_0
     EXPECT_GT(bytes_by_role["mtp"], 0u);
     uint64_t all = 0;
     for (const SynthTensor &t : ts) all += t.bytes;
-    std::printf("qwen3.5-397b-a17b (Q4_K experts, Q8_0 rest): %zu tensors, %.1f GiB, %.1fB parameters without MTP, "
-                "%.2fB active\n",
-                ts.size(), double(all) / gib, total / 1e9, active / 1e9);
+    std::printf(
+        "qwen3.5-397b-a17b (Q4_K experts, Q8_0 rest): %zu tensors, %.1f GiB, %.1fB parameters without MTP, "
+        "%.2fB active\n",
+        ts.size(), double(all) / gib, total / 1e9, active / 1e9);
+}
+
+// ---- route skew ------------------------------------------------------------------------------------------------
+
+TEST(RouteSkew, SelectionRatesAreCappedZipf) {
+    const std::vector<double> r0 = zipf_selection_rates(8, 2, 0.0);
+    for (double x : r0) EXPECT_DOUBLE_EQ(x, 0.25);
+    const std::vector<double> r = zipf_selection_rates(8, 2, 1.2);
+    double sum = 0;
+    for (double x : r) sum += x;
+    EXPECT_NEAR(sum, 2.0, 1e-9);
+    EXPECT_NEAR(r[0] / r[1], std::pow(2.0, 1.2), 1e-6);
+    const std::vector<double> capped = zipf_selection_rates(128, 8, 1.2);  // rank 1 would need more than every token
+    EXPECT_DOUBLE_EQ(capped[0], 1.0);
+    EXPECT_LT(capped[5], 1.0);
+}
+
+namespace {
+
+// Per layer, how many times each expert was among a token's n_expert_used highest router logits (ties to the lower
+// id, as the engine routes), over one prefill of n_tokens seeded random ids, on the CPU engine.
+std::vector<std::vector<int64_t>> routing_counts(const std::string &path, int64_t n_tokens) {
+    EngineConfig cfg;
+    cfg.n_threads = 2;
+    cfg.n_ctx = n_tokens;
+    cfg.n_batch = 128;
+    cfg.kv_type = KvType::F32;
+    std::unique_ptr<Engine> eng = make_cpu_engine(path, cfg);
+    const HParams &hp = eng->hparams();
+    std::vector<std::vector<int64_t>> counts(size_t(hp.n_layer), std::vector<int64_t>(size_t(hp.n_expert), 0));
+    Tracer tracer;
+    tracer.want = [](const std::string &name) {
+        return name.size() > 15 && name.compare(name.size() - 15, 15, ".ffn_moe_logits") == 0;
+    };
+    tracer.sink = [&](const std::string &name, int64_t rows, int64_t cols, const float *data) {
+        const int il = tensor_layer(name);
+        ASSERT_GE(il, 0);
+        ASSERT_EQ(cols, hp.n_expert);
+        std::vector<int64_t> order(static_cast<size_t>(cols));
+        for (int64_t r = 0; r < rows; r++) {
+            const float *lg = data + r * cols;
+            for (int64_t e = 0; e < cols; e++) order[size_t(e)] = e;
+            std::partial_sort(order.begin(), order.begin() + hp.n_expert_used, order.end(),
+                              [&](int64_t a, int64_t b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); });
+            for (int64_t k = 0; k < hp.n_expert_used; k++) counts[size_t(il)][size_t(order[size_t(k)])]++;
+        }
+    };
+    eng->set_tracer(&tracer);
+    std::vector<int32_t> ids;
+    uint64_t x = 12345;
+    for (int64_t i = 0; i < n_tokens; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        ids.push_back(int32_t((x >> 33) % uint64_t(hp.n_vocab)));
+    }
+    std::vector<std::vector<float>> logits;
+    eng->decode({{eng->new_sequence(), ids, false}}, logits);
+    return counts;
+}
+
+// Share of all selections taken by the most chosen tenth of the experts (at least one), over that tenth's uniform
+// share: 1 for perfectly even routing.
+double top_tenth_concentration(std::vector<int64_t> counts) {
+    std::sort(counts.rbegin(), counts.rend());
+    const size_t top = std::max<size_t>(1, (counts.size() + 9) / 10);
+    double top_sum = 0, sum = 0;
+    for (size_t i = 0; i < counts.size(); i++) (i < top ? top_sum : sum) += double(counts[i]);
+    sum += top_sum;
+    return (top_sum / sum) / (double(top) / double(counts.size()));
+}
+
+}  // namespace
+
+// S = 1.2 must concentrate routing clearly (the most chosen tenth of the experts takes over twice its uniform
+// share in every layer); S = 0 must not.
+TEST(RouteSkew, ConcentratesRoutingOnTheCpuEngine) {
+    for (const char *preset : {"tiny-qwen3moe", "tiny-qwen35moe"}) {
+        for (float skew : {0.0f, 1.2f}) {
+            const std::vector<std::vector<int64_t>> counts = routing_counts(synth_path(preset, skew), 384);
+            for (size_t il = 0; il < counts.size(); il++) {
+                const double c = top_tenth_concentration(counts[il]);
+                std::string row;
+                std::vector<int64_t> sorted = counts[il];
+                std::sort(sorted.rbegin(), sorted.rend());
+                for (int64_t n : sorted) row += strfmt(" %lld", (long long)n);
+                std::printf("%s S=%.1f layer %zu: top tenth takes %.2fx its uniform share; counts by rank:%s\n", preset,
+                            double(skew), il, c, row.c_str());
+                if (skew > 0)
+                    EXPECT_GT(c, 2.0) << preset << " layer " << il;
+                else
+                    EXPECT_LT(c, 2.0) << preset << " layer " << il;
+            }
+        }
+    }
+}
+
+// The skew is an edit of the router and embedding values only: the file's tensors and their shapes are unchanged.
+TEST(RouteSkew, SameTensorsAsUnskewed) {
+    std::unique_ptr<GgufFile> a = GgufFile::open(synth_path("tiny-qwen3moe", 0.0f));
+    std::unique_ptr<GgufFile> b = GgufFile::open(synth_path("tiny-qwen3moe", 1.2f));
+    ASSERT_EQ(a->tensors().size(), b->tensors().size());
+    for (size_t i = 0; i < a->tensors().size(); i++) {
+        EXPECT_EQ(a->tensors()[i].name, b->tensors()[i].name);
+        EXPECT_EQ(a->tensors()[i].n_bytes, b->tensors()[i].n_bytes);
+    }
+    const GgufValue *name = b->find("general.name");
+    ASSERT_NE(name, nullptr);
+    EXPECT_EQ(std::string(name->str), "synthetic tiny-qwen3moe route-skew 1.2");
+    SynthOptions bad;
+    bad.route_skew = -0.5f;
+    EXPECT_THROW(synth_tensors(synth_hparams("tiny-qwen3moe"), bad), Error);
 }
