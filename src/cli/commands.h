@@ -19,5 +19,6 @@ Run add_template(CLI::App &app);
 Run add_quantize(CLI::App &app);
 Run add_run(CLI::App &app);
 Run add_serve(CLI::App &app);
+Run add_bench(CLI::App &app);
 
 }  // namespace strata::cli

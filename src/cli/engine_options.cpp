@@ -30,4 +30,11 @@ void apply_device_options(const DeviceOptions &o, EngineConfig &cfg) {
     cfg.log = [](const std::string &line) { std::fprintf(stderr, "%s\n", line.c_str()); };
 }
 
+KvType parse_kv_type(const std::string &s) {
+    if (s == "f16") return KvType::F16;
+    if (s == "q8_0") return KvType::Q8_0;
+    if (s == "f32") return KvType::F32;
+    fail("--kv-type: expected f16, q8_0 or f32, got '%s'", s.c_str());
+}
+
 }  // namespace strata::cli

@@ -21,4 +21,7 @@ void add_device_options(CLI::App *sub, DeviceOptions &o);
 // Fills cfg.device, cuda_device, vram_budget and the log sink; throws strata::Error naming a bad flag.
 void apply_device_options(const DeviceOptions &o, EngineConfig &cfg);
 
+// The value of --kv-type: "f16", "q8_0" or "f32"; throws naming the flag otherwise.
+KvType parse_kv_type(const std::string &s);
+
 }  // namespace strata::cli

@@ -25,6 +25,7 @@ int main(int argc, char **argv) {
     add(strata::cli::add_template);
     add(strata::cli::add_run);
     add(strata::cli::add_serve);
+    add(strata::cli::add_bench);
     add(strata::cli::add_quantize);
 
     CLI11_PARSE(app, argc, argv);

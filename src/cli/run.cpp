@@ -41,13 +41,6 @@ std::vector<int32_t> parse_token_list(const std::string &s) {
     return out;
 }
 
-KvType parse_kv_type(const std::string &s) {
-    if (s == "f16") return KvType::F16;
-    if (s == "q8_0") return KvType::Q8_0;
-    if (s == "f32") return KvType::F32;
-    fail("--kv-type: expected f16, q8_0 or f32, got '%s'", s.c_str());
-}
-
 // A progress bar on stderr for long loads (only on a terminal, only for files worth it).
 std::function<void(uint64_t, uint64_t)> progress_bar(const char *label) {
     if (!isatty(2)) return nullptr;

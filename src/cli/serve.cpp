@@ -31,13 +31,6 @@ using namespace strata::server;
 
 namespace {
 
-KvType kv_type_of(const std::string &s) {
-    if (s == "f16") return KvType::F16;
-    if (s == "q8_0") return KvType::Q8_0;
-    if (s == "f32") return KvType::F32;
-    fail("--kv-type: expected f16, q8_0 or f32, got '%s'", s.c_str());
-}
-
 // Requests answered, by endpoint and status, for /metrics.
 class HttpCounters {
 public:
@@ -284,7 +277,7 @@ Run add_serve(CLI::App &app) {
         cfg.n_seq_max = a->parallel;
         cfg.n_ctx = a->ctx;
         cfg.n_batch = a->batch;
-        cfg.kv_type = kv_type_of(a->kv_type);
+        cfg.kv_type = parse_kv_type(a->kv_type);
         std::fprintf(stderr, "strata: loading %s\n", a->model.c_str());
         apply_device_options(a->dev, cfg);
         std::unique_ptr<Engine> eng = make_engine(a->model, cfg);

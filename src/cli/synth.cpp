@@ -1,6 +1,7 @@
 // strata synth: write a synthetic model with the shapes of a released one and seeded random weights.
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -23,6 +24,10 @@ Run add_synth(CLI::App &app) {
     sub->add_option("--type", a->type, "Type of the routed experts")->capture_default_str();
     sub->add_option("--dense-type", a->dense_type, "Type of the other matrices")->capture_default_str();
     sub->add_option("--seed", a->opt.seed, "Seed of the weights")->capture_default_str();
+    sub->add_option("--route-skew", a->opt.route_skew,
+                    "Zipf exponent S of expert popularity: the expert of rank r is routed to about in proportion to "
+                    "1/r^S (0: as random routers route, nearly uniform)")
+        ->capture_default_str();
     sub->add_option("--vocab", a->opt.vocab_file, "Copy the tokenizer of this GGUF file (sets the vocabulary size)");
     sub->add_option("-t,--threads", a->opt.n_threads, "Worker threads (0: all)");
     sub->add_option("-o,--output", a->out, "Output GGUF file")->required();
@@ -35,6 +40,8 @@ Run add_synth(CLI::App &app) {
         };
         a->opt.expert_type = parse("--type", a->type);
         a->opt.dense_type = parse("--dense-type", a->dense_type);
+        if (!std::isfinite(a->opt.route_skew) || a->opt.route_skew < 0)
+            fail("--route-skew: expected a number >= 0, got %g", double(a->opt.route_skew));
         auto t0 = std::chrono::steady_clock::now();
         SynthReport r = write_synthetic_model(a->opt, a->out);
         double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

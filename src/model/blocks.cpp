@@ -20,6 +20,10 @@ void ForwardCtx::trace(int64_t il, const char *name, const Act &a) const {
     trace(strfmt("blk.%lld.%s", (long long)il, name), a);
 }
 
+bool ForwardCtx::wants(int64_t il, const char *name) const {
+    return tracer && tracer->want && tracer->want(strfmt("blk.%lld.%s", (long long)il, name));
+}
+
 Act attention_block(const ForwardCtx &c, int64_t il, Act cur) {
     const HParams &hp = c.m.hp;
     const LayerWeights &L = c.m.layers[size_t(il)];
@@ -99,9 +103,18 @@ Act gdn_block(const ForwardCtx &c, int64_t il, Act cur) {
 
 Act moe_block(const ForwardCtx &c, int64_t il, Act cur) {
     const HParams &hp = c.m.hp;
+    const LayerWeights &L = c.m.layers[size_t(il)];
+    // The router runs inside the backend's moe op, which reports nothing. A tracer that asks for the router logits
+    // gets them from one more matmul here (the selection is their top n_expert_used, ties to the lower id), so
+    // routing can be observed on any backend while untraced passes pay nothing.
+    if (c.wants(il, "ffn_moe_logits")) {
+        Act logits = c.be.alloc(cur.rows, hp.n_expert);
+        c.be.matmul(L.gate_inp, cur, logits);
+        c.trace(il, "ffn_moe_logits", logits);
+    }
     MoeParams p{hp.n_expert, hp.n_expert_used, hp.expert_weights_norm, hp.expert_weights_scale};
     Act out = c.be.alloc(cur.rows, hp.n_embd);
-    c.be.moe(c.m.layers[size_t(il)], cur, p, out);
+    c.be.moe(L, cur, p, out);
     return out;
 }
 

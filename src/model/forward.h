@@ -27,6 +27,8 @@ struct ForwardCtx {
 
     void trace(const std::string &name, const Act &a) const;
     void trace(int64_t il, const char *name, const Act &a) const;
+    // Whether the tracer asks for layer il's intermediate `name` (for values computed only to be traced).
+    bool wants(int64_t il, const char *name) const;
 };
 
 // Rows of logits computed at a time by forward(): backends size their scratch for this many.

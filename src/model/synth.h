@@ -17,7 +17,9 @@ struct SynthOptions {
     DType expert_type = DType::Q4_K;  // routed experts
     DType dense_type = DType::Q8_0;   // attention / GDN projections, shared experts, embeddings, output
     uint64_t seed = 1;
-    float route_skew = 0.0f;          // 0: uniform routing; larger: Zipf-like expert popularity
+    // 0: routing as random routers give it (nearly uniform); S > 0: the expert of popularity rank r is chosen about
+    // in proportion to 1/r^S (model/route_skew.h), which experts are popular shuffled per layer by the seed.
+    float route_skew = 0.0f;
     std::string vocab_file;           // copy tokenizer.* metadata from this GGUF (its vocab size wins)
     int n_threads = 0;
 };
@@ -26,6 +28,16 @@ struct SynthOptions {
 std::vector<std::string> synth_presets();
 // The hyperparameters of a preset (throws naming the preset when unknown).
 HParams synth_hparams(const std::string &preset);
+
+// One tensor of a synthetic file, as the file lists it: what `strata inspect` reports, without writing the file.
+struct SynthTensor {
+    std::string name;
+    std::vector<int64_t> ne;  // ggml order
+    DType type;               // F32 where the requested type cannot hold the tensor (1-D, or rows not whole blocks)
+    uint64_t bytes = 0;
+};
+// The tensors write_synthetic_model writes for these hyperparameters and options, in file order.
+std::vector<SynthTensor> synth_tensors(const HParams &hp, const SynthOptions &opt);
 
 struct SynthReport {
     uint64_t bytes = 0;

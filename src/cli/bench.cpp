@@ -1,0 +1,378 @@
+// strata bench: prompt-processing (ppP) and generation (tgN) throughput in the manner of llama-bench, with the
+// expert cache's counters beside the rates. It drives the engine as `run` and `serve` do; it does not tokenize
+// (prompts are seeded pseudo-random token ids) and does not sample (generation is greedy).
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/engine_options.h"
+#include "core/error.h"
+#include "core/units.h"
+#include "format/gguf.h"
+#include "runtime/engine.h"
+
+namespace strata::cli {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// Largest -p / -n entry accepted: far beyond any context we can hold, small enough that sizes stay in range.
+constexpr int64_t k_max_tokens = int64_t(1) << 24;
+
+struct BenchTest {
+    std::string name;      // "pp512", "tg128"
+    int64_t n_prompt = 0;  // pp: tokens prefilled; tg: the untimed 1-token prompt
+    int64_t n_gen = 0;     // tg: tokens decoded one at a time (timed); 0 for pp
+    int64_t timed_tokens() const { return n_gen > 0 ? n_gen : n_prompt; }
+};
+
+struct TestResult {
+    BenchTest test;
+    std::vector<double> seconds;  // one per timed repetition
+    Backend::Stats cache;         // expert-cache counters over the timed parts of the repetitions
+};
+
+// "512,4096" -> {512, 4096}; every entry a whole number in [1, k_max_tokens].
+std::vector<int64_t> parse_counts(const std::string &flag, const std::string &s) {
+    std::vector<int64_t> out;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        const size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
+        item = a == std::string::npos ? "" : item.substr(a, b - a + 1);
+        char *end = nullptr;
+        const long long v = item.empty() ? 0 : std::strtoll(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0')
+            fail("%s: '%s' is not a token count (expected whole numbers >= 1, comma-separated, e.g. 512,4096)",
+                 flag.c_str(), item.c_str());
+        if (v < 1 || v > k_max_tokens)
+            fail("%s: %lld is out of range (expected token counts from 1 to %lld)", flag.c_str(), v,
+                 (long long)k_max_tokens);
+        out.push_back(v);
+    }
+    if (out.empty()) fail("%s: no token counts given (expected e.g. 512,4096)", flag.c_str());
+    return out;
+}
+
+std::vector<BenchTest> make_tests(const std::vector<int64_t> &prompts, const std::vector<int64_t> &gens) {
+    std::vector<BenchTest> tests;
+    for (int64_t p : prompts) tests.push_back({strfmt("pp%lld", (long long)p), p, 0});
+    for (int64_t n : gens) tests.push_back({strfmt("tg%lld", (long long)n), 1, n});
+    return tests;
+}
+
+// The context every test fits in: the longest prompt, or a 1-token prompt plus the longest generation.
+int64_t context_for(const std::vector<BenchTest> &tests) {
+    int64_t n_ctx = 1;
+    for (const BenchTest &t : tests) n_ctx = std::max(n_ctx, t.n_prompt + t.n_gen);
+    return n_ctx;
+}
+
+// Seeded pseudo-random ids in [0, n_vocab): the same for a given (test, repetition) on every run, different
+// between repetitions so that a repetition does not replay the routing its predecessor already cached.
+std::vector<int32_t> bench_tokens(int64_t n, int64_t n_vocab, uint64_t seed) {
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    uint64_t x = seed;
+    for (int32_t &id : ids) {
+        x += 0x9e3779b97f4a7c15ull;  // splitmix64
+        uint64_t z = x;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        id = int32_t((z ^ (z >> 31)) % uint64_t(n_vocab));
+    }
+    return ids;
+}
+
+int32_t argmax(const std::vector<float> &logits) {
+    return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());  // first maximum: lowest id
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+Backend::Stats stats_delta(const Backend::Stats &after, const Backend::Stats &before) {
+    return {after.expert_cache_hits - before.expert_cache_hits, after.expert_cache_misses - before.expert_cache_misses,
+            after.bytes_streamed - before.bytes_streamed};
+}
+
+Backend::Stats stats_sum(const Backend::Stats &a, const Backend::Stats &b) {
+    return {a.expert_cache_hits + b.expert_cache_hits, a.expert_cache_misses + b.expert_cache_misses,
+            a.bytes_streamed + b.bytes_streamed};
+}
+
+struct RunResult {
+    double seconds = 0;
+    Backend::Stats cache;  // counters over the timed part alone
+};
+
+// One run of a test in a fresh sequence, timing the prefill up to its logits (pp), or the n_gen single-token steps
+// after the untimed prompt (tg).
+RunResult run_once(Engine &eng, const BenchTest &t, uint64_t seed) {
+    const int32_t seq = eng.new_sequence();
+    std::vector<std::vector<float>> logits;
+    const std::vector<int32_t> prompt = bench_tokens(t.n_prompt, eng.n_vocab(), seed);
+    if (t.n_gen > 0) eng.decode({{seq, prompt, false}}, logits);
+    const Backend::Stats before = eng.backend().stats();
+    const auto t0 = std::chrono::steady_clock::now();
+    if (t.n_gen == 0) eng.decode({{seq, prompt, false}}, logits);
+    for (int64_t i = 0; i < t.n_gen; i++) eng.decode({{seq, {argmax(logits[0])}, false}}, logits);
+    RunResult r{seconds_since(t0), stats_delta(eng.backend().stats(), before)};
+    eng.drop(seq);
+    return r;
+}
+
+// One untimed warm-up (first-touch costs, cache fill), then the timed repetitions with their counters.
+TestResult run_test(Engine &eng, const BenchTest &t, int repetitions, uint64_t test_index) {
+    TestResult r{t, {}, {}};
+    run_once(eng, t, (test_index << 32) | 0xffffffffu);
+    for (int rep = 0; rep < repetitions; rep++) {
+        const RunResult run = run_once(eng, t, (test_index << 32) | uint64_t(rep));
+        r.seconds.push_back(run.seconds);
+        r.cache = stats_sum(r.cache, run.cache);
+    }
+    return r;
+}
+
+// ---- figures -------------------------------------------------------------------------------------------------
+
+std::vector<double> rates(const TestResult &r) {
+    std::vector<double> tps;
+    for (double s : r.seconds) tps.push_back(double(r.test.timed_tokens()) / s);
+    return tps;
+}
+
+double mean(const std::vector<double> &v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return v.empty() ? 0.0 : s / double(v.size());
+}
+
+// Sample standard deviation (n - 1), as llama-bench reports; 0 for a single sample.
+double stdev(const std::vector<double> &v) {
+    if (v.size() < 2) return 0.0;
+    const double m = mean(v);
+    double ss = 0;
+    for (double x : v) ss += (x - m) * (x - m);
+    return std::sqrt(ss / double(v.size() - 1));
+}
+
+double wall_seconds(const TestResult &r) {
+    double s = 0;
+    for (double x : r.seconds) s += x;
+    return s;
+}
+
+bool cache_used(const Backend::Stats &s) {
+    return s.expert_cache_hits + s.expert_cache_misses + s.bytes_streamed > 0;
+}
+
+json cache_json(const Backend::Stats &s, double seconds) {
+    const uint64_t lookups = s.expert_cache_hits + s.expert_cache_misses;
+    json j;
+    j["hits"] = s.expert_cache_hits;
+    j["misses"] = s.expert_cache_misses;
+    j["hit_rate"] = lookups ? json(double(s.expert_cache_hits) / double(lookups)) : json(nullptr);
+    j["bytes_streamed"] = s.bytes_streamed;
+    j["effective_h2d_gb_per_s"] = seconds > 0 ? double(s.bytes_streamed) / seconds / 1e9 : 0.0;
+    return j;
+}
+
+struct ModelFacts {
+    std::string path, name, arch;
+    uint64_t size_bytes = 0;
+};
+
+ModelFacts model_facts(const Engine &eng, const std::string &path) {
+    ModelFacts m;
+    m.path = path;
+    m.arch = eng.hparams().arch_name;
+    const GgufValue *name = eng.model().file->find("general.name");
+    m.name = name && name->type == GgufType::STRING ? std::string(name->str) : m.arch;
+    m.size_bytes = eng.model().file->file_size();
+    return m;
+}
+
+// ---- output --------------------------------------------------------------------------------------------------
+
+// Characters on screen of a UTF-8 string (the table has "±"), counting code points.
+size_t display_width(const std::string &s) {
+    size_t n = 0;
+    for (unsigned char c : s) n += (c & 0xc0) != 0x80;
+    return n;
+}
+
+// A markdown table with padded columns; right_align[i] right-aligns column i (numbers).
+std::string markdown_table(const std::vector<std::string> &header, const std::vector<bool> &right_align,
+                           const std::vector<std::vector<std::string>> &rows) {
+    std::vector<size_t> w(header.size(), 3);
+    for (size_t c = 0; c < header.size(); c++) w[c] = std::max(w[c], display_width(header[c]));
+    for (const auto &row : rows)
+        for (size_t c = 0; c < row.size(); c++) w[c] = std::max(w[c], display_width(row[c]));
+    auto line = [&](const std::vector<std::string> &cells) {
+        std::string s = "|";
+        for (size_t c = 0; c < cells.size(); c++) {
+            const std::string pad(w[c] - display_width(cells[c]), ' ');
+            s += " " + (right_align[c] ? pad + cells[c] : cells[c] + pad) + " |";
+        }
+        return s + "\n";
+    };
+    std::string out = line(header) + "|";
+    for (size_t c = 0; c < header.size(); c++)
+        out += right_align[c] ? " " + std::string(w[c] - 1, '-') + ": |" : " " + std::string(w[c], '-') + " |";
+    out += "\n";
+    for (const auto &row : rows) out += line(row);
+    return out;
+}
+
+void print_table(const ModelFacts &m, const std::string &budget, const std::vector<TestResult> &results) {
+    std::vector<std::vector<std::string>> rows;
+    for (const TestResult &r : results) {
+        const std::vector<double> tps = rates(r);
+        rows.push_back(
+            {m.name, format_bytes(m.size_bytes), budget, r.test.name, strfmt("%.2f ± %.2f", mean(tps), stdev(tps))});
+    }
+    std::fputs(
+        markdown_table({"model", "size", "budget", "test", "t/s"}, {false, true, true, false, true}, rows).c_str(),
+        stdout);
+}
+
+void print_cache_summary(const std::vector<TestResult> &results, const std::string &backend) {
+    std::vector<std::vector<std::string>> rows;
+    for (const TestResult &r : results) {
+        if (!cache_used(r.cache)) continue;
+        const json j = cache_json(r.cache, wall_seconds(r));
+        rows.push_back({r.test.name, strfmt("%llu", (unsigned long long)r.cache.expert_cache_hits),
+                        strfmt("%llu", (unsigned long long)r.cache.expert_cache_misses),
+                        j["hit_rate"].is_null() ? "-" : strfmt("%.1f%%", 100.0 * j["hit_rate"].get<double>()),
+                        format_bytes(r.cache.bytes_streamed),
+                        strfmt("%.2f", j["effective_h2d_gb_per_s"].get<double>())});
+    }
+    std::printf("\n");
+    if (rows.empty()) {
+        std::printf(
+            "expert cache: no lookups and nothing streamed during the timed runs (%s: every expert resident, "
+            "or no expert cache)\n",
+            backend.c_str());
+        return;
+    }
+    std::printf(
+        "expert cache over the timed runs (tests where it changed); effective GB/s = bytes streamed "
+        "host-to-device / wall time of the timed runs:\n\n");
+    std::fputs(markdown_table({"test", "hits", "misses", "hit rate", "streamed", "effective GB/s"},
+                              {false, true, true, true, true, true}, rows)
+                   .c_str(),
+               stdout);
+}
+
+json report_json(const ModelFacts &m, const EngineConfig &cfg, int repetitions, const std::vector<TestResult> &results,
+                 const std::string &backend) {
+    json j;
+    j["model"] = {{"path", m.path},
+                  {"name", m.name},
+                  {"architecture", m.arch},
+                  {"size_bytes", m.size_bytes},
+                  {"size_gib", double(m.size_bytes) / double(uint64_t(1) << 30)}};
+    j["backend"] = backend;
+    j["vram_budget_bytes"] = cfg.vram_budget ? json(cfg.vram_budget) : json(nullptr);
+    j["n_ctx"] = cfg.n_ctx;
+    j["chunk"] = cfg.n_batch;
+    j["kv_type"] = kv_type_name(cfg.kv_type);
+    j["repetitions"] = repetitions;
+    json tests = json::array();
+    Backend::Stats total;
+    double total_s = 0;
+    for (const TestResult &r : results) {
+        const std::vector<double> tps = rates(r);
+        json t;
+        t["test"] = r.test.name;
+        t["n_prompt"] = r.test.n_prompt;  // tg: the 1-token prompt, not timed
+        t["n_gen"] = r.test.n_gen;
+        t["timed_tokens"] = r.test.timed_tokens();
+        t["seconds"] = r.seconds;
+        t["tokens_per_second"] = tps;
+        t["tps_mean"] = mean(tps);
+        t["tps_sd"] = stdev(tps);
+        t["wall_seconds"] = wall_seconds(r);
+        t["expert_cache"] = cache_json(r.cache, wall_seconds(r));
+        tests.push_back(std::move(t));
+        total = stats_sum(total, r.cache);
+        total_s += wall_seconds(r);
+    }
+    j["tests"] = std::move(tests);
+    j["expert_cache"] = cache_json(total, total_s);
+    return j;
+}
+
+}  // namespace
+
+Run add_bench(CLI::App &app) {
+    struct Args {
+        std::string model, prompts = "512", gens = "128", kv_type = "f16";
+        DeviceOptions dev;
+        int repetitions = 3, threads = 0;
+        int64_t chunk = EngineConfig{}.n_batch;
+        bool json = false;
+    };
+    auto a = std::make_shared<Args>();
+    CLI::App *sub = app.add_subcommand("bench", "Measure prompt and generation throughput (llama-bench style)");
+    sub->add_option("-m,--model", a->model, "GGUF model file")->required();
+    sub->add_option("-p,--n-prompt", a->prompts, "Prompt lengths to prefill, comma-separated (a ppN test each)")
+        ->capture_default_str();
+    sub->add_option("-n,--n-gen", a->gens, "Generation lengths, comma-separated (a tgN test each)")
+        ->capture_default_str();
+    sub->add_option("-r,--repetitions", a->repetitions, "Timed runs of each test, after one untimed warm-up")
+        ->capture_default_str();
+    sub->add_option("--chunk", a->chunk, "Prompt tokens per forward pass (the engine's batch size)")
+        ->capture_default_str();
+    sub->add_option("-t,--threads", a->threads, "CPU threads (0: all)");
+    sub->add_option("--kv-type", a->kv_type, "KV cache type: f16, q8_0 or f32")->capture_default_str();
+    add_device_options(sub, a->dev);
+    sub->add_flag("--json", a->json, "Print one JSON object instead of the tables");
+
+    return [a] {
+        const std::vector<BenchTest> tests =
+            make_tests(parse_counts("-p/--n-prompt", a->prompts), parse_counts("-n/--n-gen", a->gens));
+        if (a->repetitions < 1) fail("-r/--repetitions must be at least 1 (got %d)", a->repetitions);
+        if (a->chunk < 1) fail("--chunk must be at least 1 token (got %lld)", (long long)a->chunk);
+        if (a->threads < 0) fail("-t/--threads must be >= 0 (got %d)", a->threads);
+
+        EngineConfig cfg;
+        cfg.n_threads = a->threads;
+        cfg.n_ctx = context_for(tests);
+        cfg.n_batch = a->chunk;
+        cfg.kv_type = parse_kv_type(a->kv_type);
+        apply_device_options(a->dev, cfg);
+        std::fprintf(stderr, "strata: loading %s\n", a->model.c_str());
+        std::unique_ptr<Engine> eng = make_engine(a->model, cfg);
+        const std::string backend = eng->backend().name();
+        std::fprintf(stderr, "strata: %s on %s, context %lld, chunk %lld, %d repetitions\n",
+                     eng->hparams().arch_name.c_str(), backend.c_str(), (long long)cfg.n_ctx, (long long)cfg.n_batch,
+                     a->repetitions);
+
+        std::vector<TestResult> results;
+        for (size_t i = 0; i < tests.size(); i++) {
+            results.push_back(run_test(*eng, tests[i], a->repetitions, uint64_t(i)));
+            const std::vector<double> tps = rates(results.back());
+            std::fprintf(stderr, "strata: %s: %.2f ± %.2f t/s\n", tests[i].name.c_str(), mean(tps), stdev(tps));
+        }
+
+        const ModelFacts m = model_facts(*eng, a->model);
+        if (a->json) {
+            std::printf("%s\n", report_json(m, cfg, a->repetitions, results, backend).dump(2).c_str());
+            return 0;
+        }
+        print_table(m, cfg.vram_budget ? format_bytes(cfg.vram_budget) : "-", results);
+        print_cache_summary(results, backend);
+        return 0;
+    };
+}
+
+}  // namespace strata::cli

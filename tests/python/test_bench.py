@@ -1,0 +1,94 @@
+"""`strata bench` on the embedded tiny model (CPU): the markdown table's shape, the JSON report's tests and fields,
+the context sized from the largest test, and bad flag values refused with a message naming the flag."""
+import json
+import re
+import subprocess
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def tiny_model(build_dir, strata_bin, tmp_path_factory):
+    """The embedded default model the build writes; written here when the build has not made it yet."""
+    path = build_dir / "models" / "tiny-qwen3moe.gguf"
+    if path.exists():
+        return path
+    path = tmp_path_factory.mktemp("bench") / "tiny-qwen3moe.gguf"
+    subprocess.run([strata_bin, "synth", "--preset", "tiny-qwen3moe", "-o", str(path), "--quiet"], check=True)
+    return path
+
+
+def bench(strata_bin, model, *args, check=True):
+    return subprocess.run([strata_bin, "bench", "-m", str(model), "--device", "cpu", "-t", "2", *args],
+                          capture_output=True, text=True, check=check, timeout=60)
+
+
+def first_table(text):
+    """The lines of the first block of output (the results table) and their cells."""
+    lines = text.split("\n\n")[0].splitlines()
+    assert all(ln.startswith("|") and ln.endswith("|") for ln in lines), lines
+    return lines, [[c.strip() for c in ln[1:-1].split("|")] for ln in lines]
+
+
+def test_table(strata_bin, tiny_model):
+    out = bench(strata_bin, tiny_model, "-p", "32,64", "-n", "8", "-r", "2").stdout
+    lines, rows = first_table(out)
+    assert rows[0] == ["model", "size", "budget", "test", "t/s"]
+    assert all(re.fullmatch(r"-+:?", c) for c in rows[1])
+    body = rows[2:]
+    assert [r[3] for r in body] == ["pp32", "pp64", "tg8"]
+    for model, size, budget, _, tps in body:
+        assert model == "synthetic tiny-qwen3moe"  # general.name of the synthetic file
+        assert re.fullmatch(r"\d+\.\d+ (MiB|GiB)", size)
+        assert budget == "-"
+        m = re.fullmatch(r"(\d+\.\d\d) ± (\d+\.\d\d)", tps)
+        assert m and float(m.group(1)) > 0
+    assert len({len(ln) for ln in lines}) == 1  # padded columns: every line equally long
+    assert "expert cache: no lookups" in out  # the CPU backend reads every expert in place
+
+
+def test_json(strata_bin, tiny_model):
+    proc = bench(strata_bin, tiny_model, "--json", "-p", "16,48", "-n", "4,8", "-r", "3", "--chunk", "16")
+    d = json.loads(proc.stdout)
+    assert d["model"]["name"] == "synthetic tiny-qwen3moe"
+    assert d["model"]["architecture"] == "qwen3moe"
+    assert d["model"]["size_bytes"] == tiny_model.stat().st_size
+    assert d["backend"].startswith("CPU")
+    assert d["vram_budget_bytes"] is None
+    assert d["chunk"] == 16 and d["repetitions"] == 3
+    assert d["n_ctx"] == 48  # the longest prompt; the longest generation needs 1 + 8
+    assert [t["test"] for t in d["tests"]] == ["pp16", "pp48", "tg4", "tg8"]
+    for t in d["tests"]:
+        assert t["timed_tokens"] == (t["n_gen"] or t["n_prompt"])
+        assert len(t["seconds"]) == 3 and all(s > 0 for s in t["seconds"])
+        assert len(t["tokens_per_second"]) == 3 and all(r > 0 for r in t["tokens_per_second"])
+        assert t["tps_mean"] > 0 and t["tps_sd"] >= 0
+        assert t["wall_seconds"] == pytest.approx(sum(t["seconds"]))
+        c = t["expert_cache"]
+        assert set(c) == {"hits", "misses", "hit_rate", "bytes_streamed", "effective_h2d_gb_per_s"}
+        assert c["hits"] == c["misses"] == c["bytes_streamed"] == 0 and c["hit_rate"] is None
+    assert d["tests"][2]["n_prompt"] == 1 and d["tests"][2]["n_gen"] == 4
+    assert set(d["expert_cache"]) == set(d["tests"][0]["expert_cache"])
+
+
+def test_context_fits_the_longest_generation(strata_bin, tiny_model):
+    d = json.loads(bench(strata_bin, tiny_model, "--json", "-p", "8", "-n", "40", "-r", "1").stdout)
+    assert d["n_ctx"] == 41
+    assert d["tests"][1]["tps_sd"] == 0  # one repetition: no spread
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["-p", "0"], "-p/--n-prompt"),
+    (["-p", "abc"], "-p/--n-prompt"),
+    (["-p", "64,,8"], "-p/--n-prompt"),
+    (["-n", "0"], "-n/--n-gen"),
+    (["-n", "-3"], "-n/--n-gen"),
+    (["-r", "0"], "-r/--repetitions"),
+    (["--chunk", "0"], "--chunk"),
+    (["--kv-type", "q4"], "--kv-type"),
+])
+def test_bad_flags(strata_bin, tiny_model, args, flag):
+    proc = bench(strata_bin, tiny_model, *args, check=False)
+    assert proc.returncode != 0
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("strata: error: " + flag), proc.stderr
