@@ -2,14 +2,15 @@
 // tolerances), packing that must not matter (token by token against one prefill, batched sequences, forks), expert
 // placement that must not change a single bit (all experts resident, a few slots, one slot, a budget), and refusals
 // that leave the engine usable.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <unistd.h>
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
@@ -218,6 +219,39 @@ TEST_P(CudaEngine, BadRequestsFailAndTheEngineGoesOn) {
     e->decode({{s, prompt_tokens(5, 4), false}}, l);
     EXPECT_EQ(e->seq_len(s), 5);
     for (float x : l[0]) ASSERT_TRUE(std::isfinite(x));
+}
+
+// A real device allocation failure in the middle of a request (the device filled up by someone else, so the pass
+// cannot get its scratch): that request fails with an error, and once memory is back the same engine serves the
+// same request with the same result as a fresh engine.
+TEST_P(CudaEngine, AllocationFailureFailsTheRequestOnly) {
+    const std::vector<int32_t> prompt = prompt_tokens(12, 7);
+    auto fresh = make_cuda_engine(path(), config());
+    const std::vector<float> want = run(*fresh, prompt);
+    fresh.reset();
+
+    auto e = make_cuda_engine(path(), config());
+    std::vector<void *> hog;
+    for (size_t chunk = size_t(1) << 34; chunk >= (size_t(1) << 20);) {
+        void *p = nullptr;
+        if (cudaMalloc(&p, chunk) == cudaSuccess)
+            hog.push_back(p);
+        else
+            cudaGetLastError(), chunk /= 2;
+    }
+    const int32_t s = e->new_sequence();
+    std::vector<std::vector<float>> l;
+    std::string msg;
+    try {
+        e->decode({{s, prompt, true}}, l);
+    } catch (const Error &err) {
+        msg = err.what();
+    }
+    for (void *p : hog) cudaFree(p);
+    EXPECT_NE(msg.find("CUDA"), std::string::npos) << "the request should fail with a CUDA error, got: '" << msg << "'";
+    EXPECT_EQ(e->seq_len(s), 0);
+    e->drop(s);
+    EXPECT_EQ(run(*e, prompt), want);
 }
 
 // Recurrent-state checkpoints (prefix reuse in the server): a sequence cut back to a checkpoint, or another one given
