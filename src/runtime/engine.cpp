@@ -1,10 +1,10 @@
 // Sequence bookkeeping and the packing of inputs into forward passes.
 #include "runtime/engine.h"
 
+#include <unistd.h>
 #include <algorithm>
 #include <atomic>
 #include <mutex>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "core/threads.h"
@@ -26,6 +26,7 @@ Engine::Engine(std::unique_ptr<Model> model, std::unique_ptr<Backend> backend, c
     cc.kv_type = cfg_.kv_type;
     backend_->init_caches(model_->hp, cc);
     seq_len_.assign(size_t(cfg_.n_seq_max), -1);
+    state_lost_.assign(size_t(cfg_.n_seq_max), 0);
 }
 
 Engine::~Engine() = default;
@@ -39,6 +40,7 @@ int32_t Engine::new_sequence() {
         if (seq_len_[size_t(s)] < 0) {
             backend_->clear_slot(s);
             seq_len_[size_t(s)] = 0;
+            state_lost_[size_t(s)] = 0;
             return s;
         }
     fail("all %d sequence slots are in use", cfg_.n_seq_max);
@@ -49,12 +51,14 @@ int32_t Engine::fork(int32_t seq) {
     int32_t dst = new_sequence();
     backend_->copy_slot(seq, dst, seq_len_[size_t(seq)]);
     seq_len_[size_t(dst)] = seq_len_[size_t(seq)];
+    state_lost_[size_t(dst)] = state_lost_[size_t(seq)];
     return dst;
 }
 
 void Engine::drop(int32_t seq) {
     check_seq(seq);
     seq_len_[size_t(seq)] = -1;
+    state_lost_[size_t(seq)] = 0;
 }
 
 int64_t Engine::seq_len(int32_t seq) const {
@@ -71,6 +75,8 @@ StateCheckpoint Engine::checkpoint(int32_t seq) {
     StateCheckpoint cp;
     cp.pos = seq_len_[size_t(seq)];
     if (!has_recurrent()) return cp;
+    if (state_lost_[size_t(seq)])
+        fail("sequence %d lost its recurrent state in a failed pass: no checkpoint of it", seq);
     if (!can_rewind()) fail("the %s backend cannot save recurrent state", backend_->name().c_str());
     cp.data.resize(backend_->recurrent_state_bytes());
     backend_->save_recurrent_state(seq, cp.data.data());
@@ -82,8 +88,7 @@ namespace {
 bool need_state(const Engine &e, const Backend &b, int64_t n_pos, int64_t len, const StateCheckpoint *cp) {
     if (!e.has_recurrent() || n_pos == len || n_pos == 0) return false;
     if (!cp) fail("cutting a recurrent sequence back to %lld positions needs a checkpoint", (long long)n_pos);
-    if (cp->pos != n_pos)
-        fail("the checkpoint is at position %lld, not %lld", (long long)cp->pos, (long long)n_pos);
+    if (cp->pos != n_pos) fail("the checkpoint is at position %lld, not %lld", (long long)cp->pos, (long long)n_pos);
     if (cp->data.size() != b.recurrent_state_bytes() || cp->data.empty())
         fail("the checkpoint holds %zu bytes of state, the backend %zu", cp->data.size(), b.recurrent_state_bytes());
     return true;
@@ -96,8 +101,11 @@ void Engine::rewind(int32_t seq, int64_t n_pos, const StateCheckpoint *cp) {
     if (n_pos < 0 || n_pos > len)
         fail("sequence %d: cannot cut %lld positions back to %lld", seq, (long long)len, (long long)n_pos);
     const bool load = need_state(*this, *backend_, n_pos, len, cp);
-    if (n_pos == 0) backend_->clear_slot(seq);
-    else if (load) backend_->load_recurrent_state(seq, cp->data.data());
+    if (n_pos == 0)
+        backend_->clear_slot(seq);
+    else if (load)
+        backend_->load_recurrent_state(seq, cp->data.data());
+    if (n_pos == 0 || load) state_lost_[size_t(seq)] = 0;
     seq_len_[size_t(seq)] = n_pos;
 }
 
@@ -115,6 +123,7 @@ void Engine::copy_prefix(int32_t src, int32_t dst, int64_t n_pos, const StateChe
         backend_->copy_slot(src, dst, n_pos);
         if (load) backend_->load_recurrent_state(dst, cp->data.data());
     }
+    state_lost_[size_t(dst)] = n_pos == 0 || load ? 0 : state_lost_[size_t(src)];
     seq_len_[size_t(dst)] = n_pos;
 }
 
@@ -123,6 +132,12 @@ void Engine::decode(const std::vector<SeqInput> &inputs, std::vector<std::vector
     std::vector<int32_t> seen;
     for (const SeqInput &in : inputs) {
         check_seq(in.seq);
+        if (state_lost_[size_t(in.seq)])
+            fail(
+                "sequence %d lost its recurrent state when an earlier pass failed; rewind it to a checkpoint or start "
+                "it "
+                "again",
+                in.seq);
         if (std::find(seen.begin(), seen.end(), in.seq) != seen.end())
             fail("sequence %d appears twice in one decode call", in.seq);
         seen.push_back(in.seq);
@@ -175,7 +190,14 @@ void Engine::decode(const std::vector<SeqInput> &inputs, std::vector<std::vector
             b.n_tokens += n;
         }
         std::vector<float> out(out_rows.size() * size_t(n_vocab_));
-        forward(*model_, *backend_, tokens.data(), b, out_rows, out.data(), tracer_);
+        try {
+            forward(*model_, *backend_, tokens.data(), b, out_rows, out.data(), tracer_);
+        } catch (...) {
+            // Attention rows past a sequence's length are never read, but recurrent state is updated in place.
+            if (has_recurrent())
+                for (const BatchSeg &sg : b.segs) state_lost_[size_t(sg.slot)] = 1;
+            throw;
+        }
         for (size_t j = 0; j < dests.size(); j++)
             std::copy_n(out.data() + j * size_t(n_vocab_), n_vocab_,
                         logits[dests[j].input].data() + dests[j].row_in_logits * n_vocab_);
@@ -229,9 +251,12 @@ bool cuda_available() {
 
 const char *device_name(Device d) {
     switch (d) {
-        case Device::Auto: return "auto";
-        case Device::Cpu: return "cpu";
-        case Device::Cuda: return "cuda";
+        case Device::Auto:
+            return "auto";
+        case Device::Cpu:
+            return "cpu";
+        case Device::Cuda:
+            return "cuda";
     }
     return "?";
 }
@@ -251,6 +276,7 @@ std::unique_ptr<Engine> make_cuda_engine(const std::string &path, const EngineCo
     o.device = cfg.cuda_device;
     o.vram_budget_bytes = cfg.vram_budget;
     o.expert_slots = cfg.expert_slots;
+    o.scratch_bytes = cfg.scratch_bytes;
     o.cache.n_slots = cfg.n_seq_max;
     o.cache.n_ctx = cfg.n_ctx;
     o.cache.kv_type = cfg.kv_type;
@@ -266,9 +292,12 @@ std::unique_ptr<Engine> make_cuda_engine(const std::string &path, const EngineCo
 
 std::unique_ptr<Engine> make_engine(const std::string &path, const EngineConfig &cfg) {
     switch (cfg.device) {
-        case Device::Cpu: return make_cpu_engine(path, cfg);
-        case Device::Cuda: return make_cuda_engine(path, cfg);
-        case Device::Auto: return cuda_available() ? make_cuda_engine(path, cfg) : make_cpu_engine(path, cfg);
+        case Device::Cpu:
+            return make_cpu_engine(path, cfg);
+        case Device::Cuda:
+            return make_cuda_engine(path, cfg);
+        case Device::Auto:
+            return cuda_available() ? make_cuda_engine(path, cfg) : make_cpu_engine(path, cfg);
     }
     return nullptr;
 }

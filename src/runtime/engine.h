@@ -23,10 +23,11 @@ struct EngineConfig {
     int cuda_device = 0;           // which GPU
     uint64_t vram_budget = 0;      // bytes of device memory the CUDA backend may use (0: what is free)
     int64_t expert_slots = 0;      // CUDA: at most this many expert slots (0: as many as the budget allows)
-    int n_threads = 0;        // CPU threads (0: all)
-    int32_t n_seq_max = 1;    // sequences held at once (cache slots)
-    int64_t n_ctx = 4096;     // positions per sequence
-    int64_t n_batch = 512;    // tokens per forward pass (prefill chunk)
+    uint64_t scratch_bytes = 0;    // CUDA: scratch allocated at start (0: the plan's estimate for n_batch; tests)
+    int n_threads = 0;             // CPU threads (0: all)
+    int32_t n_seq_max = 1;         // sequences held at once (cache slots)
+    int64_t n_ctx = 4096;          // positions per sequence
+    int64_t n_batch = 512;         // tokens per forward pass (prefill chunk)
     KvType kv_type = KvType::F16;
     // Called while a model file's weights are read into memory at start (bytes done, bytes in all).
     std::function<void(uint64_t done, uint64_t total)> load_progress;
@@ -50,7 +51,7 @@ struct StateCheckpoint {
 };
 
 class Engine {
-public:
+  public:
     Engine(std::unique_ptr<Model> model, std::unique_ptr<Backend> backend, const EngineConfig &cfg);
     ~Engine();
 
@@ -70,7 +71,8 @@ public:
     // Prefix reuse: a sequence cut back to its first n_pos positions continues from there as if it had only ever
     // been fed those. Attention caches keep their first rows; recurrent (GDN) layers cannot be cut back, so they need
     // their state as it was at n_pos: a checkpoint taken then, by this sequence or any other that held the same first
-    // n_pos tokens. The caller keeps checkpoints and decides which tokens a sequence holds; the engine checks positions.
+    // n_pos tokens. The caller keeps checkpoints and decides which tokens a sequence holds; the engine checks
+    // positions.
     bool has_recurrent() const { return model_->hp.has_recurrent(); }
     // Whether sequences can be cut back at all: always without recurrent layers, else when the backend saves state.
     bool can_rewind() const { return !has_recurrent() || backend_->recurrent_state_bytes() > 0; }
@@ -85,19 +87,23 @@ public:
     void copy_prefix(int32_t src, int32_t dst, int64_t n_pos, const StateCheckpoint *cp = nullptr);
 
     // Runs the inputs and fills logits[i] with input i's logits (rows x n_vocab, packed). Throws strata::Error
-    // (and changes no sequence) when an input is invalid: unknown sequence, token out of range, context full.
+    // (and changes no sequence) when an input is invalid: unknown sequence, token out of range, context full. When
+    // a pass fails on the device (allocation, launch), its sequences keep their lengths, but with recurrent layers
+    // their state may be half updated: they are marked lost, and decode() refuses them until they are rewound to a
+    // checkpoint or cleared (rewind to 0), or dropped.
     void decode(const std::vector<SeqInput> &inputs, std::vector<std::vector<float>> &logits);
 
     // Named intermediates of later decode() calls go to the tracer (nullptr: none).
     void set_tracer(const Tracer *t) { tracer_ = t; }
 
-private:
+  private:
     void check_seq(int32_t seq) const;
 
     std::unique_ptr<Model> model_;
     std::unique_ptr<Backend> backend_;
     EngineConfig cfg_;
     std::vector<int64_t> seq_len_;  // per slot; -1 when free
+    std::vector<char> state_lost_;  // per slot: a failed pass may have changed its recurrent state
     const Tracer *tracer_ = nullptr;
 };
 

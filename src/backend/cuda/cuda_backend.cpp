@@ -343,7 +343,7 @@ void CudaBackend::prepare(Model &m) {
              format_bytes(free_b).c_str());
 
     const uint64_t kv_bytes = cache_bytes(hp, opt_.cache);
-    const uint64_t scratch = align_up(scratch_estimate(hp));
+    const uint64_t scratch = align_up(opt_.scratch_bytes ? opt_.scratch_bytes : scratch_estimate(hp));
     const uint64_t misc = uint64_t(4) << 20;  // i-quant tables, rope tables, rounding
     const uint64_t resident = weight_bytes + kv_bytes + scratch + misc;
     const int64_t min_slots =

@@ -18,6 +18,7 @@ struct CudaOptions {
     int device = 0;
     uint64_t vram_budget_bytes = 0;  // 0: the device's free memory less a reserve
     int64_t expert_slots = 0;        // 0: as many as the budget allows (all experts when they fit); n: at most n
+    uint64_t scratch_bytes = 0;      // scratch allocated at start; 0: the estimate for n_batch (tests set less)
     CacheConfig cache;               // what init_caches will be asked for (the plan sizes it first)
     int64_t n_batch = 512;           // the most tokens in one forward pass (sizes the scratch)
     std::function<void(const std::string &)> log;  // the plan line and notes (nullptr: quiet)
