@@ -172,6 +172,8 @@ class CudaBackend final : public Backend {
     std::unique_ptr<HostStager> stager_;
     std::vector<const uint8_t *const *> expert_tables_;  // per layer, when every expert is resident
     const uint8_t *pinned_base_ = nullptr;               // the registered host range, if any
+    std::vector<void *> host_copies_;  // pinned host copies of the routed experts
+    std::string pin_host_copy(const Model &m);
     std::string plan_line_;
     OpProfiler prof_;
 };

@@ -21,6 +21,7 @@ void ExpertCache::init(std::vector<ExpertLayout> layers, int64_t n_expert, size_
         table_[il].assign(size_t(n_expert), -1);
         n_total_ += n_expert;
     }
+    host_copy_.assign(layers_.size(), {});
     slots_.clear();
     all_resident_ = false;
     lru_head_ = lru_tail_ = -1;
@@ -59,14 +60,29 @@ ExpertPtrs ExpertCache::ptrs(const Slot &s, int64_t il) const {
     return {s.dev + L.gate_off, s.dev + L.up_off, s.dev + L.down_off};
 }
 
-void ExpertCache::fill(int32_t slot, int64_t il, int32_t e) {
+void ExpertCache::set_host_copy(int64_t il, const uint8_t *gate, const uint8_t *up, const uint8_t *down) {
+    STRATA_ASSERT(il >= 0 && size_t(il) < layers_.size() && layers_[size_t(il)].gate);
+    host_copy_[size_t(il)] = {gate, up, down};
+}
+
+void ExpertCache::fill(int32_t slot, int64_t il, int32_t e, cudaStream_t stream) {
     Slot &s = slots_[size_t(slot)];
     if (s.layer >= 0) table_[size_t(s.layer)][size_t(s.expert)] = -1;
     const ExpertLayout &L = layers_[size_t(il)];
     const size_t g = L.gate->matrix_bytes(), u = L.up->matrix_bytes(), d = L.down->matrix_bytes();
-    pending_.push_back({s.dev + L.gate_off, L.gate->expert_host(e), g});
-    pending_.push_back({s.dev + L.up_off, L.up->expert_host(e), u});
-    pending_.push_back({s.dev + L.down_off, L.down->expert_host(e), d});
+    const HostCopy &hc = host_copy_[size_t(il)];
+    if (hc.gate) {
+        // From pinned memory: straight to the stream.
+        STRATA_CUDA_CHECK(
+            cudaMemcpyAsync(s.dev + L.gate_off, hc.gate + size_t(e) * g, g, cudaMemcpyHostToDevice, stream));
+        STRATA_CUDA_CHECK(cudaMemcpyAsync(s.dev + L.up_off, hc.up + size_t(e) * u, u, cudaMemcpyHostToDevice, stream));
+        STRATA_CUDA_CHECK(
+            cudaMemcpyAsync(s.dev + L.down_off, hc.down + size_t(e) * d, d, cudaMemcpyHostToDevice, stream));
+    } else {
+        pending_.push_back({s.dev + L.gate_off, L.gate->expert_host(e), g});
+        pending_.push_back({s.dev + L.up_off, L.up->expert_host(e), u});
+        pending_.push_back({s.dev + L.down_off, L.down->expert_host(e), d});
+    }
     s.layer = int32_t(il);
     s.expert = e;
     table_[size_t(il)][size_t(e)] = slot;
@@ -89,7 +105,7 @@ void ExpertCache::load_all(cudaStream_t stream) {
     int32_t next = 0;
     for (size_t il = 0; il < layers_.size(); il++) {
         if (!layers_[il].gate) continue;
-        for (int32_t e = 0; e < n_expert_; e++) fill(next++, int64_t(il), e);
+        for (int32_t e = 0; e < n_expert_; e++) fill(next++, int64_t(il), e, stream);
         flush(stream);
     }
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -131,7 +147,7 @@ void ExpertCache::acquire(int64_t il, const int32_t *experts, int64_t n, ExpertP
             }
             STRATA_ASSERT(s >= 0 && slots_[size_t(s)].call != call);
             slots_[size_t(s)].call = call;
-            fill(s, il, experts[i]);
+            fill(s, il, experts[i], stream);
             unlink(s);
             push_back(s);
             stats_.misses++;

@@ -44,6 +44,9 @@ class ExpertCache {
 
     // Copies from host memory go through this stager (pageable sources), or straight to the stream (nullptr).
     void set_stager(HostStager *s) { stager_ = s; }
+    // Pinned host copies of layer il's gate, up and down tensors (every expert, in expert order): copies then come
+    // from there by DMA at the bus's speed, not through the stager.
+    void set_host_copy(int64_t il, const uint8_t *gate, const uint8_t *up, const uint8_t *down);
 
     // Copies every expert of every layer into its own slot (needs n_slots >= all experts); synchronous.
     void load_all(cudaStream_t stream);
@@ -74,13 +77,18 @@ class ExpertCache {
         int32_t prev = -1, next = -1;  // recency list: head = least recently used
         uint64_t call = 0;             // the acquire() that last touched it
     };
-    void fill(int32_t slot, int64_t il, int32_t e);  // queues the copies in pending_
-    void flush(cudaStream_t stream);                 // issues pending_
+    // Copies expert e of layer il into a slot: from a pinned host copy at once, else queued in pending_.
+    void fill(int32_t slot, int64_t il, int32_t e, cudaStream_t stream);
+    void flush(cudaStream_t stream);  // issues pending_
     ExpertPtrs ptrs(const Slot &s, int64_t il) const;
     void unlink(int32_t s);
     void push_back(int32_t s);  // most recently used
 
+    struct HostCopy {
+        const uint8_t *gate = nullptr, *up = nullptr, *down = nullptr;
+    };
     std::vector<ExpertLayout> layers_;
+    std::vector<HostCopy> host_copy_;          // per layer; empty pointers: the tensors in the mapped file
     std::vector<std::vector<int32_t>> table_;  // [layer][expert] -> slot, -1: not resident
     std::vector<Slot> slots_;
     size_t slot_bytes_ = 0;
