@@ -200,6 +200,11 @@ TEST_P(CudaEngine, PlacementDoesNotChangeABit) {
         // the message rounds to 0.1 MiB: a little more than that, so only a few slots beyond the minimum fit
         cfg.vram_budget = uint64_t(v * (gib ? 1073741824.0 : 1048576.0)) + (uint64_t(1) << 17);
     }
+    // Device memory as the driver reports it, before the engine and after its run (nothing is freed in between, so
+    // the difference is the peak), against the budget. The CUDA context itself exists before and is not counted.
+    cudaDeviceSynchronize();
+    size_t free0 = 0, free1 = 0, total = 0;
+    ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
     auto tight = make_cuda_engine(path(), cfg);
     EXPECT_NE(plan.find("plan: resident"), std::string::npos) << plan;
     const CudaExpertStats ts = cuda_expert_stats(tight->backend());
@@ -208,6 +213,12 @@ TEST_P(CudaEngine, PlacementDoesNotChangeABit) {
     const std::vector<float> got = run(*tight, prompt);
     EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "budget plan: " << plan;
     EXPECT_LE(cuda_expert_stats(tight->backend()).device_bytes, ts.budget_bytes) << "peak within the budget";
+    cudaDeviceSynchronize();
+    ASSERT_EQ(cudaMemGetInfo(&free1, &total), cudaSuccess);
+    std::printf("  budget %.1f MiB: the driver reports %.1f MiB more in use (the plan counts %.1f MiB)\n",
+                double(ts.budget_bytes) / 1048576.0, (double(free0) - double(free1)) / 1048576.0,
+                double(cuda_expert_stats(tight->backend()).device_bytes) / 1048576.0);
+    EXPECT_LE(double(free0) - double(free1), double(ts.budget_bytes)) << "measured device memory within the budget";
 }
 
 TEST_P(CudaEngine, BadRequestsFailAndTheEngineGoesOn) {
