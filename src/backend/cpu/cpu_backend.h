@@ -2,6 +2,7 @@
 // mapped file; activations, KV cache and recurrent states live in host memory this backend owns.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -39,7 +40,7 @@ void delta_rule_recurrent(const DeltaRuleIo &io, int64_t n, int64_t d_k, int64_t
 void delta_rule_chunked(const DeltaRuleIo &io, int64_t n, int64_t d_k, int64_t d_v, float *state, int64_t chunk);
 
 class CpuBackend final : public Backend {
-public:
+  public:
     explicit CpuBackend(int n_threads);
     ~CpuBackend() override;
 
@@ -48,6 +49,9 @@ public:
     void init_caches(const HParams &hp, const CacheConfig &cfg) override;
     Act alloc(int64_t rows, int64_t cols) override;
     void reset_scratch() override;
+    // Blocks allocated after a mark are freed at its release (ops are synchronous here).
+    ScratchMark scratch_mark() override { return {scratch_.size(), 0}; }
+    void scratch_release(ScratchMark m) override { scratch_.resize(std::min(scratch_.size(), m.a)); }
     void download(const Act &src, float *host) override;
     void copy_slot(int32_t src, int32_t dst, int64_t n_pos) override;
     void clear_slot(int32_t slot) override;
@@ -63,15 +67,15 @@ public:
     void gather_rows(Act src, const std::vector<int64_t> &rows, Act dst) override;
     void deinterleave(Act src, int64_t width, Act a, Act b) override;
     void rope(Act x, const RopeParams &rp, const BatchInfo &b) override;
-    void attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-                   float scale, const BatchInfo &b, Act out) override;
+    void attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
+                   const BatchInfo &b, Act out) override;
     void gdn(int64_t il, const LayerWeights &L, Act qkv, Act z, Act beta_in, Act alpha_in, const GdnParams &p,
              const BatchInfo &b, Act out) override;
     void moe(const LayerWeights &L, Act x, const MoeParams &p, Act out) override;
 
     ThreadPool &pool() { return pool_; }
 
-private:
+  private:
     struct Caches;
     const float *vec_f32(const Weight &w);  // a 1-D weight as f32 (converted once in prepare)
 
