@@ -23,8 +23,8 @@ TEST(Fp16, RoundsToNearestEven) {
     EXPECT_EQ(f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02);
     EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);
     EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);  // halfway to 65536 rounds to inf
-    EXPECT_EQ(f32_to_f16(0x1p-24f), 0x0001);   // smallest subnormal
-    EXPECT_EQ(f32_to_f16(0x1p-25f), 0x0000);   // exactly half of it: ties to even (zero)
+    EXPECT_EQ(f32_to_f16(0x1p-24f), 0x0001);  // smallest subnormal
+    EXPECT_EQ(f32_to_f16(0x1p-25f), 0x0000);  // exactly half of it: ties to even (zero)
     EXPECT_EQ(f32_to_f16(0x1.8p-25f), 0x0001);
     EXPECT_EQ(f32_to_f16(-0.0f), 0x8000);
 }
@@ -77,4 +77,25 @@ TEST(ThreadPool, PropagatesErrors) {
         sum += ith;
     });
     EXPECT_EQ(sum, 0 + 1 + 2);  // the pool still works after an error
+}
+
+#include <cstdlib>
+
+#include "core/env.h"
+
+TEST(EnvSwitch, ZeroIsOffOneIsOnElseTheDefault) {
+    const char *name = "STRATA_TEST_ENV_SWITCH";
+    unsetenv(name);
+    EXPECT_TRUE(strata::env_switch(name, true));
+    EXPECT_FALSE(strata::env_switch(name, false));
+    setenv(name, "0", 1);
+    EXPECT_FALSE(strata::env_switch(name, true));
+    EXPECT_FALSE(strata::env_switch(name, false));
+    setenv(name, "1", 1);
+    EXPECT_TRUE(strata::env_switch(name, true));
+    EXPECT_TRUE(strata::env_switch(name, false));
+    setenv(name, "yes", 1);
+    EXPECT_TRUE(strata::env_switch(name, true));
+    EXPECT_FALSE(strata::env_switch(name, false));
+    unsetenv(name);
 }

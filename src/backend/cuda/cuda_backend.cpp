@@ -11,6 +11,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dequant.cuh"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "format/quant.h"
@@ -49,15 +50,6 @@ CudaExpertStats cuda_expert_stats(const Backend &be) {
 namespace cuda {
 
 namespace {
-
-bool env_off(const char *name) {
-    const char *e = std::getenv(name);
-    return e && std::strcmp(e, "0") == 0;
-}
-bool env_on(const char *name) {
-    const char *e = std::getenv(name);
-    return e && std::strcmp(e, "1") == 0;
-}
 
 // MemAvailable from /proc/meminfo, 0 when unknown.
 uint64_t host_available_bytes() {
@@ -463,8 +455,7 @@ void CudaBackend::prepare(Model &m) {
     }
     experts_.init(std::move(layouts), hp.n_expert, slot_bytes, std::move(slots));
     // Expert bytes come from the mapped file through a pinned stager (STRATA_CUDA_STAGER=0: plain pageable copies).
-    const char *stager_env = std::getenv("STRATA_CUDA_STAGER");
-    const bool use_stager = n_experts_total > 0 && !(stager_env && std::strcmp(stager_env, "0") == 0);
+    const bool use_stager = n_experts_total > 0 && env_switch("STRATA_CUDA_STAGER", true);
     if (use_stager && !stager_)
         stager_ = std::make_unique<HostStager>(size_t(32) << 20, 4, std::min(8, hardware_threads()));
     experts_.set_stager(use_stager ? stager_.get() : nullptr);
@@ -472,8 +463,14 @@ void CudaBackend::prepare(Model &m) {
                                                       format_bytes(stager_->buffer_bytes()).c_str())
                                              : std::string();
     std::string host_note = "host 0 GiB";
+    // The stager's pinned buffers and threads are kept only while misses can come from the mapping.
+    auto drop_stager = [&] {
+        experts_.set_stager(nullptr);
+        stager_.reset();
+    };
     if (n_slots >= n_experts_total) {
         experts_.load_all(stream_);
+        drop_stager();
         // Per layer, the device table of its experts' matrices, for routing without the host (moe()).
         expert_tables_.assign(size_t(hp.n_layer), nullptr);
         for (int64_t il = 0; il < hp.n_layer; il++) {
@@ -488,15 +485,17 @@ void CudaBackend::prepare(Model &m) {
                 cudaMemcpyAsync(dev, tab.data(), tab.size() * sizeof(void *), cudaMemcpyHostToDevice, stream_));
             expert_tables_[size_t(il)] = dev;
         }
-    } else if (m.file && !env_off("STRATA_CUDA_HOST_PINNED") && !env_on("STRATA_CUDA_PIN")) {
+    } else if (m.file && env_switch("STRATA_CUDA_HOST_PINNED", true) && !env_switch("STRATA_CUDA_PIN", false)) {
         host_note = pin_host_copy(m);
-        if (host_copies_.empty()) host_note += copy_note;  // refused: the mapping through the stager
+        if (host_copies_.empty())
+            host_note += copy_note;  // refused: the mapping through the stager
+        else
+            drop_stager();
     } else if (m.file) {
         // Streaming from the mapped file, through the stager. Pinning the mapping itself (cudaHostRegister,
         // read-only; STRATA_CUDA_PIN=1) would let copies run as DMA straight from it, but on the Firecracker H200
         // machines registering the 16.75 GiB mapping of Qwen3-30B-A3B did not finish within 150 s.
-        const char *pin_env = std::getenv("STRATA_CUDA_PIN");
-        if (!(pin_env && std::strcmp(pin_env, "1") == 0)) {
+        if (!env_switch("STRATA_CUDA_PIN", false)) {
             host_note = strfmt("host %s pageable%s", format_bytes(m.expert_bytes).c_str(), copy_note.c_str());
         } else {
             const uint8_t *base = m.file->bytes();

@@ -1,42 +1,36 @@
 // Matmuls and the MoE block of the CUDA backend: kernel choice per group, activation preparation, and routed
 // experts run grouped by expert through the slot table (expert_cache.h).
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/moe.cuh"
+#include "core/env.h"
 #include "core/error.h"
 
 namespace strata::cuda {
 
 namespace {
 
-bool env_off(const char *name) {
-    const char *e = std::getenv(name);
-    return e && std::strcmp(e, "0") == 0;
-}
-
 // STRATA_CUDA_MMVQ=0 sends the small groups and STRATA_CUDA_MMQ=0 the large ones to the generic kernels (A/B checks
 // of the quantized kernels).
 bool mmvq_enabled() {
-    static const bool on = !env_off("STRATA_CUDA_MMVQ");
+    static const bool on = env_switch("STRATA_CUDA_MMVQ", true);
     return on;
 }
 bool mmq_enabled() {
-    static const bool on = !env_off("STRATA_CUDA_MMQ");
+    static const bool on = env_switch("STRATA_CUDA_MMQ", true);
     return on;
 }
 // STRATA_CUDA_DEVICE_ROUTING=0 sends decoding through the host-grouped MoE path as well.
 bool device_routing_enabled() {
-    static const bool on = !env_off("STRATA_CUDA_DEVICE_ROUTING");
+    static const bool on = env_switch("STRATA_CUDA_DEVICE_ROUTING", true);
     return on;
 }
 // STRATA_CUDA_SCAN_EVICT=0 keeps least-recently-used eviction for chunks that sweep most experts (expert_cache.h).
 bool scan_evict_enabled() {
-    static const bool on = !env_off("STRATA_CUDA_SCAN_EVICT");
+    static const bool on = env_switch("STRATA_CUDA_SCAN_EVICT", true);
     return on;
 }
 

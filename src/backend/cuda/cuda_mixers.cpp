@@ -1,9 +1,8 @@
 // The sequence mixers of the CUDA backend: attention over the KV cache and the Gated DeltaNet core.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/cuda_backend_impl.h"
+#include "core/env.h"
 #include "core/error.h"
 
 namespace strata::cuda {
@@ -12,10 +11,7 @@ namespace {
 
 // STRATA_CUDA_FLASH=0 keeps attention on the one-block-per-row-and-head kernel (A/B checks of the tiled one).
 bool flash_enabled() {
-    static const bool on = [] {
-        const char *e = std::getenv("STRATA_CUDA_FLASH");
-        return !(e && std::strcmp(e, "0") == 0);
-    }();
+    static const bool on = env_switch("STRATA_CUDA_FLASH", true);
     return on;
 }
 

@@ -2,14 +2,13 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
+
+#include "core/env.h"
 
 namespace strata::cuda {
 
 OpProfiler::OpProfiler() {
-    const char *e = std::getenv("STRATA_CUDA_PROFILE");
-    on_ = e && std::strcmp(e, "1") == 0;
+    on_ = env_switch("STRATA_CUDA_PROFILE", false);
 }
 
 OpProfiler::~OpProfiler() {

@@ -1,0 +1,17 @@
+// Environment switches (STRATA_<NAME>=0 turns a schedule off, =1 turns an opt-in one on; PRODUCT's A/B switches).
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+namespace strata {
+
+// The switch `name`: "0" is off, "1" is on, anything else (or unset) is `default_on`.
+inline bool env_switch(const char *name, bool default_on) {
+    const char *e = std::getenv(name);
+    if (e && std::strcmp(e, "0") == 0) return false;
+    if (e && std::strcmp(e, "1") == 0) return true;
+    return default_on;
+}
+
+}  // namespace strata
