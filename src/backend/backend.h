@@ -89,6 +89,13 @@ class Backend {
     virtual ScratchMark scratch_mark() { return {}; }
     virtual void scratch_release(ScratchMark) {}
     virtual void download(const Act &src, float *host) = 0;  // rows x cols, packed
+    // A forward pass's bounds (forward() calls these; ops outside a pass behave as always). Between begin_pass and
+    // end_pass a backend may defer its work (the CUDA backend records a decoding pass as one graph), so `host` of a
+    // download() inside a pass holds its rows only once end_pass() has returned. traced: the caller downloads
+    // intermediate results and reads them at once. abort_pass(): the pass threw; drop what was deferred.
+    virtual void begin_pass(const BatchInfo &, bool traced) { (void)traced; }
+    virtual void end_pass() {}
+    virtual void abort_pass() {}
 
     // Sequence slots: copy the first n_pos positions of one slot's caches (and its recurrent state) to another.
     virtual void copy_slot(int32_t src, int32_t dst, int64_t n_pos) = 0;
@@ -121,6 +128,12 @@ class Backend {
         uint64_t bytes_streamed = 0;
     };
     virtual Stats stats() const { return {}; }
+    // Device memory of a GPU backend: what its allocations hold, what the driver counts for it (its allocations and
+    // the runtime's context; 0: unknown) and its budget. Not cheap (asks the driver): not for per-token use.
+    struct DeviceMemory {
+        uint64_t held = 0, driver = 0, budget = 0;
+    };
+    virtual bool device_memory(DeviceMemory &) const { return false; }
 
     // --- ops ---
     virtual void embed(const Weight &tok_embd, const int32_t *ids, Act out) = 0;

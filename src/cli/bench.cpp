@@ -272,8 +272,26 @@ void print_cache_summary(const std::vector<TestResult> &results, const std::stri
                stdout);
 }
 
+// Device memory after the runs (GPU backends): Strata's allocations, the driver's count (with the CUDA runtime), the
+// budget. Null where the backend has no device memory.
+json device_memory_json(const Backend &be) {
+    Backend::DeviceMemory dm;
+    if (!be.device_memory(dm)) return nullptr;
+    return {{"allocated_bytes", dm.held},
+            {"driver_bytes", dm.driver ? json(dm.driver) : json(nullptr)},
+            {"budget_bytes", dm.budget}};
+}
+
+void print_device_memory(const Backend &be) {
+    Backend::DeviceMemory dm;
+    if (!be.device_memory(dm)) return;
+    std::printf("\ndevice memory after the runs: %s allocated by Strata, %s as the driver counts it, budget %s\n",
+                format_bytes(dm.held).c_str(), dm.driver ? format_bytes(dm.driver).c_str() : "unknown",
+                format_bytes(dm.budget).c_str());
+}
+
 json report_json(const ModelFacts &m, const EngineConfig &cfg, int repetitions, const std::vector<TestResult> &results,
-                 const std::string &backend) {
+                 const std::string &backend, const Backend &be) {
     json j;
     j["model"] = {{"path", m.path},
                   {"name", m.name},
@@ -308,6 +326,7 @@ json report_json(const ModelFacts &m, const EngineConfig &cfg, int repetitions, 
     }
     j["tests"] = std::move(tests);
     j["expert_cache"] = cache_json(total, total_s);
+    j["device_memory"] = device_memory_json(be);
     return j;
 }
 
@@ -366,11 +385,12 @@ Run add_bench(CLI::App &app) {
 
         const ModelFacts m = model_facts(*eng, a->model);
         if (a->json) {
-            std::printf("%s\n", report_json(m, cfg, a->repetitions, results, backend).dump(2).c_str());
+            std::printf("%s\n", report_json(m, cfg, a->repetitions, results, backend, eng->backend()).dump(2).c_str());
             return 0;
         }
         print_table(m, cfg.vram_budget ? format_bytes(cfg.vram_budget) : "-", results);
         print_cache_summary(results, backend);
+        print_device_memory(eng->backend());
         return 0;
     };
 }

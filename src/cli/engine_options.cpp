@@ -15,8 +15,8 @@ void add_device_options(CLI::App *sub, DeviceOptions &o) {
         ->capture_default_str();
     sub->add_option("--gpu", o.gpu, "Which CUDA device")->capture_default_str();
     sub->add_option("--vram-budget", o.vram_budget,
-                    "Device memory the CUDA engine may use, e.g. 12G (default: what is free); experts that do not fit "
-                    "stay in host memory and are copied in when routed");
+                    "Device memory the process may hold on the GPU, CUDA runtime included, e.g. 12G (default: what "
+                    "is free); experts that do not fit stay in host memory and are copied in when routed");
 }
 
 void apply_device_options(const DeviceOptions &o, EngineConfig &cfg) {

@@ -122,6 +122,16 @@ void forward(const Model &m, Backend &be, const int32_t *tokens, const BatchInfo
              const std::vector<int64_t> &out_rows, float *logits, const Tracer *tracer) {
     ForwardCtx c{m, be, batch, tracer};
     be.reset_scratch();
+    // The pass's bounds for the backend; a throw on the way aborts it.
+    struct PassScope {
+        Backend &be;
+        bool open = true;
+        ~PassScope() {
+            if (open) be.abort_pass();
+        }
+    };
+    be.begin_pass(batch, tracer != nullptr);
+    PassScope scope{be};
     Act h = m.hp.arch == Arch::QWEN3MOE ? trunk_qwen3moe(c, tokens) : trunk_qwen3next(c, tokens);
 
     // Only the rows whose logits are wanted go through the output norm and the vocabulary projection, in slices of
@@ -143,6 +153,8 @@ void forward(const Model &m, Backend &be, const int32_t *tokens, const BatchInfo
         be.download(out, logits + r0 * V);
         be.scratch_release(mk);
     }
+    scope.open = false;
+    be.end_pass();
 }
 
 }  // namespace strata

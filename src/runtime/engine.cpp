@@ -277,6 +277,7 @@ std::unique_ptr<Engine> make_cuda_engine(const std::string &path, const EngineCo
     o.vram_budget_bytes = cfg.vram_budget;
     o.expert_slots = cfg.expert_slots;
     o.scratch_bytes = cfg.scratch_bytes;
+    o.graphs = cfg.cuda_graphs;
     o.cache.n_slots = cfg.n_seq_max;
     o.cache.n_ctx = cfg.n_ctx;
     o.cache.kv_type = cfg.kv_type;

@@ -24,6 +24,7 @@ struct EngineConfig {
     uint64_t vram_budget = 0;      // bytes of device memory the CUDA backend may use (0: what is free)
     int64_t expert_slots = 0;      // CUDA: at most this many expert slots (0: as many as the budget allows)
     uint64_t scratch_bytes = 0;    // CUDA: scratch allocated at start (0: the plan's estimate for n_batch; tests)
+    bool cuda_graphs = false;      // CUDA: decoding passes as graphs where they can be (opt-in; see cuda_graph.cpp)
     int n_threads = 0;             // CPU threads (0: all)
     int32_t n_seq_max = 1;         // sequences held at once (cache slots)
     int64_t n_ctx = 4096;          // positions per sequence

@@ -219,6 +219,85 @@ TEST_P(CudaEngine, PlacementDoesNotChangeABit) {
                 double(ts.budget_bytes) / 1048576.0, (double(free0) - double(free1)) / 1048576.0,
                 double(cuda_expert_stats(tight->backend()).device_bytes) / 1048576.0);
     EXPECT_LE(double(free0) - double(free1), double(ts.budget_bytes)) << "measured device memory within the budget";
+    // The budget covers the CUDA runtime too: the driver's count for the process, less the other engines'
+    // allocations, stays within it (where NVML can be read; the plan line says when it cannot).
+    const CudaExpertStats after = cuda_expert_stats(tight->backend());
+    if (after.driver_bytes) {
+        std::printf("  the driver counts %.1f MiB for this engine with the CUDA runtime (budget %.1f MiB)\n",
+                    double(after.driver_bytes) / 1048576.0, double(after.budget_bytes) / 1048576.0);
+        EXPECT_LE(after.driver_bytes, after.budget_bytes) << plan;
+        EXPECT_NE(plan.find("CUDA runtime"), std::string::npos) << plan;
+    } else {
+        EXPECT_NE(plan.find("estimated"), std::string::npos) << plan;
+    }
+}
+
+// Decoding passes recorded and launched as CUDA graphs give the same bits as the same kernels launched one by one:
+// one sequence token by token, two sequences decoding together (a 2-row pass), and a fork.
+TEST_P(CudaEngine, GraphsDoNotChangeABit) {
+    EngineConfig on = config(), off = config();
+    on.n_seq_max = off.n_seq_max = 3;
+    on.cuda_graphs = true;
+    off.cuda_graphs = false;
+    auto g = make_cuda_engine(path(), on);
+    auto p = make_cuda_engine(path(), off);
+    std::vector<std::vector<float>> lg, lp;
+    auto same = [&](const std::string &what) {
+        ASSERT_EQ(lg.size(), lp.size()) << what;
+        for (size_t i = 0; i < lg.size(); i++) {
+            ASSERT_EQ(lg[i].size(), lp[i].size()) << what;
+            EXPECT_EQ(std::memcmp(lg[i].data(), lp[i].data(), lg[i].size() * 4), 0) << what << ", sequence " << i;
+        }
+    };
+    const int32_t a1 = g->new_sequence(), a2 = g->new_sequence();
+    const int32_t b1 = p->new_sequence(), b2 = p->new_sequence();
+    g->decode({{a1, prompt_tokens(30, 5), false}}, lg);
+    p->decode({{b1, prompt_tokens(30, 5), false}}, lp);
+    same("prompt");
+    for (int i = 0; i < 8; i++) {
+        const int32_t t = int32_t((i * 29 + 7) % 250);
+        g->decode({{a1, {t}, false}}, lg);
+        p->decode({{b1, {t}, false}}, lp);
+        same("step " + std::to_string(i));
+    }
+    g->decode({{a2, prompt_tokens(9, 6), false}}, lg);
+    p->decode({{b2, prompt_tokens(9, 6), false}}, lp);
+    for (int i = 0; i < 6; i++) {
+        const int32_t t = int32_t((i * 31 + 11) % 250);
+        g->decode({{a1, {t}, false}, {a2, {t}, false}}, lg);
+        p->decode({{b1, {t}, false}, {b2, {t}, false}}, lp);
+        same("two sequences, step " + std::to_string(i));
+    }
+    const int32_t fa = g->fork(a2), fb = p->fork(b2);
+    for (int i = 0; i < 3; i++) {
+        g->decode({{fa, {int32_t(40 + i)}, false}}, lg);
+        p->decode({{fb, {int32_t(40 + i)}, false}}, lp);
+        same("fork, step " + std::to_string(i));
+    }
+    const CudaExpertStats sg = cuda_expert_stats(g->backend()), sp = cuda_expert_stats(p->backend());
+    std::printf("  graphs: %llu passes launched as graphs, %llu graphs built\n", (unsigned long long)sg.graph_launches,
+                (unsigned long long)sg.graph_instantiations);
+    EXPECT_EQ(sp.graph_launches, 0u);
+    // Quantized experts route on the device at decode sizes, so their decoding passes can be graphs (f32 experts
+    // take the host-grouped path).
+    if (quantized()) {
+        EXPECT_GE(sg.graph_launches, 10u);
+        EXPECT_LE(sg.graph_instantiations, sg.graph_launches);
+    }
+    // With a partial expert cache the host groups the experts: no graphs, same bits.
+    EngineConfig few = config();
+    few.expert_slots = 2;
+    few.cuda_graphs = true;
+    auto c = make_cuda_engine(path(), few);
+    const int32_t c1 = c->new_sequence();
+    c->decode({{c1, prompt_tokens(30, 5), false}}, lg);
+    for (int i = 0; i < 8; i++) c->decode({{c1, {int32_t((i * 29 + 7) % 250)}, false}}, lg);
+    p->drop(b2);
+    const int32_t d1 = p->new_sequence();
+    p->decode({{d1, prompt_tokens(30, 5), false}}, lp);
+    for (int i = 0; i < 8; i++) p->decode({{d1, {int32_t((i * 29 + 7) % 250)}, false}}, lp);
+    same("two expert slots");
+    EXPECT_EQ(cuda_expert_stats(c->backend()).graph_launches, 0u);
 }
 
 TEST_P(CudaEngine, BadRequestsFailAndTheEngineGoesOn) {

@@ -8,9 +8,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dequant.cuh"
+#include "backend/cuda/driver_memory.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/units.h"
@@ -22,6 +24,10 @@ namespace strata {
 namespace {
 
 constexpr size_t k_align = 256;
+// The CUDA runtime's share of a budget where the driver's count cannot be read, and the margin kept for what it may
+// add after the plan (kernels loaded at first launch, local memory grown for a kernel that needs more).
+constexpr uint64_t k_runtime_estimate = uint64_t(512) << 20;
+constexpr uint64_t k_runtime_margin = uint64_t(64) << 20;
 inline size_t align_up(size_t n) {
     return (n + k_align - 1) / k_align * k_align;
 }
@@ -118,10 +124,15 @@ CudaBackend::CudaBackend(const CudaOptions &o) : opt_(o), device_(o.device) {
 CudaBackend::~CudaBackend() {
     // Errors are ignored here: a destructor cannot fail, and a broken context frees everything with the process.
     cudaSetDevice(device_);
+    if (capturing_) drop_capture();
     if (stream_) cudaStreamSynchronize(stream_);
+    for (auto &e : graph_execs_)
+        if (e.second) cudaGraphExecDestroy(e.second);
+    if (dl_pinned_) cudaFreeHost(dl_pinned_);
     prof_.step();
     prof_.report();
-    for (auto &a : allocations_) cudaFree(a.first);
+    report_graphs();
+    for (auto &a : allocations_) cudaFree(a.first), cuda::track_device_bytes(device_, -int64_t(a.second));
     if (pinned_base_) cudaHostUnregister(const_cast<uint8_t *>(pinned_base_));
     for (void *p : host_copies_) cudaFreeHost(p);
     if (stage_) cudaFreeHost(stage_);
@@ -150,11 +161,28 @@ CudaExpertStats CudaBackend::expert_stats() const {
     s.misses = experts_.stats().misses;
     s.bytes_uploaded = experts_.stats().bytes_uploaded;
     s.device_bytes = dev_bytes_;
-    s.budget_bytes = budget_;
+    s.budget_bytes = budget_total_;
+    DeviceMemory dm;
+    device_memory(dm);
+    s.driver_bytes = dm.driver;
+    s.graph_launches = graph_launches_;
+    s.graph_instantiations = graph_instantiations_;
     return s;
 }
 
 // ---- device memory ------------------------------------------------------------------------------------------
+
+bool CudaBackend::device_memory(DeviceMemory &out) const {
+    out.held = dev_bytes_;
+    out.budget = budget_total_;
+    out.driver = 0;
+    // This backend's share of the process as the driver counts it: everything but other backends' allocations.
+    if (const std::optional<uint64_t> p = cuda::process_device_bytes(device_)) {
+        const uint64_t others = cuda::tracked_device_bytes(device_) - dev_bytes_;
+        out.driver = *p > others ? *p - others : 0;
+    }
+    return true;
+}
 
 void *CudaBackend::dev_alloc(size_t bytes, const char *what) {
     bytes = align_up(std::max<size_t>(bytes, 1));
@@ -170,6 +198,7 @@ void *CudaBackend::dev_alloc(size_t bytes, const char *what) {
     }
     allocations_[p] = bytes;
     dev_bytes_ += bytes;
+    cuda::track_device_bytes(device_, int64_t(bytes));
     return p;
 }
 
@@ -178,6 +207,7 @@ void CudaBackend::dev_free(void *p) {
     STRATA_ASSERT(it != allocations_.end());
     STRATA_CUDA_CHECK(cudaFree(p));
     dev_bytes_ -= it->second;
+    cuda::track_device_bytes(device_, -int64_t(it->second));
     allocations_.erase(it);
 }
 
@@ -208,6 +238,7 @@ Act CudaBackend::alloc(int64_t rows, int64_t cols) {
 }
 
 void CudaBackend::reset_scratch() {
+    if (capturing_) drop_capture();  // a pass left without end_pass or abort_pass
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
     prof_.step();
     if (chunks_.size() > 1) {
@@ -235,6 +266,10 @@ void *CudaBackend::upload(const void *host, size_t bytes) {
     void *dev = scratch_bytes(bytes);
     const size_t need = align_up(bytes);
     if (stage_used_ + need > stage_size_) {
+        // A recorded pass cannot wait for its earlier copies; passes small enough to record upload far less.
+        if (capturing_)
+            fail("internal: a recorded pass uploads more than the %s staging buffer",
+                 format_bytes(stage_size_).c_str());
         // Every copy queued from the staging buffer has to finish before it is rewritten.
         STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
         stage_used_ = 0;
@@ -255,9 +290,22 @@ void *CudaBackend::upload(const void *host, size_t bytes) {
 void CudaBackend::download(const Act &src, float *host) {
     STRATA_CUDA_OP("download");
     if (src.rows == 0) return;
+    if (capturing_) {  // recorded: into pinned memory now, to `host` once the graph has run (end_pass)
+        const size_t n = size_t(src.rows * src.cols);
+        if (dl_used_ + n > dl_floats_)
+            fail("internal: a recorded pass downloads more than its %zu floats of pinned memory", dl_floats_);
+        float *pin = dl_pinned_ + dl_used_;
+        STRATA_CUDA_CHECK(cudaMemcpy2DAsync(pin, size_t(src.cols) * 4, src.data, size_t(src.stride) * 4,
+                                            size_t(src.cols) * 4, size_t(src.rows), cudaMemcpyDeviceToHost, stream_));
+        deferred_.push_back({host, pin, n * sizeof(float)});
+        dl_used_ += n;
+        return;
+    }
+    const auto issued = Clock::now();
     STRATA_CUDA_CHECK(cudaMemcpy2DAsync(host, size_t(src.cols) * 4, src.data, size_t(src.stride) * 4,
                                         size_t(src.cols) * 4, size_t(src.rows), cudaMemcpyDeviceToHost, stream_));
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    note_direct_pass(issued, Clock::now());
 }
 
 // ---- weights and the plan -------------------------------------------------------------------------------------
@@ -388,15 +436,25 @@ void CudaBackend::prepare(Model &m) {
     }
     const int64_t n_experts_total = n_moe_layers * hp.n_expert;
 
-    // The budget: as given, or what the device has free less a reserve for the runtime's own needs.
+    // The budget bounds what this process holds on the device, the CUDA context included: the driver's count for
+    // the process (NVML) less what Strata's backends have allocated is the runtime's share, and a margin covers what
+    // the runtime may still add (kernels loaded on first launch, local memory). Without a budget: what is free less
+    // a reserve.
     size_t free_b = 0, total_b = 0;
     STRATA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const std::optional<uint64_t> process = cuda::process_device_bytes(device_);
+    const uint64_t tracked = cuda::tracked_device_bytes(device_);
+    const uint64_t runtime = process && *process > tracked ? *process - tracked : k_runtime_estimate;
+    const uint64_t runtime_total = runtime + k_runtime_margin;
+    const std::string runtime_note = strfmt("CUDA runtime %s%s", format_bytes(runtime).c_str(),
+                                            process ? "" : " (estimated: the driver's count is not readable)");
     const uint64_t reserve = std::max<uint64_t>(uint64_t(512) << 20, total_b / 32);
     const uint64_t usable = free_b > reserve ? free_b - reserve : 0;
-    uint64_t budget = opt_.vram_budget_bytes ? opt_.vram_budget_bytes : usable;
-    if (opt_.vram_budget_bytes && budget > free_b)
-        fail("--vram-budget %s is more than CUDA%d has free (%s)", format_bytes(budget).c_str(), device_,
-             format_bytes(free_b).c_str());
+    const uint64_t given = opt_.vram_budget_bytes;
+    uint64_t budget = given ? (given > runtime_total ? given - runtime_total : 0) : usable;
+    if (given && budget > free_b)
+        fail("--vram-budget %s is more than CUDA%d can give (%s free besides the CUDA runtime's %s)",
+             format_bytes(given).c_str(), device_, format_bytes(free_b).c_str(), format_bytes(runtime_total).c_str());
 
     const uint64_t kv_bytes = cache_bytes(hp, opt_.cache);
     const uint64_t scratch = align_up(opt_.scratch_bytes ? opt_.scratch_bytes : scratch_estimate(hp));
@@ -408,22 +466,35 @@ void CudaBackend::prepare(Model &m) {
     if (minimum > budget)
         fail(
             "%s %s is too small for this model: the resident part needs %s (weights %s, KV cache and states %s, "
-            "scratch for %lld-token passes %s) and the expert cache at least %lld slots of %s; give at least %s",
-            opt_.vram_budget_bytes ? "--vram-budget" : "the free memory of CUDA", format_bytes(budget).c_str(),
+            "scratch for %lld-token passes %s), the expert cache at least %lld slots of %s and the CUDA runtime %s; "
+            "give at least %s",
+            given ? "--vram-budget" : "the free memory of CUDA", format_bytes(given ? given : budget).c_str(),
             format_bytes(resident).c_str(), format_bytes(weight_bytes).c_str(), format_bytes(kv_bytes).c_str(),
             (long long)opt_.n_batch, format_bytes(scratch).c_str(), (long long)min_slots,
-            format_bytes(slot_bytes).c_str(), format_bytes(minimum).c_str());
+            format_bytes(slot_bytes).c_str(), format_bytes(runtime_total).c_str(),
+            format_bytes(minimum + (given ? runtime_total : 0)).c_str());
     int64_t n_slots =
         slot_bytes ? int64_t(std::min<uint64_t>(uint64_t(n_experts_total), (budget - resident) / slot_bytes)) : 0;
     if (opt_.expert_slots > 0) n_slots = std::min(n_slots, opt_.expert_slots);
     budget_ = budget;
+    budget_total_ = given ? given : budget + runtime_total;
 
-    // Place: weights, scratch, expert slots (caches come in init_caches, planned above).
+    // Place: weights, scratch, expert slots (caches come in init_caches, planned above). The weights share one
+    // allocation: the driver hands out memory in 2 MiB pages, and hundreds of separate matrices would each waste part
+    // of their last page outside the budget's count.
     std::unordered_map<const uint8_t *, void *> &dev = weights_dev_;
+    uint8_t *arena = weight_bytes ? static_cast<uint8_t *>(dev_alloc(weight_bytes, "weights")) : nullptr;
+    size_t arena_used = 0;
+    auto carve = [&](size_t bytes) {
+        void *p = arena + arena_used;
+        arena_used += align_up(bytes);
+        STRATA_ASSERT(arena_used <= weight_bytes);
+        return p;
+    };
     for (Weight *w : matrices) {
         auto it = dev.find(w->host);
         if (it == dev.end()) {
-            void *p = dev_alloc(w->matrix_bytes(), "weights");
+            void *p = carve(w->matrix_bytes());
             STRATA_CUDA_CHECK(cudaMemcpyAsync(p, w->host, w->matrix_bytes(), cudaMemcpyHostToDevice, stream_));
             it = dev.emplace(w->host, p).first;
         }
@@ -435,7 +506,7 @@ void CudaBackend::prepare(Model &m) {
             std::vector<float> f(size_t(w->ne[0] * w->ne[1]));
             for (int64_t r = 0; r < w->ne[1]; r++)
                 dequantize_row(w->type, w->host + size_t(r) * w->row_bytes, f.data() + r * w->ne[0], w->ne[0]);
-            void *p = dev_alloc(f.size() * 4, "weights");
+            void *p = carve(f.size() * 4);
             // pageable source: the call returns once the bytes are staged, so f may go right after
             STRATA_CUDA_CHECK(cudaMemcpyAsync(p, f.data(), f.size() * 4, cudaMemcpyHostToDevice, stream_));
             it = dev.emplace(w->host, p).first;
@@ -517,14 +588,20 @@ void CudaBackend::prepare(Model &m) {
         }
     }
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    // Decoding passes can run as graphs where no layer needs the host for its experts.
+    graph_eligible_ = true;
+    for (int64_t il = 0; il < hp.n_layer; il++) {
+        const LayerWeights &L = m.layers[size_t(il)];
+        if (L.gate_exps.present() && !device_routing_applies(L, il, 1)) graph_eligible_ = false;
+    }
     const double pct = n_experts_total ? 100.0 * double(n_slots) / double(n_experts_total) : 100.0;
     plan_line_ = strfmt(
         "strata: CUDA%d plan: resident %s, expert cache %lld slots (%s, %.0f%% of experts), %s, "
-        "KV %s %d x %lld (%s with states), scratch %s, budget %s",
+        "KV %s %d x %lld (%s with states), scratch %s, %s, budget %s",
         device_, format_bytes(weight_bytes + kv_bytes + scratch).c_str(), (long long)n_slots,
         format_bytes(uint64_t(n_slots) * slot_bytes).c_str(), pct, host_note.c_str(), kv_type_name(opt_.cache.kv_type),
         opt_.cache.n_slots, (long long)opt_.cache.n_ctx, format_bytes(kv_bytes).c_str(), format_bytes(scratch).c_str(),
-        format_bytes(budget).c_str());
+        runtime_note.c_str(), format_bytes(budget_total_).c_str());
     if (opt_.log) opt_.log(plan_line_);
 }
 
@@ -534,23 +611,20 @@ void CudaBackend::init_caches(const HParams &hp, const CacheConfig &cfg) {
     if (cfg.n_slots <= 0 || cfg.n_ctx <= 0) fail("cache: need at least one slot and one position");
     if (cfg.kv_type == KvType::Q8_0 && hp.head_dim_k % 32 != 0)
         fail("--kv-type q8_0 needs a head size that is a multiple of 32 (this model: %lld)", (long long)hp.head_dim_k);
-    for (LayerCache &c : caches_) {
-        if (c.kv.k) dev_free(c.kv.k), dev_free(c.kv.v);
-        if (c.conv) dev_free(c.conv), dev_free(c.state);
-    }
+    // One allocation for every layer's caches (see the weights in plan_and_place: the driver's 2 MiB pages).
+    if (cache_arena_) dev_free(cache_arena_);
+    cache_arena_ = nullptr;
     caches_.assign(size_t(hp.n_layer), {});
     cache_cfg_ = cfg;
+    size_t total = 0;
+    std::vector<size_t> sizes;  // per layer: conv and state, or k and v
     for (int64_t il = 0; il < hp.n_layer; il++) {
         LayerCache &c = caches_[size_t(il)];
         if (hp.is_recurrent(il)) {
             c.conv_floats = (hp.ssm_conv_kernel - 1) * hp.gdn_conv_dim();
             c.state_floats = hp.ssm_dt_rank * hp.ssm_d_state * hp.gdn_head_v_dim();
-            const size_t cb = std::max<size_t>(size_t(cfg.n_slots * c.conv_floats) * 4, 4);
-            const size_t sb = size_t(cfg.n_slots * c.state_floats) * 4;
-            c.conv = static_cast<float *>(dev_alloc(cb, "GDN states"));
-            c.state = static_cast<float *>(dev_alloc(sb, "GDN states"));
-            STRATA_CUDA_CHECK(cudaMemsetAsync(c.conv, 0, cb, stream_));
-            STRATA_CUDA_CHECK(cudaMemsetAsync(c.state, 0, sb, stream_));
+            sizes.push_back(std::max<size_t>(size_t(cfg.n_slots * c.conv_floats) * 4, 4));
+            sizes.push_back(size_t(cfg.n_slots * c.state_floats) * 4);
         } else {
             c.attn = true;
             c.kv.type = cfg.kv_type;
@@ -560,8 +634,26 @@ void CudaBackend::init_caches(const HParams &hp, const CacheConfig &cfg) {
                                                           : row_bytes(DType::Q8_0, c.kv.kv_cols);
             c.kv.n_ctx = cfg.n_ctx;
             const size_t bytes = size_t(cfg.n_slots) * size_t(cfg.n_ctx) * c.kv.row_bytes;
-            c.kv.k = static_cast<uint8_t *>(dev_alloc(bytes, "KV cache"));
-            c.kv.v = static_cast<uint8_t *>(dev_alloc(bytes, "KV cache"));
+            sizes.push_back(bytes);
+            sizes.push_back(bytes);
+        }
+        total += align_up(sizes[sizes.size() - 2]) + align_up(sizes.back());
+    }
+    uint8_t *at = total ? static_cast<uint8_t *>(dev_alloc(total, "KV cache and GDN states")) : nullptr;
+    cache_arena_ = at;
+    for (int64_t il = 0; il < hp.n_layer; il++) {
+        LayerCache &c = caches_[size_t(il)];
+        const size_t a = sizes[size_t(2 * il)], b = sizes[size_t(2 * il + 1)];
+        uint8_t *first = at, *second = at + align_up(a);
+        at = second + align_up(b);
+        if (c.attn) {
+            c.kv.k = first;
+            c.kv.v = second;
+        } else {
+            c.conv = reinterpret_cast<float *>(first);
+            c.state = reinterpret_cast<float *>(second);
+            STRATA_CUDA_CHECK(cudaMemsetAsync(c.conv, 0, a, stream_));
+            STRATA_CUDA_CHECK(cudaMemsetAsync(c.state, 0, b, stream_));
         }
     }
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -16,9 +16,10 @@ namespace strata {
 
 struct CudaOptions {
     int device = 0;
-    uint64_t vram_budget_bytes = 0;  // 0: the device's free memory less a reserve
+    uint64_t vram_budget_bytes = 0;  // all the process may hold on the device, CUDA runtime included; 0: what is free
     int64_t expert_slots = 0;        // 0: as many as the budget allows (all experts when they fit); n: at most n
     uint64_t scratch_bytes = 0;      // scratch allocated at start; 0: the estimate for n_batch (tests set less)
+    bool graphs = false;             // decoding passes as CUDA graphs where eligible (also STRATA_CUDA_GRAPHS=1)
     CacheConfig cache;               // what init_caches will be asked for (the plan sizes it first)
     int64_t n_batch = 512;           // the most tokens in one forward pass (sizes the scratch)
     std::function<void(const std::string &)> log;  // the plan line and notes (nullptr: quiet)
@@ -33,8 +34,10 @@ int cuda_device_count();
 struct CudaExpertStats {
     int64_t n_slots = 0, n_experts = 0;
     uint64_t hits = 0, misses = 0, bytes_uploaded = 0;
-    uint64_t device_bytes = 0;  // device memory the backend holds now
-    uint64_t budget_bytes = 0;
+    uint64_t device_bytes = 0;  // device memory the backend's own allocations hold now
+    uint64_t budget_bytes = 0;  // the budget for everything on the device, CUDA runtime included
+    uint64_t graph_launches = 0, graph_instantiations = 0;  // decoding passes run as CUDA graphs; graphs built
+    uint64_t driver_bytes = 0;  // the driver's count for this process less other backends' allocations (0: unknown)
 };
 CudaExpertStats cuda_expert_stats(const Backend &be);
 

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cuda_runtime_api.h>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <unordered_map>
@@ -46,6 +47,9 @@ class CudaBackend final : public Backend {
     ScratchMark scratch_mark() override { return {cur_chunk_, cur_off_}; }
     void scratch_release(ScratchMark m) override;
     void download(const Act &src, float *host) override;
+    void begin_pass(const BatchInfo &b, bool traced) override;
+    void end_pass() override;
+    void abort_pass() override;
     void copy_slot(int32_t src, int32_t dst, int64_t n_pos) override;
     void clear_slot(int32_t slot) override;
 
@@ -69,6 +73,7 @@ class CudaBackend final : public Backend {
 
     CudaExpertStats expert_stats() const;
     Stats stats() const override;
+    bool device_memory(DeviceMemory &out) const override;
     cudaStream_t stream() const { return stream_; }
 
   private:
@@ -140,7 +145,8 @@ class CudaBackend final : public Backend {
     int device_ = 0;
     cudaDeviceProp prop_{};
     cudaStream_t stream_ = nullptr;
-    uint64_t budget_ = 0;  // 0 until planned
+    uint64_t budget_ = 0;        // what dev_alloc may hold in all; 0 until planned
+    uint64_t budget_total_ = 0;  // the budget for the whole process on this device, CUDA runtime included
     uint64_t dev_bytes_ = 0;
     std::unordered_map<void *, size_t> allocations_;
 
@@ -167,15 +173,42 @@ class CudaBackend final : public Backend {
     };
     CacheConfig cache_cfg_;
     std::vector<LayerCache> caches_;
+    void *cache_arena_ = nullptr;  // every layer's caches, one allocation
 
     ExpertCache experts_;
     std::unique_ptr<HostStager> stager_;
     std::vector<const uint8_t *const *> expert_tables_;  // per layer, when every expert is resident
     const uint8_t *pinned_base_ = nullptr;               // the registered host range, if any
-    std::vector<void *> host_copies_;  // pinned host copies of the routed experts
+    std::vector<void *> host_copies_;                    // pinned host copies of the routed experts
     std::string pin_host_copy(const Model &m);
     std::string plan_line_;
     OpProfiler prof_;
+
+    // ---- graphs (cuda_graph.cpp): a decoding pass recorded by stream capture and launched as one graph ----
+    bool graph_eligible_ = false;      // set by the plan: every MoE layer routes on the device at decode sizes
+    bool capturing_ = false;           // inside begin_pass .. end_pass, recording
+    int64_t pass_rows_ = 0;            // the recorded pass's size
+    std::vector<int64_t> graph_warm_;  // pass sizes that have run once without a graph (tables made, kernels loaded)
+    std::vector<std::pair<int64_t, cudaGraphExec_t>> graph_execs_;  // one executable graph per pass size
+    struct Deferred {  // a download recorded in the graph: pinned rows copied to the caller's memory at end_pass
+        float *host;
+        const float *pinned;
+        size_t bytes;
+    };
+    std::vector<Deferred> deferred_;
+    float *dl_pinned_ = nullptr;
+    size_t dl_floats_ = 0, dl_used_ = 0;
+    uint64_t graph_launches_ = 0, graph_instantiations_ = 0;
+    void drop_capture();
+    void report_graphs() const;  // stderr, at exit: passes, and where their time went
+    using Clock = std::chrono::steady_clock;
+    Clock::time_point graph_t0_;
+    double graph_ms_[3] = {0, 0, 0};  // recording, update or build, launch to done
+    Clock::time_point pass_t0_;
+    bool pass_small_ = false;
+    uint64_t direct_passes_ = 0;
+    double direct_ms_[2] = {0, 0};  // decoding passes without graphs: host issue time, time to done
+    void note_direct_pass(Clock::time_point issued, Clock::time_point done);
 };
 
 // Times the enclosing op when STRATA_CUDA_PROFILE=1 (op_profiler.h).
