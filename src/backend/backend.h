@@ -140,6 +140,15 @@ class Backend {
     // out = x / rms(x) * w over groups of w.ne[0] columns (a whole row, or each head for q/k norms).
     virtual void rms_norm(Act x, const Weight &w, float eps, Act out) = 0;
     virtual void matmul(const Weight &w, Act x, Act out) = 0;
+    // Products of one input with several matrices (q, k and v; a GDN layer's input projections): each out = x W^T.
+    // A backend may prepare x once for all of them; the default runs matmul for each, in order.
+    struct MatmulOut {
+        const Weight *w;
+        Act out;
+    };
+    virtual void matmuls(Act x, const std::vector<MatmulOut> &outs) {
+        for (const MatmulOut &o : outs) matmul(*o.w, x, o.out);
+    }
     virtual void add(Act a, Act b, Act out) = 0;
     virtual void mul_sigmoid(Act x, Act gate) = 0;  // x *= sigmoid(gate), elementwise
     // dst row i = src row rows[i].
@@ -148,6 +157,15 @@ class Backend {
     virtual void deinterleave(Act src, int64_t width, Act a, Act b) = 0;
     // Rotates each head of x in place at its token's position.
     virtual void rope(Act x, const RopeParams &rp, const BatchInfo &b) = 0;
+    // An attention layer's q and k in place: per-head RMSNorm (q_norm, k_norm: head_dim weights each), then rope.
+    // The default runs rms_norm and rope on each; a backend may do it in fewer passes over the data.
+    virtual void qk_norm_rope(Act q, Act k, const Weight &q_norm, const Weight &k_norm, float eps, const RopeParams &rp,
+                              const BatchInfo &b) {
+        rms_norm(q, q_norm, eps, q);
+        rms_norm(k, k_norm, eps, k);
+        rope(q, rp, b);
+        rope(k, rp, b);
+    }
     // Stores k, v (rows per token, n_head_kv heads) at their positions in layer il's cache, then causal GQA
     // attention of q over each sequence's cache; out has n_head * head_dim columns.
     virtual void attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int64_t n_head_kv, int64_t head_dim,

@@ -31,24 +31,17 @@ Act attention_block(const ForwardCtx &c, int64_t il, Act cur) {
     Backend &be = c.be;
 
     Act q = be.alloc(T, q_cols), gate;
+    Act qg = hp.attn_output_gate ? be.alloc(T, 2 * q_cols) : q;  // gated: per head [query, gate]
+    Act k = be.alloc(T, kv_cols), v = be.alloc(T, kv_cols);
+    be.matmuls(cur, {{&L.wq, qg}, {&L.wk, k}, {&L.wv, v}});
     if (hp.attn_output_gate) {
-        Act qg = be.alloc(T, 2 * q_cols);  // per head [query, gate]
-        be.matmul(L.wq, cur, qg);
         gate = be.alloc(T, q_cols);
         be.deinterleave(qg, hd, q, gate);
-    } else {
-        be.matmul(L.wq, cur, q);
     }
-    Act k = be.alloc(T, kv_cols), v = be.alloc(T, kv_cols);
-    be.matmul(L.wk, cur, k);
-    be.matmul(L.wv, cur, v);
-    be.rms_norm(q, L.q_norm, hp.rms_eps, q);
-    be.rms_norm(k, L.k_norm, hp.rms_eps, k);
     // Text-only positions make IMRoPE's sections coincide (every section sees the same position), so it reduces
     // to NeoX rotation of the first n_rot dims.
     RopeParams rp{hd, hp.n_rot, hp.rope_theta};
-    be.rope(q, rp, c.batch);
-    be.rope(k, rp, c.batch);
+    be.qk_norm_rope(q, k, L.q_norm, L.k_norm, hp.rms_eps, rp, c.batch);
     c.trace(il, "Qcur", q);
     c.trace(il, "Kcur", k);
     c.trace(il, "Vcur", v);
@@ -69,17 +62,14 @@ Act gdn_block(const ForwardCtx &c, int64_t il, Act cur) {
     Backend &be = c.be;
 
     Act qkv = be.alloc(T, hp.gdn_conv_dim()), z = be.alloc(T, hp.ssm_d_inner);
-    be.matmul(L.ssm_qkv, cur, qkv);
-    be.matmul(L.ssm_z, cur, z);
     Act b, a;
     if (L.ssm_ba.present()) {
         b = be.alloc(T, 2 * n_v);
-        be.matmul(L.ssm_ba, cur, b);
+        be.matmuls(cur, {{&L.ssm_qkv, qkv}, {&L.ssm_z, z}, {&L.ssm_ba, b}});
     } else {
         b = be.alloc(T, n_v);
         a = be.alloc(T, n_v);
-        be.matmul(L.ssm_beta, cur, b);
-        be.matmul(L.ssm_alpha, cur, a);
+        be.matmuls(cur, {{&L.ssm_qkv, qkv}, {&L.ssm_z, z}, {&L.ssm_beta, b}, {&L.ssm_alpha, a}});
     }
     c.trace(il, "linear_attn_qkv_mixed", qkv);
     c.trace(il, "z", z);

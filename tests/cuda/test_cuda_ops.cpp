@@ -237,6 +237,57 @@ TEST(CudaOps, NormsRopeAndElementwiseMatchTheCpu) {
         EXPECT_LE(max_abs_diff(want[i], got[i]), 2e-5f * std::max(1.0f, max_abs(want[i]))) << names[i];
 }
 
+// q and k of an attention layer normed and rotated in one launch: bit for bit what rms_norm and rope give on the
+// GPU, and the CPU's results within the tolerance above; head sizes 64, 128, 256, partial and full rotation.
+TEST(CudaOps, QkNormRopeIsTheSeparateOps) {
+    for (auto [hd, n_rot] : {std::pair<int64_t, int64_t>{64, 16}, {64, 64}, {128, 128}, {256, 64}}) {
+        auto gpu = cuda_backend();
+        auto cpu = make_cpu_backend(2);
+        const int64_t T = 9, nq = 4, nk = 2;
+        std::vector<float> qn = randn(size_t(hd), 7), kn = randn(size_t(hd), 8);
+        Model m;
+        m.hp.n_layer = 1;
+        m.hp.n_embd = hd;
+        m.layers.resize(1);
+        auto vec = [](Weight &w, std::vector<float> &f, const char *name) {
+            w.name = name;
+            w.type = DType::F32;
+            w.ne[0] = int64_t(f.size());
+            w.ne[1] = 1;
+            w.ne[2] = 1;
+            w.host = reinterpret_cast<const uint8_t *>(f.data());
+            w.row_bytes = f.size() * 4;
+        };
+        vec(m.layers[0].q_norm, qn, "q_norm");
+        vec(m.layers[0].k_norm, kn, "k_norm");
+        gpu->prepare(m);
+        cpu->prepare(m);
+        BatchInfo bi;
+        bi.segs = {{0, 3, 4, 0}, {1, 200, 5, 4}};
+        bi.n_tokens = T;
+        const std::vector<float> qa = randn(size_t(T * nq * hd), 9), ka = randn(size_t(T * nk * hd), 10);
+        const RopeParams rp{hd, n_rot, 1e6f};
+        auto run = [&](Backend &be, bool dev, bool fused) {
+            Act q = be.alloc(T, nq * hd), k = be.alloc(T, nk * hd);
+            put(q, qa, dev);
+            put(k, ka, dev);
+            if (fused)
+                be.qk_norm_rope(q, k, m.layers[0].q_norm, m.layers[0].k_norm, 1e-6f, rp, bi);
+            else
+                be.Backend::qk_norm_rope(q, k, m.layers[0].q_norm, m.layers[0].k_norm, 1e-6f, rp, bi);
+            std::vector<float> out = get(be, q), ko = get(be, k);
+            out.insert(out.end(), ko.begin(), ko.end());
+            return out;
+        };
+        const std::vector<float> want = run(*cpu, false, false), sep = run(*gpu, true, false),
+                                 got = run(*gpu, true, true);
+        const std::string what = "head " + std::to_string(hd) + ", n_rot " + std::to_string(n_rot);
+        ASSERT_EQ(got.size(), sep.size());
+        EXPECT_EQ(std::memcmp(got.data(), sep.data(), got.size() * 4), 0) << what;
+        EXPECT_LE(max_abs_diff(want, got), 2e-5f * std::max(1.0f, max_abs(want))) << what;
+    }
+}
+
 // ---- attention --------------------------------------------------------------------------------------------------
 
 struct AttentionCase {

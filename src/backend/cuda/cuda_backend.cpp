@@ -251,15 +251,18 @@ void CudaBackend::reset_scratch() {
     cur_chunk_ = 0;
     cur_off_ = 0;
     stage_used_ = 0;
+    pass_used_ = 0;
     slot_pos_rows_ = -1;
     slot_pos_dev_ = nullptr;
+    tiles_key_.clear();
+    tiles_dev_ = nullptr;
 }
 
 void CudaBackend::scratch_release(ScratchMark m) {
     release({m.a, m.b});
-    // The per-pass row table may lie in what was released.
-    slot_pos_rows_ = -1;
-    slot_pos_dev_ = nullptr;
+    // Pass tables that did not fit their buffer lie in scratch, perhaps in what was released.
+    if (slot_pos_in_scratch_) slot_pos_rows_ = -1, slot_pos_dev_ = nullptr;
+    if (tiles_in_scratch_) tiles_key_.clear(), tiles_dev_ = nullptr;
 }
 
 void *CudaBackend::upload(const void *host, size_t bytes) {
@@ -285,6 +288,36 @@ void *CudaBackend::upload(const void *host, size_t bytes) {
     stage_used_ += need;
     STRATA_CUDA_CHECK(cudaMemcpyAsync(dev, h, bytes, cudaMemcpyHostToDevice, stream_));
     return dev;
+}
+
+void *CudaBackend::upload_pass(const void *host, size_t bytes, bool &in_scratch) {
+    const size_t need = align_up(std::max<size_t>(bytes, 1));
+    // Where the buffer is full, or the staging buffer would have to wrap (upload() knows how): scratch.
+    in_scratch = !pass_buf_ || pass_used_ + need > pass_buf_size_ || stage_used_ + need > stage_size_;
+    if (in_scratch) return upload(host, bytes);
+    void *dev = pass_buf_ + pass_used_;
+    pass_used_ += need;
+    uint8_t *h = stage_ + stage_used_;
+    std::memcpy(h, host, bytes);
+    stage_used_ += need;
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(dev, h, bytes, cudaMemcpyHostToDevice, stream_));
+    return dev;
+}
+
+const AttnTile *CudaBackend::attn_tiles(const std::vector<AttnTile> &tiles) {
+    auto same = [&] {
+        if (tiles.size() != tiles_key_.size()) return false;
+        for (size_t i = 0; i < tiles.size(); i++) {
+            const AttnTile &a = tiles[i], &b = tiles_key_[i];
+            if (a.row0 != b.row0 || a.n_rows != b.n_rows || a.slot != b.slot || a.pos0 != b.pos0) return false;
+        }
+        return true;
+    };
+    if (tiles_dev_ && same()) return tiles_dev_;
+    tiles_dev_ =
+        static_cast<const AttnTile *>(upload_pass(tiles.data(), tiles.size() * sizeof(AttnTile), tiles_in_scratch_));
+    tiles_key_ = tiles;
+    return tiles_dev_;
 }
 
 void CudaBackend::download(const Act &src, float *host) {
@@ -514,6 +547,8 @@ void CudaBackend::prepare(Model &m) {
         w->backend = it->second;
     }
     chunks_.push_back({static_cast<uint8_t *>(dev_alloc(scratch, "scratch")), size_t(scratch)});
+    pass_buf_size_ = align_up(size_t(16) << 10) + align_up(size_t(opt_.n_batch) * (sizeof(int2) + 2 * 16));
+    pass_buf_ = static_cast<uint8_t *>(dev_alloc(pass_buf_size_, "pass tables"));
 
     std::vector<uint8_t *> slots;
     for (int64_t done = 0; done < n_slots;) {
@@ -743,7 +778,7 @@ const int2 *CudaBackend::slot_pos(const BatchInfo &b) {
     std::vector<int2> sp(size_t(b.n_tokens), int2{0, 0});
     for (const BatchSeg &s : b.segs)
         for (int64_t t = 0; t < s.n; t++) sp[size_t(s.row0 + t)] = int2{s.slot, int(s.pos0 + t)};
-    slot_pos_dev_ = upload_vec(sp);
+    slot_pos_dev_ = static_cast<const int2 *>(upload_pass(sp.data(), sp.size() * sizeof(int2), slot_pos_in_scratch_));
     slot_pos_key_ = b.segs;
     slot_pos_rows_ = b.n_tokens;
     return slot_pos_dev_;
@@ -811,6 +846,17 @@ void CudaBackend::deinterleave(Act src, int64_t width, Act a, Act b) {
     const int64_t n_pairs = src.cols / (2 * width);
     STRATA_ASSERT(src.cols == 2 * width * n_pairs && a.cols == width * n_pairs && b.cols == a.cols);
     launch_deinterleave(rows_of(src), width, rows_of(a), rows_of(b), stream_);
+}
+
+void CudaBackend::qk_norm_rope(Act q, Act k, const Weight &q_norm, const Weight &k_norm, float eps,
+                               const RopeParams &rp, const BatchInfo &b) {
+    const int64_t hd = rp.head_dim;
+    const bool fits = hd <= 256 && q_norm.ne[0] == hd && k_norm.ne[0] == hd && q.cols % hd == 0 && k.cols % hd == 0 &&
+                      rp.n_rot <= hd && rp.n_rot % 2 == 0 && k.rows == q.rows;
+    if (!fits) return Backend::qk_norm_rope(q, k, q_norm, k_norm, eps, rp, b);
+    STRATA_CUDA_OP("qk_norm_rope");
+    launch_qk_norm_rope(rows_of(q), rows_of(k), dev_vector(q_norm), dev_vector(k_norm), hd, eps, rp.n_rot, inv_freq(rp),
+                        slot_pos(b), stream_);
 }
 
 void CudaBackend::rope(Act x, const RopeParams &rp, const BatchInfo &b) {

@@ -56,11 +56,14 @@ class CudaBackend final : public Backend {
     void embed(const Weight &tok_embd, const int32_t *ids, Act out) override;
     void rms_norm(Act x, const Weight &w, float eps, Act out) override;
     void matmul(const Weight &w, Act x, Act out) override;
+    void matmuls(Act x, const std::vector<MatmulOut> &outs) override;
     void add(Act a, Act b, Act out) override;
     void mul_sigmoid(Act x, Act gate) override;
     void gather_rows(Act src, const std::vector<int64_t> &rows, Act dst) override;
     void deinterleave(Act src, int64_t width, Act a, Act b) override;
     void rope(Act x, const RopeParams &rp, const BatchInfo &b) override;
+    void qk_norm_rope(Act q, Act k, const Weight &q_norm, const Weight &k_norm, float eps, const RopeParams &rp,
+                      const BatchInfo &b) override;
     void attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
                    const BatchInfo &b, Act out) override;
     void gdn(int64_t il, const LayerWeights &L, Act qkv, Act z, Act beta_in, Act alpha_in, const GdnParams &p,
@@ -162,6 +165,16 @@ class CudaBackend final : public Backend {
     std::vector<BatchSeg> slot_pos_key_;
     int64_t slot_pos_rows_ = -1;
     const int2 *slot_pos_dev_ = nullptr;
+    bool slot_pos_in_scratch_ = false;
+    // Tables that hold for a whole pass (rows' slots and positions, attention tiles) go to a small buffer of their
+    // own, so the per-layer scratch release does not take them and each is uploaded once per pass, not per layer.
+    uint8_t *pass_buf_ = nullptr;
+    size_t pass_buf_size_ = 0, pass_used_ = 0;
+    void *upload_pass(const void *host, size_t bytes, bool &in_scratch);
+    std::vector<AttnTile> tiles_key_;
+    const AttnTile *tiles_dev_ = nullptr;
+    bool tiles_in_scratch_ = false;
+    const AttnTile *attn_tiles(const std::vector<AttnTile> &tiles);
     std::map<std::pair<float, int64_t>, float *> inv_freq_;
 
     // caches

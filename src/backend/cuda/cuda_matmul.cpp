@@ -132,8 +132,12 @@ void CudaBackend::grouped_matmul(const WeightShape &w, const std::vector<MatmulG
 }
 
 void CudaBackend::matmul(const Weight &w, Act x, Act out) {
+    matmuls(x, {{&w, out}});
+}
+
+// The input is quantized (or rounded) once per activation format and shared by every product that reads it.
+void CudaBackend::matmuls(Act x, const std::vector<MatmulOut> &outs) {
     STRATA_CUDA_OP("matmul");
-    STRATA_ASSERT(x.cols == w.ne[0] && out.cols == w.ne[1] && out.rows == x.rows);
     if (x.rows == 0) return;
     const Mark m = mark();
     PreparedAct pa;
@@ -141,9 +145,13 @@ void CudaBackend::matmul(const Weight &w, Act x, Act out) {
     pa.rows = x.rows;
     pa.k = x.cols;
     pa.stride = x.stride;
-    const std::string name(w.name);
-    const WeightShape ws{w.type, w.ne[0], w.ne[1], w.row_bytes, name.c_str()};
-    grouped_matmul(ws, {MatmulGroup{dev_matrix(w), 0, int32_t(x.rows), 0}}, pa, rows_of(out));
+    for (const MatmulOut &o : outs) {
+        const Weight &w = *o.w;
+        STRATA_ASSERT(x.cols == w.ne[0] && o.out.cols == w.ne[1] && o.out.rows == x.rows);
+        const std::string name(w.name);
+        const WeightShape ws{w.type, w.ne[0], w.ne[1], w.row_bytes, name.c_str()};
+        grouped_matmul(ws, {MatmulGroup{dev_matrix(w), 0, int32_t(x.rows), 0}}, pa, rows_of(o.out));
+    }
     release(m);
 }
 
@@ -169,10 +177,13 @@ void CudaBackend::moe_device_routed(const LayerWeights &L, int64_t il, Act x, in
     int32_t *yrow = scratch_array<int32_t>(M), *widx = scratch_array<int32_t>(M);
     launch_moe_pair_groups(ids_dev, T, k, expert_tables_[size_t(il)], groups, groups + M, groups + 2 * M, yrow, widx,
                            stream_);
-    Act g = alloc(M, n_ff), u = alloc(M, n_ff), ys = alloc(M, E);
+    // gate rows 0..M-1 and up rows M..2M-1 of one buffer: the pair groups address both from its start, so where gate
+    // and up share a type one launch computes both.
+    Act gu = alloc(2 * M, n_ff), ys = alloc(M, E);
+    Act g = gu.rows_view(0, M), u = gu.rows_view(M, M);
     // Activations quantized once per activation format (gate and up usually share it).
-    auto run = [&](const Weight &w, const MatmulGroup *gs, const Act &src, Act y, const int8_t *&q, const float2 *&ds,
-                   DType &qt) {
+    auto run = [&](const Weight &w, const MatmulGroup *gs, int64_t n_groups, const Act &src, Act y, const int8_t *&q,
+                   const float2 *&ds, DType &qt) {
         const DType vt = cpu_vec_dot_type(w.type);
         if (!q || qt != vt) {
             int8_t *qq = scratch_array<int8_t>(src.rows * src.cols);
@@ -190,16 +201,20 @@ void CudaBackend::moe_device_routed(const LayerWeights &L, int64_t il, Act x, in
         a.y = y.data;
         a.y_stride = y.stride;
         a.groups = gs;
-        a.n_groups = int32_t(M);
+        a.n_groups = int32_t(n_groups);
         launch_mmvq(a, stream_);
     };
     const int8_t *xq = nullptr, *gq = nullptr;
     const float2 *xds = nullptr, *gds = nullptr;
     DType xt = DType::F32, gt = DType::F32;
-    run(L.gate_exps, groups, x, g, xq, xds, xt);
-    run(L.up_exps, groups + M, x, u, xq, xds, xt);
+    if (L.gate_exps.type == L.up_exps.type && L.gate_exps.row_bytes == L.up_exps.row_bytes) {
+        run(L.gate_exps, groups, 2 * M, x, gu, xq, xds, xt);
+    } else {
+        run(L.gate_exps, groups, M, x, gu, xq, xds, xt);
+        run(L.up_exps, groups + M, M, x, gu, xq, xds, xt);
+    }
     launch_silu_mul(rows_of(g), rows_of(u), stream_);
-    run(L.down_exps, groups + 2 * M, g, ys, gq, gds, gt);
+    run(L.down_exps, groups + 2 * M, M, g, ys, gq, gds, gt);
     launch_moe_combine(rows_of(ys), yrow, widx, wts_dev, k, rows_of(out), stream_);
 }
 

@@ -59,7 +59,7 @@ void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int
     float *ws = n_split > 1 ? scratch_array<float>(int64_t(
                                   flash_workspace_floats(int(tiles.size()), n_head_kv, int(n_split), head_dim, small)))
                             : nullptr;
-    launch_flash_attention(c.kv, rows_of(q), rows_of(out), n_head, n_head_kv, head_dim, scale, small, upload_vec(tiles),
+    launch_flash_attention(c.kv, rows_of(q), rows_of(out), n_head, n_head_kv, head_dim, scale, small, attn_tiles(tiles),
                            int(tiles.size()), int(n_split), int(chunk), ws, stream_);
     release(m);
 }

@@ -75,7 +75,7 @@ __global__ void k_moe_pair_groups(const int32_t *ids, int64_t n_tokens, int64_t 
     for (int64_t j = 0; j < k; j++) {
         const int32_t i = int32_t(t * k + j), e = id[j];
         gate[i] = {table[3 * e + 0], int32_t(t), 1, i};
-        up[i] = {table[3 * e + 1], int32_t(t), 1, i};
+        up[i] = {table[3 * e + 1], int32_t(t), 1, int32_t(n_tokens * k) + i};  // rows after the gate's
         down[i] = {table[3 * e + 2], i, 1, i};
         // rank of pair j among the token's pairs by expert id (ids of one token are distinct)
         int64_t r = 0;

@@ -20,7 +20,8 @@ void launch_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx, const
                         cudaStream_t stream);
 
 // Decoding with every expert resident, without the host: for each token t and rank j, pair i = t k + j gets the
-// matmul groups {gate of ids[i], x row t, 1 row, row i}, {up ...} and {down of ids[i], row i, 1 row, row i}, from
+// matmul groups {gate of ids[i], x row t, 1 row, row i}, {up of ids[i], x row t, 1 row, row M + i} (M = n_tokens k:
+// gate and up write one buffer of 2M rows) and {down of ids[i], row i, 1 row, row i}, from
 // the layer's table of expert matrices (table[3 e + 0..2]: gate, up, down device pointers); and yrow/widx list each
 // token's pairs in expert-id order for launch_moe_combine (the order the reference adds them in).
 void launch_moe_pair_groups(const int32_t *ids, int64_t n_tokens, int64_t k, const uint8_t *const *table,
