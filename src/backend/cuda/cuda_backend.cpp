@@ -852,7 +852,7 @@ void CudaBackend::qk_norm_rope(Act q, Act k, const Weight &q_norm, const Weight 
                                const RopeParams &rp, const BatchInfo &b) {
     const int64_t hd = rp.head_dim;
     const bool fits = hd <= 256 && q_norm.ne[0] == hd && k_norm.ne[0] == hd && q.cols % hd == 0 && k.cols % hd == 0 &&
-                      rp.n_rot <= hd && rp.n_rot % 2 == 0 && k.rows == q.rows;
+                      rp.n_rot <= hd && rp.n_rot % 2 == 0 && k.rows == q.rows && fusion_enabled();
     if (!fits) return Backend::qk_norm_rope(q, k, q_norm, k_norm, eps, rp, b);
     STRATA_CUDA_OP("qk_norm_rope");
     launch_qk_norm_rope(rows_of(q), rows_of(k), dev_vector(q_norm), dev_vector(k_norm), hd, eps, rp.n_rot, inv_freq(rp),

@@ -134,6 +134,9 @@ class CudaBackend final : public Backend {
     void grouped_matmul(const WeightShape &w, const std::vector<MatmulGroup> &groups, PreparedAct &x, Rows y);
     // Decode-sized MoE with every expert resident: groups made on the device from the routing, no host round trip.
     bool device_routing_applies(const LayerWeights &L, int64_t il, int64_t n_tokens) const;
+    // STRATA_CUDA_FUSE=0 undoes the decode fusions (shared input quantization, gate and up in one launch, silu fused
+    // into the down matrices' quantization, q/k norm and rope in one kernel) for A/B checks; results are the same.
+    static bool fusion_enabled();
     void moe_host_grouped(const LayerWeights &L, int64_t il, Act x, int64_t k, int64_t n_exp,
                           const std::vector<int32_t> &ids, const float *wts_dev, Act out);
     void moe_device_routed(const LayerWeights &L, int64_t il, Act x, int64_t k, const int32_t *ids_dev,

@@ -36,6 +36,11 @@ bool scan_evict_enabled() {
 
 }  // namespace
 
+bool CudaBackend::fusion_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_FUSE", true);
+    return on;
+}
+
 void CudaBackend::grouped_matmul(const WeightShape &w, const std::vector<MatmulGroup> &groups, PreparedAct &x, Rows y) {
     STRATA_ASSERT(x.k == w.k && y.cols == w.n);
     const DType vt = cpu_vec_dot_type(w.type);
@@ -146,6 +151,7 @@ void CudaBackend::matmuls(Act x, const std::vector<MatmulOut> &outs) {
     pa.k = x.cols;
     pa.stride = x.stride;
     for (const MatmulOut &o : outs) {
+        if (!fusion_enabled()) pa = PreparedAct{x.data, x.rows, x.cols, x.stride};  // each product its own
         const Weight &w = *o.w;
         STRATA_ASSERT(x.cols == w.ne[0] && o.out.cols == w.ne[1] && o.out.rows == x.rows);
         const std::string name(w.name);
@@ -183,12 +189,13 @@ void CudaBackend::moe_device_routed(const LayerWeights &L, int64_t il, Act x, in
     Act g = gu.rows_view(0, M), u = gu.rows_view(M, M);
     // Activations quantized once per activation format (gate and up usually share it).
     auto run = [&](const Weight &w, const MatmulGroup *gs, int64_t n_groups, const Act &src, Act y, const int8_t *&q,
-                   const float2 *&ds, DType &qt) {
+                   const float2 *&ds, DType &qt, const Act *silu_mul_by = nullptr) {
         const DType vt = cpu_vec_dot_type(w.type);
         if (!q || qt != vt) {
             int8_t *qq = scratch_array<int8_t>(src.rows * src.cols);
             float2 *dd = scratch_array<float2>(src.rows * (src.cols / 32));
-            launch_quantize_act(vt, src.data, src.stride, src.rows, src.cols, qq, dd, stream_);
+            launch_quantize_act(vt, src.data, src.stride, src.rows, src.cols, qq, dd, stream_,
+                                silu_mul_by ? silu_mul_by->data : nullptr, silu_mul_by ? silu_mul_by->stride : 0);
             q = qq, ds = dd, qt = vt;
         }
         MatmulArgs a;
@@ -207,14 +214,19 @@ void CudaBackend::moe_device_routed(const LayerWeights &L, int64_t il, Act x, in
     const int8_t *xq = nullptr, *gq = nullptr;
     const float2 *xds = nullptr, *gds = nullptr;
     DType xt = DType::F32, gt = DType::F32;
-    if (L.gate_exps.type == L.up_exps.type && L.gate_exps.row_bytes == L.up_exps.row_bytes) {
+    if (fusion_enabled() && L.gate_exps.type == L.up_exps.type && L.gate_exps.row_bytes == L.up_exps.row_bytes) {
         run(L.gate_exps, groups, 2 * M, x, gu, xq, xds, xt);
     } else {
         run(L.gate_exps, groups, M, x, gu, xq, xds, xt);
         run(L.up_exps, groups + M, M, x, gu, xq, xds, xt);
     }
-    launch_silu_mul(rows_of(g), rows_of(u), stream_);
-    run(L.down_exps, groups + 2 * M, M, g, ys, gq, gds, gt);
+    // silu(gate) * up made while quantizing for the down matrices (no launch of its own)
+    if (fusion_enabled()) {
+        run(L.down_exps, groups + 2 * M, M, g, ys, gq, gds, gt, &u);
+    } else {
+        launch_silu_mul(rows_of(g), rows_of(u), stream_);
+        run(L.down_exps, groups + 2 * M, M, g, ys, gq, gds, gt);
+    }
     launch_moe_combine(rows_of(ys), yrow, widx, wts_dev, k, rows_of(out), stream_);
 }
 
@@ -341,8 +353,7 @@ void CudaBackend::moe(const LayerWeights &L, Act x, const MoeParams &p, Act out)
         STRATA_CUDA_OP("shared_expert");
         const int64_t n_sh = L.gate_shexp.ne[1];
         Act sg = alloc(T, n_sh), su = alloc(T, n_sh), sy = alloc(T, E);
-        matmul(L.gate_shexp, x, sg);
-        matmul(L.up_shexp, x, su);
+        matmuls(x, {{&L.gate_shexp, sg}, {&L.up_shexp, su}});
         launch_silu_mul(rows_of(sg), rows_of(su), stream_);
         matmul(L.down_shexp, sg, sy);
         launch_shared_expert_add(rows_of(x), dev_vector(L.gate_inp_shexp), rows_of(sy), rows_of(out), stream_);

@@ -67,8 +67,9 @@ void launch_act_round_trip(DType vt, const float *x, int64_t x_stride, int64_t r
 
 // x rows quantized to the reference activation format vt (Q8_0, Q8_1 or Q8_K: the levels and scales format/quant.h
 // gives), stored for mmvq: qs[r * k + i] int8, ds[r * (k / 32) + b] = {d, d * sum(qs of b)} with d the scale the
-// reference dequantizes block b with.
+// reference dequantizes block b with. silu_mul_by: quantize silu(x) * m instead (m rows with mul_stride), the
+// values launch_silu_mul would have stored.
 void launch_quantize_act(DType vt, const float *x, int64_t x_stride, int64_t rows, int64_t k, int8_t *qs, float2 *ds,
-                         cudaStream_t stream);
+                         cudaStream_t stream, const float *silu_mul_by = nullptr, int64_t mul_stride = 0);
 
 }  // namespace strata::cuda

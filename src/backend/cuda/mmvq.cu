@@ -64,12 +64,20 @@ __global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrid
 }
 
 // Q8_0 / Q8_1 levels and scales as format/quant.h makes them; one warp per 32-element block.
-__global__ void k_quantize_act_q8_0(const float *x, int64_t x_stride, int64_t k, int8_t *qs, float2 *ds) {
+// silu(x) * m, as k_silu_mul computes it, for quantizing a gated product without storing it first.
+__device__ __forceinline__ float act_in(const float *x, int64_t x_stride, const float *m, int64_t m_stride, int64_t r,
+                                        int64_t c) {
+    const float v = x[r * x_stride + c];
+    return m ? v / (1.0f + expf(-v)) * m[r * m_stride + c] : v;
+}
+
+__global__ void k_quantize_act_q8_0(const float *x, int64_t x_stride, const float *m, int64_t m_stride, int64_t k,
+                                    int8_t *qs, float2 *ds) {
     const int64_t r = blockIdx.y;
     const int64_t blk = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x & 31;
     if (blk * 32 >= k) return;
-    const float v = x[r * x_stride + blk * 32 + lane];
+    const float v = act_in(x, x_stride, m, m_stride, r, blk * 32 + lane);
     const float amax = warp_max(fabsf(v));
     const float d = __fdiv_rn(amax, 127.0f);
     const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
@@ -83,18 +91,18 @@ __global__ void k_quantize_act_q8_0(const float *x, int64_t x_stride, int64_t k,
 
 // Q8_K levels and scale per 256 elements (one warp, element i * 32 + lane in lane's slot i, so slot i of all lanes
 // is one 32-element sub-block).
-__global__ void k_quantize_act_q8_k(const float *x, int64_t x_stride, int64_t k, int8_t *qs, float2 *ds) {
+__global__ void k_quantize_act_q8_k(const float *x, int64_t x_stride, const float *m, int64_t m_stride, int64_t k,
+                                    int8_t *qs, float2 *ds) {
     const int64_t r = blockIdx.y;
     const int64_t blk = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x & 31;
     if (blk * 256 >= k) return;
-    const float *xb = x + r * x_stride + blk * 256;
     float v[8];
     float amax = 0.0f, smax = 0.0f;
     int idx = 1 << 30;
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-        v[i] = xb[i * 32 + lane];
+        v[i] = act_in(x, x_stride, m, m_stride, r, blk * 256 + i * 32 + lane);
         const float a = fabsf(v[i]);
         if (a > amax) amax = a, smax = v[i], idx = i * 32 + lane;
     }
@@ -155,18 +163,20 @@ void launch_mmvq(const MatmulArgs &a, cudaStream_t stream) {
 }
 
 void launch_quantize_act(DType vt, const float *x, int64_t x_stride, int64_t rows, int64_t k, int8_t *qs, float2 *ds,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, const float *silu_mul_by, int64_t mul_stride) {
     if (rows == 0) return;
     STRATA_ASSERT(rows <= 65535);
     switch (vt) {
         case DType::Q8_0:
         case DType::Q8_1:
             STRATA_ASSERT(k % 32 == 0);
-            k_quantize_act_q8_0<<<dim3(ceil_div(k / 32, 8), unsigned(rows)), 256, 0, stream>>>(x, x_stride, k, qs, ds);
+            k_quantize_act_q8_0<<<dim3(ceil_div(k / 32, 8), unsigned(rows)), 256, 0, stream>>>(x, x_stride, silu_mul_by,
+                                                                                               mul_stride, k, qs, ds);
             break;
         case DType::Q8_K:
             STRATA_ASSERT(k % 256 == 0);
-            k_quantize_act_q8_k<<<dim3(ceil_div(k / 256, 4), unsigned(rows)), 128, 0, stream>>>(x, x_stride, k, qs, ds);
+            k_quantize_act_q8_k<<<dim3(ceil_div(k / 256, 4), unsigned(rows)), 128, 0, stream>>>(
+                x, x_stride, silu_mul_by, mul_stride, k, qs, ds);
             break;
         default:
             fail("CUDA: no 8-bit activation format %s", dtype_name(vt));
