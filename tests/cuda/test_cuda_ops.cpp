@@ -42,6 +42,17 @@ std::unique_ptr<Backend> cuda_backend(int64_t expert_slots = 0) {
     return make_cuda_backend(o);
 }
 
+// A 1-D f32 weight over the floats of f (which must outlive it), as a model's norm vectors are.
+void f32_vector(Weight &w, std::vector<float> &f, const char *name) {
+    w.name = name;
+    w.type = DType::F32;
+    w.ne[0] = int64_t(f.size());
+    w.ne[1] = 1;
+    w.ne[2] = 1;
+    w.host = reinterpret_cast<const uint8_t *>(f.data());
+    w.row_bytes = f.size() * 4;
+}
+
 }  // namespace
 
 // ---- dequantization ---------------------------------------------------------------------------------------------
@@ -187,17 +198,8 @@ TEST(CudaOps, NormsRopeAndElementwiseMatchTheCpu) {
     m.hp.n_embd = cols;
     m.layers.resize(1);
     std::vector<float> wnorm = wv, qnorm(wv.begin(), wv.begin() + hd);
-    auto vec = [](Weight &w, std::vector<float> &f, const char *name) {
-        w.name = name;
-        w.type = DType::F32;
-        w.ne[0] = int64_t(f.size());
-        w.ne[1] = 1;
-        w.ne[2] = 1;
-        w.host = reinterpret_cast<const uint8_t *>(f.data());
-        w.row_bytes = f.size() * 4;
-    };
-    vec(m.layers[0].attn_norm, wnorm, "attn_norm");
-    vec(m.layers[0].q_norm, qnorm, "q_norm");
+    f32_vector(m.layers[0].attn_norm, wnorm, "attn_norm");
+    f32_vector(m.layers[0].q_norm, qnorm, "q_norm");
     gpu->prepare(m);
     cpu->prepare(m);
 
@@ -249,17 +251,8 @@ TEST(CudaOps, QkNormRopeIsTheSeparateOps) {
         m.hp.n_layer = 1;
         m.hp.n_embd = hd;
         m.layers.resize(1);
-        auto vec = [](Weight &w, std::vector<float> &f, const char *name) {
-            w.name = name;
-            w.type = DType::F32;
-            w.ne[0] = int64_t(f.size());
-            w.ne[1] = 1;
-            w.ne[2] = 1;
-            w.host = reinterpret_cast<const uint8_t *>(f.data());
-            w.row_bytes = f.size() * 4;
-        };
-        vec(m.layers[0].q_norm, qn, "q_norm");
-        vec(m.layers[0].k_norm, kn, "k_norm");
+        f32_vector(m.layers[0].q_norm, qn, "q_norm");
+        f32_vector(m.layers[0].k_norm, kn, "k_norm");
         gpu->prepare(m);
         cpu->prepare(m);
         BatchInfo bi;
