@@ -491,7 +491,10 @@ void CudaBackend::prepare(Model &m) {
 
     const uint64_t kv_bytes = cache_bytes(hp, opt_.cache);
     const uint64_t scratch = align_up(opt_.scratch_bytes ? opt_.scratch_bytes : scratch_estimate(hp));
-    const uint64_t misc = uint64_t(4) << 20;  // i-quant tables, rope tables, rounding
+    // The pass tables (rows' slots and positions, attention tiles: see upload_pass) and the small rest: i-quant and
+    // rope tables, expert tables, rounding.
+    pass_buf_size_ = align_up(size_t(16) << 10) + align_up(size_t(opt_.n_batch) * (sizeof(int2) + 2 * 16));
+    const uint64_t misc = pass_buf_size_ + (uint64_t(4) << 20);
     const uint64_t resident = weight_bytes + kv_bytes + scratch + misc;
     const int64_t min_slots =
         n_experts_total ? std::min<int64_t>(n_experts_total, std::max<int64_t>(hp.n_expert_used, 1)) : 0;
@@ -547,7 +550,6 @@ void CudaBackend::prepare(Model &m) {
         w->backend = it->second;
     }
     chunks_.push_back({static_cast<uint8_t *>(dev_alloc(scratch, "scratch")), size_t(scratch)});
-    pass_buf_size_ = align_up(size_t(16) << 10) + align_up(size_t(opt_.n_batch) * (sizeof(int2) + 2 * 16));
     pass_buf_ = static_cast<uint8_t *>(dev_alloc(pass_buf_size_, "pass tables"));
 
     std::vector<uint8_t *> slots;
