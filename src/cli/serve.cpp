@@ -1,5 +1,7 @@
 // strata serve: an OpenAI-compatible HTTP server (chat completions, completions, models, health, metrics and a chat
 // page) over one model. Handler threads check requests and wait on their jobs; the scheduler thread runs the engine.
+#include <httplib.h>
+#include <pthread.h>
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
@@ -7,10 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <httplib.h>
 #include <map>
 #include <mutex>
-#include <pthread.h>
 #include <thread>
 
 #include "cli/commands.h"
@@ -33,7 +33,7 @@ namespace {
 
 // Requests answered, by endpoint and status, for /metrics.
 class HttpCounters {
-public:
+  public:
     void add(const std::string &endpoint, int status) {
         std::lock_guard<std::mutex> lock(mu_);
         counts_[{endpoint, status}]++;
@@ -43,7 +43,7 @@ public:
         return counts_;
     }
 
-private:
+  private:
     mutable std::mutex mu_;
     std::map<std::pair<std::string, int>, uint64_t> counts_;
 };
@@ -62,7 +62,7 @@ constexpr auto kStreamKeepAlive = std::chrono::seconds(15);
 // is noticed by looking at its socket, never by writing to it, because nothing may be sent before the status is
 // known: a request that fails before its first token (or, when not streaming, before its end) gets its real status.
 class JobWaiter {
-public:
+  public:
     JobWaiter(std::shared_ptr<Job> job, Scheduler &sched, ClientConnection client)
         : job_(std::move(job)), sched_(sched), client_(client) {}
     ~JobWaiter() { cancel(); }
@@ -97,7 +97,7 @@ public:
         }
     }
 
-private:
+  private:
     std::shared_ptr<Job> job_;
     Scheduler &sched_;
     ClientConnection client_;
@@ -105,8 +105,12 @@ private:
     bool gone_ = false;
 };
 
-// The answer to a job that failed in the scheduler or the engine.
+// The answer to a job that failed in the scheduler or the engine: 503 when the server stopped under it (the request
+// may succeed elsewhere or later), 500 when it failed.
 ApiError job_error(const Event &e) {
+    if (e.shutting_down)
+        return ApiError(503, "The server is shutting down and did not finish this request. Retry later.",
+                        "server_error", {}, "shutting_down");
     return ApiError(500, "The server failed on this request: " + e.error, "server_error");
 }
 
@@ -129,7 +133,8 @@ void answer_whole(JobWaiter &waiter, Responder &responder, httplib::Response &re
 
 std::string sse_events(Responder &responder, const Event &e) {
     std::string out;
-    if (e.kind == Event::Kind::Error) out = "data: " + dump(error_body(job_error(e))) + "\n\n";
+    if (e.kind == Event::Kind::Error)
+        out = "data: " + dump(error_body(job_error(e))) + "\n\n";
     else
         for (const ojson &c : responder.on_event(e)) out += "data: " + dump(c) + "\n\n";
     if (e.kind != Event::Kind::Text) out += "data: [DONE]\n\n";
@@ -138,8 +143,7 @@ std::string sse_events(Responder &responder, const Event &e) {
 
 // Streaming: the status and the first chunks once the first event is known (an error then still gets its status),
 // then server-sent events as they come; a failure after that can only be an error event in the stream.
-void answer_stream(std::shared_ptr<JobWaiter> waiter, std::shared_ptr<Responder> responder,
-                   httplib::Response &res) {
+void answer_stream(std::shared_ptr<JobWaiter> waiter, std::shared_ptr<Responder> responder, httplib::Response &res) {
     Event first;
     if (!waiter->next(first)) return client_gone(res);
     if (first.kind == Event::Kind::Error) return send_error(res, job_error(first));
@@ -188,11 +192,12 @@ std::string metrics_text(const SchedulerStats &s, const HttpCounters &http, doub
     auto metric = [&](const char *name, const char *type, const char *help, double v) {
         out += strfmt("# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
     };
-    out += "# HELP strata_http_requests_total HTTP requests answered, by endpoint and status.\n"
-           "# TYPE strata_http_requests_total counter\n";
+    out +=
+        "# HELP strata_http_requests_total HTTP requests answered, by endpoint and status.\n"
+        "# TYPE strata_http_requests_total counter\n";
     for (const auto &[key, n] : http.snapshot())
-        out += strfmt("strata_http_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", key.first.c_str(),
-                      key.second, (unsigned long long)n);
+        out += strfmt("strata_http_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", key.first.c_str(), key.second,
+                      (unsigned long long)n);
     metric("strata_requests_finished_total", "counter", "Generation requests that finished.", double(s.jobs_done));
     metric("strata_requests_cancelled_total", "counter", "Generation requests cancelled by their client.",
            double(s.jobs_cancelled));
@@ -282,18 +287,18 @@ Run add_serve(CLI::App &app) {
         apply_device_options(a->dev, cfg);
         std::unique_ptr<Engine> eng = make_engine(a->model, cfg);
         for (const std::string &w : eng->model().warnings) std::fprintf(stderr, "strata: warning: %s\n", w.c_str());
-        if (!eng->model().file->find("tokenizer.ggml.model")) fail("%s has no tokenizer: it cannot be served", a->model.c_str());
+        if (!eng->model().file->find("tokenizer.ggml.model"))
+            fail("%s has no tokenizer: it cannot be served", a->model.c_str());
         std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(*eng->model().file);
         ModelChat chat(*eng->model().file, a->model);
         if (!chat.notice().empty()) std::fprintf(stderr, "strata: %s\n", chat.notice().c_str());
         const PromptEncoder encoder_proto(*tok);
-        const std::string model_id =
-            a->alias.empty() ? std::filesystem::path(a->model).filename().string() : a->alias;
+        const std::string model_id = a->alias.empty() ? std::filesystem::path(a->model).filename().string() : a->alias;
         const int64_t n_ctx = a->ctx, n_vocab = eng->n_vocab();
         const auto t_start = std::chrono::steady_clock::now();
-        const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
-                                    std::chrono::system_clock::now().time_since_epoch())
-                                    .count();
+        const int64_t created =
+            std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                .count();
 
         // Signals: SIGINT/SIGTERM stop the server (handled by a thread), a client gone mid-write is not fatal.
         std::signal(SIGPIPE, SIG_IGN);
@@ -323,27 +328,28 @@ Run add_serve(CLI::App &app) {
         svr.set_write_timeout(60);
 
         HttpCounters counters;
-        svr.set_logger([&](const httplib::Request &req, const httplib::Response &res) {
-            counters.add(req.path, res.status);
-        });
-        svr.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request &req, httplib::Response &res) {
-            if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours already
-            std::string msg, code;
-            switch (res.status) {
-                case 404:
-                    msg = "Unknown request URL: " + req.method + " " + req.path + ".";
-                    code = "unknown_url";
-                    break;
-                case 413:
-                    msg = "The request body is too large.";
-                    code = "request_too_large";
-                    break;
-                default: msg = strfmt("The request could not be handled (HTTP %d).", res.status);
-            }
-            res.set_content(dump(error_body(ApiError(res.status, msg, "invalid_request_error", {}, code))),
-                            "application/json");
-            return httplib::Server::HandlerResponse::Handled;
-        }));
+        svr.set_logger(
+            [&](const httplib::Request &req, const httplib::Response &res) { counters.add(req.path, res.status); });
+        svr.set_error_handler(
+            httplib::Server::HandlerWithResponse([](const httplib::Request &req, httplib::Response &res) {
+                if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours already
+                std::string msg, code;
+                switch (res.status) {
+                    case 404:
+                        msg = "Unknown request URL: " + req.method + " " + req.path + ".";
+                        code = "unknown_url";
+                        break;
+                    case 413:
+                        msg = "The request body is too large.";
+                        code = "request_too_large";
+                        break;
+                    default:
+                        msg = strfmt("The request could not be handled (HTTP %d).", res.status);
+                }
+                res.set_content(dump(error_body(ApiError(res.status, msg, "invalid_request_error", {}, code))),
+                                "application/json");
+                return httplib::Server::HandlerResponse::Handled;
+            }));
         svr.set_exception_handler([](const httplib::Request &, httplib::Response &res, std::exception_ptr ep) {
             std::string what = "unknown error";
             try {
@@ -374,8 +380,10 @@ Run add_serve(CLI::App &app) {
             }
             auto waiter = std::make_shared<JobWaiter>(
                 job, sched, ClientConnection(req.local_addr, req.local_port, req.remote_addr, req.remote_port));
-            if (stream) answer_stream(waiter, responder, res);
-            else answer_whole(*waiter, *responder, res);
+            if (stream)
+                answer_stream(waiter, responder, res);
+            else
+                answer_whole(*waiter, *responder, res);
         };
 
         auto chat_handler = [&](const httplib::Request &req, httplib::Response &res) {
@@ -385,16 +393,17 @@ Run add_serve(CLI::App &app) {
                 PromptEncoder enc = encoder_proto;
                 ChatRequest cr = parse_chat_request(body, enc, n_vocab);
                 ChatPrompt prompt = render_chat_prompt(chat, cr, enc);
-                if (int64_t(prompt.ids.size()) >= n_ctx) throw context_error(int64_t(prompt.ids.size()), n_ctx, "messages");
+                if (int64_t(prompt.ids.size()) >= n_ctx)
+                    throw context_error(int64_t(prompt.ids.size()), n_ctx, "messages");
                 ChatOutputParser::Options po;
                 po.reasoning = true;
                 po.starts_in_reasoning = prompt.opens_reasoning;
                 po.tools = cr.parse_tools;
                 if (cr.parse_tools) po.tool_schemas = cr.tools;
                 po.forced_opening = prompt.forced_opening;
-                auto responder = std::make_shared<Responder>(Responder::Kind::Chat, model_id, *tok, cr.stream,
-                                                             cr.include_usage, cr.gen.top_logprobs,
-                                                             std::make_unique<ChatOutputParser>(po));
+                auto responder =
+                    std::make_shared<Responder>(Responder::Kind::Chat, model_id, *tok, cr.stream, cr.include_usage,
+                                                cr.gen.top_logprobs, std::make_unique<ChatOutputParser>(po));
                 auto job = std::make_shared<Job>();
                 job->prompt = std::move(prompt.ids);
                 job->params = cr.gen;

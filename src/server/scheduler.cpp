@@ -43,11 +43,11 @@ bool Channel::pop(Event &e, std::chrono::milliseconds timeout) {
 
 struct Scheduler::Active {
     std::shared_ptr<Job> job;
-    uint64_t order = 0;    // admission order: earlier prompts are read first
-    size_t n_fed = 0;      // prompt tokens in the cache
-    bool prefill = true;   // still reading the prompt
-    int32_t next = -1;     // the sampled token the next step feeds
-    int64_t max_new = 0;   // tokens to generate at most
+    uint64_t order = 0;   // admission order: earlier prompts are read first
+    size_t n_fed = 0;     // prompt tokens in the cache
+    bool prefill = true;  // still reading the prompt
+    int32_t next = -1;    // the sampled token the next step feeds
+    int64_t max_new = 0;  // tokens to generate at most
     int64_t last_checkpoint = 0;
     Sampler sampler;
     StreamDecoder decoder;
@@ -63,7 +63,7 @@ struct Scheduler::Active {
 
 struct Scheduler::Slot {
     int32_t seq = -1;
-    std::vector<int32_t> tokens;                                   // what the cache holds
+    std::vector<int32_t> tokens;                                      // what the cache holds
     std::vector<std::shared_ptr<const StateCheckpoint>> checkpoints;  // by position, each <= tokens.size()
     uint64_t last_used = 0;
     std::unique_ptr<Active> act;  // the job it serves; null when free
@@ -83,7 +83,9 @@ Scheduler::Scheduler(Engine &engine, const Tokenizer &tok, SchedulerConfig cfg)
     stats_.kv_capacity = int64_t(slots_.size()) * engine_.config().n_ctx;
 }
 
-Scheduler::~Scheduler() { stop(); }
+Scheduler::~Scheduler() {
+    stop();
+}
 
 void Scheduler::start() {
     if (thread_.joinable()) return;
@@ -99,13 +101,13 @@ void Scheduler::stop() {
     if (thread_.joinable()) thread_.join();
     for (auto &s : slots_)
         if (s->act) {
-            s->act->job->out.push({Event::Kind::Error, {}, {}, {}, {}, "the server is shutting down"});
+            s->act->job->out.push({Event::Kind::Error, {}, {}, {}, {}, "the server is shutting down", 0, true});
             s->act->job->finished = true;
             s->act.reset();
         }
     std::lock_guard<std::mutex> lock(mu_);
     for (auto &j : queue_) {
-        j->out.push({Event::Kind::Error, {}, {}, {}, {}, "the server is shutting down"});
+        j->out.push({Event::Kind::Error, {}, {}, {}, {}, "the server is shutting down", 0, true});
         j->finished = true;
     }
     queue_.clear();
@@ -125,7 +127,9 @@ bool Scheduler::submit(std::shared_ptr<Job> job) {
     return true;
 }
 
-void Scheduler::notify() { cv_.notify_all(); }
+void Scheduler::notify() {
+    cv_.notify_all();
+}
 
 SchedulerStats Scheduler::stats() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -459,8 +463,9 @@ void Scheduler::step() {
             n = 1;  // always some progress on prompts, even when generating jobs fill the budget
         }
         any_prefill = true;
-        inputs.push_back({s->seq, std::vector<int32_t>(a.job->prompt.begin() + int64_t(a.n_fed),
-                                                       a.job->prompt.begin() + int64_t(a.n_fed) + n),
+        inputs.push_back({s->seq,
+                          std::vector<int32_t>(a.job->prompt.begin() + int64_t(a.n_fed),
+                                               a.job->prompt.begin() + int64_t(a.n_fed) + n),
                           false});
         who.push_back(s);
         budget -= n;

@@ -62,15 +62,16 @@ struct Event {
     Usage usage;                       // Done
     std::string error;                 // Error: what went wrong (the request failed; others go on)
     uint64_t step = 0;                 // the scheduler step that produced it (for tests and tracing)
+    bool shutting_down = false;        // Error: the server stopped before the request ended (not the request's fault)
 };
 
 class Channel {
-public:
+  public:
     void push(Event e);
     // Waits up to `timeout` for an event; false when none came.
     bool pop(Event &e, std::chrono::milliseconds timeout);
 
-private:
+  private:
     std::mutex mu_;
     std::condition_variable cv_;
     std::deque<Event> q_;
@@ -85,10 +86,10 @@ struct Job {
 };
 
 struct SchedulerConfig {
-    int32_t max_queue = 64;          // jobs waiting for a slot; submit() refuses more
-    int64_t chunk = 0;               // prompt tokens per request per step (0: the engine's n_batch)
-    int32_t max_checkpoints = 8;     // recurrent-state checkpoints kept per slot
-    int64_t checkpoint_every = 0;    // tokens between checkpoints while reading a prompt (0: every chunk)
+    int32_t max_queue = 64;        // jobs waiting for a slot; submit() refuses more
+    int64_t chunk = 0;             // prompt tokens per request per step (0: the engine's n_batch)
+    int32_t max_checkpoints = 8;   // recurrent-state checkpoints kept per slot
+    int64_t checkpoint_every = 0;  // tokens between checkpoints while reading a prompt (0: every chunk)
     bool prefix_reuse = true;
     // Test hook: a request whose next engine input holds this token fails as if the engine had failed on it (a
     // failed allocation, say); -1: off. `strata serve` takes it from $STRATA_TEST_FAIL_TOKEN. The CPU engine has no
@@ -110,7 +111,7 @@ struct SchedulerStats {
 };
 
 class Scheduler {
-public:
+  public:
     Scheduler(Engine &engine, const Tokenizer &tok, SchedulerConfig cfg);
     ~Scheduler();  // stops the thread; unfinished jobs get an error event
 
@@ -125,7 +126,7 @@ public:
     SchedulerStats stats() const;
     int64_t n_ctx() const { return engine_.config().n_ctx; }
 
-private:
+  private:
     struct Slot;
     struct Active;
     void loop();
@@ -151,8 +152,8 @@ private:
     std::condition_variable cv_;
     std::deque<std::shared_ptr<Job>> queue_;
     bool stop_ = false;
-    SchedulerStats stats_;   // published after each step
-    SchedulerStats local_;   // the scheduler thread's own counters
+    SchedulerStats stats_;                                                       // published after each step
+    SchedulerStats local_;                                                       // the scheduler thread's own counters
     std::deque<std::pair<double, std::pair<uint64_t, uint64_t>>> rate_samples_;  // time, (generated, computed)
     std::thread thread_;
 };

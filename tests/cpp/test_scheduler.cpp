@@ -3,9 +3,9 @@
 // failures, the bounded queue).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <filesystem>
 #include <thread>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "model/synth.h"
@@ -104,6 +104,7 @@ struct Result {
     std::string text, finish, error;
     std::vector<int32_t> ids;
     Usage usage;
+    bool shutting_down = false;
 };
 
 Result collect(Job &job) {
@@ -123,6 +124,7 @@ Result collect(Job &job) {
         }
         if (e.kind == Event::Kind::Error) {
             r.error = e.error;
+            r.shutting_down = e.shutting_down;
             return r;
         }
     }
@@ -359,6 +361,7 @@ TEST(Scheduler, EngineFailureFailsOnlyThatRequest) {
     for (auto &j : {in_prompt, after_first, good}) ASSERT_TRUE(s.submit(j));
     const Result a = collect(*in_prompt), b = collect(*after_first), g = collect(*good);
     EXPECT_NE(a.error.find("test hook"), std::string::npos) << a.error;
+    EXPECT_FALSE(a.shutting_down) << "a failed request is the server's error (500), not a shutdown";
     EXPECT_TRUE(a.ids.empty());
     EXPECT_NE(b.error.find("test hook"), std::string::npos) << b.error;
     EXPECT_EQ(b.ids, std::vector<int32_t>{c.fail_token});
@@ -380,8 +383,11 @@ TEST(Scheduler, BoundedQueueRefusesAndShutdownAnswersEveryone) {
     EXPECT_FALSE(s.submit(d));
     EXPECT_EQ(s.stats().jobs_rejected, 1u);
     s.stop();
-    EXPECT_EQ(collect(*a).error, "the server is shutting down");
-    EXPECT_EQ(collect(*b).error, "the server is shutting down");
+    for (auto *j : {a.get(), b.get()}) {
+        const Result r = collect(*j);
+        EXPECT_EQ(r.error, "the server is shutting down");
+        EXPECT_TRUE(r.shutting_down) << "the HTTP layer answers these 503, not 500";
+    }
 }
 
 }  // namespace
