@@ -3,35 +3,26 @@
 // continue from their prefix, and bad inputs are refused without changing any sequence.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 #include <filesystem>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "model/synth.h"
 #include "runtime/engine.h"
+#include "synth_cache.h"
 
 using namespace strata;
 
 namespace {
 
 std::string model_path(const std::string &preset, DType et, DType dt) {
-    std::string path = std::string(STRATA_BINARY_DIR) + "/test-models/" + preset + "-" + dtype_name(et) + "-" +
-                       dtype_name(dt) + ".gguf";
-    if (!std::filesystem::exists(path)) {
-        std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-        SynthOptions o;
-        o.preset = preset;
-        o.expert_type = et;
-        o.dense_type = dt;
-        o.seed = 7;
-        // Test processes run in parallel: each writes its own temporary, and the atomic rename makes the first
-        // complete file win.
-        const std::string tmp = path + ".tmp" + std::to_string(::getpid());
-        write_synthetic_model(o, tmp);
-        std::filesystem::rename(tmp, path);
-    }
-    return path;
+    SynthOptions o;
+    o.preset = preset;
+    o.expert_type = et;
+    o.dense_type = dt;
+    o.seed = 7;
+    return test::cached_synth_model(preset + "-" + dtype_name(et) + "-" + dtype_name(dt), o);
 }
 
 std::vector<int32_t> prompt_tokens(int n, int salt) {
@@ -91,7 +82,7 @@ void expect_close(const std::vector<float> &a, const std::vector<float> &b, int6
 }  // namespace
 
 class EngineTest : public ::testing::TestWithParam<std::tuple<const char *, bool>> {
-protected:
+  protected:
     bool quantized() const { return std::get<1>(GetParam()); }
     void expect_close(const std::vector<float> &a, const std::vector<float> &b, const char *what) {
         ::expect_close(a, b, 512, quantized(), what);
@@ -138,8 +129,10 @@ TEST_P(EngineTest, ChunkSizeDoesNotMatter) {
         auto e = make(nb);
         std::vector<std::vector<float>> l;
         e->decode({{e->new_sequence(), prompt, true}}, l);
-        if (ref.empty()) ref = l[0];
-        else expect_close(ref, l[0], "chunked prefill");
+        if (ref.empty())
+            ref = l[0];
+        else
+            expect_close(ref, l[0], "chunked prefill");
     }
 }
 

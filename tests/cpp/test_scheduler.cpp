@@ -11,6 +11,7 @@
 #include "model/synth.h"
 #include "runtime/engine.h"
 #include "server/scheduler.h"
+#include "synth_cache.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace strata;
@@ -21,19 +22,10 @@ namespace {
 // ---- engine rewinds --------------------------------------------------------------------------------------------
 
 std::string synth_model(const std::string &preset) {
-    const std::string path = std::string(STRATA_BINARY_DIR) + "/test-models/serve-" + preset + ".gguf";
-    if (!std::filesystem::exists(path)) {
-        std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-        SynthOptions o;
-        o.preset = preset;
-        o.seed = 11;
-        // Test processes run in parallel: each writes its own temporary, and the atomic rename makes the first
-        // complete file win.
-        const std::string tmp = path + ".tmp" + std::to_string(::getpid());
-        write_synthetic_model(o, tmp);
-        std::filesystem::rename(tmp, path);
-    }
-    return path;
+    SynthOptions o;
+    o.preset = preset;
+    o.seed = 11;
+    return test::cached_synth_model("serve-" + preset, o);
 }
 
 std::vector<int32_t> tokens_of(int n, int salt) {

@@ -16,27 +16,19 @@
 #include "model/synth.h"
 #include "model/tensor_role.h"
 #include "runtime/engine.h"
+#include "synth_cache.h"
 
 using namespace strata;
 
 namespace {
 
 std::string synth_path(const std::string &preset, float skew) {
-    const std::string path = std::string(STRATA_BINARY_DIR) + "/test-models/synth-" + preset + "-skew" +
-                             strfmt("%g", double(skew)) + ".gguf";
-    if (!std::filesystem::exists(path)) {
-        std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-        SynthOptions o;
-        o.preset = preset;
-        o.route_skew = skew;
-        o.seed = 11;
-        o.n_threads = 2;
-        // Test processes run in parallel: each writes its own temporary; the rename makes the first complete file win.
-        const std::string tmp = path + ".tmp" + std::to_string(::getpid());
-        write_synthetic_model(o, tmp);
-        std::filesystem::rename(tmp, path);
-    }
-    return path;
+    SynthOptions o;
+    o.preset = preset;
+    o.route_skew = skew;
+    o.seed = 11;
+    o.n_threads = 2;
+    return test::cached_synth_model("synth-" + preset + "-skew" + strfmt("%g", double(skew)), o);
 }
 
 const SynthTensor &find(const std::vector<SynthTensor> &ts, const std::string &name) {

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "../cpp/synth_cache.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "cuda_test_util.h"
@@ -24,22 +25,12 @@ using namespace strata::test;
 namespace {
 
 std::string model_path(const std::string &preset, DType et, DType dt) {
-    std::string path = std::string(STRATA_BINARY_DIR) + "/test-models/" + preset + "-" + dtype_name(et) + "-" +
-                       dtype_name(dt) + ".gguf";
-    if (!std::filesystem::exists(path)) {
-        std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-        SynthOptions o;
-        o.preset = preset;
-        o.expert_type = et;
-        o.dense_type = dt;
-        o.seed = 7;
-        // Test processes run in parallel: each writes its own temporary, and the atomic rename makes the first
-        // complete file win.
-        const std::string tmp = path + ".tmp" + std::to_string(::getpid());
-        write_synthetic_model(o, tmp);
-        std::filesystem::rename(tmp, path);
-    }
-    return path;
+    SynthOptions o;
+    o.preset = preset;
+    o.expert_type = et;
+    o.dense_type = dt;
+    o.seed = 7;
+    return test::cached_synth_model(preset + "-" + dtype_name(et) + "-" + dtype_name(dt), o);
 }
 
 std::vector<int32_t> prompt_tokens(int n, int salt) {
