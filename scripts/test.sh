@@ -1,25 +1,31 @@
 #!/usr/bin/env bash
-# The whole test suite: CPU build and tests (C++ and the Python cross-checks), the CUDA build compiled for one
-# architecture (its GPU tests run only where a GPU is present), and a bounded libFuzzer run of the GGUF reader.
+# The whole test suite, in build trees of its own (build-test/, build-cuda/, build-fuzz/: build/ is left as it is):
+# CPU build and tests (C++ and the Python cross-checks), the CUDA build compiled for one architecture (its GPU tests
+# run only where a GPU is present), and a bounded libFuzzer run of the GGUF reader.
 # Environment: STRATA_FUZZ_SECONDS (default 60), STRATA_TEST_CUDA_ARCH (default 90), STRATA_SKIP_CUDA=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+source scripts/lib.sh
+scripts/setup.sh --tests
 jobs=$(nproc)
 
 echo "== CPU build and tests"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=OFF >/dev/null
-cmake --build build -j"$jobs"
-ctest --test-dir build --output-on-failure -j"$jobs" -LE gpu
+if [ -r /proc/cpuinfo ]; then  # which CPU kernel levels this machine runs (the tests check each one it has)
+    echo "CPU: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'); has:" \
+        $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -xE 'avx2|avx512f|avx512bw|avx512vl|avx512_vnni' | sort)
+fi
+step "configuring build-test/" cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=OFF -DSTRATA_TESTS=ON
+grep -h "Integer dot-product probe" "$step_log_dir"/configuring-build-test.log || true
+step "building build-test/ ($jobs jobs)" cmake --build build-test -j"$jobs"
+ctest --test-dir build-test --output-on-failure -j"$jobs" -LE gpu
 
 nvcc=$(command -v nvcc || true)
 [ -n "$nvcc" ] || [ ! -x /usr/local/cuda/bin/nvcc ] || nvcc=/usr/local/cuda/bin/nvcc
 if [ "${STRATA_SKIP_CUDA:-0}" != 1 ] && [ -n "$nvcc" ]; then
     echo "== CUDA build (sm_${STRATA_TEST_CUDA_ARCH:-90})"
-    cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON \
-        -DCMAKE_CUDA_COMPILER="$nvcc" \
-        -DSTRATA_CUDA_ARCHS="${STRATA_TEST_CUDA_ARCH:-90}" >/dev/null
-    cmake --build build-cuda -j"$jobs"
+    step "configuring build-cuda/" cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON \
+        -DSTRATA_TESTS=ON -DCMAKE_CUDA_COMPILER="$nvcc" -DSTRATA_CUDA_ARCHS="${STRATA_TEST_CUDA_ARCH:-90}"
+    step "building build-cuda/ ($jobs jobs)" cmake --build build-cuda -j"$jobs"
     if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
         ctest --test-dir build-cuda --output-on-failure -L gpu
     else

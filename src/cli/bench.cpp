@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/usage.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "format/gguf.h"
@@ -50,14 +51,14 @@ std::vector<int64_t> parse_counts(const std::string &flag, const std::string &s)
         char *end = nullptr;
         const long long v = item.empty() ? 0 : std::strtoll(item.c_str(), &end, 10);
         if (item.empty() || *end != '\0')
-            fail("%s: '%s' is not a token count (expected whole numbers >= 1, comma-separated, e.g. 512,4096)",
+            usage_fail("%s: '%s' is not a token count (expected whole numbers >= 1, comma-separated, e.g. 512,4096)",
                  flag.c_str(), item.c_str());
         if (v < 1 || v > k_max_tokens)
-            fail("%s: %lld is out of range (expected token counts from 1 to %lld)", flag.c_str(), v,
+            usage_fail("%s: %lld is out of range (expected token counts from 1 to %lld)", flag.c_str(), v,
                  (long long)k_max_tokens);
         out.push_back(v);
     }
-    if (out.empty()) fail("%s: no token counts given (expected e.g. 512,4096)", flag.c_str());
+    if (out.empty()) usage_fail("%s: no token counts given (expected e.g. 512,4096)", flag.c_str());
     return out;
 }
 
@@ -202,6 +203,11 @@ ModelFacts model_facts(const Engine &eng, const std::string &path) {
 
 // ---- output --------------------------------------------------------------------------------------------------
 
+// "mean ± sd" over the repetitions; the mean alone for one run (a spread of one sample means nothing).
+std::string rate_text(const std::vector<double> &tps) {
+    return tps.size() > 1 ? strfmt("%.2f ± %.2f", mean(tps), stdev(tps)) : strfmt("%.2f", mean(tps));
+}
+
 // Characters on screen of a UTF-8 string (the table has "±"), counting code points.
 size_t display_width(const std::string &s) {
     size_t n = 0;
@@ -237,7 +243,7 @@ void print_table(const ModelFacts &m, const std::string &budget, const std::vect
     for (const TestResult &r : results) {
         const std::vector<double> tps = rates(r);
         rows.push_back(
-            {m.name, format_bytes(m.size_bytes), budget, r.test.name, strfmt("%.2f ± %.2f", mean(tps), stdev(tps))});
+            {m.name, format_bytes(m.size_bytes), budget, r.test.name, rate_text(tps)});
     }
     std::fputs(
         markdown_table({"model", "size", "budget", "test", "t/s"}, {false, true, true, false, true}, rows).c_str(),
@@ -348,10 +354,12 @@ Run add_bench(CLI::App &app) {
     sub->add_option("-n,--n-gen", a->gens, "Generation lengths, comma-separated (a tgN test each)")
         ->capture_default_str();
     sub->add_option("-r,--repetitions", a->repetitions, "Timed runs of each test, after one untimed warm-up")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(at_least(1));
     sub->add_option("--chunk", a->chunk, "Prompt tokens per forward pass (the engine's batch size)")
-        ->capture_default_str();
-    sub->add_option("-t,--threads", a->threads, "CPU threads (0: all)");
+        ->capture_default_str()
+        ->check(at_least(1));
+    sub->add_option("-t,--threads", a->threads, "CPU threads (0: all)")->check(threads_range());
     sub->add_option("--kv-type", a->kv_type, "KV cache type: f16, q8_0 or f32")->capture_default_str();
     add_device_options(sub, a->dev);
     sub->add_flag("--json", a->json, "Print one JSON object instead of the tables");
@@ -359,9 +367,6 @@ Run add_bench(CLI::App &app) {
     return [a] {
         const std::vector<BenchTest> tests =
             make_tests(parse_counts("-p/--n-prompt", a->prompts), parse_counts("-n/--n-gen", a->gens));
-        if (a->repetitions < 1) fail("-r/--repetitions must be at least 1 (got %d)", a->repetitions);
-        if (a->chunk < 1) fail("--chunk must be at least 1 token (got %lld)", (long long)a->chunk);
-        if (a->threads < 0) fail("-t/--threads must be >= 0 (got %d)", a->threads);
 
         EngineConfig cfg;
         cfg.n_threads = a->threads;
@@ -372,15 +377,15 @@ Run add_bench(CLI::App &app) {
         std::fprintf(stderr, "strata: loading %s\n", a->model.c_str());
         std::unique_ptr<Engine> eng = make_engine(a->model, cfg);
         const std::string backend = eng->backend().name();
-        std::fprintf(stderr, "strata: %s on %s, context %lld, chunk %lld, %d repetitions\n",
+        std::fprintf(stderr, "strata: %s on %s, context %lld, chunk %lld, %d repetition%s\n",
                      eng->hparams().arch_name.c_str(), backend.c_str(), (long long)cfg.n_ctx, (long long)cfg.n_batch,
-                     a->repetitions);
+                     a->repetitions, a->repetitions == 1 ? "" : "s");
 
         std::vector<TestResult> results;
         for (size_t i = 0; i < tests.size(); i++) {
             results.push_back(run_test(*eng, tests[i], a->repetitions, uint64_t(i)));
             const std::vector<double> tps = rates(results.back());
-            std::fprintf(stderr, "strata: %s: %.2f ± %.2f t/s\n", tests[i].name.c_str(), mean(tps), stdev(tps));
+            std::fprintf(stderr, "strata: %s: %s t/s\n", tests[i].name.c_str(), rate_text(tps).c_str());
         }
 
         const ModelFacts m = model_facts(*eng, a->model);

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "cli/usage.h"
 #include "core/error.h"
 #include "core/units.h"
 
@@ -13,28 +14,44 @@ void add_device_options(CLI::App *sub, DeviceOptions &o) {
     sub->add_option("--device", o.device,
                     "Where to run: cuda, cpu, or auto (cuda when built with CUDA and a GPU is visible)")
         ->capture_default_str();
-    sub->add_option("--gpu", o.gpu, "Which CUDA device")->capture_default_str();
+    sub->add_option("--gpu", o.gpu, "Which CUDA device")->capture_default_str()->check(at_least(0));
     sub->add_option("--vram-budget", o.vram_budget,
                     "Device memory the process may hold on the GPU, CUDA runtime included, e.g. 12G (default: what "
                     "is free); experts that do not fit stay in host memory and are copied in when routed");
 }
 
 void apply_device_options(const DeviceOptions &o, EngineConfig &cfg) {
-    cfg.device = parse_device(o.device);
-    if (o.gpu < 0) fail("--gpu must be >= 0 (got %d)", o.gpu);
-    cfg.cuda_device = o.gpu;
-    if (!o.vram_budget.empty()) {
-        cfg.vram_budget = parse_size(o.vram_budget, "--vram-budget");
-        if (cfg.device == Device::Cpu) fail("--vram-budget applies to --device cuda");
+    try {
+        cfg.device = parse_device(o.device);
+    } catch (const Error &e) {
+        throw UsageError(e.what());
     }
+    cfg.cuda_device = o.gpu;
     cfg.log = [](const std::string &line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+    if (o.vram_budget.empty()) return;
+    uint64_t budget = 0;
+    try {
+        budget = parse_size(o.vram_budget, "--vram-budget");
+    } catch (const Error &e) {
+        throw UsageError(e.what());
+    }
+    // The budget bounds GPU memory. A run on the CPU (asked for, or the only device here) holds the model in host
+    // memory: say so once and go on without it, so that nothing later reports a budget that was not applied.
+    const bool on_cpu = cfg.device == Device::Cpu || (cfg.device == Device::Auto && !cuda_available());
+    if (on_cpu) {
+        std::fprintf(stderr,
+                     "strata: note: --vram-budget %s is ignored: it bounds GPU memory, and this runs on the CPU\n",
+                     o.vram_budget.c_str());
+        return;
+    }
+    cfg.vram_budget = budget;
 }
 
 KvType parse_kv_type(const std::string &s) {
     if (s == "f16") return KvType::F16;
     if (s == "q8_0") return KvType::Q8_0;
     if (s == "f32") return KvType::F32;
-    fail("--kv-type: expected f16, q8_0 or f32, got '%s'", s.c_str());
+    usage_fail("--kv-type: expected f16, q8_0 or f32, got '%s'", s.c_str());
 }
 
 }  // namespace strata::cli

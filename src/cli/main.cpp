@@ -1,10 +1,11 @@
 // strata: one executable, one subcommand per job. Errors from bad input end the process with a message and a
-// non-zero exit code, never a crash.
+// non-zero exit code, never a crash: 2 for usage errors (cli/usage.h), 1 for the rest.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <map>
 
 #include "cli/commands.h"
+#include "cli/usage.h"
 #include "core/error.h"
 
 int main(int argc, char **argv) {
@@ -28,10 +29,13 @@ int main(int argc, char **argv) {
     add(strata::cli::add_bench);
     add(strata::cli::add_quantize);
 
-    CLI11_PARSE(app, argc, argv);
+    if (const int rc = strata::cli::parse_command_line(app, argc, argv); rc >= 0) return rc;
     try {
         for (auto &[sub, run] : runs)
             if (sub->parsed()) return run();
+    } catch (const strata::cli::UsageError &e) {
+        std::fprintf(stderr, "strata: error: %s\n", e.what());
+        return 2;
     } catch (const strata::Error &e) {
         std::fprintf(stderr, "strata: error: %s\n", e.what());
         return 1;

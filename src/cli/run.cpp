@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/usage.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "core/units.h"
@@ -30,14 +31,14 @@ std::vector<int32_t> parse_token_list(const std::string &s) {
     std::string item;
     while (std::getline(ss, item, ',')) {
         size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
-        if (a == std::string::npos) fail("--tokens: empty entry in '%s'", s.c_str());
+        if (a == std::string::npos) usage_fail("--tokens: empty entry in '%s'", s.c_str());
         item = item.substr(a, b - a + 1);
         char *end = nullptr;
         long v = std::strtol(item.c_str(), &end, 10);
-        if (*end != '\0' || v < 0 || v > INT32_MAX) fail("--tokens: '%s' is not a token id", item.c_str());
+        if (*end != '\0' || v < 0 || v > INT32_MAX) usage_fail("--tokens: '%s' is not a token id", item.c_str());
         out.push_back(int32_t(v));
     }
-    if (out.empty()) fail("--tokens: no token ids given");
+    if (out.empty()) usage_fail("--tokens: no token ids given");
     return out;
 }
 
@@ -65,7 +66,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 Run add_run(CLI::App &app) {
     struct Args {
-        std::string model, prompt, prompt_file, tokens, kv_type = "f16", dump_pattern, dump_dir = ".";
+        std::string model, prompt, prompt_file, tokens, kv_type = "f16", dump_pattern, dump_dir = ".", output_format;
         DeviceOptions dev;
         int n_predict = 128, threads = 0;
         int64_t ctx = 4096, batch = 512;
@@ -79,10 +80,16 @@ Run add_run(CLI::App &app) {
     sub->add_option("-p,--prompt", a->prompt, "Prompt text");
     sub->add_option("-f,--file", a->prompt_file, "Read the prompt from a file");
     sub->add_option("--tokens", a->tokens, "Prompt as comma-separated token ids (no tokenizer needed)");
-    sub->add_option("-n,--n-predict", a->n_predict, "Tokens to generate")->capture_default_str();
-    sub->add_option("-t,--threads", a->threads, "CPU threads (0: all)");
-    sub->add_option("-c,--ctx-size", a->ctx, "Context size in tokens")->capture_default_str();
-    sub->add_option("-b,--batch", a->batch, "Tokens per forward pass while reading the prompt")->capture_default_str();
+    sub->add_option("--output-format", a->output_format,
+                    "What to print: text (the default for a text prompt; needs the file's tokenizer) or ids (the "
+                    "default with --tokens: the generated token ids)")
+        ->check(CLI::IsMember({"text", "ids"}));
+    sub->add_option("-n,--n-predict", a->n_predict, "Tokens to generate")->capture_default_str()->check(at_least(0));
+    sub->add_option("-t,--threads", a->threads, "CPU threads (0: all)")->check(threads_range());
+    sub->add_option("-c,--ctx-size", a->ctx, "Context size in tokens")->capture_default_str()->check(at_least(1));
+    sub->add_option("-b,--batch", a->batch, "Tokens per forward pass while reading the prompt")
+        ->capture_default_str()
+        ->check(at_least(1));
     sub->add_option("--kv-type", a->kv_type, "KV cache type: f16, q8_0 or f32")->capture_default_str();
     add_device_options(sub, a->dev);
     sub->add_option("--temp", a->sp.temperature, "Temperature (0: greedy)")->capture_default_str();
@@ -105,13 +112,17 @@ Run add_run(CLI::App &app) {
 
     return [a] {
         int n_prompt_sources = !a->prompt.empty() + !a->prompt_file.empty() + !a->tokens.empty();
-        if (n_prompt_sources > 1) fail("give only one of --prompt, --file or --tokens");
-        if (n_prompt_sources == 0 && !a->chat) fail("give a prompt: --prompt, --file or --tokens (or --chat)");
-        if (a->chat && !a->tokens.empty()) fail("--chat takes text, not --tokens");
-        if (!a->system.empty() && !a->chat) fail("--system needs --chat");
-        if (a->n_predict < 0) fail("--n-predict must be >= 0 (got %d)", a->n_predict);
+        if (n_prompt_sources > 1) usage_fail("give only one of --prompt, --file or --tokens");
+        if (n_prompt_sources == 0 && !a->chat) usage_fail("give a prompt: --prompt, --file or --tokens (or --chat)");
+        if (a->chat && !a->tokens.empty()) usage_fail("--chat takes text, not --tokens");
+        if (!a->system.empty() && !a->chat) usage_fail("--system needs --chat");
+        // Token ids in, token ids out, unless text is asked for.
+        const bool print_ids = a->output_format.empty() ? !a->tokens.empty() : a->output_format == "ids";
+        if (print_ids && a->chat) usage_fail("--chat prints text, not --output-format ids");
         validate(a->sp);
 
+        const std::vector<int32_t> prompt_ids =
+            a->tokens.empty() ? std::vector<int32_t>() : parse_token_list(a->tokens);
         std::string text = a->prompt;
         if (!a->prompt_file.empty()) {
             std::ifstream in(a->prompt_file, std::ios::binary);
@@ -132,13 +143,14 @@ Run add_run(CLI::App &app) {
         auto t_load = std::chrono::steady_clock::now();
         std::unique_ptr<Engine> eng = make_engine(a->model, cfg);
         for (const std::string &w : eng->model().warnings) std::fprintf(stderr, "strata: warning: %s\n", w.c_str());
-        std::fprintf(stderr, "strata: %s loaded in %.2f s on %s (%.2f GiB of weights)\n",
-                     eng->hparams().arch_name.c_str(), seconds_since(t_load), eng->backend().name().c_str(),
-                     double(eng->model().weight_bytes) / double(1u << 30));
+        std::fprintf(stderr, "strata: %s loaded in %.2f s on %s (%s of weights)\n", eng->hparams().arch_name.c_str(),
+                     seconds_since(t_load), eng->backend().name().c_str(),
+                     format_bytes(eng->model().weight_bytes).c_str());
 
         std::unique_ptr<Tokenizer> tok;
         if (eng->model().file->find("tokenizer.ggml.model")) tok = Tokenizer::from_gguf(*eng->model().file);
         if (!tok && a->tokens.empty()) fail("%s has no tokenizer; give the prompt as --tokens", a->model.c_str());
+        if (!tok && !print_ids) fail("%s has no tokenizer: it can only print token ids", a->model.c_str());
         std::unique_ptr<ModelChat> chat;
         if (a->chat) {
             chat = std::make_unique<ModelChat>(*eng->model().file, a->model);
@@ -152,7 +164,7 @@ Run add_run(CLI::App &app) {
             try {
                 dump_re = std::regex(a->dump_pattern);
             } catch (const std::regex_error &e) {
-                fail("--dump: bad regular expression '%s': %s", a->dump_pattern.c_str(), e.what());
+                usage_fail("--dump: bad regular expression '%s': %s", a->dump_pattern.c_str(), e.what());
             }
             tracer.want = [&](const std::string &name) { return std::regex_search(name, dump_re); };
             tracer.sink = [&](const std::string &name, int64_t rows, int64_t cols, const float *data) {
@@ -191,7 +203,7 @@ Run add_run(CLI::App &app) {
             if (int64_t(tokens.size()) + a->n_predict > a->ctx)
                 fail("the prompt (%zu tokens) plus --n-predict (%d) exceed the context size %lld; raise --ctx-size",
                      tokens.size(), a->n_predict, (long long)a->ctx);
-            if (echo_prompt && tok) std::fputs(tok->decode(tokens).c_str(), stdout);
+            if (echo_prompt && !print_ids) std::fputs(tok->decode(tokens).c_str(), stdout);
             std::fflush(stdout);
 
             auto t_prompt = std::chrono::steady_clock::now();
@@ -200,7 +212,7 @@ Run add_run(CLI::App &app) {
             in_cache = tokens;
 
             std::unique_ptr<StreamDecoder> stream;
-            if (tok) stream = std::make_unique<StreamDecoder>(*tok);
+            if (!print_ids) stream = std::make_unique<StreamDecoder>(*tok);
             std::string reply;
             auto t_gen = std::chrono::steady_clock::now();
             int n_gen = 0;
@@ -241,7 +253,7 @@ Run add_run(CLI::App &app) {
 
         if (!a->chat) {
             std::vector<int32_t> prompt = !a->tokens.empty()
-                                              ? parse_token_list(a->tokens)
+                                              ? prompt_ids
                                               : tok->encode(text, /*add_special=*/true, /*parse_special=*/true);
             if (prompt.empty()) fail("the prompt is empty after tokenization");
             turn(prompt, true);

@@ -15,6 +15,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/usage.h"
 #include "core/error.h"
 #include "runtime/engine.h"
 #include "server/api.h"
@@ -259,9 +260,13 @@ Run add_serve(CLI::App &app) {
     sub->add_option("--host", a->host, "Address to listen on (loopback by default)")->capture_default_str();
     sub->add_option("--port", a->port, "Port to listen on (0: any free port)")->capture_default_str();
     sub->add_option("--parallel", a->parallel, "Requests generated at once (sequence slots)")->capture_default_str();
-    sub->add_option("-c,--ctx-size", a->ctx, "Context size per request, in tokens")->capture_default_str();
-    sub->add_option("-b,--batch", a->batch, "Tokens per engine step (prompt chunk size)")->capture_default_str();
-    sub->add_option("-t,--threads", a->threads, "CPU threads (0: all)");
+    sub->add_option("-c,--ctx-size", a->ctx, "Context size per request, in tokens")
+        ->capture_default_str()
+        ->check(at_least(1));
+    sub->add_option("-b,--batch", a->batch, "Tokens per engine step (prompt chunk size)")
+        ->capture_default_str()
+        ->check(at_least(1));
+    sub->add_option("-t,--threads", a->threads, "CPU threads (0: all)")->check(threads_range());
     sub->add_option("--api-key", a->api_key, "Require 'Authorization: Bearer KEY' on the API");
     sub->add_option("--alias", a->alias, "Model name shown by the API (default: the file name)");
     sub->add_option("--queue", a->queue, "Requests that may wait for a slot; more get 503")->capture_default_str();
@@ -274,9 +279,9 @@ Run add_serve(CLI::App &app) {
     add_device_options(sub, a->dev);
 
     return [a] {
-        if (a->parallel < 1) fail("--parallel must be at least 1 (got %d)", a->parallel);
-        if (a->queue < 0) fail("--queue must be >= 0 (got %d)", a->queue);
-        if (a->port < 0 || a->port > 65535) fail("--port must be in 0..65535 (got %d)", a->port);
+        if (a->parallel < 1) usage_fail("--parallel must be at least 1 (got %d)", a->parallel);
+        if (a->queue < 0) usage_fail("--queue must be >= 0 (got %d)", a->queue);
+        if (a->port < 0 || a->port > 65535) usage_fail("--port must be in 0..65535 (got %d)", a->port);
         EngineConfig cfg;
         cfg.n_threads = a->threads;
         cfg.n_seq_max = a->parallel;

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/usage.h"
 #include "core/error.h"
 #include "model/synth.h"
 
@@ -35,13 +36,13 @@ Run add_synth(CLI::App &app) {
     return [a] {
         auto parse = [](const std::string &flag, const std::string &s) {
             std::optional<DType> t = dtype_from_name(s);
-            if (!t) fail("%s: unknown type '%s'", flag.c_str(), s.c_str());
+            if (!t) usage_fail("%s: unknown type '%s'", flag.c_str(), s.c_str());
             return *t;
         };
         a->opt.expert_type = parse("--type", a->type);
         a->opt.dense_type = parse("--dense-type", a->dense_type);
         if (!std::isfinite(a->opt.route_skew) || a->opt.route_skew < 0)
-            fail("--route-skew: expected a number >= 0, got %g", double(a->opt.route_skew));
+            usage_fail("--route-skew: expected a number >= 0, got %g", double(a->opt.route_skew));
         auto t0 = std::chrono::steady_clock::now();
         SynthReport r = write_synthetic_model(a->opt, a->out);
         double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -1,6 +1,8 @@
 // File-level quantization: copy metadata, convert tensors row by row in parallel, stream the result to disk.
 #include "format/quantize_file.h"
 
+#include <sys/stat.h>
+
 #include <cstring>
 #include <memory>
 
@@ -129,7 +131,19 @@ void fill_converted(void *ctx, uint8_t *dst, size_t n_bytes) {
 
 }  // namespace
 
+namespace {
+
+bool is_float_type(DType t) {
+    return t == DType::F32 || t == DType::F16 || t == DType::BF16;
+}
+
+}  // namespace
+
 QuantizeReport quantize_file(const std::string &in_path, const std::string &out_path, const QuantizeOptions &opt) {
+    struct stat si {}, so {};
+    if (::stat(in_path.c_str(), &si) == 0 && ::stat(out_path.c_str(), &so) == 0 && si.st_dev == so.st_dev &&
+        si.st_ino == so.st_ino)
+        fail("%s: the output is the input file; write the converted file elsewhere", out_path.c_str());
     std::unique_ptr<GgufFile> in = GgufFile::open(in_path);
     ThreadPool pool(opt.n_threads);
     GgufWriter w;
@@ -146,6 +160,10 @@ QuantizeReport quantize_file(const std::string &in_path, const std::string &out_
         auto job = std::make_unique<ConvertJob>();
         job->src = &t;
         job->dst_type = choose_quantized_type(opt, std::string(t.name), t.type, t.n_dims, t.ne[0]);
+        if (job->dst_type != t.type && !is_float_type(t.type) && !is_float_type(job->dst_type) && !opt.allow_requantize)
+            fail("%s: tensor '%.*s' is already %s; converting it to %s loses precision twice (give "
+                 "--allow-requantize to do it anyway, or a rule that keeps its type)",
+                 in_path.c_str(), int(t.name.size()), t.name.data(), dtype_name(t.type), dtype_name(job->dst_type));
         job->pool = &pool;
         std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
         w.add_tensor_lazy(std::string(t.name), job->dst_type, ne, fill_converted, job.get());

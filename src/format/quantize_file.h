@@ -20,7 +20,10 @@ struct QuantizeOptions {
     std::vector<QuantizeRule> rules;  // first match wins
     DType default_type = DType::Q8_0;
     bool keep_1d = true;  // vectors (norms, biases, ssm_a, dt_bias) stay as they are, as llama.cpp keeps them
-    int n_threads = 0;    // 0: all hardware threads
+    // A tensor already in a quantized type converted to another one loses precision twice; without this,
+    // quantize_file refuses to (naming the tensor) rather than do it unasked.
+    bool allow_requantize = false;
+    int n_threads = 0;  // 0: all hardware threads
 };
 
 class GgufWriter;
@@ -42,6 +45,9 @@ struct QuantizeReport {
     size_t n_tensors = 0, n_converted = 0;
 };
 
+// Writes the converted file to out_path through a temporary file renamed into place at the end (a failed or
+// interrupted run leaves no file under out_path). Refuses an out_path that is in_path (the same file, by device and
+// inode, also through links), and, without allow_requantize, converting a quantized tensor to another quantized type.
 QuantizeReport quantize_file(const std::string &in_path, const std::string &out_path, const QuantizeOptions &opt);
 
 }  // namespace strata

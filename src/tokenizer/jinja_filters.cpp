@@ -1,6 +1,7 @@
-// Builtin filters and tests of the chat-template language, following jinja2 3.1's definitions (and transformers'
-// tojson override: json.dumps with ensure_ascii=False, no HTML escaping). Filters that return generators in jinja2
-// (map, select, items, reverse, ...) return generator-flagged lists. Not the methods or globals (jinja_methods.cpp).
+// Builtin filters and tests of the chat-template language, following jinja2 3.1's definitions, transformers' tojson
+// override (json.dumps with ensure_ascii=False, no HTML escaping) and the from_json filter serving frameworks add.
+// Filters that return generators in jinja2 (map, select, items, reverse, ...) return generator-flagged lists. Not the
+// methods or globals (jinja_methods.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -681,6 +682,18 @@ Value f_tojson(Interp &, const Value &v, Args &a) {
     return Value::string(dumps(v, st));
 }
 
+// from_json / fromjson: not jinja2's, but defined by serving frameworks for released templates that normalise tool-call
+// arguments, which clients send as a JSON string or as an object: a string is parsed as JSON, anything else is
+// returned as it is. A string that is not JSON fails the render, naming the filter.
+Value f_from_json(Interp &, const Value &v, Args &a) {
+    ArgReader(a, "from_json").done(0);
+    v.require_defined();
+    if (!v.is_string()) return v;
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(v.str(), nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) throw_error("from_json: the string is not JSON");
+    return Value::from_json(j);
+}
+
 Value f_trim(Interp &, const Value &v, Args &a) {
     ArgReader r(a, "trim");
     Value chars = r.get(0, "chars", Value::none());
@@ -744,7 +757,8 @@ const std::unordered_map<std::string, FilterFn> &filters() {
         {"abs", f_abs}, {"attr", f_attr}, {"batch", f_batch}, {"capitalize", f_capitalize}, {"center", f_center},
         {"count", f_length}, {"d", f_default}, {"default", f_default}, {"dictsort", f_dictsort}, {"e", f_escape},
         {"escape", f_escape}, {"first", f_first}, {"float", f_float}, {"forceescape", f_forceescape},
-        {"format", f_format}, {"groupby", f_groupby}, {"indent", f_indent}, {"int", f_int}, {"items", f_items},
+        {"format", f_format}, {"from_json", f_from_json}, {"fromjson", f_from_json}, {"groupby", f_groupby},
+        {"indent", f_indent}, {"int", f_int}, {"items", f_items},
         {"join", f_join}, {"last", f_last}, {"length", f_length}, {"list", f_list}, {"lower", f_lower},
         {"map", f_map}, {"max", f_max}, {"min", f_min}, {"reject", f_reject}, {"rejectattr", f_rejectattr},
         {"replace", f_replace}, {"reverse", f_reverse}, {"round", f_round}, {"safe", f_safe},

@@ -438,12 +438,15 @@ Value Interp::eval_inner(const Expr &e, const ScopeP &sc) {
         Value input = e.sub[0]->kind == EK::Placeholder ? placeholder_ : eval(*e.sub[0], sc);
         Args args;
         eval_args(e, sc, args, 1);
+        // A name the parse let through (in a branch: jinja_parser.cpp) fails here, when it is applied.
+        if (!has_filter(e.name)) throw_error("No filter named '" + e.name + "' found.");
         return apply_filter(e.name, input, args);
     }
     case EK::Test: {
         Value input = eval(*e.sub[0], sc);
         Args args;
         eval_args(e, sc, args, 1);
+        if (!has_test(e.name)) throw_error("No test named '" + e.name + "' found.");
         return Value::boolean(apply_test(e.name, input, args) != e.negated);
     }
     case EK::Not: return Value::boolean(!eval(*e.sub[0], sc).truthy());

@@ -769,7 +769,6 @@ private:
             int line = cur().line;
             auto f = node(EK::Filter, line);
             f->name = dotted_name();
-            if (!has_filter(f->name)) fail_at(line, "No filter named '" + f->name + "'.");
             f->sub.push_back(std::move(n));
             if (is_op("(")) parse_args(*f);
             n = std::move(f);
@@ -783,7 +782,6 @@ private:
         auto t = node(EK::Test, line);
         t->name = dotted_name();
         t->negated = negated;
-        if (!has_test(t->name)) fail_at(line, "No test named '" + t->name + "'.");
         t->sub.push_back(std::move(n));
         const Token &c = cur();
         if (is_op("(")) {
@@ -800,6 +798,75 @@ private:
 
 }  // namespace
 
-Body parse(std::string_view source) { return Parser(lex(source)).parse_template(); }
+// Unknown filters and tests, resolved as jinja2 resolves them: a name no builtin has fails the parse where it stands
+// in the template's own flow, but only when it is applied where it stands in a branch, an `if` block or a conditional
+// expression ("soft"), which a render may never take. Loop, macro, call, filter, with and set blocks start a flow of
+// their own (jinja2's inner frames), so an unknown name directly inside one fails the parse again.
+namespace {
+
+void check_names(const Expr *e, bool soft);
+void check_names(const Body &b, bool soft);
+
+void check_names(const Expr *e, bool soft) {
+    if (!e) return;
+    if (e->kind == EK::Cond) soft = true;
+    if (!soft && e->kind == EK::Filter && !has_filter(e->name))
+        throw_error_at(e->line, "No filter named '" + e->name + "'.");
+    if (!soft && e->kind == EK::Test && !has_test(e->name))
+        throw_error_at(e->line, "No test named '" + e->name + "'.");
+    for (const ExprP &c : e->sub) check_names(c.get(), soft);
+    for (const auto &kv : e->kwargs) check_names(kv.second.get(), soft);
+    check_names(e->star_args.get(), soft);
+    check_names(e->star_kwargs.get(), soft);
+}
+
+void check_names(const Body &body, bool soft) {
+    for (const StmtP &s : body) {
+        switch (s->kind) {
+            case SK::If:
+                for (const auto &br : s->branches) check_names(br.first.get(), true), check_names(br.second, true);
+                check_names(s->else_body, true);
+                break;
+            case SK::For:
+                check_names(s->expr.get(), soft);
+                check_names(s->cond.get(), false);
+                check_names(s->body, false);
+                check_names(s->else_body, false);
+                break;
+            case SK::With:
+                for (const auto &a : s->assigns) check_names(a.second.get(), soft);
+                check_names(s->body, false);
+                break;
+            case SK::CallBlock:
+                check_names(s->expr.get(), soft);
+                for (const Param &p : s->params) check_names(p.default_value.get(), false);
+                check_names(s->body, false);
+                break;
+            case SK::Macro:
+                for (const Param &p : s->params) check_names(p.default_value.get(), false);
+                check_names(s->body, false);
+                break;
+            case SK::FilterBlock:
+            case SK::SetBlock:
+                check_names(s->expr.get(), false);
+                check_names(s->body, false);
+                break;
+            case SK::Scope: check_names(s->body, false); break;
+            default:
+                check_names(s->expr.get(), soft);
+                check_names(s->target.get(), soft);
+                break;
+        }
+    }
+}
+
+}  // namespace
+
+Body parse(std::string_view source) {
+    Body body = Parser(lex(source)).parse_template();
+    check_names(body, false);
+    return body;
+}
+
 
 }  // namespace strata::jinja

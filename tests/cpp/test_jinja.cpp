@@ -181,6 +181,34 @@ TEST(JinjaErrors, NameTheLine) {
     EXPECT_EQ(err("{# open"), "t:1: syntax error: Missing end of comment tag");
 }
 
+// jinja2 resolves a filter or test name that no builtin has when it compiles the template, except inside an `if` or a
+// conditional expression, where only applying it fails: a released template may use a filter of its own serving
+// framework in a branch that our conversations never take.
+TEST(JinjaErrors, UnknownNamesInBranchesFailOnlyWhenApplied) {
+    EXPECT_EQ(R("{% if false %}{{ x|framework_only }}{% endif %}ok"), "ok");
+    EXPECT_EQ(R("{% if false %}{% elif false %}{{ 1 is framework_test }}{% else %}e{% endif %}"), "e");
+    EXPECT_EQ(R("{{ 1|framework_only if false else 'b' }}|{{ 'a' if true else (1 is framework_test) }}"), "b|a");
+    EXPECT_EQ(err("{% if true %}\n{{ 1|framework_only }}{% endif %}"), "t:2: No filter named 'framework_only' found.");
+    EXPECT_EQ(err("{{ (1 is framework_test) if true else 2 }}"), "t:1: No test named 'framework_test' found.");
+    // Loops, macros and blocks inside a branch are checked when parsed again, as jinja2's inner frames are.
+    EXPECT_EQ(err("{% if false %}{% for i in [1] %}{{ i|nope }}{% endfor %}{% endif %}"),
+              "t:1: syntax error: No filter named 'nope'.");
+    EXPECT_EQ(err("{% if false %}{% macro m() %}{{ 1|nope }}{% endmacro %}{% endif %}"),
+              "t:1: syntax error: No filter named 'nope'.");
+    EXPECT_EQ(err("{% set x %}{{ 1 is nope }}{% endset %}"), "t:1: syntax error: No test named 'nope'.");
+    // Applied through select/map, a name is looked up when the filter runs, with jinja2's runtime wording.
+    EXPECT_EQ(err("{{ [1]|select('nope')|list }}"), "t:1: No test named 'nope'.");
+}
+
+// from_json, the JSON-parsing filter serving frameworks define for templates that normalise tool-call arguments.
+TEST(JinjaFilters, FromJson) {
+    EXPECT_EQ(R(R"({{ ('{"a": [1, 2.5, null], "b": "x"}'|from_json).a }}|{{ ('[1]'|fromjson)[0] + 1 }})"),
+              "[1, 2.5, None]|2");
+    EXPECT_EQ(R("{{ (args|from_json).k }}", R"({"args": {"k": "already an object"}})"), "already an object");
+    EXPECT_EQ(err("{{ 'not json'|from_json }}"), "t:1: from_json: the string is not JSON");
+    EXPECT_EQ(err("{{ undefined_thing|from_json }}"), "t:1: 'undefined_thing' is undefined");
+}
+
 TEST(JinjaErrors, HostileNestingIsAnErrorNotACrash) {
     std::string deep_parens = "{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}";
     EXPECT_NE(err(deep_parens).find("nested too deeply"), std::string::npos);

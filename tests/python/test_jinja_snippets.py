@@ -177,6 +177,15 @@ SNIPPETS = [
     "{{ [1]|select|length }}",
     "{{ [1]|select|tojson }}",
     "{{ namespace(a=1) }}|{% for x in [1, 2] %}{{ loop }}{% endfor %}|{{ (users|selectattr('admin')|list)[0].name }}",
+    # unknown filters and tests: an error where jinja2 compiles them, only when applied inside if / conditionals
+    "{% if false %}{{ x|no_such_filter }}{% endif %}{% if z %}{{ 1 is no_such_test }}{% endif %}ok",
+    "{{ 1|no_such_filter if false else 'b' }}|{{ 'a' if t else (1 is no_such_test) }}",
+    "{% if t %}{{ 1|no_such_filter }}{% endif %}",
+    "{{ 'x' if (1 is no_such_test) }}",
+    "{% if false %}{% for i in l %}{{ i|no_such_filter }}{% endfor %}{% endif %}",
+    "{% if false %}{% macro m() %}{{ 1|no_such_filter }}{% endmacro %}{% endif %}",
+    "{% if false %}{% with a = 1 %}{{ a is no_such_test }}{% endwith %}{% endif %}",
+    "{% for i in ([] if false else l|no_such_filter) %}{% endfor %}",
     # syntax errors (must fail; wording is jinja2's own)
     "{% if t %}unclosed",
     "{% for x in l %}{% endif %}",
