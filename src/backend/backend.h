@@ -1,9 +1,11 @@
 // The op vocabulary of the engine, as a device-neutral interface. Model code (model/arch/*.cpp) calls these and
-// never sees a device; the CPU backend is the reference every other backend is tested against.
+// never sees a device; the CPU backend is the reference every other backend is tested against. Backends know
+// tensors (format/weight.h) and shapes, never architectures: what a model is, and where its experts should live
+// (the placement plan, the expert slot table, the MoE schedule: src/strata), are decided above this layer.
 //
 // Conventions: activations are row-major f32 matrices in the backend's memory, one row per token of the batch
-// (`Act`, with a row stride so column ranges can be viewed without copies). Weights are the model's views
-// (model/weights.h); y = matmul(W, x) means y[t, n] = sum_k W[n, k] x[t, k] (W has ne = {k, n}).
+// (`Act`, with a row stride so column ranges can be viewed without copies). y = matmul(W, x) means
+// y[t, n] = sum_k W[n, k] x[t, k] (W has ne = {k, n}).
 #pragma once
 
 #include <cstdint>
@@ -11,8 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "backend/placement.h"
 #include "core/error.h"
-#include "model/weights.h"
+#include "format/weight.h"
 
 namespace strata {
 
@@ -27,9 +30,9 @@ struct Act {
     bool contiguous() const { return stride == cols; }
 };
 
-// Tokens [row0, row0 + n) of a batch are positions pos0.. of the sequence held in cache slot `slot`.
+// Tokens [row0, row0 + n) of a batch are positions pos0.. of sequence `seq` (its row of the caches).
 struct BatchSeg {
-    int32_t slot = 0;
+    int32_t seq = 0;
     int64_t pos0 = 0;
     int64_t n = 0;
     int64_t row0 = 0;
@@ -38,15 +41,6 @@ struct BatchSeg {
 struct BatchInfo {
     std::vector<BatchSeg> segs;  // in row order, covering every row once
     int64_t n_tokens = 0;
-};
-
-enum class KvType { F32, F16, Q8_0 };
-const char *kv_type_name(KvType t);
-
-struct CacheConfig {
-    int32_t n_slots = 1;   // sequences held at once
-    int64_t n_ctx = 4096;  // positions per sequence
-    KvType kv_type = KvType::F16;
 };
 
 struct RopeParams {
@@ -68,17 +62,50 @@ struct GdnParams {
     float eps = 1e-6f;         // of the gated RMSNorm
 };
 
+// The small weights of a Gated DeltaNet core.
+struct GdnWeights {
+    const Weight *conv1d = nullptr;   // {conv_kernel, conv_dim}
+    const Weight *dt_bias = nullptr;  // {n_v}
+    const Weight *a = nullptr;        // {n_v}: -exp(A_log)
+    const Weight *norm = nullptr;     // {head_v_dim}
+};
+
+// One expert's gate, up and down matrices where a backend reads them: device pointers into an expert slot, or host
+// pointers into the mapped file for a backend that reads experts in place (the CPU).
+struct ExpertSrc {
+    const void *gate = nullptr, *up = nullptr, *down = nullptr;
+};
+
+// Rows [row0, row0 + n_rows) of an expert FFN's input go through one expert, read from src (in expert slot `slot`,
+// or -1 where it is not in a slot).
+struct ExpertGroup {
+    ExpertSrc src;
+    int32_t row0 = 0, n_rows = 0;
+    int32_t slot = -1;
+};
+
+// An expert slot to fill with expert `expert` of the layer being filled.
+struct SlotFill {
+    int32_t slot = 0, expert = 0;
+};
+
 class Backend {
   public:
     virtual ~Backend() = default;
     virtual std::string name() const = 0;
 
-    // Set-up: make the model's weights usable (uploads, conversions) and size the caches.
-    virtual void prepare(Model &m) = 0;
-    virtual void init_caches(const HParams &hp, const CacheConfig &cfg) = 0;
+    // ---- set-up (the strata layer drives it: plan with device_facts(), then prepare, then init_caches) ----
+    // What a placement plan needs to know of this backend's memory.
+    virtual DeviceFacts device_facts() { return {}; }
+    // Makes the weights usable (uploads, conversions) and takes the memory the plan gives.
+    virtual void prepare(WeightSet &ws, const Placement &plan) = 0;
+    // What prepare() did beyond the plan, for the check line (e.g. how long pinning the host copy took).
+    virtual std::string prepare_note() const { return {}; }
+    virtual void init_caches(const CacheShape &shape) = 0;
 
     // Scratch activations, valid until reset_scratch() (called once per forward pass).
     virtual Act alloc(int64_t rows, int64_t cols) = 0;
+    virtual int32_t *alloc_i32(int64_t n) = 0;  // integer scratch (routing ids), in the backend's memory
     virtual void reset_scratch() = 0;
     // Scratch allocated after a mark may be handed out again once the mark is released (ops queued before the
     // release still read it correctly: backends order reuse after them). A forward pass releases each layer's
@@ -88,7 +115,8 @@ class Backend {
     };
     virtual ScratchMark scratch_mark() { return {}; }
     virtual void scratch_release(ScratchMark) {}
-    virtual void download(const Act &src, float *host) = 0;  // rows x cols, packed
+    virtual void download(const Act &src, float *host) = 0;     // rows x cols, packed
+    virtual void download_i32(const int32_t *src, int64_t n, int32_t *host) = 0;  // synchronous
     // A forward pass's bounds (forward() calls these; ops outside a pass behave as always). Between begin_pass and
     // end_pass a backend may defer its work (the CUDA backend records a decoding pass as one graph), so `host` of a
     // download() inside a pass holds its rows only once end_pass() has returned. traced: the caller downloads
@@ -96,38 +124,33 @@ class Backend {
     virtual void begin_pass(const BatchInfo &, bool traced) { (void)traced; }
     virtual void end_pass() {}
     virtual void abort_pass() {}
+    // Named regions of work for profiling (the CUDA backend's STRATA_CUDA_PROFILE=1); free elsewhere.
+    virtual void region_begin(const char *name) { (void)name; }
+    virtual void region_end() {}
 
-    // Sequence slots: copy the first n_pos positions of one slot's caches (and its recurrent state) to another.
-    virtual void copy_slot(int32_t src, int32_t dst, int64_t n_pos) = 0;
-    virtual void clear_slot(int32_t slot) = 0;
+    // Sequences: copy the first n_pos positions of one sequence's caches (and its recurrent state) to another.
+    virtual void copy_seq(int32_t src, int32_t dst, int64_t n_pos) = 0;
+    virtual void clear_seq(int32_t seq) = 0;
 
-    // Recurrent-state checkpoints (optional; used for prefix reuse on models with GDN layers). A slot's recurrent
+    // Recurrent-state checkpoints (optional; used for prefix reuse on models with GDN layers). A sequence's recurrent
     // state is everything of it that is not indexed by position: every GDN layer's conv state and delta-rule state.
     // Attention caches can be cut back to any earlier length, recurrent states cannot, so a caller that wants to
     // rewind a sequence keeps copies of its recurrent state taken at earlier positions and loads one back.
-    //   recurrent_state_bytes(): the size of one slot's recurrent state; 0 when the caches have none, or when the
-    //     backend does not implement checkpoints (callers then never rewind sequences of recurrent models).
-    //   save_recurrent_state(slot, dst): copies the slot's recurrent state into dst (host memory, that many bytes),
-    //     synchronously: when it returns, dst holds the state after every op issued before the call.
-    //   load_recurrent_state(slot, src): the inverse; later ops on the slot see the loaded state.
+    //   recurrent_state_bytes(): the size of one sequence's recurrent state; 0 when the caches have none, or when
+    //     the backend does not implement checkpoints (callers then never rewind sequences of recurrent models).
+    //   save_recurrent_state(seq, dst): copies the sequence's recurrent state into dst (host memory, that many
+    //     bytes), synchronously: when it returns, dst holds the state after every op issued before the call.
+    //   load_recurrent_state(seq, src): the inverse; later ops on the sequence see the loaded state.
     // The layout is the backend's own; a blob is only loaded back into a backend of the same kind with the same cache
-    // configuration (any slot). Neither touches attention caches. The defaults implement "not supported".
+    // shape (any sequence). Neither touches attention caches. The defaults implement "not supported".
     virtual size_t recurrent_state_bytes() const { return 0; }
-    virtual void save_recurrent_state(int32_t slot, void *dst) {
+    virtual void save_recurrent_state(int32_t seq, void *dst) {
         fail("the %s backend cannot save recurrent state", name().c_str());
     }
-    virtual void load_recurrent_state(int32_t slot, const void *src) {
+    virtual void load_recurrent_state(int32_t seq, const void *src) {
         fail("the %s backend cannot load recurrent state", name().c_str());
     }
 
-    // Counters for monitoring (optional): expert-cache hits and misses and bytes streamed to the device, for
-    // backends that keep only part of the experts resident. Monotonic since init; zeros where not applicable.
-    struct Stats {
-        uint64_t expert_cache_hits = 0;
-        uint64_t expert_cache_misses = 0;
-        uint64_t bytes_streamed = 0;
-    };
-    virtual Stats stats() const { return {}; }
     // Device memory of a GPU backend: what its allocations hold, what the driver counts for it (its allocations and
     // the runtime's context; 0: unknown) and its budget. Not cheap (asks the driver): not for per-token use.
     struct DeviceMemory {
@@ -135,7 +158,7 @@ class Backend {
     };
     virtual bool device_memory(DeviceMemory &) const { return false; }
 
-    // --- ops ---
+    // ---- ops ----
     virtual void embed(const Weight &tok_embd, const int32_t *ids, Act out) = 0;
     // out = x / rms(x) * w over groups of w.ne[0] columns (a whole row, or each head for q/k norms).
     virtual void rms_norm(Act x, const Weight &w, float eps, Act out) = 0;
@@ -151,6 +174,7 @@ class Backend {
     }
     virtual void add(Act a, Act b, Act out) = 0;
     virtual void mul_sigmoid(Act x, Act gate) = 0;  // x *= sigmoid(gate), elementwise
+    virtual void silu_mul(Act g, Act u) = 0;        // g = silu(g) * u, elementwise
     // dst row i = src row rows[i].
     virtual void gather_rows(Act src, const std::vector<int64_t> &rows, Act dst) = 0;
     // src columns are pairs of `width`-wide blocks [a0 b0 a1 b1 ...]: a gets the first of each pair, b the second.
@@ -170,12 +194,49 @@ class Backend {
     // attention of q over each sequence's cache; out has n_head * head_dim columns.
     virtual void attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                            float scale, const BatchInfo &b, Act out) = 0;
-    // Gated DeltaNet core of layer il: causal conv (with the slot's conv state) and SiLU over qkv, per-head L2
-    // norms, the gated delta rule (with the slot's recurrent state), gated RMSNorm with z. out: value_dim cols.
-    virtual void gdn(int64_t il, const LayerWeights &L, Act qkv, Act z, Act beta_in, Act alpha_in, const GdnParams &p,
+    // Gated DeltaNet core of layer il: causal conv (with the sequence's conv state) and SiLU over qkv, per-head L2
+    // norms, the gated delta rule (with the sequence's recurrent state), gated RMSNorm with z. out: value_dim cols.
+    virtual void gdn(int64_t il, const GdnWeights &w, Act qkv, Act z, Act beta_in, Act alpha_in, const GdnParams &p,
                      const BatchInfo &b, Act out) = 0;
-    // Routed experts (softmax routing, top-k, ties to the lower id) plus the gated shared expert when present.
-    virtual void moe(const LayerWeights &L, Act x, const MoeParams &p, Act out) = 0;
+
+    // ---- MoE steps (the order and where experts come from: strata/moe_schedule.h) ----
+    // Softmax over router logits, the top n_expert_used per token (ties to the lower id), renormalised and scaled:
+    // ids and weights (logits.rows x k, rank order) in this backend's memory (alloc_i32, alloc).
+    virtual void route_topk(Act logits, const MoeParams &p, int32_t *ids, float *weights) = 0;
+    // Where a backend that reads experts in place (experts_in_place()) reads expert e of a layer.
+    virtual bool experts_in_place() const { return false; }
+    virtual ExpertSrc expert_in_place(const ExpertWeights &w, int32_t e) const {
+        fail("the %s backend reads experts from slots, not in place", name().c_str());
+    }
+    // Expert slots, the plan's memory for n_slots experts: where slot s holds layer w.il's expert, and copying
+    // experts into slots from host memory. A fill is ordered after every expert_ffn issued before it that read the
+    // slot, and before every expert_ffn issued after it (the protocol: the backend's own, e.g. cuda_slots.h).
+    virtual ExpertSrc expert_slot(const ExpertWeights &w, int32_t slot) const {
+        fail("the %s backend has no expert slots", name().c_str());
+    }
+    virtual void fill_slots(const ExpertWeights &w, const std::vector<SlotFill> &fills) {
+        fail("the %s backend has no expert slots", name().c_str());
+    }
+    // These experts of a layer stay in these slots for good (slot_of[e]): a backend may then route decode-sized
+    // passes over them without the host (experts_device_routed).
+    virtual void set_resident_experts(const ExpertWeights &w, const std::vector<int32_t> &slot_of) {}
+    // ys rows of each group = down(silu(gate(xs rows)) * up(xs rows)) with the group's expert. Every group's result
+    // depends only on its rows and its expert's bytes.
+    virtual void expert_ffn(const ExpertWeights &w, Act xs, const std::vector<ExpertGroup> &groups, Act ys) = 0;
+    // The routed experts of a pass of n_tokens straight from the device routing, without the host: where the
+    // layer's experts are all resident (set_resident_experts), the pass is decode-sized and the kernels allow it.
+    // The same function as expert_ffn and moe_combine over the host's grouping, bit for bit.
+    virtual bool device_routing_applies(const ExpertWeights &w, int64_t n_tokens) const { return false; }
+    virtual void experts_device_routed(const ExpertWeights &w, Act x, int64_t k, const int32_t *ids,
+                                       const float *weights, Act out) {
+        fail("the %s backend does not route experts on the device", name().c_str());
+    }
+    // out[t] = sum over j < k of weights[widx[t k + j]] * ys[yrow[t k + j]], the entries added in the order given
+    // (expert-id order), starting from zero; weights in this backend's memory.
+    virtual void moe_combine(Act ys, const std::vector<int32_t> &yrow, const std::vector<int32_t> &widx,
+                             const float *weights, int64_t k, Act out) = 0;
+    // out[t] += sigmoid(gate . x[t]) * y[t] (gate: x.cols weights): the shared expert's gated contribution.
+    virtual void shared_expert_add(Act x, const Weight &gate, Act y, Act out) = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);

@@ -37,7 +37,7 @@ struct BenchTest {
 struct TestResult {
     BenchTest test;
     std::vector<double> seconds;  // one per timed repetition
-    Backend::Stats cache;         // expert-cache counters over the timed parts of the repetitions
+    ExpertCacheStats cache;         // expert-cache counters over the timed parts of the repetitions
 };
 
 // "512,4096" -> {512, 4096}; every entry a whole number in [1, k_max_tokens].
@@ -99,19 +99,25 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-Backend::Stats stats_delta(const Backend::Stats &after, const Backend::Stats &before) {
-    return {after.expert_cache_hits - before.expert_cache_hits, after.expert_cache_misses - before.expert_cache_misses,
-            after.bytes_streamed - before.bytes_streamed};
+ExpertCacheStats stats_delta(const ExpertCacheStats &after, const ExpertCacheStats &before) {
+    ExpertCacheStats d = after;
+    d.expert_cache_hits -= before.expert_cache_hits;
+    d.expert_cache_misses -= before.expert_cache_misses;
+    d.bytes_streamed -= before.bytes_streamed;
+    return d;
 }
 
-Backend::Stats stats_sum(const Backend::Stats &a, const Backend::Stats &b) {
-    return {a.expert_cache_hits + b.expert_cache_hits, a.expert_cache_misses + b.expert_cache_misses,
-            a.bytes_streamed + b.bytes_streamed};
+ExpertCacheStats stats_sum(const ExpertCacheStats &a, const ExpertCacheStats &b) {
+    ExpertCacheStats s = a;
+    s.expert_cache_hits += b.expert_cache_hits;
+    s.expert_cache_misses += b.expert_cache_misses;
+    s.bytes_streamed += b.bytes_streamed;
+    return s;
 }
 
 struct RunResult {
     double seconds = 0;
-    Backend::Stats cache;  // counters over the timed part alone
+    ExpertCacheStats cache;  // counters over the timed part alone
 };
 
 // One run of a test in a fresh sequence, timing the prefill up to its logits (pp), or the n_gen single-token steps
@@ -121,11 +127,11 @@ RunResult run_once(Engine &eng, const BenchTest &t, uint64_t seed) {
     std::vector<std::vector<float>> logits;
     const std::vector<int32_t> prompt = bench_tokens(t.n_prompt, eng.n_vocab(), seed);
     if (t.n_gen > 0) eng.decode({{seq, prompt, false}}, logits);
-    const Backend::Stats before = eng.backend().stats();
+    const ExpertCacheStats before = eng.expert_stats();
     const auto t0 = std::chrono::steady_clock::now();
     if (t.n_gen == 0) eng.decode({{seq, prompt, false}}, logits);
     for (int64_t i = 0; i < t.n_gen; i++) eng.decode({{seq, {argmax(logits[0])}, false}}, logits);
-    RunResult r{seconds_since(t0), stats_delta(eng.backend().stats(), before)};
+    RunResult r{seconds_since(t0), stats_delta(eng.expert_stats(), before)};
     eng.drop(seq);
     return r;
 }
@@ -171,11 +177,11 @@ double wall_seconds(const TestResult &r) {
     return s;
 }
 
-bool cache_used(const Backend::Stats &s) {
+bool cache_used(const ExpertCacheStats &s) {
     return s.expert_cache_hits + s.expert_cache_misses + s.bytes_streamed > 0;
 }
 
-json cache_json(const Backend::Stats &s, double seconds) {
+json cache_json(const ExpertCacheStats &s, double seconds) {
     const uint64_t lookups = s.expert_cache_hits + s.expert_cache_misses;
     json j;
     j["hits"] = s.expert_cache_hits;
@@ -311,7 +317,7 @@ json report_json(const ModelFacts &m, const EngineConfig &cfg, int repetitions, 
     j["kv_type"] = kv_type_name(cfg.kv_type);
     j["repetitions"] = repetitions;
     json tests = json::array();
-    Backend::Stats total;
+    ExpertCacheStats total;
     double total_s = 0;
     for (const TestResult &r : results) {
         const std::vector<double> tps = rates(r);

@@ -7,7 +7,7 @@
 #include "cli/commands.h"
 #include "cli/usage.h"
 #include "core/error.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 
 namespace strata::cli {
 

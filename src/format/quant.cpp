@@ -87,4 +87,20 @@ void quantize_row(DType t, const float *src, void *dst, int64_t n) {
     if (nb > 0) f->quant(src, static_cast<uint8_t *>(dst), nb);
 }
 
+DType dot_act_type(DType t) {
+    switch (t) {
+        case DType::F32:
+        case DType::F16:
+        case DType::BF16: return DType::F32;
+        case DType::Q4_0:
+        case DType::Q5_0:
+        case DType::Q8_0:
+        case DType::IQ4_NL:
+        case DType::MXFP4: return DType::Q8_0;
+        case DType::Q4_1:
+        case DType::Q5_1: return DType::Q8_1;
+        default: return DType::Q8_K;
+    }
+}
+
 }  // namespace strata

@@ -15,6 +15,10 @@ namespace strata {
 bool can_dequantize(DType t);
 bool can_quantize(DType t);
 
+// The activation format a weight type's dot products read (REFERENCE.md §2.4): F32 for F32/F16/BF16 weights, else
+// Q8_0, Q8_1 or Q8_K. Every backend quantizes activations to it, so all compute one function.
+DType dot_act_type(DType weight_type);
+
 // dst[0..n) = the values encoded in n elements of type t at src (any alignment).
 // Throws strata::Error for a type without a dequantizer, or an n that is negative or not a multiple of the type's
 // block size; nothing is read or written then.

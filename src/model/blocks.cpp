@@ -84,7 +84,7 @@ Act gdn_block(const ForwardCtx &c, int64_t il, Act cur) {
     p.vhead_tiled = hp.gdn_vhead_tiled;
     p.eps = hp.rms_eps;
     Act o = be.alloc(T, hp.ssm_d_inner);
-    be.gdn(il, L, qkv, z, b, a, p, c.batch, o);
+    be.gdn(il, gdn_weights(L), qkv, z, b, a, p, c.batch, o);
     c.trace(il, "attn_out_norm", o);
     Act out = be.alloc(T, hp.n_embd);
     be.matmul(L.ssm_out, o, out);
@@ -94,7 +94,7 @@ Act gdn_block(const ForwardCtx &c, int64_t il, Act cur) {
 Act moe_block(const ForwardCtx &c, int64_t il, Act cur) {
     const HParams &hp = c.m.hp;
     const LayerWeights &L = c.m.layers[size_t(il)];
-    // The router runs inside the backend's moe op, which reports nothing. A tracer that asks for the router logits
+    // The router runs inside the MoE schedule, which reports nothing. A tracer that asks for the router logits
     // gets them from one more matmul here (the selection is their top n_expert_used, ties to the lower id), so
     // routing can be observed on any backend while untraced passes pay nothing.
     if (c.wants(il, "ffn_moe_logits")) {
@@ -104,13 +104,13 @@ Act moe_block(const ForwardCtx &c, int64_t il, Act cur) {
     }
     MoeParams p{hp.n_expert, hp.n_expert_used, hp.expert_weights_norm, hp.expert_weights_scale};
     Act out = c.be.alloc(cur.rows, hp.n_embd);
-    c.be.moe(L, cur, p, out);
+    c.moe.run(il, L, cur, p, out);
     return out;
 }
 
-void forward(const Model &m, Backend &be, const int32_t *tokens, const BatchInfo &batch,
+void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *tokens, const BatchInfo &batch,
              const std::vector<int64_t> &out_rows, float *logits, const Tracer *tracer) {
-    ForwardCtx c{m, be, batch, tracer};
+    ForwardCtx c{m, be, moe, batch, tracer};
     be.reset_scratch();
     // The pass's bounds for the backend; a throw on the way aborts it.
     struct PassScope {

@@ -19,9 +19,19 @@ struct Tracer {
     std::function<void(const std::string &name, int64_t rows, int64_t cols, const float *data)> sink;
 };
 
+// A layer's MoE FFN (router, routed experts, shared expert) on the backend. The MoE schedule of the strata layer
+// (strata/moe_schedule.h) implements it and decides where each expert's bytes come from; model code calls it as one
+// block and never sees the schedule.
+class ExpertRunner {
+  public:
+    virtual ~ExpertRunner() = default;
+    virtual void run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out) = 0;
+};
+
 struct ForwardCtx {
     const Model &m;
     Backend &be;
+    ExpertRunner &moe;
     const BatchInfo &batch;
     const Tracer *tracer = nullptr;
 
@@ -36,7 +46,7 @@ constexpr int64_t k_logit_slice_rows = 256;
 
 // Runs the model over tokens[0..batch.n_tokens) and writes the logits of rows out_rows (in that order) to
 // logits[out_rows.size() * n_vocab].
-void forward(const Model &m, Backend &be, const int32_t *tokens, const BatchInfo &batch,
+void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *tokens, const BatchInfo &batch,
              const std::vector<int64_t> &out_rows, float *logits, const Tracer *tracer = nullptr);
 
 // Shared blocks; each returns the block's output (the residual is added by the caller).

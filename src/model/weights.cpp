@@ -10,6 +10,65 @@ namespace strata {
 
 std::string blk_name(int64_t il, const char *suffix) { return strfmt("blk.%lld.%s", (long long)il, suffix); }
 
+WeightSet weight_set(Model &m) {
+    WeightSet ws;
+    auto add = [](std::vector<Weight *> &v, Weight &w) {
+        if (w.present()) v.push_back(&w);
+    };
+    add(ws.matrices, m.tok_embd);
+    add(ws.matrices, m.output);
+    add(ws.vectors, m.output_norm);
+    ws.experts.resize(size_t(m.hp.n_layer));
+    for (int64_t il = 0; il < m.hp.n_layer; il++) {
+        LayerWeights &L = m.layers[size_t(il)];
+        for (Weight *w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ssm_qkv, &L.ssm_z, &L.ssm_ba, &L.ssm_beta, &L.ssm_alpha,
+                          &L.ssm_out, &L.gate_inp, &L.gate_shexp, &L.up_shexp, &L.down_shexp})
+            add(ws.matrices, *w);
+        for (Weight *w : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.ssm_dt_bias, &L.ssm_a, &L.ssm_norm,
+                          &L.gate_inp_shexp, &L.ssm_conv1d})
+            add(ws.vectors, *w);
+        ws.experts[size_t(il)] = expert_weights(il, L);
+    }
+    if (m.file) {
+        ws.file_bytes = m.file->bytes();
+        ws.file_size = m.file->file_size();
+    }
+    return ws;
+}
+
+ExpertWeights expert_weights(int64_t il, const LayerWeights &L) {
+    ExpertWeights e;
+    e.il = il;
+    if (L.gate_exps.present()) e.gate = &L.gate_exps, e.up = &L.up_exps, e.down = &L.down_exps;
+    return e;
+}
+
+GdnWeights gdn_weights(const LayerWeights &L) { return {&L.ssm_conv1d, &L.ssm_dt_bias, &L.ssm_a, &L.ssm_norm}; }
+
+CacheShape cache_shape(const HParams &hp, int32_t n_seqs, int64_t n_ctx, KvType kv_type) {
+    if (n_seqs <= 0 || n_ctx <= 0) fail("cache: need at least one sequence and one position");
+    if (kv_type == KvType::Q8_0 && hp.head_dim_k % 32 != 0)
+        fail("--kv-type q8_0 needs a head size that is a multiple of 32 (this model: %lld)", (long long)hp.head_dim_k);
+    CacheShape s;
+    s.n_seqs = n_seqs;
+    s.n_ctx = n_ctx;
+    s.kv_type = kv_type;
+    s.layers.resize(size_t(hp.n_layer));
+    for (int64_t il = 0; il < hp.n_layer; il++) {
+        CacheShape::Layer &L = s.layers[size_t(il)];
+        if (hp.is_recurrent(il)) {
+            L.conv_rows = hp.ssm_conv_kernel - 1;
+            L.conv_cols = hp.gdn_conv_dim();
+            L.state_floats = hp.ssm_dt_rank * hp.ssm_d_state * hp.gdn_head_v_dim();
+        } else {
+            L.attention = true;
+            L.kv_cols = hp.n_head_kv * hp.head_dim_k;
+            L.head_dim = hp.head_dim_k;
+        }
+    }
+    return s;
+}
+
 namespace {
 
 std::string shape_str(const std::vector<int64_t> &ne) {

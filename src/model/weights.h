@@ -1,6 +1,7 @@
 // Model weights as views into the mapped GGUF file: every tensor an architecture needs, declared with its GGUF
-// name and expected shape and checked on load. Backends attach their own copies (device memory) to these views;
-// the model never owns device memory. Shapes are in ggml order: ne[0] is the row length (input features).
+// name and expected shape and checked on load, and what a backend is handed of them (weight_set, cache_shape).
+// Backends attach their own copies (device memory) to these views; the model never owns device memory. Shapes are
+// in ggml order: ne[0] is the row length (input features).
 #pragma once
 
 #include <cstdint>
@@ -9,25 +10,13 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/backend.h"
 #include "format/dtype.h"
 #include "format/gguf.h"
+#include "format/weight.h"
 #include "model/hparams.h"
 
 namespace strata {
-
-struct Weight {
-    std::string_view name;   // GGUF tensor name; empty when absent
-    DType type = DType::F32;
-    int64_t ne[3] = {0, 0, 0};       // {row length, rows, experts (1 for plain matrices)}
-    const uint8_t *host = nullptr;   // first byte in the mapped file
-    size_t row_bytes = 0;            // bytes of one row
-    size_t expert_stride = 0;        // bytes from one expert's matrix to the next (3-D tensors)
-    void *backend = nullptr;         // a backend's own handle for this weight (device copy), if any
-
-    bool present() const { return host != nullptr; }
-    const uint8_t *expert_host(int64_t e) const { return host + size_t(e) * expert_stride; }
-    size_t matrix_bytes() const { return row_bytes * size_t(ne[1]); }  // one expert's matrix
-};
 
 struct LayerWeights {
     bool recurrent = false;  // Gated DeltaNet mixer instead of full attention
@@ -104,6 +93,16 @@ std::unique_ptr<Model> load_model(const std::string &path);
 // Per-architecture declarations (model/arch/<name>.cpp).
 void declare_qwen3moe(TensorLoader &tl, Model &m);
 void declare_qwen3next(TensorLoader &tl, Model &m);  // also qwen35moe, whose differences it handles
+
+// What a backend computes with: the resident matrices and f32 vectors of the trunk's layers (not the MTP blocks,
+// which do not run) and each layer's routed experts.
+WeightSet weight_set(Model &m);
+ExpertWeights expert_weights(int64_t il, const LayerWeights &L);
+GdnWeights gdn_weights(const LayerWeights &L);
+
+// The caches of n_seqs sequences of n_ctx positions for this model's layers. Throws strata::Error naming the flag
+// when the KV type does not fit the model (q8_0 rows need a head size that is a multiple of 32).
+CacheShape cache_shape(const HParams &hp, int32_t n_seqs, int64_t n_ctx, KvType kv_type);
 
 // Layer-name helper: blk_name(3, "attn_q.weight") == "blk.3.attn_q.weight".
 std::string blk_name(int64_t il, const char *suffix);

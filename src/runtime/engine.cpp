@@ -19,12 +19,17 @@ Engine::Engine(std::unique_ptr<Model> model, std::unique_ptr<Backend> backend, c
     if (cfg_.n_seq_max <= 0) fail("the number of parallel sequences must be at least 1 (got %d)", cfg_.n_seq_max);
     if (cfg_.n_ctx <= 0) fail("the context size must be at least 1 (got %lld)", (long long)cfg_.n_ctx);
     if (cfg_.n_batch <= 0) fail("the batch size must be at least 1 (got %lld)", (long long)cfg_.n_batch);
-    backend_->prepare(*model_);
-    CacheConfig cc;
-    cc.n_slots = cfg_.n_seq_max;
-    cc.n_ctx = cfg_.n_ctx;
-    cc.kv_type = cfg_.kv_type;
-    backend_->init_caches(model_->hp, cc);
+    StrataOptions so;
+    so.plan.vram_budget = cfg_.vram_budget;
+    so.plan.expert_slots = cfg_.expert_slots;
+    so.plan.scratch_bytes = cfg_.scratch_bytes;
+    so.plan.chunk_tokens = cfg_.n_batch;
+    so.plan = plan_options_from_env(so.plan);
+    so.n_seqs = cfg_.n_seq_max;
+    so.n_ctx = cfg_.n_ctx;
+    so.kv_type = cfg_.kv_type;
+    so.log = cfg_.log;
+    strata_ = std::make_unique<MemoryStrata>(*backend_, *model_, so);
     seq_len_.assign(size_t(cfg_.n_seq_max), -1);
     state_lost_.assign(size_t(cfg_.n_seq_max), 0);
 }
@@ -38,18 +43,18 @@ void Engine::check_seq(int32_t seq) const {
 int32_t Engine::new_sequence() {
     for (int32_t s = 0; s < cfg_.n_seq_max; s++)
         if (seq_len_[size_t(s)] < 0) {
-            backend_->clear_slot(s);
+            backend_->clear_seq(s);
             seq_len_[size_t(s)] = 0;
             state_lost_[size_t(s)] = 0;
             return s;
         }
-    fail("all %d sequence slots are in use", cfg_.n_seq_max);
+    fail("all %d sequences are in use", cfg_.n_seq_max);
 }
 
 int32_t Engine::fork(int32_t seq) {
     check_seq(seq);
     int32_t dst = new_sequence();
-    backend_->copy_slot(seq, dst, seq_len_[size_t(seq)]);
+    backend_->copy_seq(seq, dst, seq_len_[size_t(seq)]);
     seq_len_[size_t(dst)] = seq_len_[size_t(seq)];
     state_lost_[size_t(dst)] = state_lost_[size_t(seq)];
     return dst;
@@ -102,7 +107,7 @@ void Engine::rewind(int32_t seq, int64_t n_pos, const StateCheckpoint *cp) {
         fail("sequence %d: cannot cut %lld positions back to %lld", seq, (long long)len, (long long)n_pos);
     const bool load = need_state(*this, *backend_, n_pos, len, cp);
     if (n_pos == 0)
-        backend_->clear_slot(seq);
+        backend_->clear_seq(seq);
     else if (load)
         backend_->load_recurrent_state(seq, cp->data.data());
     if (n_pos == 0 || load) state_lost_[size_t(seq)] = 0;
@@ -118,9 +123,9 @@ void Engine::copy_prefix(int32_t src, int32_t dst, int64_t n_pos, const StateChe
     if (src == dst) return rewind(dst, n_pos, cp);
     const bool load = need_state(*this, *backend_, n_pos, len, cp);
     if (n_pos == 0) {
-        backend_->clear_slot(dst);
+        backend_->clear_seq(dst);
     } else {
-        backend_->copy_slot(src, dst, n_pos);
+        backend_->copy_seq(src, dst, n_pos);
         if (load) backend_->load_recurrent_state(dst, cp->data.data());
     }
     state_lost_[size_t(dst)] = n_pos == 0 || load ? 0 : state_lost_[size_t(src)];
@@ -173,7 +178,7 @@ void Engine::decode(const std::vector<SeqInput> &inputs, std::vector<std::vector
             const int64_t remaining = int64_t(in.tokens.size() - done[i]);
             const int64_t n = std::min(remaining, cfg_.n_batch - b.n_tokens);
             BatchSeg s;
-            s.slot = in.seq;
+            s.seq = in.seq;
             s.pos0 = seq_len_[size_t(in.seq)];
             s.n = n;
             s.row0 = b.n_tokens;
@@ -191,20 +196,20 @@ void Engine::decode(const std::vector<SeqInput> &inputs, std::vector<std::vector
         }
         std::vector<float> out(out_rows.size() * size_t(n_vocab_));
         try {
-            forward(*model_, *backend_, tokens.data(), b, out_rows, out.data(), tracer_);
+            forward(*model_, *backend_, strata_->moe(), tokens.data(), b, out_rows, out.data(), tracer_);
         } catch (...) {
             // Attention rows past a sequence's length are never read, but recurrent state is updated in place.
             if (has_recurrent())
-                for (const BatchSeg &sg : b.segs) state_lost_[size_t(sg.slot)] = 1;
+                for (const BatchSeg &sg : b.segs) state_lost_[size_t(sg.seq)] = 1;
             throw;
         }
         for (size_t j = 0; j < dests.size(); j++)
             std::copy_n(out.data() + j * size_t(n_vocab_), n_vocab_,
                         logits[dests[j].input].data() + dests[j].row_in_logits * n_vocab_);
         for (const BatchSeg &s : b.segs) {
-            seq_len_[size_t(s.slot)] += s.n;
+            seq_len_[size_t(s.seq)] += s.n;
             for (size_t i = next; i < inputs.size(); i++)
-                if (inputs[i].seq == s.slot) done[i] += size_t(s.n);
+                if (inputs[i].seq == s.seq) done[i] += size_t(s.n);
         }
         while (next < inputs.size() && done[next] == inputs[next].tokens.size()) next++;
     }
@@ -274,15 +279,7 @@ std::unique_ptr<Engine> make_cuda_engine(const std::string &path, const EngineCo
     prefault_weights(*m, cfg.n_threads, cfg.load_progress);
     CudaOptions o;
     o.device = cfg.cuda_device;
-    o.vram_budget_bytes = cfg.vram_budget;
-    o.expert_slots = cfg.expert_slots;
-    o.scratch_bytes = cfg.scratch_bytes;
     o.graphs = cfg.cuda_graphs;
-    o.cache.n_slots = cfg.n_seq_max;
-    o.cache.n_ctx = cfg.n_ctx;
-    o.cache.kv_type = cfg.kv_type;
-    o.n_batch = cfg.n_batch;
-    o.log = cfg.log;
     return std::make_unique<Engine>(std::move(m), make_cuda_backend(o), cfg);
 #else
     (void)path;

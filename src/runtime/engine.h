@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "model/forward.h"
 #include "model/weights.h"
+#include "strata/memory_strata.h"
 
 namespace strata {
 
@@ -26,7 +27,7 @@ struct EngineConfig {
     uint64_t scratch_bytes = 0;    // CUDA: scratch allocated at start (0: the plan's estimate for n_batch; tests)
     bool cuda_graphs = false;      // CUDA: decoding passes as graphs where they can be (opt-in; see cuda_graph.cpp)
     int n_threads = 0;             // CPU threads (0: all)
-    int32_t n_seq_max = 1;         // sequences held at once (cache slots)
+    int32_t n_seq_max = 1;         // sequences held at once (rows of the caches)
     int64_t n_ctx = 4096;          // positions per sequence
     int64_t n_batch = 512;         // tokens per forward pass (prefill chunk)
     KvType kv_type = KvType::F16;
@@ -60,9 +61,13 @@ class Engine {
     const HParams &hparams() const { return model_->hp; }
     const EngineConfig &config() const { return cfg_; }
     Backend &backend() { return *backend_; }
+    const Backend &backend() const { return *backend_; }
+    // The placement plan on the backend's device, and the expert cache's traffic since start.
+    const Placement &plan() const { return strata_->plan(); }
+    ExpertCacheStats expert_stats() const { return strata_->stats(); }
     int64_t n_vocab() const { return model_->hp.n_vocab; }
 
-    // Sequences. new_sequence/fork throw strata::Error when every slot is taken.
+    // Sequences. new_sequence/fork throw strata::Error when every one is taken.
     int32_t new_sequence();
     int32_t fork(int32_t seq);  // a new sequence with a copy of seq's caches (shared prefix)
     void drop(int32_t seq);
@@ -103,8 +108,9 @@ class Engine {
     std::unique_ptr<Model> model_;
     std::unique_ptr<Backend> backend_;
     EngineConfig cfg_;
-    std::vector<int64_t> seq_len_;  // per slot; -1 when free
-    std::vector<char> state_lost_;  // per slot: a failed pass may have changed its recurrent state
+    std::unique_ptr<MemoryStrata> strata_;
+    std::vector<int64_t> seq_len_;  // per sequence; -1 when free
+    std::vector<char> state_lost_;  // per sequence: a failed pass may have changed its recurrent state
     const Tracer *tracer_ = nullptr;
 };
 

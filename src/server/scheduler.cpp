@@ -536,7 +536,7 @@ void Scheduler::step() {
             running++;
         }
     }
-    Backend::Stats bs = engine_.backend().stats();
+    ExpertCacheStats bs = engine_.expert_stats();
     std::lock_guard<std::mutex> lock(mu_);
     const uint64_t rejected = stats_.jobs_rejected;
     const double t = now_s();

@@ -107,7 +107,7 @@ struct SchedulerStats {
     int64_t queued = 0, running = 0;
     int64_t kv_tokens_active = 0, kv_tokens_cached = 0, kv_capacity = 0;
     double gen_tokens_per_s = 0, prompt_tokens_per_s = 0;  // over the last few seconds
-    Backend::Stats backend;
+    ExpertCacheStats backend;
 };
 
 class Scheduler {

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "tokenizer/jinja.h"
+#include "jinja/jinja.h"
 
 namespace strata {
 

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <string>
 
-#include "model/synth.h"
+#include "synth/synth.h"
 
 namespace strata::test {
 

@@ -85,7 +85,7 @@ TEST(CpuMatmul, EqualsDequantizeThenMultiply) {
         std::vector<float> x = randn(size_t(T * K), 12), y(static_cast<size_t>(T * N));
         cpu_matmul_reference(pool, w, Act{x.data(), T, K, K}, Act{y.data(), T, N, N});
 
-        const DType vt = cpu_vec_dot_type(type);
+        const DType vt = dot_act_type(type);
         for (int64_t t = 0; t < T; t++) {
             std::vector<float> xr(x.begin() + t * K, x.begin() + (t + 1) * K);
             if (vt != DType::F32) {

@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 #include "runtime/engine.h"
 #include "synth_cache.h"
 

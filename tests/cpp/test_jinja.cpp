@@ -11,8 +11,8 @@
 #include "core/error.h"
 #include "format/gguf.h"
 #include "tokenizer/chat_template.h"
-#include "tokenizer/jinja.h"
-#include "tokenizer/jinja_value.h"
+#include "jinja/jinja.h"
+#include "jinja/value.h"
 
 using namespace strata;
 using json = nlohmann::ordered_json;

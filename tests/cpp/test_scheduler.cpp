@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 #include "runtime/engine.h"
 #include "server/scheduler.h"
 #include "synth_cache.h"

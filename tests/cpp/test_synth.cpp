@@ -12,8 +12,8 @@
 
 #include "core/error.h"
 #include "format/gguf.h"
-#include "model/route_skew.h"
-#include "model/synth.h"
+#include "synth/route_skew.h"
+#include "synth/synth.h"
 #include "model/tensor_role.h"
 #include "runtime/engine.h"
 #include "synth_cache.h"

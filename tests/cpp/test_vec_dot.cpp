@@ -157,7 +157,7 @@ struct ActRow {
 };
 
 ActRow activation_row(DType weight_type, int64_t n, uint64_t seed) {
-    const DType vt = cpu_vec_dot_type(weight_type);
+    const DType vt = dot_act_type(weight_type);
     const std::vector<float> x = gaussian_outliers(size_t(n), seed, 1.0f);
     ActRow a;
     a.bytes.resize(row_bytes(vt, n));
@@ -265,7 +265,7 @@ TEST_P(VecDot, LevelsAgreeWithScalarAndScalarWithReference) {
 // The multi-row form gives each row bit for bit what the one-row form gives, for every row count it accepts.
 TEST_P(VecDot, RowsEqualOneAtATime) {
     const DType t = GetParam();
-    const DType vt = cpu_vec_dot_type(t);
+    const DType vt = dot_act_type(t);
     const int64_t n = is_float(t) ? 2304 + 7 : 2304;
     const std::vector<uint8_t> w = random_weight_row(t, n, 99);
     std::vector<uint8_t> xs;
@@ -448,7 +448,7 @@ class Matmul : public ::testing::TestWithParam<DType> {};
 // cpu_matmul_reference within the tolerance above (reference: fp32 sums of depth K/8 + 1).
 TEST_P(Matmul, EqualsKernelExactlyAndReferenceWithinBound) {
     const DType t = GetParam();
-    const int64_t block = dtype_info(cpu_vec_dot_type(t)).block_size;
+    const int64_t block = dtype_info(dot_act_type(t)).block_size;
     const int64_t K = is_float(t) ? 300 : (block == 256 ? 1024 : 320);
     // token counts: 1 (decode), 3 and 6 (partial groups of the multi-row kernels), 133 (three token tiles)
     for (const MatmulCase mc : {MatmulCase{t, K, 67, 1}, MatmulCase{t, K, 9, 3}, MatmulCase{t, K, 21, 6},
@@ -463,7 +463,7 @@ TEST_P(Matmul, EqualsKernelExactlyAndReferenceWithinBound) {
             cpu_matmul_reference(pool, w, xa, Act{y_ref.data(), mc.T, mc.N, mc.N});
         }
         // expected bounds per output, from the dequantized operands
-        const DType vt = cpu_vec_dot_type(t);
+        const DType vt = dot_act_type(t);
         std::vector<ActRow> acts;
         for (int64_t r = 0; r < mc.T; r++) {
             ActRow a;

@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "format/quant.h"
+#include "strata/memory_strata.h"
 
 namespace strata::test {
 
@@ -108,6 +109,19 @@ inline float max_abs(const std::vector<float> &a) {
     float m = 0;
     for (float x : a) m = std::max(m, std::fabs(x));
     return m;
+}
+
+// A (toy) model placed on a backend as the engine places it: plan, weights, caches for n_seqs sequences of n_ctx
+// positions, expert slots (at most expert_slots; 0: all experts), and the MoE schedule to run its experts through.
+inline std::unique_ptr<MemoryStrata> place(Backend &be, Model &m, int64_t expert_slots = 0, int32_t n_seqs = 2,
+                                           int64_t n_ctx = 160, KvType kv = KvType::F16, int64_t chunk = 64) {
+    StrataOptions o;
+    o.plan.expert_slots = expert_slots;
+    o.plan.chunk_tokens = chunk;
+    o.n_seqs = n_seqs;
+    o.n_ctx = n_ctx;
+    o.kv_type = kv;
+    return std::make_unique<MemoryStrata>(be, m, o);
 }
 
 inline bool gpu_present() {

@@ -16,13 +16,26 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "cuda_test_util.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 #include "runtime/engine.h"
 
 using namespace strata;
 using namespace strata::test;
 
 namespace {
+
+// The expert cache's and the device's counters of a CUDA engine.
+struct EngineStats {
+    int64_t n_slots = 0, n_experts = 0;
+    uint64_t hits = 0, misses = 0, bytes_uploaded = 0;
+    uint64_t device_bytes = 0, budget_bytes = 0, driver_bytes = 0, graph_launches = 0, graph_instantiations = 0;
+};
+EngineStats stats_of(const Engine &e) {
+    const ExpertCacheStats c = e.expert_stats();
+    const CudaDeviceStats d = cuda_device_stats(e.backend());
+    return {c.n_slots, c.n_experts, c.expert_cache_hits, c.expert_cache_misses, c.bytes_streamed,
+            d.device_bytes, d.budget_bytes, d.driver_bytes, d.graph_launches, d.graph_instantiations};
+}
 
 std::string model_path(const std::string &preset, DType et, DType dt) {
     SynthOptions o;
@@ -155,7 +168,7 @@ TEST_P(CudaEngine, PlacementDoesNotChangeABit) {
     const std::vector<int32_t> prompt = prompt_tokens(40, 3);
     auto all = make_cuda_engine(path(), config());
     const std::vector<float> ref = run(*all, prompt);
-    const CudaExpertStats st = cuda_expert_stats(all->backend());
+    const EngineStats st = stats_of(*all);
     EXPECT_EQ(st.n_slots, st.n_experts);
     for (int64_t slots : {5, 2, 1}) {
         EngineConfig cfg = config();
@@ -169,7 +182,7 @@ TEST_P(CudaEngine, PlacementDoesNotChangeABit) {
                      std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(t2 - t1).count());
         ASSERT_EQ(got.size(), ref.size());
         EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << slots << " expert slots";
-        const CudaExpertStats s = cuda_expert_stats(e->backend());
+        const EngineStats s = stats_of(*e);
         EXPECT_EQ(s.n_slots, slots);
         EXPECT_GT(s.misses, 0u);
     }
@@ -198,21 +211,21 @@ TEST_P(CudaEngine, PlacementDoesNotChangeABit) {
     ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
     auto tight = make_cuda_engine(path(), cfg);
     EXPECT_NE(plan.find("plan: resident"), std::string::npos) << plan;
-    const CudaExpertStats ts = cuda_expert_stats(tight->backend());
+    const EngineStats ts = stats_of(*tight);
     EXPECT_LT(ts.n_slots, ts.n_experts) << plan;
     EXPECT_LE(ts.device_bytes, ts.budget_bytes);
     const std::vector<float> got = run(*tight, prompt);
     EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "budget plan: " << plan;
-    EXPECT_LE(cuda_expert_stats(tight->backend()).device_bytes, ts.budget_bytes) << "peak within the budget";
+    EXPECT_LE(stats_of(*tight).device_bytes, ts.budget_bytes) << "peak within the budget";
     cudaDeviceSynchronize();
     ASSERT_EQ(cudaMemGetInfo(&free1, &total), cudaSuccess);
     std::printf("  budget %.1f MiB: the driver reports %.1f MiB more in use (the plan counts %.1f MiB)\n",
                 double(ts.budget_bytes) / 1048576.0, (double(free0) - double(free1)) / 1048576.0,
-                double(cuda_expert_stats(tight->backend()).device_bytes) / 1048576.0);
+                double(stats_of(*tight).device_bytes) / 1048576.0);
     EXPECT_LE(double(free0) - double(free1), double(ts.budget_bytes)) << "measured device memory within the budget";
     // The budget covers the CUDA runtime too: the driver's count for the process, less the other engines'
     // allocations, stays within it (where NVML can be read; the plan line says when it cannot).
-    const CudaExpertStats after = cuda_expert_stats(tight->backend());
+    const EngineStats after = stats_of(*tight);
     if (after.driver_bytes) {
         std::printf("  the driver counts %.1f MiB for this engine with the CUDA runtime (budget %.1f MiB)\n",
                     double(after.driver_bytes) / 1048576.0, double(after.budget_bytes) / 1048576.0);
@@ -265,7 +278,7 @@ TEST_P(CudaEngine, GraphsDoNotChangeABit) {
         p->decode({{fb, {int32_t(40 + i)}, false}}, lp);
         same("fork, step " + std::to_string(i));
     }
-    const CudaExpertStats sg = cuda_expert_stats(g->backend()), sp = cuda_expert_stats(p->backend());
+    const EngineStats sg = stats_of(*g), sp = stats_of(*p);
     std::printf("  graphs: %llu passes launched as graphs, %llu graphs built\n", (unsigned long long)sg.graph_launches,
                 (unsigned long long)sg.graph_instantiations);
     EXPECT_EQ(sp.graph_launches, 0u);
@@ -288,7 +301,7 @@ TEST_P(CudaEngine, GraphsDoNotChangeABit) {
     p->decode({{d1, prompt_tokens(30, 5), false}}, lp);
     for (int i = 0; i < 8; i++) p->decode({{d1, {int32_t((i * 29 + 7) % 250)}, false}}, lp);
     same("two expert slots");
-    EXPECT_EQ(cuda_expert_stats(c->backend()).graph_launches, 0u);
+    EXPECT_EQ(stats_of(*c).graph_launches, 0u);
 }
 
 TEST_P(CudaEngine, BadRequestsFailAndTheEngineGoesOn) {

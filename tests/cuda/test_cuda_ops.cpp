@@ -33,14 +33,7 @@ bool same_bits(float a, float b) {
     return x == y;
 }
 
-std::unique_ptr<Backend> cuda_backend(int64_t expert_slots = 0) {
-    CudaOptions o;
-    o.expert_slots = expert_slots;
-    o.cache.n_slots = 2;
-    o.cache.n_ctx = 160;
-    o.n_batch = 64;
-    return make_cuda_backend(o);
-}
+std::unique_ptr<Backend> cuda_backend() { return make_cuda_backend(CudaOptions{}); }
 
 // A 1-D f32 weight over the floats of f (which must outlive it), as a model's norm vectors are.
 void f32_vector(Weight &w, std::vector<float> &f, const char *name) {
@@ -171,7 +164,7 @@ std::vector<MatmulCase> matmul_cases() {
     for (DType t : k_all_types) out.push_back({t, 2048, 260, 100});
     // row lengths that end in a partial k step of the tensor-core kernels (types with 32-element blocks)
     for (DType t : k_all_types)
-        if (dtype_info(t).block_size == 32 && dtype_info(cpu_vec_dot_type(t)).block_size == 32)
+        if (dtype_info(t).block_size == 32 && dtype_info(dot_act_type(t)).block_size == 32)
             out.push_back({t, 288, 70, 33});
     // row lengths that are no multiple of 32 (float types only)
     for (DType t : {DType::F32, DType::F16, DType::BF16})
@@ -200,8 +193,7 @@ TEST(CudaOps, NormsRopeAndElementwiseMatchTheCpu) {
     std::vector<float> wnorm = wv, qnorm(wv.begin(), wv.begin() + hd);
     f32_vector(m.layers[0].attn_norm, wnorm, "attn_norm");
     f32_vector(m.layers[0].q_norm, qnorm, "q_norm");
-    gpu->prepare(m);
-    cpu->prepare(m);
+    const auto gs = place(*gpu, m), cs = place(*cpu, m);
 
     BatchInfo bi;
     bi.segs = {{0, 5, 4, 0}, {1, 100, 7, 4}};
@@ -253,8 +245,7 @@ TEST(CudaOps, QkNormRopeIsTheSeparateOps) {
         m.layers.resize(1);
         f32_vector(m.layers[0].q_norm, qn, "q_norm");
         f32_vector(m.layers[0].k_norm, kn, "k_norm");
-        gpu->prepare(m);
-        cpu->prepare(m);
+        const auto gs = place(*gpu, m), cs = place(*cpu, m);
         BatchInfo bi;
         bi.segs = {{0, 3, 4, 0}, {1, 200, 5, 4}};
         bi.n_tokens = T;
@@ -301,19 +292,12 @@ TEST_P(CudaAttention, PrefillAndDecodeMatchTheCpu) {
     hp.n_head = nh;
     hp.n_head_kv = nkv;
     hp.head_dim_k = hp.head_dim_v = hd;
-    CacheConfig cc;
-    cc.n_slots = 2;
-    cc.n_ctx = P + 16;
-    cc.kv_type = kt;
     auto gpu = cuda_backend();
     auto cpu = make_cpu_backend(2);
     Model m;
     m.hp = hp;
     m.layers.resize(1);
-    gpu->prepare(m);
-    cpu->prepare(m);
-    gpu->init_caches(hp, cc);
-    cpu->init_caches(hp, cc);
+    const auto gs = place(*gpu, m, 0, 2, P + 16, kt), cs = place(*cpu, m, 0, 2, P + 16, kt);
     const int64_t qc = nh * hd, kvc = nkv * hd;
     // Prefill of two sequences (P and 9 tokens, more than one key tile), then three decode steps of both.
     std::vector<BatchInfo> steps;
@@ -429,13 +413,7 @@ TEST_P(CudaGdn, RecurrentAndChunkedMatchTheCpu) {
     make_gdn_model(g, grouped, tiled);
     auto gpu = cuda_backend();
     auto cpu = make_cpu_backend(2);
-    gpu->prepare(g.m);
-    cpu->prepare(g.m);
-    CacheConfig cc;
-    cc.n_slots = 2;
-    cc.n_ctx = 160;
-    gpu->init_caches(g.m.hp, cc);
-    cpu->init_caches(g.m.hp, cc);
+    const auto gs = place(*gpu, g.m), cs = place(*cpu, g.m);
     const int64_t conv_dim = 512, vd = 256, nv = 4;
     // A long prefill (chunked, three chunks) with a short one (recurrent, shorter than the conv kernel), then
     // decode steps; every output compared.
@@ -466,7 +444,7 @@ TEST_P(CudaGdn, RecurrentAndChunkedMatchTheCpu) {
                 aa = be.alloc(T, nv);
                 put(aa, a, dev);
             }
-            be.gdn(0, g.m.layers[0], qa, za, ba, aa, g.p, bi, o);
+            be.gdn(0, gdn_weights(g.m.layers[0]), qa, za, ba, aa, g.p, bi, o);
             return get(be, o);
         };
         const auto want = run(*cpu, false), got = run(*gpu, true);
@@ -483,11 +461,7 @@ TEST(CudaGdnForms, ChunkedEqualsRecurrent) {
     GdnModel g;
     make_gdn_model(g, true, false);
     auto gpu = cuda_backend();
-    gpu->prepare(g.m);
-    CacheConfig cc;
-    cc.n_slots = 2;
-    cc.n_ctx = 160;
-    gpu->init_caches(g.m.hp, cc);
+    const auto gs = place(*gpu, g.m);
     const int64_t n = 100, conv_dim = 512, vd = 256;
     std::vector<float> qkv = randn(size_t(n * conv_dim), 1), z = randn(size_t(n * vd), 2), b = randn(size_t(n * 8), 3);
     gpu->reset_scratch();
@@ -498,7 +472,7 @@ TEST(CudaGdnForms, ChunkedEqualsRecurrent) {
     BatchInfo all;
     all.segs = {{0, 0, n, 0}};
     all.n_tokens = n;
-    gpu->gdn(0, g.m.layers[0], qa, za, ba, Act{}, g.p, all, o);
+    gpu->gdn(0, gdn_weights(g.m.layers[0]), qa, za, ba, Act{}, g.p, all, o);
     const std::vector<float> chunked = get(*gpu, o);
     std::vector<float> stepped;
     for (int64_t t = 0; t < n; t++) {
@@ -506,7 +480,8 @@ TEST(CudaGdnForms, ChunkedEqualsRecurrent) {
         one.segs = {{1, t, 1, 0}};
         one.n_tokens = 1;
         Act o1 = gpu->alloc(1, vd);
-        gpu->gdn(0, g.m.layers[0], qa.rows_view(t, 1), za.rows_view(t, 1), ba.rows_view(t, 1), Act{}, g.p, one, o1);
+        gpu->gdn(0, gdn_weights(g.m.layers[0]), qa.rows_view(t, 1), za.rows_view(t, 1), ba.rows_view(t, 1), Act{}, g.p,
+                 one, o1);
         const std::vector<float> r = get(*gpu, o1);
         stepped.insert(stepped.end(), r.begin(), r.end());
     }
@@ -566,11 +541,12 @@ void make_moe_model(MoeModel &mm, DType et, bool shared, int64_t k_used) {
     }
 }
 
-std::vector<float> run_moe(Backend &be, const MoeModel &mm, const std::vector<float> &x, int64_t T, bool dev) {
+std::vector<float> run_moe(Backend &be, MemoryStrata &st, const MoeModel &mm, const std::vector<float> &x, int64_t T,
+                           bool dev) {
     be.reset_scratch();
     Act xa = be.alloc(T, mm.m.hp.n_embd), o = be.alloc(T, mm.m.hp.n_embd);
     put(xa, x, dev);
-    be.moe(mm.m.layers[0], xa, mm.p, o);
+    st.moe().run(0, mm.m.layers[0], xa, mm.p, o);
     return get(be, o);
 }
 
@@ -583,33 +559,34 @@ TEST_P(CudaMoe, MatchesTheCpuAndIgnoresPlacement) {
     MoeModel mm;
     make_moe_model(mm, et, shared, shared ? 3 : 2);
     auto cpu = make_cpu_backend(2);
-    cpu->prepare(mm.m);
+    const auto cs = place(*cpu, mm.m);
     // All experts resident, three slots (a layer's experts in several sets), one slot.
     std::vector<std::unique_ptr<Backend>> gpus;
+    std::vector<std::unique_ptr<MemoryStrata>> placed;
     for (int64_t slots : {0, 3, 1}) {
-        gpus.push_back(cuda_backend(slots));
-        gpus.back()->prepare(mm.m);
+        gpus.push_back(cuda_backend());
+        placed.push_back(place(*gpus.back(), mm.m, slots));
     }
-    EXPECT_EQ(cuda_expert_stats(*gpus[0]).n_slots, 8);
-    EXPECT_EQ(cuda_expert_stats(*gpus[1]).n_slots, 3);
+    EXPECT_EQ(placed[0]->stats().n_slots, 8);
+    EXPECT_EQ(placed[1]->stats().n_slots, 3);
     uint64_t seed = 900;
     for (int64_t T : {1, 2, 9, 40, 1}) {
         const std::vector<float> x = randn(size_t(T * 256), seed++);
-        const std::vector<float> want = run_moe(*cpu, mm, x, T, false);
-        const std::vector<float> got = run_moe(*gpus[0], mm, x, T, true);
+        const std::vector<float> want = run_moe(*cpu, *cs, mm, x, T, false);
+        const std::vector<float> got = run_moe(*gpus[0], *placed[0], mm, x, T, true);
         // The same function as the CPU, but the experts' inputs are quantized again from intermediates that differ
         // in float rounding, so now and then an element lands one quantization step away: small, rare differences.
         EXPECT_LE(nmse(want, got), 1e-5) << dtype_name(et) << " T=" << T;
         EXPECT_LE(max_abs_diff(want, got), 3e-3f * std::max(1.0f, max_abs(want))) << dtype_name(et) << " T=" << T;
         for (size_t g = 1; g < gpus.size(); g++) {
-            const std::vector<float> other = run_moe(*gpus[g], mm, x, T, true);
+            const std::vector<float> other = run_moe(*gpus[g], *placed[g], mm, x, T, true);
             EXPECT_EQ(std::memcmp(other.data(), got.data(), got.size() * 4), 0)
                 << "placement changed the result: " << dtype_name(et) << " T=" << T << " backend " << g;
         }
     }
-    EXPECT_GT(cuda_expert_stats(*gpus[1]).misses, 0u);
-    EXPECT_GT(cuda_expert_stats(*gpus[2]).bytes_uploaded, 0u);
-    EXPECT_EQ(cuda_expert_stats(*gpus[0]).misses, 0u);
+    EXPECT_GT(placed[1]->stats().expert_cache_misses, 0u);
+    EXPECT_GT(placed[2]->stats().bytes_streamed, 0u);
+    EXPECT_EQ(placed[0]->stats().expert_cache_misses, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaMoe,

@@ -10,15 +10,6 @@
 
 namespace strata {
 
-size_t kv_row_bytes(KvType t, int64_t n) {
-    switch (t) {
-        case KvType::F32: return size_t(n) * 4;
-        case KvType::F16: return size_t(n) * 2;
-        case KvType::Q8_0: return row_bytes(DType::Q8_0, n);
-    }
-    return 0;
-}
-
 void kv_store_row(KvType t, const float *src, uint8_t *dst, int64_t n) {
     switch (t) {
         case KvType::F32: std::memcpy(dst, src, size_t(n) * 4); break;
@@ -35,35 +26,33 @@ void kv_load_row(KvType t, const uint8_t *src, float *dst, int64_t n) {
     }
 }
 
-void CpuBackend::init_caches(const HParams &hp, const CacheConfig &cfg) {
-    if (cfg.n_slots <= 0 || cfg.n_ctx <= 0) fail("cache: need at least one slot and one position");
+void CpuBackend::init_caches(const CacheShape &shape) {
     caches_ = std::make_unique<Caches>();
-    caches_->cfg = cfg;
-    caches_->layers.resize(size_t(hp.n_layer));
-    for (int64_t il = 0; il < hp.n_layer; il++) {
-        Caches::Layer &L = caches_->layers[size_t(il)];
-        if (hp.is_recurrent(il)) {
-            L.conv_rows = hp.ssm_conv_kernel - 1;
-            L.conv_cols = hp.gdn_conv_dim();
-            L.conv.assign(size_t(cfg.n_slots * L.conv_rows * L.conv_cols), 0.0f);
-            L.state_floats = hp.ssm_dt_rank * hp.ssm_d_state * hp.gdn_head_v_dim();
-            L.state.assign(size_t(cfg.n_slots * L.state_floats), 0.0f);
+    caches_->shape = shape;
+    caches_->layers.resize(shape.layers.size());
+    const size_t n = size_t(shape.n_seqs);
+    for (size_t il = 0; il < shape.layers.size(); il++) {
+        const CacheShape::Layer &S = shape.layers[il];
+        Caches::Layer &L = caches_->layers[il];
+        if (!S.attention) {
+            L.conv_rows = S.conv_rows;
+            L.conv_cols = S.conv_cols;
+            L.conv.assign(n * size_t(L.conv_rows * L.conv_cols), 0.0f);
+            L.state_floats = S.state_floats;
+            L.state.assign(n * size_t(L.state_floats), 0.0f);
         } else {
             L.attn = true;
-            L.kv_cols = hp.n_head_kv * hp.head_dim_k;
-            if (cfg.kv_type == KvType::Q8_0 && hp.head_dim_k % 32 != 0)
-                fail("--kv-type q8_0 needs a head size that is a multiple of 32 (this model: %lld)",
-                     (long long)hp.head_dim_k);
-            L.kv_row_bytes = kv_row_bytes(cfg.kv_type, L.kv_cols);
-            size_t bytes = size_t(cfg.n_slots) * size_t(cfg.n_ctx) * L.kv_row_bytes;
+            L.kv_cols = S.kv_cols;
+            L.kv_row_bytes = kv_row_bytes(shape.kv_type, L.kv_cols);
+            const size_t bytes = n * size_t(shape.n_ctx) * L.kv_row_bytes;
             L.k.assign(bytes, 0);
             L.v.assign(bytes, 0);
         }
     }
 }
 
-void CpuBackend::copy_slot(int32_t src, int32_t dst, int64_t n_pos) {
-    STRATA_ASSERT(caches_ && src >= 0 && dst >= 0 && src < caches_->cfg.n_slots && dst < caches_->cfg.n_slots);
+void CpuBackend::copy_seq(int32_t src, int32_t dst, int64_t n_pos) {
+    STRATA_ASSERT(caches_ && src >= 0 && dst >= 0 && src < caches_->shape.n_seqs && dst < caches_->shape.n_seqs);
     if (src == dst) return;
     for (Caches::Layer &L : caches_->layers) {
         if (L.attn) {
@@ -76,12 +65,12 @@ void CpuBackend::copy_slot(int32_t src, int32_t dst, int64_t n_pos) {
     }
 }
 
-void CpuBackend::clear_slot(int32_t slot) {
-    STRATA_ASSERT(caches_ && slot >= 0 && slot < caches_->cfg.n_slots);
+void CpuBackend::clear_seq(int32_t seq) {
+    STRATA_ASSERT(caches_ && seq >= 0 && seq < caches_->shape.n_seqs);
     for (Caches::Layer &L : caches_->layers) {
         if (L.attn) continue;  // attention rows beyond a sequence's length are never read
-        std::fill_n(caches_->conv(L, slot), L.conv_rows * L.conv_cols, 0.0f);
-        std::fill_n(caches_->state(L, slot), L.state_floats, 0.0f);
+        std::fill_n(caches_->conv(L, seq), L.conv_rows * L.conv_cols, 0.0f);
+        std::fill_n(caches_->state(L, seq), L.state_floats, 0.0f);
     }
 }
 
@@ -94,24 +83,24 @@ size_t CpuBackend::recurrent_state_bytes() const {
     return n;
 }
 
-void CpuBackend::save_recurrent_state(int32_t slot, void *dst) {
-    STRATA_ASSERT(caches_ && slot >= 0 && slot < caches_->cfg.n_slots);
+void CpuBackend::save_recurrent_state(int32_t seq, void *dst) {
+    STRATA_ASSERT(caches_ && seq >= 0 && seq < caches_->shape.n_seqs);
     auto *out = static_cast<float *>(dst);
     for (Caches::Layer &L : caches_->layers) {
         if (L.attn) continue;
-        out = std::copy_n(caches_->conv(L, slot), L.conv_rows * L.conv_cols, out);
-        out = std::copy_n(caches_->state(L, slot), L.state_floats, out);
+        out = std::copy_n(caches_->conv(L, seq), L.conv_rows * L.conv_cols, out);
+        out = std::copy_n(caches_->state(L, seq), L.state_floats, out);
     }
 }
 
-void CpuBackend::load_recurrent_state(int32_t slot, const void *src) {
-    STRATA_ASSERT(caches_ && slot >= 0 && slot < caches_->cfg.n_slots);
+void CpuBackend::load_recurrent_state(int32_t seq, const void *src) {
+    STRATA_ASSERT(caches_ && seq >= 0 && seq < caches_->shape.n_seqs);
     const auto *in = static_cast<const float *>(src);
     for (Caches::Layer &L : caches_->layers) {
         if (L.attn) continue;
-        std::copy_n(in, L.conv_rows * L.conv_cols, caches_->conv(L, slot));
+        std::copy_n(in, L.conv_rows * L.conv_cols, caches_->conv(L, seq));
         in += L.conv_rows * L.conv_cols;
-        std::copy_n(in, L.state_floats, caches_->state(L, slot));
+        std::copy_n(in, L.state_floats, caches_->state(L, seq));
         in += L.state_floats;
     }
 }
@@ -121,16 +110,16 @@ void CpuBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int6
     STRATA_ASSERT(caches_ && il < int64_t(caches_->layers.size()));
     Caches::Layer &L = caches_->layers[size_t(il)];
     STRATA_ASSERT(L.attn && k.cols == L.kv_cols && v.cols == L.kv_cols && q.cols == n_head * head_dim);
-    const KvType kt = caches_->cfg.kv_type;
-    const int64_t n_ctx = caches_->cfg.n_ctx;
+    const KvType kt = caches_->shape.kv_type;
+    const int64_t n_ctx = caches_->shape.n_ctx;
 
     for (const BatchSeg &s : b.segs) {
         if (s.pos0 + s.n > n_ctx)
-            fail("sequence in slot %d needs %lld positions; the context holds %lld", s.slot,
+            fail("sequence %d needs %lld positions; the context holds %lld", s.seq,
                  (long long)(s.pos0 + s.n), (long long)n_ctx);
         for (int64_t t = 0; t < s.n; t++) {
-            kv_store_row(kt, k.row(s.row0 + t), caches_->k_row(L, s.slot, s.pos0 + t), L.kv_cols);
-            kv_store_row(kt, v.row(s.row0 + t), caches_->v_row(L, s.slot, s.pos0 + t), L.kv_cols);
+            kv_store_row(kt, k.row(s.row0 + t), caches_->k_row(L, s.seq, s.pos0 + t), L.kv_cols);
+            kv_store_row(kt, v.row(s.row0 + t), caches_->v_row(L, s.seq, s.pos0 + t), L.kv_cols);
         }
     }
 
@@ -141,8 +130,8 @@ void CpuBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int6
         std::vector<float> kf(static_cast<size_t>(n_kv * L.kv_cols)), vf(static_cast<size_t>(n_kv * L.kv_cols));
         pool_.parallel_for(n_kv, 64, [&](int64_t p0, int64_t p1) {
             for (int64_t p = p0; p < p1; p++) {
-                kv_load_row(kt, caches_->k_row(L, s.slot, p), kf.data() + p * L.kv_cols, L.kv_cols);
-                kv_load_row(kt, caches_->v_row(L, s.slot, p), vf.data() + p * L.kv_cols, L.kv_cols);
+                kv_load_row(kt, caches_->k_row(L, s.seq, p), kf.data() + p * L.kv_cols, L.kv_cols);
+                kv_load_row(kt, caches_->v_row(L, s.seq, p), vf.data() + p * L.kv_cols, L.kv_cols);
             }
         });
         pool_.parallel_for(s.n * n_head, 1, [&](int64_t w0, int64_t w1) {

@@ -1,25 +1,17 @@
-// CPU backend set-up: scratch arena, caches, slots, and the elementwise ops.
+// CPU backend set-up: weights as they lie in the mapped file (vectors converted to f32), the scratch blocks, and the
+// elementwise ops.
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_caches.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <unordered_map>
 
 #include "core/error.h"
 #include "core/fp16.h"
 #include "format/quant.h"
 
 namespace strata {
-
-const char *kv_type_name(KvType t) {
-    switch (t) {
-        case KvType::F32: return "f32";
-        case KvType::F16: return "f16";
-        case KvType::Q8_0: return "q8_0";
-    }
-    return "?";
-}
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return std::make_unique<CpuBackend>(n_threads); }
 
@@ -30,22 +22,16 @@ std::string CpuBackend::name() const { return strfmt("CPU (%d threads)", pool_.s
 
 // ---- weights ------------------------------------------------------------------------------------------------
 
-void CpuBackend::prepare(Model &m) {
+void CpuBackend::prepare(WeightSet &ws, const Placement &plan) {
+    STRATA_ASSERT(!plan.device);  // nothing to place: every weight is read where it lies
     // Small weights read whole for every token (norms, biases, gates, conv taps): f32 copies, made once.
-    auto add = [&](const Weight &w) {
-        if (!w.present()) return;
-        for (auto &v : vectors_)
-            if (v.first == w.host) return;
-        std::vector<float> f(static_cast<size_t>(w.ne[0] * w.ne[1]));
-        for (int64_t r = 0; r < w.ne[1]; r++)
-            dequantize_row(w.type, w.host + size_t(r) * w.row_bytes, f.data() + r * w.ne[0], w.ne[0]);
-        vectors_.emplace_back(w.host, std::move(f));
-    };
-    add(m.output_norm);
-    for (const LayerWeights &L : m.layers) {
-        for (const Weight *w : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.ssm_dt_bias, &L.ssm_a,
-                                &L.ssm_norm, &L.gate_inp_shexp, &L.ssm_conv1d})
-            add(*w);
+    for (const Weight *w : ws.vectors) {
+        if (std::any_of(vectors_.begin(), vectors_.end(), [&](const auto &v) { return v.first == w->host; }))
+            continue;
+        std::vector<float> f(static_cast<size_t>(w->ne[0] * w->ne[1]));
+        for (int64_t r = 0; r < w->ne[1]; r++)
+            dequantize_row(w->type, w->host + size_t(r) * w->row_bytes, f.data() + r * w->ne[0], w->ne[0]);
+        vectors_.emplace_back(w->host, std::move(f));
     }
 }
 
@@ -60,14 +46,23 @@ const float *CpuBackend::vec_f32(const Weight &w) {
 Act CpuBackend::alloc(int64_t rows, int64_t cols) {
     STRATA_ASSERT(rows >= 0 && cols > 0);
     size_t n = size_t(rows * cols);
-    scratch_.emplace_back(new float[n > 0 ? n : 1]);
-    return {scratch_.back().get(), rows, cols, cols};
+    scratch_.emplace_back(new std::byte[(n > 0 ? n : 1) * sizeof(float)]);
+    return {reinterpret_cast<float *>(scratch_.back().get()), rows, cols, cols};
+}
+
+int32_t *CpuBackend::alloc_i32(int64_t n) {
+    scratch_.emplace_back(new std::byte[size_t(std::max<int64_t>(n, 1)) * sizeof(int32_t)]);
+    return reinterpret_cast<int32_t *>(scratch_.back().get());
 }
 
 void CpuBackend::reset_scratch() { scratch_.clear(); }
 
 void CpuBackend::download(const Act &src, float *host) {
     for (int64_t r = 0; r < src.rows; r++) std::memcpy(host + r * src.cols, src.row(r), size_t(src.cols) * 4);
+}
+
+void CpuBackend::download_i32(const int32_t *src, int64_t n, int32_t *host) {
+    std::memcpy(host, src, size_t(n) * sizeof(int32_t));
 }
 
 // ---- elementwise ops ------------------------------------------------------------------------------------------

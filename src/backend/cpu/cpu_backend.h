@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -14,7 +15,7 @@
 namespace strata {
 
 // The CPU matmul y[t, n] = sum_k W[n, k] * xq[t, k], where xq is x in the weight's activation format
-// (cpu_vec_dot_type, vec_dot.h): integer dot products per row pair at the level cpu_isa_active() picks, or at a
+// (dot_act_type, format/quant.h): integer dot products per row pair at the level cpu_isa_active() picks, or at a
 // given level (at most cpu_isa_supported()).
 void cpu_matmul(ThreadPool &pool, const Weight &w, const Act &x, const Act &y);
 void cpu_matmul_isa(ThreadPool &pool, const Weight &w, const Act &x, const Act &y, CpuIsa isa);
@@ -45,33 +46,43 @@ class CpuBackend final : public Backend {
     ~CpuBackend() override;
 
     std::string name() const override;
-    void prepare(Model &m) override;
-    void init_caches(const HParams &hp, const CacheConfig &cfg) override;
+    void prepare(WeightSet &ws, const Placement &plan) override;
+    void init_caches(const CacheShape &shape) override;
     Act alloc(int64_t rows, int64_t cols) override;
+    int32_t *alloc_i32(int64_t n) override;
     void reset_scratch() override;
     // Blocks allocated after a mark are freed at its release (ops are synchronous here).
     ScratchMark scratch_mark() override { return {scratch_.size(), 0}; }
     void scratch_release(ScratchMark m) override { scratch_.resize(std::min(scratch_.size(), m.a)); }
     void download(const Act &src, float *host) override;
-    void copy_slot(int32_t src, int32_t dst, int64_t n_pos) override;
-    void clear_slot(int32_t slot) override;
+    void download_i32(const int32_t *src, int64_t n, int32_t *host) override;
+    void copy_seq(int32_t src, int32_t dst, int64_t n_pos) override;
+    void clear_seq(int32_t seq) override;
     size_t recurrent_state_bytes() const override;
-    void save_recurrent_state(int32_t slot, void *dst) override;
-    void load_recurrent_state(int32_t slot, const void *src) override;
+    void save_recurrent_state(int32_t seq, void *dst) override;
+    void load_recurrent_state(int32_t seq, const void *src) override;
 
     void embed(const Weight &tok_embd, const int32_t *ids, Act out) override;
     void rms_norm(Act x, const Weight &w, float eps, Act out) override;
     void matmul(const Weight &w, Act x, Act out) override;
     void add(Act a, Act b, Act out) override;
     void mul_sigmoid(Act x, Act gate) override;
+    void silu_mul(Act g, Act u) override;
     void gather_rows(Act src, const std::vector<int64_t> &rows, Act dst) override;
     void deinterleave(Act src, int64_t width, Act a, Act b) override;
     void rope(Act x, const RopeParams &rp, const BatchInfo &b) override;
     void attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
                    const BatchInfo &b, Act out) override;
-    void gdn(int64_t il, const LayerWeights &L, Act qkv, Act z, Act beta_in, Act alpha_in, const GdnParams &p,
+    void gdn(int64_t il, const GdnWeights &w, Act qkv, Act z, Act beta_in, Act alpha_in, const GdnParams &p,
              const BatchInfo &b, Act out) override;
-    void moe(const LayerWeights &L, Act x, const MoeParams &p, Act out) override;
+    // MoE steps: experts are read in place, from the mapped file.
+    void route_topk(Act logits, const MoeParams &p, int32_t *ids, float *weights) override;
+    bool experts_in_place() const override { return true; }
+    ExpertSrc expert_in_place(const ExpertWeights &w, int32_t e) const override;
+    void expert_ffn(const ExpertWeights &w, Act xs, const std::vector<ExpertGroup> &groups, Act ys) override;
+    void moe_combine(Act ys, const std::vector<int32_t> &yrow, const std::vector<int32_t> &widx, const float *weights,
+                     int64_t k, Act out) override;
+    void shared_expert_add(Act x, const Weight &gate, Act y, Act out) override;
 
     ThreadPool &pool() { return pool_; }
 
@@ -80,7 +91,7 @@ class CpuBackend final : public Backend {
     const float *vec_f32(const Weight &w);  // a 1-D weight as f32 (converted once in prepare)
 
     ThreadPool pool_;
-    std::vector<std::unique_ptr<float[]>> scratch_;  // blocks handed out by alloc()
+    std::vector<std::unique_ptr<std::byte[]>> scratch_;  // blocks handed out by alloc() and alloc_i32()
     std::vector<std::pair<const uint8_t *, std::vector<float>>> vectors_;
     std::unique_ptr<Caches> caches_;
 };

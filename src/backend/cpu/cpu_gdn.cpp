@@ -125,7 +125,7 @@ void delta_rule_chunked(const DeltaRuleIo &io, int64_t n, int64_t d_k, int64_t d
     }
 }
 
-void CpuBackend::gdn(int64_t il, const LayerWeights &Lw, Act qkv, Act z, Act beta_in, Act alpha_in,
+void CpuBackend::gdn(int64_t il, const GdnWeights &Lw, Act qkv, Act z, Act beta_in, Act alpha_in,
                      const GdnParams &p, const BatchInfo &b, Act out) {
     STRATA_ASSERT(caches_ && il < int64_t(caches_->layers.size()));
     Caches::Layer &L = caches_->layers[size_t(il)];
@@ -133,14 +133,14 @@ void CpuBackend::gdn(int64_t il, const LayerWeights &Lw, Act qkv, Act z, Act bet
     const int64_t key_dim = n_k * d_k, conv_dim = 2 * key_dim + n_v * d_v, K = p.conv_kernel, r = n_v / n_k;
     STRATA_ASSERT(!L.attn && qkv.cols == conv_dim && L.conv_cols == conv_dim && L.conv_rows == K - 1);
     STRATA_ASSERT(z.cols == n_v * d_v && out.cols == n_v * d_v);
-    const float *w_conv = vec_f32(Lw.ssm_conv1d);  // [conv_dim][K]
-    const float *dt_bias = vec_f32(Lw.ssm_dt_bias), *a_neg = vec_f32(Lw.ssm_a), *norm_w = vec_f32(Lw.ssm_norm);
+    const float *w_conv = vec_f32(*Lw.conv1d);  // [conv_dim][K]
+    const float *dt_bias = vec_f32(*Lw.dt_bias), *a_neg = vec_f32(*Lw.a), *norm_w = vec_f32(*Lw.norm);
     const float q_scale = 1.0f / std::sqrt(float(d_k));
 
     for (const BatchSeg &s : b.segs) {
         const int64_t n = s.n;
         // 1. causal depthwise conv over [conv state; new inputs], then SiLU.
-        float *cstate = caches_->conv(L, s.slot);
+        float *cstate = caches_->conv(L, s.seq);
         std::vector<float> xin(static_cast<size_t>((K - 1 + n) * conv_dim));
         std::memcpy(xin.data(), cstate, size_t((K - 1) * conv_dim) * 4);
         for (int64_t t = 0; t < n; t++)
@@ -188,8 +188,8 @@ void CpuBackend::gdn(int64_t il, const LayerWeights &Lw, Act qkv, Act z, Act bet
                 g[size_t(t * n_v + j)] = a_neg[j] * softplusf(aj + dt_bias[j]);
             }
 
-        // 4. the delta rule per v-head with the slot's state, 5. gated RMSNorm with z.
-        float *states = caches_->state(L, s.slot);
+        // 4. the delta rule per v-head with the seq's state, 5. gated RMSNorm with z.
+        float *states = caches_->state(L, s.seq);
         pool_.parallel_for(n_v, 1, [&](int64_t j0, int64_t j1) {
             for (int64_t j = j0; j < j1; j++) {
                 const int64_t kh = p.vhead_tiled ? j % n_k : j / r;

@@ -8,6 +8,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/vec_dot.h"
 #include "core/error.h"
+#include "format/quant.h"
 
 namespace strata {
 
@@ -25,7 +26,7 @@ void cpu_matmul_isa(ThreadPool &pool, const Weight &w, const Act &x, const Act &
     STRATA_ASSERT(x.cols == K && y.cols == N && y.rows == T);
     if (T == 0 || N == 0) return;
 
-    const DType vt = cpu_vec_dot_type(w.type);
+    const DType vt = dot_act_type(w.type);
     const VecDotKernel kernel = vec_dot_kernel(w.type, isa);
     if (!kernel.dot) {
         // Types stored as weights only in unusual files (the activation formats Q8_1, Q8_K): the loader accepts

@@ -35,7 +35,7 @@ void cpu_matmul_reference(ThreadPool &pool, const Weight &w, const Act &x, const
     if (T == 0) return;
 
     // Activations as the dot products see them: quantize to the paired format and back.
-    const DType vt = cpu_vec_dot_type(w.type);
+    const DType vt = dot_act_type(w.type);
     const float *xs = x.data;
     int64_t x_stride = x.stride;
     std::vector<float> xq;

@@ -1,5 +1,6 @@
-// The MoE block on the CPU: router softmax and top-k per token, tokens grouped by expert, one gate/up/down pass
-// per used expert over its tokens, weighted sum; then the shared expert scaled by its sigmoid gate.
+// The MoE steps on the CPU (backend.h; their order is strata/moe_schedule.h's): router softmax and top-k per token,
+// each expert's gate/up/down over its rows with the expert read in place from the mapped file, the weighted sum in
+// expert-id order, and the shared expert scaled by its sigmoid gate.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -12,20 +13,18 @@ namespace strata {
 
 namespace {
 
-// One expert's matrix of a 3-D expert tensor, as a plain 2-D weight.
-Weight expert_matrix(const Weight &w, int64_t e) {
+// One expert's matrix, as a plain 2-D weight at `bytes`.
+Weight expert_matrix(const Weight &w, const void *bytes) {
     Weight m = w;
-    m.host = w.expert_host(e);
+    m.host = static_cast<const uint8_t *>(bytes);
     m.ne[2] = 1;
     return m;
 }
 
 inline float siluf(float x) { return x / (1.0f + std::exp(-x)); }
 
-}  // namespace
-
-// Softmax over the router logits in fp32, then the top k (ties to the lower expert id), renormalised.
-void route_topk(const float *logits, int64_t n_expert, const MoeParams &p, int32_t *ids, float *weights) {
+// Softmax over one token's router logits in fp32, then the top k (ties to the lower expert id), renormalised.
+void route_topk_row(const float *logits, int64_t n_expert, const MoeParams &p, int32_t *ids, float *weights) {
     std::vector<float> prob(static_cast<size_t>(n_expert));
     float mx = -INFINITY;
     for (int64_t e = 0; e < n_expert; e++) mx = std::max(mx, logits[e]);
@@ -51,68 +50,70 @@ void route_topk(const float *logits, int64_t n_expert, const MoeParams &p, int32
         for (int64_t k = 0; k < p.n_expert_used; k++) weights[k] *= p.weights_scale;
 }
 
-void CpuBackend::moe(const LayerWeights &L, Act x, const MoeParams &p, Act out) {
-    const int64_t T = x.rows, n_embd = x.cols, n_ff = L.gate_exps.ne[1], k_used = p.n_expert_used;
-    STRATA_ASSERT(out.rows == T && out.cols == n_embd && L.down_exps.ne[1] == n_embd);
+}  // namespace
 
-    Act logits = alloc(T, p.n_expert);
-    matmul(L.gate_inp, x, logits);
-    std::vector<int32_t> ids(static_cast<size_t>(T * k_used));
-    std::vector<float> wts(static_cast<size_t>(T * k_used));
-    for (int64_t t = 0; t < T; t++) route_topk(logits.row(t), p.n_expert, p, &ids[size_t(t * k_used)], &wts[size_t(t * k_used)]);
+void CpuBackend::route_topk(Act logits, const MoeParams &p, int32_t *ids, float *weights) {
+    STRATA_ASSERT(logits.cols == p.n_expert && p.n_expert_used >= 1 && p.n_expert_used <= p.n_expert);
+    const int64_t k = p.n_expert_used;
+    for (int64_t t = 0; t < logits.rows; t++) route_topk_row(logits.row(t), p.n_expert, p, ids + t * k, weights + t * k);
+}
 
-    // Group (token, weight) pairs by expert, in token order within each expert.
-    std::vector<std::vector<std::pair<int64_t, float>>> by_expert(static_cast<size_t>(p.n_expert));
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t k = 0; k < k_used; k++) by_expert[size_t(ids[size_t(t * k_used + k)])].push_back({t, wts[size_t(t * k_used + k)]});
+ExpertSrc CpuBackend::expert_in_place(const ExpertWeights &w, int32_t e) const {
+    return {w.gate->expert_host(e), w.up->expert_host(e), w.down->expert_host(e)};
+}
 
-    for (int64_t r = 0; r < T; r++) std::fill_n(out.row(r), n_embd, 0.0f);
-    // Experts are visited in id order, so each token's outputs are summed in expert-id order: the result does not
-    // depend on how tokens were batched.
-    for (int64_t e = 0; e < p.n_expert; e++) {
-        const auto &toks = by_expert[size_t(e)];
-        if (toks.empty()) continue;
-        const int64_t n = int64_t(toks.size());
-        Act xe = alloc(n, n_embd), g = alloc(n, n_ff), u = alloc(n, n_ff), y = alloc(n, n_embd);
-        for (int64_t i = 0; i < n; i++) std::memcpy(xe.row(i), x.row(toks[size_t(i)].first), size_t(n_embd) * 4);
-        matmul(expert_matrix(L.gate_exps, e), xe, g);
-        matmul(expert_matrix(L.up_exps, e), xe, u);
-        for (int64_t i = 0; i < n; i++) {
-            float *gr = g.row(i);
-            const float *ur = u.row(i);
-            for (int64_t c = 0; c < n_ff; c++) gr[c] = siluf(gr[c]) * ur[c];
-        }
-        matmul(expert_matrix(L.down_exps, e), g, y);
-        for (int64_t i = 0; i < n; i++) {
-            const int64_t t = toks[size_t(i)].first;
-            const float w = toks[size_t(i)].second;
-            float *o = out.row(t);
-            const float *yr = y.row(i);
-            for (int64_t c = 0; c < n_embd; c++) o[c] += w * yr[c];
+void CpuBackend::expert_ffn(const ExpertWeights &w, Act xs, const std::vector<ExpertGroup> &groups, Act ys) {
+    const int64_t n_ff = w.gate->ne[1];
+    STRATA_ASSERT(xs.cols == w.gate->ne[0] && ys.cols == w.down->ne[1] && xs.rows == ys.rows);
+    for (const ExpertGroup &grp : groups) {
+        if (grp.n_rows == 0) continue;
+        STRATA_ASSERT(grp.row0 >= 0 && grp.row0 + grp.n_rows <= xs.rows);
+        const Act x = xs.rows_view(grp.row0, grp.n_rows), y = ys.rows_view(grp.row0, grp.n_rows);
+        const ScratchMark mk = scratch_mark();
+        Act g = alloc(grp.n_rows, n_ff), u = alloc(grp.n_rows, n_ff);
+        matmul(expert_matrix(*w.gate, grp.src.gate), x, g);
+        matmul(expert_matrix(*w.up, grp.src.up), x, u);
+        silu_mul(g, u);
+        matmul(expert_matrix(*w.down, grp.src.down), g, y);
+        scratch_release(mk);
+    }
+}
+
+void CpuBackend::moe_combine(Act ys, const std::vector<int32_t> &yrow, const std::vector<int32_t> &widx,
+                             const float *weights, int64_t k, Act out) {
+    STRATA_ASSERT(int64_t(yrow.size()) == out.rows * k && widx.size() == yrow.size() && ys.cols == out.cols);
+    const int64_t n = out.cols;
+    for (int64_t t = 0; t < out.rows; t++) {
+        float *o = out.row(t);
+        std::fill_n(o, n, 0.0f);
+        for (int64_t j = 0; j < k; j++) {
+            const float w = weights[widx[size_t(t * k + j)]];
+            const float *yr = ys.row(yrow[size_t(t * k + j)]);
+            for (int64_t c = 0; c < n; c++) o[c] += w * yr[c];
         }
     }
+}
 
-    if (L.gate_shexp.present()) {
-        const int64_t n_sh = L.gate_shexp.ne[1];
-        Act g = alloc(T, n_sh), u = alloc(T, n_sh), y = alloc(T, n_embd);
-        matmul(L.gate_shexp, x, g);
-        matmul(L.up_shexp, x, u);
-        for (int64_t t = 0; t < T; t++) {
-            float *gr = g.row(t);
-            const float *ur = u.row(t);
-            for (int64_t c = 0; c < n_sh; c++) gr[c] = siluf(gr[c]) * ur[c];
-        }
-        matmul(L.down_shexp, g, y);
-        const float *gate_w = vec_f32(L.gate_inp_shexp);
-        for (int64_t t = 0; t < T; t++) {
-            const float *xr = x.row(t);
-            float gd = 0;
-            for (int64_t c = 0; c < n_embd; c++) gd += gate_w[c] * xr[c];
-            const float sg = 1.0f / (1.0f + std::exp(-gd));
-            float *o = out.row(t);
-            const float *yr = y.row(t);
-            for (int64_t c = 0; c < n_embd; c++) o[c] += sg * yr[c];
-        }
+void CpuBackend::silu_mul(Act g, Act u) {
+    STRATA_ASSERT(g.rows == u.rows && g.cols == u.cols);
+    for (int64_t r = 0; r < g.rows; r++) {
+        float *gr = g.row(r);
+        const float *ur = u.row(r);
+        for (int64_t c = 0; c < g.cols; c++) gr[c] = siluf(gr[c]) * ur[c];
+    }
+}
+
+void CpuBackend::shared_expert_add(Act x, const Weight &gate, Act y, Act out) {
+    STRATA_ASSERT(y.rows == x.rows && out.rows == x.rows && y.cols == out.cols && gate.ne[0] == x.cols);
+    const float *gate_w = vec_f32(gate);
+    for (int64_t t = 0; t < x.rows; t++) {
+        const float *xr = x.row(t);
+        float gd = 0;
+        for (int64_t c = 0; c < x.cols; c++) gd += gate_w[c] * xr[c];
+        const float sg = 1.0f / (1.0f + std::exp(-gd));
+        float *o = out.row(t);
+        const float *yr = y.row(t);
+        for (int64_t c = 0; c < out.cols; c++) o[c] += sg * yr[c];
     }
 }
 

@@ -95,22 +95,6 @@ CpuIsa cpu_isa_active() {
     return level;
 }
 
-DType cpu_vec_dot_type(DType t) {
-    switch (t) {
-        case DType::F32:
-        case DType::F16:
-        case DType::BF16: return DType::F32;
-        case DType::Q4_0:
-        case DType::Q5_0:
-        case DType::Q8_0:
-        case DType::IQ4_NL:
-        case DType::MXFP4: return DType::Q8_0;
-        case DType::Q4_1:
-        case DType::Q5_1: return DType::Q8_1;
-        default: return DType::Q8_K;
-    }
-}
-
 namespace {
 
 const KernelTable &table_of(CpuIsa isa) {

@@ -27,10 +27,7 @@ CpuIsa cpu_isa_supported();
 // with a note on stderr). Throws strata::Error for any other value.
 CpuIsa cpu_isa_active();
 
-// Activation format of a weight type (REFERENCE.md §2.4): F32 for F32/F16/BF16 weights, else Q8_0, Q8_1 or Q8_K.
-DType cpu_vec_dot_type(DType weight_type);
-
-// Sum over k < n of W[k] * X[k]: w holds n elements of the weight type, xq n elements of cpu_vec_dot_type(type)
+// Sum over k < n of W[k] * X[k]: w holds n elements of the weight type, xq n elements of dot_act_type(type)
 // (for F32 that is plain floats). n is a multiple of both block sizes. Quantized types multiply integer levels and
 // sum them per sub-block exactly, then scale in fp32 (Q4_1/Q5_1 and K-quant minimums use the activation's s or
 // bsums); only the order of fp32 operations differs between levels. Pointers need no alignment beyond the

@@ -24,9 +24,9 @@ __device__ __forceinline__ float kv_elem(const uint8_t *row, int64_t i) {
 
 // One warp per 32 values of a row (q8_0: one block); f32 and f16 just convert.
 template <KvType KT>
-__global__ void k_kv_store(KvCacheView c, Rows k, Rows v, const int2 *slot_pos) {
+__global__ void k_kv_store(KvCacheView c, Rows k, Rows v, const int2 *seq_pos) {
     const int64_t r = blockIdx.y;
-    const int2 sp = slot_pos[r];
+    const int2 sp = seq_pos[r];
     const size_t off = (size_t(sp.x) * size_t(c.n_ctx) + size_t(sp.y)) * c.row_bytes;
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= c.kv_cols) return;  // kv_cols is a multiple of 32 for q8_0, so whole warps leave together
@@ -54,11 +54,11 @@ constexpr int k_att_threads = 128, k_att_tile = 64, k_att_max_dim = 512;
 
 template <KvType KT>
 __global__ __launch_bounds__(k_att_threads) void k_attention(KvCacheView c, Rows q, Rows out, int64_t group,
-                                                             int64_t head_dim, float scale, const int2 *slot_pos) {
+                                                             int64_t head_dim, float scale, const int2 *seq_pos) {
     __shared__ float qh[k_att_max_dim];
     __shared__ float sc[k_att_tile];
     const int64_t h = blockIdx.x, r = blockIdx.y, kvh = h / group;
-    const int2 sp = slot_pos[r];
+    const int2 sp = seq_pos[r];
     const int64_t n_vis = int64_t(sp.y) + 1;
     const uint8_t *kbase = c.k + size_t(sp.x) * size_t(c.n_ctx) * c.row_bytes;
     const uint8_t *vbase = c.v + size_t(sp.x) * size_t(c.n_ctx) * c.row_bytes;
@@ -119,26 +119,26 @@ __global__ __launch_bounds__(k_att_threads) void k_attention(KvCacheView c, Rows
 
 }  // namespace
 
-void launch_kv_store(const KvCacheView &c, Rows k, Rows v, const int2 *slot_pos_dev, cudaStream_t stream) {
+void launch_kv_store(const KvCacheView &c, Rows k, Rows v, const int2 *seq_pos_dev, cudaStream_t stream) {
     if (k.rows == 0) return;
     STRATA_ASSERT(k.rows <= 65535 && (c.type != KvType::Q8_0 || c.kv_cols % 32 == 0));
     const dim3 grid(ceil_div(c.kv_cols, 128), unsigned(k.rows));
     switch (c.type) {
         case KvType::F32:
-            k_kv_store<KvType::F32><<<grid, 128, 0, stream>>>(c, k, v, slot_pos_dev);
+            k_kv_store<KvType::F32><<<grid, 128, 0, stream>>>(c, k, v, seq_pos_dev);
             break;
         case KvType::F16:
-            k_kv_store<KvType::F16><<<grid, 128, 0, stream>>>(c, k, v, slot_pos_dev);
+            k_kv_store<KvType::F16><<<grid, 128, 0, stream>>>(c, k, v, seq_pos_dev);
             break;
         case KvType::Q8_0:
-            k_kv_store<KvType::Q8_0><<<grid, 128, 0, stream>>>(c, k, v, slot_pos_dev);
+            k_kv_store<KvType::Q8_0><<<grid, 128, 0, stream>>>(c, k, v, seq_pos_dev);
             break;
     }
     STRATA_CUDA_LAUNCH_CHECK("k_kv_store");
 }
 
 void launch_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-                      float scale, const int2 *slot_pos_dev, cudaStream_t stream) {
+                      float scale, const int2 *seq_pos_dev, cudaStream_t stream) {
     if (q.rows == 0) return;
     if (head_dim > k_att_max_dim)
         fail("CUDA attention: head size %lld is above %d", (long long)head_dim, k_att_max_dim);
@@ -148,15 +148,15 @@ void launch_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_head, in
     switch (c.type) {
         case KvType::F32:
             k_attention<KvType::F32>
-                <<<grid, k_att_threads, 0, stream>>>(c, q, out, group, head_dim, scale, slot_pos_dev);
+                <<<grid, k_att_threads, 0, stream>>>(c, q, out, group, head_dim, scale, seq_pos_dev);
             break;
         case KvType::F16:
             k_attention<KvType::F16>
-                <<<grid, k_att_threads, 0, stream>>>(c, q, out, group, head_dim, scale, slot_pos_dev);
+                <<<grid, k_att_threads, 0, stream>>>(c, q, out, group, head_dim, scale, seq_pos_dev);
             break;
         case KvType::Q8_0:
             k_attention<KvType::Q8_0>
-                <<<grid, k_att_threads, 0, stream>>>(c, q, out, group, head_dim, scale, slot_pos_dev);
+                <<<grid, k_att_threads, 0, stream>>>(c, q, out, group, head_dim, scale, seq_pos_dev);
             break;
     }
     STRATA_CUDA_LAUNCH_CHECK("k_attention");

@@ -1,5 +1,5 @@
 // KV cache writes and causal GQA attention over each sequence's cached positions, for f32, f16 and q8_0 caches.
-// Cache layout per attention layer: [slot][position][n_head_kv * head_dim] in the cache type (row_bytes a row).
+// Cache layout per attention layer: [sequence][position][n_head_kv * head_dim] in the cache type (row_bytes a row).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,22 +14,22 @@ struct KvCacheView {
     KvType type;
     uint8_t *k, *v;    // device
     size_t row_bytes;  // one position's kv_cols values
-    int64_t n_ctx;     // positions per slot
+    int64_t n_ctx;     // positions per sequence
     int64_t kv_cols;
 };
 
-// slot_pos_dev: per activation row {slot, position}. Stores rows of k and v at their positions.
-void launch_kv_store(const KvCacheView &c, Rows k, Rows v, const int2 *slot_pos_dev, cudaStream_t stream);
+// seq_pos_dev: per activation row {sequence, position}. Stores rows of k and v at their positions.
+void launch_kv_store(const KvCacheView &c, Rows k, Rows v, const int2 *seq_pos_dev, cudaStream_t stream);
 
-// out row r, head h = softmax over positions 0..pos(r) of slot(r) of (q . k) * scale, times v; GQA: head h reads
+// out row r, head h = softmax over positions 0..pos(r) of sequence seq(r) of (q . k) * scale, times v; GQA: head h reads
 // kv head h / (n_head / n_head_kv). head_dim <= 512.
 void launch_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-                      float scale, const int2 *slot_pos_dev, cudaStream_t stream);
+                      float scale, const int2 *seq_pos_dev, cudaStream_t stream);
 
 // The tiled kernel (flash_attention.cu): query vectors (row, head of the GQA group) of consecutive rows of one
-// sequence in tiles; a tile is rows [row0, row0 + n_rows) at positions pos0... of a slot.
+// sequence in tiles; a tile is rows [row0, row0 + n_rows) at positions pos0... of a sequence.
 struct AttnTile {
-    int32_t row0, n_rows, slot, pos0;
+    int32_t row0, n_rows, seq, pos0;
 };
 // Rows per tile for this head size and GQA group, or 0 where the tiled kernel does not apply (head sizes 64, 128
 // and 256 are covered). small: tiles of 16 query vectors (decoding), else 64 (head size <= 128) or 32.

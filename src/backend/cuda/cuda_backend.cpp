@@ -1,5 +1,5 @@
-// CUDA backend set-up: device memory under a budget, the placement plan, weight uploads, caches, scratch and
-// uploads, and the small ops. Protocol of streams and buffers: cuda_backend_impl.h.
+// CUDA backend set-up: the device's facts for the plan, device memory under the plan's budget, weight uploads,
+// caches, scratch and uploads, and the small ops. Protocol of streams and buffers: cuda_backend_impl.h.
 #include "backend/cuda/cuda_backend_impl.h"
 
 #include <unistd.h>
@@ -17,17 +17,14 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "format/quant.h"
-#include "model/forward.h"
 
 namespace strata {
 
 namespace {
 
 constexpr size_t k_align = 256;
-// The CUDA runtime's share of a budget where the driver's count cannot be read, and the margin kept for what it may
-// add after the plan (kernels loaded at first launch, local memory grown for a kernel that needs more).
+// The CUDA runtime's share of a budget where the driver's count cannot be read.
 constexpr uint64_t k_runtime_estimate = uint64_t(512) << 20;
-constexpr uint64_t k_runtime_margin = uint64_t(64) << 20;
 inline size_t align_up(size_t n) {
     return (n + k_align - 1) / k_align * k_align;
 }
@@ -47,10 +44,10 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaOptions &o) {
     return std::make_unique<cuda::CudaBackend>(o);
 }
 
-CudaExpertStats cuda_expert_stats(const Backend &be) {
+CudaDeviceStats cuda_device_stats(const Backend &be) {
     const auto *cb = dynamic_cast<const cuda::CudaBackend *>(&be);
-    if (!cb) fail("expert statistics: the backend is not a CUDA backend");
-    return cb->expert_stats();
+    if (!cb) fail("device statistics: the backend is not a CUDA backend");
+    return cb->device_stats();
 }
 
 namespace cuda {
@@ -71,44 +68,6 @@ uint64_t host_available_bytes() {
 
 }  // namespace
 
-// The "pinned where it fits" host stratum: every routed expert copied once into pinned host memory, so that misses
-// are DMA copies at the bus's speed with no CPU work (on the H200 machine, Qwen3-30B-A3B under a 12 GiB budget:
-// pp512 3386 against 2487 t/s through the stager, tg64 105 against 78). Costs start-up time (allocating pinned
-// memory took ~0.5 s per GiB there: 9.5 s for 15.2 GiB of experts) and host RAM; where the RAM is not there (less
-// available than the experts plus 4 GiB), the mapping and the stager serve instead. STRATA_CUDA_HOST_PINNED=0
-// turns it off.
-std::string CudaBackend::pin_host_copy(const Model &m) {
-    const uint64_t need = m.expert_bytes, avail = host_available_bytes();
-    if (avail && need + (uint64_t(4) << 30) > avail)
-        return strfmt("host %s pageable (a pinned copy needs %s, %s available)", format_bytes(need).c_str(),
-                      format_bytes(need + (uint64_t(4) << 30)).c_str(), format_bytes(avail).c_str());
-    const auto t0 = std::chrono::steady_clock::now();
-    ThreadPool pool(std::min(8, hardware_threads()));
-    for (int64_t il = 0; il < int64_t(m.layers.size()); il++) {
-        const LayerWeights &L = m.layers[size_t(il)];
-        if (!L.gate_exps.present() || il >= m.hp.n_layer) continue;
-        const Weight *ws[3] = {&L.gate_exps, &L.up_exps, &L.down_exps};
-        uint8_t *copies[3];
-        for (int j = 0; j < 3; j++) {
-            const Weight &w = *ws[j];
-            const size_t mb = w.matrix_bytes(), n = size_t(m.hp.n_expert) * mb;
-            const cudaError_t err = cudaMallocHost(reinterpret_cast<void **>(&copies[j]), n);
-            if (err != cudaSuccess) {
-                cudaGetLastError();
-                fail("CUDA%d: pinning %s of host memory for expert copies failed: %s", device_, format_bytes(n).c_str(),
-                     cudaGetErrorString(err));
-            }
-            host_copies_.push_back(copies[j]);
-            pool.parallel_for(m.hp.n_expert, 1, [&](int64_t e0, int64_t e1) {
-                for (int64_t e = e0; e < e1; e++) std::memcpy(copies[j] + size_t(e) * mb, w.expert_host(e), mb);
-            });
-        }
-        experts_.set_host_copy(il, copies[0], copies[1], copies[2]);
-    }
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return strfmt("host %s pinned copy (%.1f s)", format_bytes(need).c_str(), secs);
-}
-
 CudaBackend::CudaBackend(const CudaOptions &o) : opt_(o), device_(o.device) {
     const int n = cuda_device_count();
     if (n == 0) fail("CUDA: no GPU is visible (no driver, or no device)");
@@ -116,6 +75,9 @@ CudaBackend::CudaBackend(const CudaOptions &o) : opt_(o), device_(o.device) {
     STRATA_CUDA_CHECK(cudaSetDevice(device_));
     STRATA_CUDA_CHECK(cudaGetDeviceProperties(&prop_, device_));
     STRATA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    STRATA_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+    for (cudaEvent_t &e : read_done_) STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&fill_done_, cudaEventDisableTiming));
     stage_size_ = size_t(4) << 20;
     STRATA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void **>(&stage_), stage_size_));
     iq_grids();
@@ -126,6 +88,7 @@ CudaBackend::~CudaBackend() {
     cudaSetDevice(device_);
     if (capturing_) drop_capture();
     if (stream_) cudaStreamSynchronize(stream_);
+    if (copy_stream_) cudaStreamSynchronize(copy_stream_);
     for (auto &e : graph_execs_)
         if (e.second) cudaGraphExecDestroy(e.second);
     if (dl_pinned_) cudaFreeHost(dl_pinned_);
@@ -133,9 +96,12 @@ CudaBackend::~CudaBackend() {
     prof_.report();
     report_graphs();
     for (auto &a : allocations_) cudaFree(a.first), cuda::track_device_bytes(device_, -int64_t(a.second));
-    if (pinned_base_) cudaHostUnregister(const_cast<uint8_t *>(pinned_base_));
-    for (void *p : host_copies_) cudaFreeHost(p);
+    free_slots();
     if (stage_) cudaFreeHost(stage_);
+    for (cudaEvent_t e : read_done_)
+        if (e) cudaEventDestroy(e);
+    if (fill_done_) cudaEventDestroy(fill_done_);
+    if (copy_stream_) cudaStreamDestroy(copy_stream_);
     if (stream_) cudaStreamDestroy(stream_);
     cudaGetLastError();
 }
@@ -145,21 +111,8 @@ std::string CudaBackend::name() const {
                   format_bytes(prop_.totalGlobalMem).c_str());
 }
 
-Backend::Stats CudaBackend::stats() const {
-    Stats s;
-    s.expert_cache_hits = experts_.stats().hits;
-    s.expert_cache_misses = experts_.stats().misses;
-    s.bytes_streamed = experts_.stats().bytes_uploaded;
-    return s;
-}
-
-CudaExpertStats CudaBackend::expert_stats() const {
-    CudaExpertStats s;
-    s.n_slots = experts_.n_slots();
-    s.n_experts = experts_.n_experts_total();
-    s.hits = experts_.stats().hits;
-    s.misses = experts_.stats().misses;
-    s.bytes_uploaded = experts_.stats().bytes_uploaded;
+CudaDeviceStats CudaBackend::device_stats() const {
+    CudaDeviceStats s;
     s.device_bytes = dev_bytes_;
     s.budget_bytes = budget_total_;
     DeviceMemory dm;
@@ -168,6 +121,26 @@ CudaExpertStats CudaBackend::expert_stats() const {
     s.graph_launches = graph_launches_;
     s.graph_instantiations = graph_instantiations_;
     return s;
+}
+
+// What a placement plan needs to know: free and total memory, the runtime's share of the process as the driver
+// counts it (NVML) less what Strata's backends have allocated, host RAM available for a pinned copy.
+DeviceFacts CudaBackend::device_facts() {
+    DeviceFacts f;
+    f.has_device_memory = true;
+    f.device = device_;
+    f.name = strfmt("CUDA%d", device_);
+    size_t free_b = 0, total_b = 0;
+    STRATA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    f.free_bytes = free_b;
+    f.total_bytes = total_b;
+    const std::optional<uint64_t> process = cuda::process_device_bytes(device_);
+    const uint64_t tracked = cuda::tracked_device_bytes(device_);
+    f.runtime_estimated = !process || *process <= tracked;
+    f.runtime_bytes = f.runtime_estimated ? k_runtime_estimate : *process - tracked;
+    f.host_available_bytes = host_available_bytes();
+    f.align = k_align;
+    return f;
 }
 
 // ---- device memory ------------------------------------------------------------------------------------------
@@ -252,8 +225,8 @@ void CudaBackend::reset_scratch() {
     cur_off_ = 0;
     stage_used_ = 0;
     pass_used_ = 0;
-    slot_pos_rows_ = -1;
-    slot_pos_dev_ = nullptr;
+    seq_pos_rows_ = -1;
+    seq_pos_dev_ = nullptr;
     tiles_key_.clear();
     tiles_dev_ = nullptr;
 }
@@ -261,7 +234,7 @@ void CudaBackend::reset_scratch() {
 void CudaBackend::scratch_release(ScratchMark m) {
     release({m.a, m.b});
     // Pass tables that did not fit their buffer lie in scratch, perhaps in what was released.
-    if (slot_pos_in_scratch_) slot_pos_rows_ = -1, slot_pos_dev_ = nullptr;
+    if (seq_pos_in_scratch_) seq_pos_rows_ = -1, seq_pos_dev_ = nullptr;
     if (tiles_in_scratch_) tiles_key_.clear(), tiles_dev_ = nullptr;
 }
 
@@ -309,7 +282,7 @@ const AttnTile *CudaBackend::attn_tiles(const std::vector<AttnTile> &tiles) {
         if (tiles.size() != tiles_key_.size()) return false;
         for (size_t i = 0; i < tiles.size(); i++) {
             const AttnTile &a = tiles[i], &b = tiles_key_[i];
-            if (a.row0 != b.row0 || a.n_rows != b.n_rows || a.slot != b.slot || a.pos0 != b.pos0) return false;
+            if (a.row0 != b.row0 || a.n_rows != b.n_rows || a.seq != b.seq || a.pos0 != b.pos0) return false;
         }
         return true;
     };
@@ -354,180 +327,46 @@ const float *CudaBackend::dev_vector(const Weight &w) const {
     return reinterpret_cast<const float *>(dev_matrix(w));
 }
 
-int64_t CudaBackend::layer_index(const LayerWeights &L) const {
-    STRATA_ASSERT(model_ && !model_->layers.empty());
-    const int64_t il = &L - model_->layers.data();
-    STRATA_ASSERT(il >= 0 && il < int64_t(model_->layers.size()));
-    return il;
-}
-
-uint64_t CudaBackend::cache_bytes(const HParams &hp, const CacheConfig &cfg) const {
-    uint64_t total = 0;
-    for (int64_t il = 0; il < hp.n_layer; il++) {
-        if (hp.is_recurrent(il)) {
-            total += align_up(size_t(cfg.n_slots) * size_t((hp.ssm_conv_kernel - 1) * hp.gdn_conv_dim()) * 4);
-            total += align_up(size_t(cfg.n_slots) * size_t(hp.ssm_dt_rank * hp.ssm_d_state * hp.gdn_head_v_dim()) * 4);
-        } else {
-            const int64_t kv_cols = hp.n_head_kv * hp.head_dim_k;
-            const size_t rb = cfg.kv_type == KvType::F32   ? size_t(kv_cols) * 4
-                              : cfg.kv_type == KvType::F16 ? size_t(kv_cols) * 2
-                                                           : row_bytes(DType::Q8_0, kv_cols);
-            total += 2 * align_up(size_t(cfg.n_slots) * size_t(cfg.n_ctx) * rb);
-        }
-    }
-    return total;
-}
-
-// The scratch one forward pass of n_batch tokens takes: activations the model allocates (they live until the
-// pass ends) plus the largest set of temporaries one op holds, each allocation rounded up, with a margin.
-uint64_t CudaBackend::scratch_estimate(const HParams &hp) const {
-    const uint64_t T = uint64_t(std::max<int64_t>(opt_.n_batch, 1)), E = uint64_t(hp.n_embd);
-    const uint64_t q_cols = uint64_t(hp.n_head * hp.head_dim_k), kv = uint64_t(hp.n_head_kv * hp.head_dim_k);
-    const uint64_t attn = T * (q_cols * (hp.attn_output_gate ? 4 : 2) + 2 * kv + E);
-    const uint64_t conv = uint64_t(hp.gdn_conv_dim()), d_inner = uint64_t(hp.ssm_d_inner),
-                   n_v = uint64_t(hp.ssm_dt_rank);
-    const uint64_t gdn = T * (conv + 2 * d_inner + 2 * n_v + E);
-    // A pass keeps one layer's temporaries at a time (the forward pass releases them per layer).
-    uint64_t layers = 0;
-    for (int64_t il = 0; il < hp.n_layer; il++) {
-        const uint64_t mix = hp.is_recurrent(il) ? gdn : attn;
-        layers = std::max(layers, (mix + 2 * T * E) * 4 + 16 * k_align);
-    }
-    const uint64_t M = T * uint64_t(hp.n_expert_used), F = uint64_t(std::max(hp.n_ff_exp, hp.n_ff_shexp));
-    const uint64_t K = std::max({E, F, q_cols, d_inner});
-    const uint64_t moe_tmp =
-        4 * (T * uint64_t(hp.n_expert) + 2 * M + M * (3 * E + 4 * F) + T * (3 * F + E)) + M * (E + F) * 2 + 5 * M * K;
-    const uint64_t gdn_tmp = 4 * (T * (conv + 2 * n_v) + conv * uint64_t(hp.ssm_conv_kernel) +
-                                  n_v * 64 * (2 * uint64_t(hp.ssm_d_state) + 128));
-    const uint64_t mm_tmp = 5 * T * K;
-    const uint64_t out_rows = std::min<uint64_t>(T, uint64_t(k_logit_slice_rows));
-    const uint64_t out = 4 * out_rows * (2 * E + uint64_t(hp.n_vocab)) + 5 * out_rows * E;
-    const uint64_t total = 4 * T * E + layers + std::max({moe_tmp, gdn_tmp, mm_tmp}) + out;
-    return total + total / 8 + (uint64_t(32) << 20);
-}
-
-void CudaBackend::prepare(Model &m) {
-    model_ = &m;
-    const HParams &hp = m.hp;
-    if (uint64_t(opt_.n_batch) * uint64_t(std::max<int64_t>(hp.n_expert_used, 1)) > 65535)
-        fail(
-            "CUDA: a batch of %lld tokens routes more rows than the kernels take (at most 65535 token-expert "
-            "pairs per pass); use a smaller batch",
-            (long long)opt_.n_batch);
-
-    // Non-expert weights of the trunk: matrices keep their packed bytes, 1-D weights become f32.
-    std::vector<Weight *> matrices, vectors;
-    auto add = [](std::vector<Weight *> &v, Weight &w) {
-        if (w.present()) v.push_back(&w);
-    };
-    add(matrices, m.tok_embd);
-    add(matrices, m.output);
-    add(vectors, m.output_norm);
-    for (int64_t il = 0; il < hp.n_layer; il++) {
-        LayerWeights &L = m.layers[size_t(il)];
-        for (Weight *w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ssm_qkv, &L.ssm_z, &L.ssm_ba, &L.ssm_beta, &L.ssm_alpha,
-                          &L.ssm_out, &L.gate_inp, &L.gate_shexp, &L.up_shexp, &L.down_shexp})
-            add(matrices, *w);
-        for (Weight *w : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.ssm_dt_bias, &L.ssm_a, &L.ssm_norm,
-                          &L.gate_inp_shexp, &L.ssm_conv1d})
-            add(vectors, *w);
-    }
-    for (Weight *w : matrices)
+// The plan carried out: the weights' arena, scratch, pass tables, expert slots and the host stratum, under the
+// plan's budget (dev_alloc refuses more).
+void CudaBackend::prepare(WeightSet &ws, const Placement &plan) {
+    STRATA_ASSERT(plan.device);
+    budget_ = plan.budget_bytes;
+    budget_total_ = plan.budget_total_bytes;
+    download_cols_ = plan.download_cols;
+    for (const Weight *w : ws.matrices)
         if (!cuda::cuda_can_dequantize(w->type))
             fail("CUDA: tensor '%.*s' has type %s, which the CUDA backend cannot compute with", int(w->name.size()),
                  w->name.data(), dtype_name(w->type));
-    uint64_t weight_bytes = 0;
-    {
-        std::unordered_map<const uint8_t *, bool> seen;
-        for (Weight *w : matrices)
-            if (!seen[w->host]) seen[w->host] = true, weight_bytes += align_up(w->matrix_bytes());
-        for (Weight *w : vectors)
-            if (!seen[w->host]) seen[w->host] = true, weight_bytes += align_up(size_t(w->ne[0] * w->ne[1]) * 4);
-    }
+    for (const ExpertWeights &e : ws.experts)
+        if (e.present())
+            for (const Weight *w : {e.gate, e.up, e.down})
+                if (!cuda::cuda_can_dequantize(w->type))
+                    fail("CUDA: tensor '%.*s' has type %s, which the CUDA backend cannot compute with",
+                         int(w->name.size()), w->name.data(), dtype_name(w->type));
+    upload_weights(ws, plan);
+    chunks_.push_back({static_cast<uint8_t *>(dev_alloc(plan.scratch_bytes, "scratch")), size_t(plan.scratch_bytes)});
+    pass_buf_size_ = plan.pass_table_bytes;
+    pass_buf_ = static_cast<uint8_t *>(dev_alloc(pass_buf_size_, "pass tables"));
+    make_slots(plan);
+    make_host_tier(ws, plan);
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
 
-    // Expert slots: one expert's gate, up and down, each matrix aligned; the largest layer sets the slot size.
-    std::vector<ExpertLayout> layouts(size_t(hp.n_layer));
-    size_t slot_bytes = 0;
-    int64_t n_moe_layers = 0;
-    for (int64_t il = 0; il < hp.n_layer; il++) {
-        const LayerWeights &L = m.layers[size_t(il)];
-        if (!L.gate_exps.present()) continue;
-        for (const Weight *w : {&L.gate_exps, &L.up_exps, &L.down_exps})
-            if (!cuda::cuda_can_dequantize(w->type))
-                fail("CUDA: tensor '%.*s' has type %s, which the CUDA backend cannot compute with", int(w->name.size()),
-                     w->name.data(), dtype_name(w->type));
-        ExpertLayout &E = layouts[size_t(il)];
-        E.gate = &L.gate_exps;
-        E.up = &L.up_exps;
-        E.down = &L.down_exps;
-        E.gate_off = 0;
-        E.up_off = align_up(L.gate_exps.matrix_bytes());
-        E.down_off = E.up_off + align_up(L.up_exps.matrix_bytes());
-        E.bytes = E.down_off + align_up(L.down_exps.matrix_bytes());
-        slot_bytes = std::max(slot_bytes, E.bytes);
-        n_moe_layers++;
-    }
-    const int64_t n_experts_total = n_moe_layers * hp.n_expert;
-
-    // The budget bounds what this process holds on the device, the CUDA context included: the driver's count for
-    // the process (NVML) less what Strata's backends have allocated is the runtime's share, and a margin covers what
-    // the runtime may still add (kernels loaded on first launch, local memory). Without a budget: what is free less
-    // a reserve.
-    size_t free_b = 0, total_b = 0;
-    STRATA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    const std::optional<uint64_t> process = cuda::process_device_bytes(device_);
-    const uint64_t tracked = cuda::tracked_device_bytes(device_);
-    const uint64_t runtime = process && *process > tracked ? *process - tracked : k_runtime_estimate;
-    const uint64_t runtime_total = runtime + k_runtime_margin;
-    const std::string runtime_note = strfmt("CUDA runtime %s%s", format_bytes(runtime).c_str(),
-                                            process ? "" : " (estimated: the driver's count is not readable)");
-    const uint64_t reserve = std::max<uint64_t>(uint64_t(512) << 20, total_b / 32);
-    const uint64_t usable = free_b > reserve ? free_b - reserve : 0;
-    const uint64_t given = opt_.vram_budget_bytes;
-    uint64_t budget = given ? (given > runtime_total ? given - runtime_total : 0) : usable;
-    if (given && budget > free_b)
-        fail("--vram-budget %s is more than CUDA%d can give (%s free besides the CUDA runtime's %s)",
-             format_bytes(given).c_str(), device_, format_bytes(free_b).c_str(), format_bytes(runtime_total).c_str());
-
-    const uint64_t kv_bytes = cache_bytes(hp, opt_.cache);
-    const uint64_t scratch = align_up(opt_.scratch_bytes ? opt_.scratch_bytes : scratch_estimate(hp));
-    // The pass tables (rows' slots and positions, attention tiles: see upload_pass) and the small rest: i-quant and
-    // rope tables, expert tables, rounding.
-    pass_buf_size_ = align_up(size_t(16) << 10) + align_up(size_t(opt_.n_batch) * (sizeof(int2) + 2 * 16));
-    const uint64_t misc = pass_buf_size_ + (uint64_t(4) << 20);
-    const uint64_t resident = weight_bytes + kv_bytes + scratch + misc;
-    const int64_t min_slots =
-        n_experts_total ? std::min<int64_t>(n_experts_total, std::max<int64_t>(hp.n_expert_used, 1)) : 0;
-    const uint64_t minimum = resident + uint64_t(min_slots) * slot_bytes;
-    if (minimum > budget)
-        fail(
-            "%s %s is too small for this model: the resident part needs %s (weights %s, KV cache and states %s, "
-            "scratch for %lld-token passes %s), the expert cache at least %lld slots of %s and the CUDA runtime %s; "
-            "give at least %s",
-            given ? "--vram-budget" : "the free memory of CUDA", format_bytes(given ? given : budget).c_str(),
-            format_bytes(resident).c_str(), format_bytes(weight_bytes).c_str(), format_bytes(kv_bytes).c_str(),
-            (long long)opt_.n_batch, format_bytes(scratch).c_str(), (long long)min_slots,
-            format_bytes(slot_bytes).c_str(), format_bytes(runtime_total).c_str(),
-            format_bytes(minimum + (given ? runtime_total : 0)).c_str());
-    int64_t n_slots =
-        slot_bytes ? int64_t(std::min<uint64_t>(uint64_t(n_experts_total), (budget - resident) / slot_bytes)) : 0;
-    if (opt_.expert_slots > 0) n_slots = std::min(n_slots, opt_.expert_slots);
-    budget_ = budget;
-    budget_total_ = given ? given : budget + runtime_total;
-
-    // Place: weights, scratch, expert slots (caches come in init_caches, planned above). The weights share one
-    // allocation: the driver hands out memory in 2 MiB pages, and hundreds of separate matrices would each waste part
-    // of their last page outside the budget's count.
+// Non-expert weights: one allocation (the driver hands out memory in 2 MiB pages, and hundreds of separate matrices
+// would each waste part of their last page outside the budget's count); matrices keep their packed bytes, 1-D
+// weights become f32.
+void CudaBackend::upload_weights(WeightSet &ws, const Placement &plan) {
     std::unordered_map<const uint8_t *, void *> &dev = weights_dev_;
-    uint8_t *arena = weight_bytes ? static_cast<uint8_t *>(dev_alloc(weight_bytes, "weights")) : nullptr;
+    uint8_t *arena = plan.weight_bytes ? static_cast<uint8_t *>(dev_alloc(plan.weight_bytes, "weights")) : nullptr;
     size_t arena_used = 0;
     auto carve = [&](size_t bytes) {
         void *p = arena + arena_used;
         arena_used += align_up(bytes);
-        STRATA_ASSERT(arena_used <= weight_bytes);
+        STRATA_ASSERT(arena_used <= plan.weight_bytes);
         return p;
     };
-    for (Weight *w : matrices) {
+    for (Weight *w : ws.matrices) {
         auto it = dev.find(w->host);
         if (it == dev.end()) {
             void *p = carve(w->matrix_bytes());
@@ -536,7 +375,7 @@ void CudaBackend::prepare(Model &m) {
         }
         w->backend = it->second;
     }
-    for (Weight *w : vectors) {
+    for (Weight *w : ws.vectors) {
         auto it = dev.find(w->host);
         if (it == dev.end()) {
             std::vector<float> f(size_t(w->ne[0] * w->ne[1]));
@@ -549,144 +388,38 @@ void CudaBackend::prepare(Model &m) {
         }
         w->backend = it->second;
     }
-    chunks_.push_back({static_cast<uint8_t *>(dev_alloc(scratch, "scratch")), size_t(scratch)});
-    pass_buf_ = static_cast<uint8_t *>(dev_alloc(pass_buf_size_, "pass tables"));
-
-    std::vector<uint8_t *> slots;
-    for (int64_t done = 0; done < n_slots;) {
-        // pools of at most 1 GiB, so no single allocation is huge
-        const int64_t per_pool = std::max<int64_t>(1, int64_t((uint64_t(1) << 30) / std::max<size_t>(slot_bytes, 1)));
-        const int64_t n = std::min(per_pool, n_slots - done);
-        uint8_t *pool = static_cast<uint8_t *>(dev_alloc(size_t(n) * slot_bytes, "expert slots"));
-        for (int64_t i = 0; i < n; i++) slots.push_back(pool + size_t(i) * slot_bytes);
-        done += n;
-    }
-    experts_.init(std::move(layouts), hp.n_expert, slot_bytes, std::move(slots));
-    // Expert bytes come from the mapped file through a pinned stager (STRATA_CUDA_STAGER=0: plain pageable copies).
-    const bool use_stager = n_experts_total > 0 && env_switch("STRATA_CUDA_STAGER", true);
-    if (use_stager && !stager_)
-        stager_ = std::make_unique<HostStager>(size_t(32) << 20, 4, std::min(8, hardware_threads()));
-    experts_.set_stager(use_stager ? stager_.get() : nullptr);
-    const std::string copy_note = use_stager ? strfmt(" via pinned stager %d x %s", stager_->n_buffers(),
-                                                      format_bytes(stager_->buffer_bytes()).c_str())
-                                             : std::string();
-    std::string host_note = "host 0 GiB";
-    // The stager's pinned buffers and threads are kept only while misses can come from the mapping.
-    auto drop_stager = [&] {
-        experts_.set_stager(nullptr);
-        stager_.reset();
-    };
-    if (n_slots >= n_experts_total) {
-        experts_.load_all(stream_);
-        drop_stager();
-        // Per layer, the device table of its experts' matrices, for routing without the host (moe()).
-        expert_tables_.assign(size_t(hp.n_layer), nullptr);
-        for (int64_t il = 0; il < hp.n_layer; il++) {
-            if (!m.layers[size_t(il)].gate_exps.present()) continue;
-            std::vector<const uint8_t *> tab(size_t(3 * hp.n_expert));
-            for (int32_t e = 0; e < int32_t(hp.n_expert); e++) {
-                const ExpertPtrs p = experts_.resident(il, e);
-                tab[size_t(3 * e)] = p.gate, tab[size_t(3 * e + 1)] = p.up, tab[size_t(3 * e + 2)] = p.down;
-            }
-            auto *dev = static_cast<const uint8_t **>(dev_alloc(tab.size() * sizeof(void *), "expert tables"));
-            STRATA_CUDA_CHECK(
-                cudaMemcpyAsync(dev, tab.data(), tab.size() * sizeof(void *), cudaMemcpyHostToDevice, stream_));
-            expert_tables_[size_t(il)] = dev;
-        }
-    } else if (m.file && env_switch("STRATA_CUDA_HOST_PINNED", true) && !env_switch("STRATA_CUDA_PIN", false)) {
-        host_note = pin_host_copy(m);
-        if (host_copies_.empty())
-            host_note += copy_note;  // refused: the mapping through the stager
-        else
-            drop_stager();
-    } else if (m.file) {
-        // Streaming from the mapped file, through the stager. Pinning the mapping itself (cudaHostRegister,
-        // read-only; STRATA_CUDA_PIN=1) would let copies run as DMA straight from it, but on the Firecracker H200
-        // machines registering the 16.75 GiB mapping of Qwen3-30B-A3B did not finish within 150 s.
-        if (!env_switch("STRATA_CUDA_PIN", false)) {
-            host_note = strfmt("host %s pageable%s", format_bytes(m.expert_bytes).c_str(), copy_note.c_str());
-        } else {
-            const uint8_t *base = m.file->bytes();
-            const long page = sysconf(_SC_PAGESIZE);
-            const size_t len = (m.file->file_size() + size_t(page) - 1) / size_t(page) * size_t(page);
-            const auto t0 = std::chrono::steady_clock::now();
-            const cudaError_t err =
-                cudaHostRegister(const_cast<uint8_t *>(base), len, cudaHostRegisterPortable | cudaHostRegisterReadOnly);
-            const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            if (err == cudaSuccess) {
-                pinned_base_ = base;
-                experts_.set_stager(nullptr);  // straight DMA from the pinned mapping
-                host_note = strfmt("host %s pinned (%.2f s)", format_bytes(m.expert_bytes).c_str(), secs);
-            } else {
-                cudaGetLastError();
-                host_note = strfmt("host %s pageable%s (pinning failed: %s)", format_bytes(m.expert_bytes).c_str(),
-                                   copy_note.c_str(), cudaGetErrorName(err));
-            }
-        }
-    }
-    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    // Decoding passes can run as graphs where no layer needs the host for its experts.
-    graph_eligible_ = true;
-    for (int64_t il = 0; il < hp.n_layer; il++) {
-        const LayerWeights &L = m.layers[size_t(il)];
-        if (L.gate_exps.present() && !device_routing_applies(L, il, 1)) graph_eligible_ = false;
-    }
-    const double pct = n_experts_total ? 100.0 * double(n_slots) / double(n_experts_total) : 100.0;
-    plan_line_ = strfmt(
-        "strata: CUDA%d plan: resident %s, expert cache %lld slots (%s, %.0f%% of experts), %s, "
-        "KV %s %d x %lld (%s with states), scratch %s, %s, budget %s",
-        device_, format_bytes(weight_bytes + kv_bytes + scratch).c_str(), (long long)n_slots,
-        format_bytes(uint64_t(n_slots) * slot_bytes).c_str(), pct, host_note.c_str(), kv_type_name(opt_.cache.kv_type),
-        opt_.cache.n_slots, (long long)opt_.cache.n_ctx, format_bytes(kv_bytes).c_str(), format_bytes(scratch).c_str(),
-        runtime_note.c_str(), format_bytes(budget_total_).c_str());
-    if (opt_.log) opt_.log(plan_line_);
 }
 
 // ---- caches -------------------------------------------------------------------------------------------------
 
-void CudaBackend::init_caches(const HParams &hp, const CacheConfig &cfg) {
-    if (cfg.n_slots <= 0 || cfg.n_ctx <= 0) fail("cache: need at least one slot and one position");
-    if (cfg.kv_type == KvType::Q8_0 && hp.head_dim_k % 32 != 0)
-        fail("--kv-type q8_0 needs a head size that is a multiple of 32 (this model: %lld)", (long long)hp.head_dim_k);
-    // One allocation for every layer's caches (see the weights in plan_and_place: the driver's 2 MiB pages).
+void CudaBackend::init_caches(const CacheShape &shape) {
+    // One allocation for every layer's caches (see upload_weights: the driver's 2 MiB pages).
     if (cache_arena_) dev_free(cache_arena_);
     cache_arena_ = nullptr;
-    caches_.assign(size_t(hp.n_layer), {});
-    cache_cfg_ = cfg;
+    caches_.assign(shape.layers.size(), {});
+    cache_shape_ = shape;
     size_t total = 0;
-    std::vector<size_t> sizes;  // per layer: conv and state, or k and v
-    for (int64_t il = 0; il < hp.n_layer; il++) {
-        LayerCache &c = caches_[size_t(il)];
-        if (hp.is_recurrent(il)) {
-            c.conv_floats = (hp.ssm_conv_kernel - 1) * hp.gdn_conv_dim();
-            c.state_floats = hp.ssm_dt_rank * hp.ssm_d_state * hp.gdn_head_v_dim();
-            sizes.push_back(std::max<size_t>(size_t(cfg.n_slots * c.conv_floats) * 4, 4));
-            sizes.push_back(size_t(cfg.n_slots * c.state_floats) * 4);
-        } else {
-            c.attn = true;
-            c.kv.type = cfg.kv_type;
-            c.kv.kv_cols = hp.n_head_kv * hp.head_dim_k;
-            c.kv.row_bytes = cfg.kv_type == KvType::F32   ? size_t(c.kv.kv_cols) * 4
-                             : cfg.kv_type == KvType::F16 ? size_t(c.kv.kv_cols) * 2
-                                                          : row_bytes(DType::Q8_0, c.kv.kv_cols);
-            c.kv.n_ctx = cfg.n_ctx;
-            const size_t bytes = size_t(cfg.n_slots) * size_t(cfg.n_ctx) * c.kv.row_bytes;
-            sizes.push_back(bytes);
-            sizes.push_back(bytes);
-        }
-        total += align_up(sizes[sizes.size() - 2]) + align_up(sizes.back());
-    }
+    for (size_t il = 0; il < shape.layers.size(); il++)
+        total += align_up(shape.first_bytes(il)) + align_up(shape.second_bytes(il));
     uint8_t *at = total ? static_cast<uint8_t *>(dev_alloc(total, "KV cache and GDN states")) : nullptr;
     cache_arena_ = at;
-    for (int64_t il = 0; il < hp.n_layer; il++) {
-        LayerCache &c = caches_[size_t(il)];
-        const size_t a = sizes[size_t(2 * il)], b = sizes[size_t(2 * il + 1)];
+    for (size_t il = 0; il < shape.layers.size(); il++) {
+        const CacheShape::Layer &S = shape.layers[il];
+        LayerCache &c = caches_[il];
+        const size_t a = shape.first_bytes(il), b = shape.second_bytes(il);
         uint8_t *first = at, *second = at + align_up(a);
         at = second + align_up(b);
-        if (c.attn) {
+        if (S.attention) {
+            c.attn = true;
+            c.kv.type = shape.kv_type;
+            c.kv.kv_cols = S.kv_cols;
+            c.kv.row_bytes = kv_row_bytes(shape.kv_type, S.kv_cols);
+            c.kv.n_ctx = shape.n_ctx;
             c.kv.k = first;
             c.kv.v = second;
         } else {
+            c.conv_floats = S.conv_rows * S.conv_cols;
+            c.state_floats = S.state_floats;
             c.conv = reinterpret_cast<float *>(first);
             c.state = reinterpret_cast<float *>(second);
             STRATA_CUDA_CHECK(cudaMemsetAsync(c.conv, 0, a, stream_));
@@ -696,8 +429,8 @@ void CudaBackend::init_caches(const HParams &hp, const CacheConfig &cfg) {
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-void CudaBackend::copy_slot(int32_t src, int32_t dst, int64_t n_pos) {
-    STRATA_ASSERT(src >= 0 && dst >= 0 && src < cache_cfg_.n_slots && dst < cache_cfg_.n_slots);
+void CudaBackend::copy_seq(int32_t src, int32_t dst, int64_t n_pos) {
+    STRATA_ASSERT(src >= 0 && dst >= 0 && src < cache_shape_.n_seqs && dst < cache_shape_.n_seqs);
     if (src == dst) return;
     for (LayerCache &c : caches_) {
         if (c.attn) {
@@ -715,12 +448,12 @@ void CudaBackend::copy_slot(int32_t src, int32_t dst, int64_t n_pos) {
     }
 }
 
-void CudaBackend::clear_slot(int32_t slot) {
-    STRATA_ASSERT(slot >= 0 && slot < cache_cfg_.n_slots);
+void CudaBackend::clear_seq(int32_t seq) {
+    STRATA_ASSERT(seq >= 0 && seq < cache_shape_.n_seqs);
     for (LayerCache &c : caches_) {
         if (c.attn) continue;  // attention rows beyond a sequence's length are never read
-        STRATA_CUDA_CHECK(cudaMemsetAsync(c.conv + slot * c.conv_floats, 0, size_t(c.conv_floats) * 4, stream_));
-        STRATA_CUDA_CHECK(cudaMemsetAsync(c.state + slot * c.state_floats, 0, size_t(c.state_floats) * 4, stream_));
+        STRATA_CUDA_CHECK(cudaMemsetAsync(c.conv + seq * c.conv_floats, 0, size_t(c.conv_floats) * 4, stream_));
+        STRATA_CUDA_CHECK(cudaMemsetAsync(c.state + seq * c.state_floats, 0, size_t(c.state_floats) * 4, stream_));
     }
 }
 
@@ -734,30 +467,30 @@ size_t CudaBackend::recurrent_state_bytes() const {
     return n;
 }
 
-void CudaBackend::save_recurrent_state(int32_t slot, void *dst) {
-    STRATA_ASSERT(slot >= 0 && slot < cache_cfg_.n_slots);
+void CudaBackend::save_recurrent_state(int32_t seq, void *dst) {
+    STRATA_ASSERT(seq >= 0 && seq < cache_shape_.n_seqs);
     auto *out = static_cast<float *>(dst);
     for (const LayerCache &c : caches_) {
         if (c.attn) continue;
-        STRATA_CUDA_CHECK(cudaMemcpyAsync(out, c.conv + slot * c.conv_floats, size_t(c.conv_floats) * 4,
+        STRATA_CUDA_CHECK(cudaMemcpyAsync(out, c.conv + seq * c.conv_floats, size_t(c.conv_floats) * 4,
                                           cudaMemcpyDeviceToHost, stream_));
         out += c.conv_floats;
-        STRATA_CUDA_CHECK(cudaMemcpyAsync(out, c.state + slot * c.state_floats, size_t(c.state_floats) * 4,
+        STRATA_CUDA_CHECK(cudaMemcpyAsync(out, c.state + seq * c.state_floats, size_t(c.state_floats) * 4,
                                           cudaMemcpyDeviceToHost, stream_));
         out += c.state_floats;
     }
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-void CudaBackend::load_recurrent_state(int32_t slot, const void *src) {
-    STRATA_ASSERT(slot >= 0 && slot < cache_cfg_.n_slots);
+void CudaBackend::load_recurrent_state(int32_t seq, const void *src) {
+    STRATA_ASSERT(seq >= 0 && seq < cache_shape_.n_seqs);
     const auto *in = static_cast<const float *>(src);
     for (LayerCache &c : caches_) {
         if (c.attn) continue;
-        STRATA_CUDA_CHECK(cudaMemcpyAsync(c.conv + slot * c.conv_floats, in, size_t(c.conv_floats) * 4,
+        STRATA_CUDA_CHECK(cudaMemcpyAsync(c.conv + seq * c.conv_floats, in, size_t(c.conv_floats) * 4,
                                           cudaMemcpyHostToDevice, stream_));
         in += c.conv_floats;
-        STRATA_CUDA_CHECK(cudaMemcpyAsync(c.state + slot * c.state_floats, in, size_t(c.state_floats) * 4,
+        STRATA_CUDA_CHECK(cudaMemcpyAsync(c.state + seq * c.state_floats, in, size_t(c.state_floats) * 4,
                                           cudaMemcpyHostToDevice, stream_));
         in += c.state_floats;
     }
@@ -767,23 +500,23 @@ void CudaBackend::load_recurrent_state(int32_t slot, const void *src) {
 
 // ---- row tables -------------------------------------------------------------------------------------------
 
-const int2 *CudaBackend::slot_pos(const BatchInfo &b) {
+const int2 *CudaBackend::seq_pos(const BatchInfo &b) {
     auto same = [&] {
-        if (slot_pos_rows_ != b.n_tokens || slot_pos_key_.size() != b.segs.size()) return false;
+        if (seq_pos_rows_ != b.n_tokens || seq_pos_key_.size() != b.segs.size()) return false;
         for (size_t i = 0; i < b.segs.size(); i++) {
-            const BatchSeg &x = b.segs[i], &y = slot_pos_key_[i];
-            if (x.slot != y.slot || x.pos0 != y.pos0 || x.n != y.n || x.row0 != y.row0) return false;
+            const BatchSeg &x = b.segs[i], &y = seq_pos_key_[i];
+            if (x.seq != y.seq || x.pos0 != y.pos0 || x.n != y.n || x.row0 != y.row0) return false;
         }
         return true;
     };
-    if (slot_pos_dev_ && same()) return slot_pos_dev_;
+    if (seq_pos_dev_ && same()) return seq_pos_dev_;
     std::vector<int2> sp(size_t(b.n_tokens), int2{0, 0});
     for (const BatchSeg &s : b.segs)
-        for (int64_t t = 0; t < s.n; t++) sp[size_t(s.row0 + t)] = int2{s.slot, int(s.pos0 + t)};
-    slot_pos_dev_ = static_cast<const int2 *>(upload_pass(sp.data(), sp.size() * sizeof(int2), slot_pos_in_scratch_));
-    slot_pos_key_ = b.segs;
-    slot_pos_rows_ = b.n_tokens;
-    return slot_pos_dev_;
+        for (int64_t t = 0; t < s.n; t++) sp[size_t(s.row0 + t)] = int2{s.seq, int(s.pos0 + t)};
+    seq_pos_dev_ = static_cast<const int2 *>(upload_pass(sp.data(), sp.size() * sizeof(int2), seq_pos_in_scratch_));
+    seq_pos_key_ = b.segs;
+    seq_pos_rows_ = b.n_tokens;
+    return seq_pos_dev_;
 }
 
 const float *CudaBackend::inv_freq(const RopeParams &rp) {
@@ -858,13 +591,13 @@ void CudaBackend::qk_norm_rope(Act q, Act k, const Weight &q_norm, const Weight 
     if (!fits) return Backend::qk_norm_rope(q, k, q_norm, k_norm, eps, rp, b);
     STRATA_CUDA_OP("qk_norm_rope");
     launch_qk_norm_rope(rows_of(q), rows_of(k), dev_vector(q_norm), dev_vector(k_norm), hd, eps, rp.n_rot, inv_freq(rp),
-                        slot_pos(b), stream_);
+                        seq_pos(b), stream_);
 }
 
 void CudaBackend::rope(Act x, const RopeParams &rp, const BatchInfo &b) {
     STRATA_CUDA_OP("rope");
     STRATA_ASSERT(x.cols % rp.head_dim == 0 && rp.n_rot <= rp.head_dim && rp.n_rot % 2 == 0);
-    launch_rope_neox(rows_of(x), rp.head_dim, rp.n_rot, inv_freq(rp), slot_pos(b), stream_);
+    launch_rope_neox(rows_of(x), rp.head_dim, rp.n_rot, inv_freq(rp), seq_pos(b), stream_);
 }
 
 }  // namespace cuda

@@ -1,9 +1,12 @@
-// The CUDA backend's class, shared by its host source files (cuda_backend.cpp: set-up, memory, caches, small ops;
-// cuda_matmul.cpp: matmuls and the MoE; cuda_mixers.cpp: attention and Gated DeltaNet). Not for other users.
+// The CUDA backend's class, shared by its host source files (cuda_backend.cpp: set-up, memory, the plan carried out,
+// caches, small ops; cuda_slots.cpp: expert slots, the copy stream and the host stratum; cuda_matmul.cpp: matmuls
+// and the MoE steps; cuda_mixers.cpp: attention and Gated DeltaNet; cuda_graph.cpp: decoding passes as graphs).
+// Not for other users.
 //
-// Streams and memory protocol: the backend issues everything (kernels, expert copies, small uploads) on one stream,
-// so stream order alone orders producers before consumers and a buffer may be reused as soon as the next user is
-// queued after the last reader.
+// Streams and memory protocol: compute (kernels, small uploads, downloads) runs on one stream, `stream_`, so stream
+// order alone orders producers before consumers there and a buffer may be reused as soon as the next user is queued
+// after the last reader. Expert slot fills run on a second stream, `copy_stream_`, ordered against compute by events
+// (cuda_slots.cpp opens with that protocol).
 //   - Scratch: a bump arena of device memory. alloc() hands out activations valid until reset_scratch(); ops take
 //     their own temporaries from the same arena and give them back when they return (mark/release), which is safe
 //     because any later user is queued behind the kernels that read them.
@@ -23,8 +26,8 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/elementwise.cuh"
-#include "backend/cuda/expert_cache.h"
 #include "backend/cuda/gdn.cuh"
+#include "backend/cuda/host_stager.h"
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/op_profiler.h"
 
@@ -40,18 +43,28 @@ class CudaBackend final : public Backend {
     ~CudaBackend() override;
 
     std::string name() const override;
-    void prepare(Model &m) override;
-    void init_caches(const HParams &hp, const CacheConfig &cfg) override;
+    DeviceFacts device_facts() override;
+    void prepare(WeightSet &ws, const Placement &plan) override;
+    std::string prepare_note() const override { return prepare_note_; }
+    void init_caches(const CacheShape &shape) override;
     Act alloc(int64_t rows, int64_t cols) override;
+    int32_t *alloc_i32(int64_t n) override { return scratch_array<int32_t>(n); }
     void reset_scratch() override;
     ScratchMark scratch_mark() override { return {cur_chunk_, cur_off_}; }
     void scratch_release(ScratchMark m) override;
     void download(const Act &src, float *host) override;
+    void download_i32(const int32_t *src, int64_t n, int32_t *host) override;
     void begin_pass(const BatchInfo &b, bool traced) override;
     void end_pass() override;
     void abort_pass() override;
-    void copy_slot(int32_t src, int32_t dst, int64_t n_pos) override;
-    void clear_slot(int32_t slot) override;
+    void region_begin(const char *name) override {
+        if (prof_.on()) prof_.begin(name, stream_);
+    }
+    void region_end() override {
+        if (prof_.on()) prof_.end(stream_);
+    }
+    void copy_seq(int32_t src, int32_t dst, int64_t n_pos) override;
+    void clear_seq(int32_t seq) override;
 
     void embed(const Weight &tok_embd, const int32_t *ids, Act out) override;
     void rms_norm(Act x, const Weight &w, float eps, Act out) override;
@@ -59,6 +72,7 @@ class CudaBackend final : public Backend {
     void matmuls(Act x, const std::vector<MatmulOut> &outs) override;
     void add(Act a, Act b, Act out) override;
     void mul_sigmoid(Act x, Act gate) override;
+    void silu_mul(Act g, Act u) override;
     void gather_rows(Act src, const std::vector<int64_t> &rows, Act dst) override;
     void deinterleave(Act src, int64_t width, Act a, Act b) override;
     void rope(Act x, const RopeParams &rp, const BatchInfo &b) override;
@@ -66,16 +80,27 @@ class CudaBackend final : public Backend {
                       const BatchInfo &b) override;
     void attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
                    const BatchInfo &b, Act out) override;
-    void gdn(int64_t il, const LayerWeights &L, Act qkv, Act z, Act beta_in, Act alpha_in, const GdnParams &p,
+    void gdn(int64_t il, const GdnWeights &w, Act qkv, Act z, Act beta_in, Act alpha_in, const GdnParams &p,
              const BatchInfo &b, Act out) override;
-    void moe(const LayerWeights &L, Act x, const MoeParams &p, Act out) override;
+
+    // MoE steps (cuda_matmul.cpp) and expert slots (cuda_slots.cpp).
+    void route_topk(Act logits, const MoeParams &p, int32_t *ids, float *weights) override;
+    ExpertSrc expert_slot(const ExpertWeights &w, int32_t slot) const override;
+    void fill_slots(const ExpertWeights &w, const std::vector<SlotFill> &fills) override;
+    void set_resident_experts(const ExpertWeights &w, const std::vector<int32_t> &slot_of) override;
+    void expert_ffn(const ExpertWeights &w, Act xs, const std::vector<ExpertGroup> &groups, Act ys) override;
+    bool device_routing_applies(const ExpertWeights &w, int64_t n_tokens) const override;
+    void experts_device_routed(const ExpertWeights &w, Act x, int64_t k, const int32_t *ids, const float *weights,
+                               Act out) override;
+    void moe_combine(Act ys, const std::vector<int32_t> &yrow, const std::vector<int32_t> &widx, const float *weights,
+                     int64_t k, Act out) override;
+    void shared_expert_add(Act x, const Weight &gate, Act y, Act out) override;
 
     size_t recurrent_state_bytes() const override;
-    void save_recurrent_state(int32_t slot, void *dst) override;
-    void load_recurrent_state(int32_t slot, const void *src) override;
+    void save_recurrent_state(int32_t seq, void *dst) override;
+    void load_recurrent_state(int32_t seq, const void *src) override;
 
-    CudaExpertStats expert_stats() const;
-    Stats stats() const override;
+    CudaDeviceStats device_stats() const;
     bool device_memory(DeviceMemory &out) const override;
     cudaStream_t stream() const { return stream_; }
 
@@ -109,10 +134,10 @@ class CudaBackend final : public Backend {
     // ---- weights ----
     const uint8_t *dev_matrix(const Weight &w) const;  // packed bytes on the device
     const float *dev_vector(const Weight &w) const;    // 1-D weights as f32
-    int64_t layer_index(const LayerWeights &L) const;
+    void upload_weights(WeightSet &ws, const Placement &plan);
 
     // ---- per-forward row tables ----
-    const int2 *slot_pos(const BatchInfo &b);  // {slot, position} per row, uploaded once per forward
+    const int2 *seq_pos(const BatchInfo &b);  // {sequence, position} per row, uploaded once per forward
     const float *inv_freq(const RopeParams &rp);
 
     // ---- matmul (cuda_matmul.cpp) ----
@@ -132,29 +157,29 @@ class CudaBackend final : public Backend {
         const char *name;
     };
     void grouped_matmul(const WeightShape &w, const std::vector<MatmulGroup> &groups, PreparedAct &x, Rows y);
-    // Decode-sized MoE with every expert resident: groups made on the device from the routing, no host round trip.
-    bool device_routing_applies(const LayerWeights &L, int64_t il, int64_t n_tokens) const;
     // STRATA_CUDA_FUSE=0 undoes the decode fusions (shared input quantization, gate and up in one launch, silu fused
     // into the down matrices' quantization, q/k norm and rope in one kernel) for A/B checks; results are the same.
     static bool fusion_enabled();
-    void moe_host_grouped(const LayerWeights &L, int64_t il, Act x, int64_t k, int64_t n_exp,
-                          const std::vector<int32_t> &ids, const float *wts_dev, Act out);
-    void moe_device_routed(const LayerWeights &L, int64_t il, Act x, int64_t k, const int32_t *ids_dev,
-                           const float *wts_dev, Act out);
 
-    // ---- plan ----
-    void plan_and_place(Model &m);
-    uint64_t scratch_estimate(const HParams &hp) const;
-    uint64_t cache_bytes(const HParams &hp, const CacheConfig &cfg) const;
+    // ---- expert slots, the copy stream and the host stratum (cuda_slots.cpp) ----
+    void make_slots(const Placement &plan);
+    void make_host_tier(WeightSet &ws, const Placement &plan);
+    std::string pin_host_copy(const WeightSet &ws);
+    void free_slots();
+    void wait_for_fills();                        // compute waits for every fill issued so far
+    bool device_routing_kernels(const ExpertWeights &w) const;  // decode kernels take the layer's expert types
+    void note_slots_read(const std::vector<ExpertGroup> &groups);  // after expert_ffn: the slots' last reader
 
     CudaOptions opt_;
     int device_ = 0;
     cudaDeviceProp prop_{};
-    cudaStream_t stream_ = nullptr;
+    cudaStream_t stream_ = nullptr;       // compute
+    cudaStream_t copy_stream_ = nullptr;  // expert slot fills
     uint64_t budget_ = 0;        // what dev_alloc may hold in all; 0 until planned
     uint64_t budget_total_ = 0;  // the budget for the whole process on this device, CUDA runtime included
     uint64_t dev_bytes_ = 0;
     std::unordered_map<void *, size_t> allocations_;
+    int64_t download_cols_ = 0;  // the widest rows a pass downloads (graphs size their pinned buffer by it)
 
     std::vector<Chunk> chunks_;
     size_t cur_chunk_ = 0, cur_off_ = 0;
@@ -163,14 +188,14 @@ class CudaBackend final : public Backend {
     size_t stage_size_ = 0, stage_used_ = 0;
 
     std::unordered_map<const uint8_t *, void *> weights_dev_;  // host bytes -> device copy (matrices and vectors)
-    const Model *model_ = nullptr;
 
-    std::vector<BatchSeg> slot_pos_key_;
-    int64_t slot_pos_rows_ = -1;
-    const int2 *slot_pos_dev_ = nullptr;
-    bool slot_pos_in_scratch_ = false;
-    // Tables that hold for a whole pass (rows' slots and positions, attention tiles) go to a small buffer of their
-    // own, so the per-layer scratch release does not take them and each is uploaded once per pass, not per layer.
+    std::vector<BatchSeg> seq_pos_key_;
+    int64_t seq_pos_rows_ = -1;
+    const int2 *seq_pos_dev_ = nullptr;
+    bool seq_pos_in_scratch_ = false;
+    // Tables that hold for a whole pass (rows' sequences and positions, attention tiles) go to a small buffer of
+    // their own, so the per-layer scratch release does not take them and each is uploaded once per pass, not per
+    // layer.
     uint8_t *pass_buf_ = nullptr;
     size_t pass_buf_size_ = 0, pass_used_ = 0;
     void *upload_pass(const void *host, size_t bytes, bool &in_scratch);
@@ -184,24 +209,41 @@ class CudaBackend final : public Backend {
     struct LayerCache {
         bool attn = false;
         KvCacheView kv{};
-        float *conv = nullptr, *state = nullptr;    // [slot][...]
-        int64_t conv_floats = 0, state_floats = 0;  // per slot
+        float *conv = nullptr, *state = nullptr;    // [seq][...]
+        int64_t conv_floats = 0, state_floats = 0;  // per sequence
     };
-    CacheConfig cache_cfg_;
+    CacheShape cache_shape_;
     std::vector<LayerCache> caches_;
     void *cache_arena_ = nullptr;  // every layer's caches, one allocation
 
-    ExpertCache experts_;
+    // expert slots
+    std::vector<uint8_t *> slots_;               // slot memory, slot_bytes_ each
+    size_t slot_bytes_ = 0;
+    std::vector<ExpertSlotLayout> layouts_;      // per layer index
+    std::vector<uint64_t> slot_last_read_;       // per slot: the expert_ffn that last read it (0: none)
+    static constexpr int k_read_events = 64;
+    cudaEvent_t read_done_[k_read_events] = {};  // read_done_[s % k]: recorded after expert_ffn number s
+    uint64_t ffn_seq_ = 0;                       // expert_ffn calls that read slots, so far
+    uint64_t copy_waited_ = 0;                   // the copy stream waits for every expert_ffn up to this one
+    cudaEvent_t fill_done_ = nullptr;            // recorded on the copy stream after the latest fill
+    bool fills_pending_ = false;                 // fills issued that compute has not waited for yet
+    // the host stratum: per layer the pinned copies of its gate, up and down tensors (every expert, in order)
+    struct HostCopy {
+        const uint8_t *gate = nullptr, *up = nullptr, *down = nullptr;
+    };
+    std::vector<HostCopy> host_copy_;
+    std::vector<void *> host_allocs_;
     std::unique_ptr<HostStager> stager_;
-    std::vector<const uint8_t *const *> expert_tables_;  // per layer, when every expert is resident
-    const uint8_t *pinned_base_ = nullptr;               // the registered host range, if any
-    std::vector<void *> host_copies_;                    // pinned host copies of the routed experts
-    std::string pin_host_copy(const Model &m);
-    std::string plan_line_;
+    const uint8_t *pinned_base_ = nullptr;  // the registered mapping, if any
+    std::string prepare_note_;
+    // per layer, when every expert is resident: the device table of its experts' matrices (device routing)
+    std::vector<const uint8_t *const *> expert_tables_;
+    int64_t moe_layers_ = 0, resident_layers_ = 0;
+
     OpProfiler prof_;
 
     // ---- graphs (cuda_graph.cpp): a decoding pass recorded by stream capture and launched as one graph ----
-    bool graph_eligible_ = false;      // set by the plan: every MoE layer routes on the device at decode sizes
+    bool graph_eligible_ = false;      // every MoE layer routes on the device at decode sizes
     bool capturing_ = false;           // inside begin_pass .. end_pass, recording
     int64_t pass_rows_ = 0;            // the recorded pass's size
     std::vector<int64_t> graph_warm_;  // pass sizes that have run once without a graph (tables made, kernels loaded)

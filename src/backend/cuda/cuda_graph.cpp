@@ -43,14 +43,14 @@ void CudaBackend::begin_pass(const BatchInfo &b, bool traced) {
     STRATA_ASSERT(!capturing_);
     pass_t0_ = Clock::now();
     pass_small_ = b.n_tokens <= k_mmv_max_rows;
-    if (!(opt_.graphs || graphs_forced()) || traced || prof_.on() || !graph_eligible_ || !model_) return;
+    if (!(opt_.graphs || graphs_forced()) || traced || prof_.on() || !graph_eligible_ || download_cols_ <= 0) return;
     if (b.n_tokens < 1 || b.n_tokens > k_mmv_max_rows) return;
     if (std::find(graph_warm_.begin(), graph_warm_.end(), b.n_tokens) == graph_warm_.end()) {
         graph_warm_.push_back(b.n_tokens);
         return;
     }
     // The pass downloads at most one row of logits per token.
-    const size_t need = size_t(b.n_tokens) * size_t(model_->hp.n_vocab);
+    const size_t need = size_t(b.n_tokens) * size_t(download_cols_);
     if (dl_floats_ < need) {
         if (dl_pinned_) STRATA_CUDA_CHECK(cudaFreeHost(dl_pinned_));
         dl_pinned_ = nullptr;

@@ -25,9 +25,9 @@ void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int
     STRATA_ASSERT(c.attn && k.cols == c.kv.kv_cols && v.cols == c.kv.kv_cols && q.cols == n_head * head_dim);
     for (const BatchSeg &s : b.segs)
         if (s.pos0 + s.n > c.kv.n_ctx)
-            fail("sequence in slot %d needs %lld positions; the context holds %lld", s.slot, (long long)(s.pos0 + s.n),
+            fail("sequence %d needs %lld positions; the context holds %lld", s.seq, (long long)(s.pos0 + s.n),
                  (long long)c.kv.n_ctx);
-    const int2 *sp = slot_pos(b);
+    const int2 *sp = seq_pos(b);
     launch_kv_store(c.kv, rows_of(k), rows_of(v), sp, stream_);
     const int64_t group = n_head / n_head_kv;
     // Decoding batches (every sequence a row or two) take the tiles of 16 query vectors.
@@ -43,7 +43,7 @@ void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int
     for (const BatchSeg &s : b.segs) {
         for (int64_t r = 0; r < s.n; r += rpt)
             tiles.push_back(
-                {int32_t(s.row0 + r), int32_t(std::min<int64_t>(rpt, s.n - r)), s.slot, int32_t(s.pos0 + r)});
+                {int32_t(s.row0 + r), int32_t(std::min<int64_t>(rpt, s.n - r)), s.seq, int32_t(s.pos0 + r)});
         max_end = std::max(max_end, s.pos0 + s.n);
     }
     if (tiles.empty()) return;
@@ -64,7 +64,7 @@ void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int
     release(m);
 }
 
-void CudaBackend::gdn(int64_t il, const LayerWeights &Lw, Act qkv, Act z, Act beta_in, Act alpha_in, const GdnParams &p,
+void CudaBackend::gdn(int64_t il, const GdnWeights &Lw, Act qkv, Act z, Act beta_in, Act alpha_in, const GdnParams &p,
                       const BatchInfo &b, Act out) {
     STRATA_CUDA_OP("gdn");
     STRATA_ASSERT(il >= 0 && il < int64_t(caches_.size()));
@@ -73,8 +73,8 @@ void CudaBackend::gdn(int64_t il, const LayerWeights &Lw, Act qkv, Act z, Act be
     const int64_t C = s.conv_dim(), K = s.conv_kernel;
     STRATA_ASSERT(!c.attn && qkv.cols == C && c.conv_floats == (K - 1) * C);
     STRATA_ASSERT(z.cols == s.n_v * s.d_v && out.cols == s.n_v * s.d_v && s.n_v % s.n_k == 0);
-    const float *w_conv = dev_vector(Lw.ssm_conv1d), *dt_bias = dev_vector(Lw.ssm_dt_bias);
-    const float *a_neg = dev_vector(Lw.ssm_a), *norm_w = dev_vector(Lw.ssm_norm);
+    const float *w_conv = dev_vector(*Lw.conv1d), *dt_bias = dev_vector(*Lw.dt_bias);
+    const float *a_neg = dev_vector(*Lw.a), *norm_w = dev_vector(*Lw.norm);
 
     for (const BatchSeg &seg : b.segs) {
         const int64_t n = seg.n;
@@ -83,7 +83,7 @@ void CudaBackend::gdn(int64_t il, const LayerWeights &Lw, Act qkv, Act z, Act be
         float *xc = scratch_array<float>(n * C);
         float *state_tmp = scratch_array<float>(std::max<int64_t>((K - 1) * C, 1));
         float *g = scratch_array<float>(n * s.n_v), *beta = scratch_array<float>(n * s.n_v);
-        float *conv_state = c.conv + seg.slot * c.conv_floats, *states = c.state + seg.slot * c.state_floats;
+        float *conv_state = c.conv + seg.seq * c.conv_floats, *states = c.state + seg.seq * c.state_floats;
         launch_gdn_conv(s, rows_of(qkv.rows_view(seg.row0, n)), w_conv, conv_state, state_tmp, xc, stream_);
         launch_gdn_qk_norm(s, xc, n, stream_);
         launch_gdn_gates(s, rows_of(beta_in.rows_view(seg.row0, n)), rows_of(alpha_in.rows_view(seg.row0, n)), dt_bias,

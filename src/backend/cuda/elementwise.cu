@@ -67,10 +67,10 @@ __global__ void k_rms_norm(Rows x, const float *w, int64_t group, float eps, Row
     for (int64_t i = threadIdx.x; i < group; i += blockDim.x) yr[i] = xr[i] * scale * w[i];
 }
 
-__global__ void k_rope_neox(Rows x, int64_t head_dim, int64_t half, const float *inv_freq, const int2 *slot_pos) {
+__global__ void k_rope_neox(Rows x, int64_t head_dim, int64_t half, const float *inv_freq, const int2 *seq_pos) {
     const int64_t r = blockIdx.y;
     const int64_t n_head = x.cols / head_dim;
-    const float p = float(slot_pos[r].y);
+    const float p = float(seq_pos[r].y);
     for (int64_t w = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; w < n_head * half;
          w += int64_t(gridDim.x) * blockDim.x) {
         const int64_t h = w / half, i = w % half;
@@ -88,7 +88,7 @@ __global__ void k_rope_neox(Rows x, int64_t head_dim, int64_t half, const float 
 // with the same block size and tree as k_rms_norm, then the NeoX rotation of its first n_rot dims with the same
 // arithmetic as k_rope_neox: the results are those of the four separate kernels, from one launch.
 __global__ void k_qk_norm_rope(Rows q, Rows k, const float *wq, const float *wk, int64_t head_dim, float eps,
-                               int64_t half, const float *inv_freq, const int2 *slot_pos) {
+                               int64_t half, const float *inv_freq, const int2 *seq_pos) {
     __shared__ float red[32];
     __shared__ float y[256];
     const int64_t r = blockIdx.y, n_q = q.cols / head_dim;
@@ -103,7 +103,7 @@ __global__ void k_qk_norm_rope(Rows q, Rows k, const float *wq, const float *wk,
     const float scale = 1.0f / sqrtf(ss / float(head_dim) + eps);
     for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) y[i] = xr[i] * scale * w[i];
     __syncthreads();
-    const float p = float(slot_pos[r].y);
+    const float p = float(seq_pos[r].y);
     for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
         if (i < 2 * half) {
             const int64_t j = i < half ? i : i - half;
@@ -174,7 +174,7 @@ void launch_rms_norm(Rows x, const float *w, int64_t group, float eps, Rows out,
 }
 
 void launch_qk_norm_rope(Rows q, Rows k, const float *wq, const float *wk, int64_t head_dim, float eps, int64_t n_rot,
-                         const float *inv_freq_dev, const int2 *slot_pos_dev, cudaStream_t stream) {
+                         const float *inv_freq_dev, const int2 *seq_pos_dev, cudaStream_t stream) {
     if (q.rows == 0) return;
     check_rows(q.rows);
     STRATA_ASSERT(k.rows == q.rows && head_dim <= 256 && q.cols % head_dim == 0 && k.cols % head_dim == 0);
@@ -182,18 +182,18 @@ void launch_qk_norm_rope(Rows q, Rows k, const float *wq, const float *wk, int64
     const unsigned threads = head_dim >= 1024 ? 256 : head_dim >= 128 ? 128 : 32;  // launch_rms_norm's choice
     const unsigned heads = unsigned(q.cols / head_dim + k.cols / head_dim);
     k_qk_norm_rope<<<dim3(heads, unsigned(q.rows)), threads, 0, stream>>>(q, k, wq, wk, head_dim, eps, n_rot / 2,
-                                                                          inv_freq_dev, slot_pos_dev);
+                                                                          inv_freq_dev, seq_pos_dev);
     STRATA_CUDA_LAUNCH_CHECK("k_qk_norm_rope");
 }
 
-void launch_rope_neox(Rows x, int64_t head_dim, int64_t n_rot, const float *inv_freq_dev, const int2 *slot_pos_dev,
+void launch_rope_neox(Rows x, int64_t head_dim, int64_t n_rot, const float *inv_freq_dev, const int2 *seq_pos_dev,
                       cudaStream_t stream) {
     if (x.rows == 0 || n_rot == 0) return;
     check_rows(x.rows);
     const int64_t work = (x.cols / head_dim) * (n_rot / 2);
     const unsigned threads = work >= 128 ? 128 : 32;
     k_rope_neox<<<dim3(std::min<unsigned>(ceil_div(work, threads), 64), unsigned(x.rows)), threads, 0, stream>>>(
-        x, head_dim, n_rot / 2, inv_freq_dev, slot_pos_dev);
+        x, head_dim, n_rot / 2, inv_freq_dev, seq_pos_dev);
     STRATA_CUDA_LAUNCH_CHECK("k_rope_neox");
 }
 

@@ -19,14 +19,14 @@ void launch_gather_rows(Rows src, const int32_t *rows_dev, Rows dst, cudaStream_
 void launch_deinterleave(Rows src, int64_t width, Rows a, Rows b, cudaStream_t stream);
 // out = x / rms(x) * w over groups of `group` columns (w: `group` floats on the device); out may be x.
 void launch_rms_norm(Rows x, const float *w, int64_t group, float eps, Rows out, cudaStream_t stream);
-// NeoX rotation of the first n_rot dims of every head of x at each row's position (slot_pos_dev: {slot, position}
+// NeoX rotation of the first n_rot dims of every head of x at each row's position (seq_pos_dev: {sequence, position}
 // per row). inv_freq_dev: n_rot / 2 floats, theta^(-2i / n_rot) as the CPU computes them.
-void launch_rope_neox(Rows x, int64_t head_dim, int64_t n_rot, const float *inv_freq_dev, const int2 *slot_pos_dev,
+void launch_rope_neox(Rows x, int64_t head_dim, int64_t n_rot, const float *inv_freq_dev, const int2 *seq_pos_dev,
                       cudaStream_t stream);
 // Both of the above for an attention layer's q and k (per-head RMSNorm with wq / wk of head_dim floats, then the
 // rotation), in place, in one launch; the same results as launch_rms_norm and launch_rope_neox on each.
 // head_dim <= 256.
 void launch_qk_norm_rope(Rows q, Rows k, const float *wq, const float *wk, int64_t head_dim, float eps, int64_t n_rot,
-                         const float *inv_freq_dev, const int2 *slot_pos_dev, cudaStream_t stream);
+                         const float *inv_freq_dev, const int2 *seq_pos_dev, cudaStream_t stream);
 
 }  // namespace strata::cuda

@@ -140,8 +140,8 @@ __global__ __launch_bounds__(k_threads) void k_flash(KvCacheView c, Rows q, Rows
     }
     const int key_end = t.pos0 + t.n_rows;
     const int k_lo = split * chunk, k_hi = min(key_end, k_lo + chunk);
-    const uint8_t *kb = c.k + (size_t(t.slot) * size_t(c.n_ctx)) * c.row_bytes;
-    const uint8_t *vb = c.v + (size_t(t.slot) * size_t(c.n_ctx)) * c.row_bytes;
+    const uint8_t *kb = c.k + (size_t(t.seq) * size_t(c.n_ctx)) * c.row_bytes;
+    const uint8_t *vb = c.v + (size_t(t.seq) * size_t(c.n_ctx)) * c.row_bytes;
     const int col0 = kvh * D;
 
     float o[RM][RD], m[RM], l[RM];

@@ -1,9 +1,9 @@
 // Public entry point of the chat-template language: parse and render, turning internal errors into
 // strata::Error messages that name the template and line. Not the lexer, parser or evaluator.
-#include "tokenizer/jinja.h"
+#include "jinja/jinja.h"
 
 #include "core/error.h"
-#include "tokenizer/jinja_interp.h"
+#include "jinja/interp.h"
 
 namespace strata::jinja {
 

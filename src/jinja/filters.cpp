@@ -1,7 +1,7 @@
 // Builtin filters and tests of the chat-template language, following jinja2 3.1's definitions, transformers' tojson
 // override (json.dumps with ensure_ascii=False, no HTML escaping) and the from_json filter serving frameworks add.
 // Filters that return generators in jinja2 (map, select, items, reverse, ...) return generator-flagged lists. Not the
-// methods or globals (jinja_methods.cpp).
+// methods or globals (methods.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "tokenizer/jinja_interp.h"
+#include "jinja/interp.h"
 
 namespace strata::jinja {
 

@@ -2,13 +2,13 @@
 // byte for byte: `{%-` strips all whitespace before a tag, `-%}` all after it; with trim_blocks the first newline
 // after a block or comment tag goes; with lstrip_blocks the spaces and tabs between a line start and a block or
 // comment tag go (not before `{{`, and not with `{%+`). Not the parser.
-#include "tokenizer/jinja_lexer.h"
+#include "jinja/lexer.h"
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
-#include "tokenizer/jinja_value.h"
+#include "jinja/value.h"
 
 namespace strata::jinja {
 

@@ -1,5 +1,5 @@
 // Values of the chat-template language (a Jinja2 subset): Python-like data with Python's printing, equality,
-// ordering and JSON rules, so rendered prompts match what jinja2 produces. Not the evaluator (jinja_interp.h).
+// ordering and JSON rules, so rendered prompts match what jinja2 produces. Not the evaluator (interp.h).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Values of the chat-template language: construction, Python printing (str/repr), equality and ordering,
 // iteration, JSON in and out. Not the evaluator: operators and attribute lookup live in the interpreter.
-#include "tokenizer/jinja_value.h"
+#include "jinja/value.h"
 
 #include <algorithm>
 #include <charconv>

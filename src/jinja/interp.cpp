@@ -1,6 +1,6 @@
 // Evaluator of the chat-template language: statements, expressions, operators, scopes, macros and loops with
-// jinja2's semantics. Not the builtin filters, tests and methods (jinja_filters.cpp, jinja_methods.cpp).
-#include "tokenizer/jinja_interp.h"
+// jinja2's semantics. Not the builtin filters, tests and methods (filters.cpp, methods.cpp).
+#include "jinja/interp.h"
 
 #include <cmath>
 
@@ -438,7 +438,7 @@ Value Interp::eval_inner(const Expr &e, const ScopeP &sc) {
         Value input = e.sub[0]->kind == EK::Placeholder ? placeholder_ : eval(*e.sub[0], sc);
         Args args;
         eval_args(e, sc, args, 1);
-        // A name the parse let through (in a branch: jinja_parser.cpp) fails here, when it is applied.
+        // A name the parse let through (in a branch: parser.cpp) fails here, when it is applied.
         if (!has_filter(e.name)) throw_error("No filter named '" + e.name + "' found.");
         return apply_filter(e.name, input, args);
     }

@@ -1,6 +1,6 @@
 // Synthetic model files: presets, metadata, a built-in byte-level tokenizer, and seeded weights produced row by
 // row in parallel while the file is written (files larger than memory are fine).
-#include "model/synth.h"
+#include "synth/synth.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +13,7 @@
 #include "format/gguf.h"
 #include "format/quant.h"
 #include "format/quantize_file.h"
-#include "model/route_skew.h"
+#include "synth/route_skew.h"
 
 namespace strata {
 

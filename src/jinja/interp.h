@@ -1,7 +1,7 @@
 // Evaluator of the chat-template language (internal): scopes with jinja2's rules (a for-loop iteration and a
 // macro call get their own scope, if-blocks do not; macros see their defining scope live), Python's attribute and
 // item lookup with the immutable sandbox's restrictions, and the interface filters, tests and methods use.
-// Not the public API (jinja.h) and not the builtins themselves (jinja_filters.cpp, jinja_methods.cpp).
+// Not the public API (jinja.h) and not the builtins themselves (filters.cpp, methods.cpp).
 #pragma once
 
 #include <ctime>
@@ -10,8 +10,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "tokenizer/jinja_parser.h"
-#include "tokenizer/jinja_value.h"
+#include "jinja/parser.h"
+#include "jinja/value.h"
 
 namespace strata::jinja {
 
@@ -56,7 +56,7 @@ public:
     // Binary operators with Python semantics (+ - * / // % **).
     Value binop(const std::string &op, const Value &a, const Value &b);
 
-    // Builtin lookups (jinja_filters.cpp / jinja_methods.cpp).
+    // Builtin lookups (filters.cpp / methods.cpp).
     static Value method(const Value &obj, const std::string &name);  // bound method or Undefined
     static ScopeP builtin_globals();
 

@@ -18,7 +18,7 @@ struct SynthOptions {
     DType dense_type = DType::Q8_0;   // attention / GDN projections, shared experts, embeddings, output
     uint64_t seed = 1;
     // 0: routing as random routers give it (nearly uniform); S > 0: the expert of popularity rank r is chosen about
-    // in proportion to 1/r^S (model/route_skew.h), which experts are popular shuffled per layer by the seed.
+    // in proportion to 1/r^S (synth/route_skew.h), which experts are popular shuffled per layer by the seed.
     float route_skew = 0.0f;
     std::string vocab_file;           // copy tokenizer.* metadata from this GGUF (its vocab size wins)
     int n_threads = 0;

@@ -1,7 +1,7 @@
 // Zipf selection rates and the router offsets that produce them, calibrated by simulation: the rate at which an
 // offset wins a top-k has no closed form for k > 1, but it is monotonic in the offset, so a fixed-point iteration on
 // a fixed sample of normal logits converges.
-#include "model/route_skew.h"
+#include "synth/route_skew.h"
 
 #include <algorithm>
 #include <cmath>

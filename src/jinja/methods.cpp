@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <ctime>
 
-#include "tokenizer/jinja_interp.h"
+#include "jinja/interp.h"
 
 namespace strata::jinja {
 

@@ -1,7 +1,7 @@
 // Parser of the chat-template language: recursive descent over the lexer's tokens, with jinja2's precedence
 // (conditional < or < and < not < comparisons < + - < ~ < * / // % < ** < unary < postfix/filters/tests) and its
 // statement set minus template inheritance and includes (chat templates are single strings). Not the evaluator.
-#include "tokenizer/jinja_parser.h"
+#include "jinja/parser.h"
 
 #include <set>
 

@@ -1,0 +1,210 @@
+// Expert slots of the CUDA backend: the plan's slot memory, fills from the host stratum on a copy stream, and the
+// events that order the fills against the compute that reads the slots. Which expert goes to which slot is not
+// decided here (strata/expert_slots.h).
+//
+// Protocol (two streams: compute `stream_`, copies `copy_stream_`):
+//   - A fill may overwrite slot s only once every expert_ffn that read s before has finished. Each expert_ffn
+//     that reads slots is numbered n (ffn_seq_), records read_done_[n % 64] on the compute stream after its kernels,
+//     and marks its slots last read by n. Before a fill, the copy stream waits for read_done_ of the slot's last
+//     reader (once per newer reader: copy_waited_). Events are recorded again every 64 calls: an event recorded again
+//     stands for a later call, and on the in-order compute stream waiting for a later call waits for the earlier one
+//     too, so reuse can make a wait longer, never too short.
+//   - An expert_ffn (or a device-routed pass) may read a slot only once its fill has finished: after fills,
+//     fill_done_ is recorded on the copy stream, and the next reader makes the compute stream wait for it.
+//   - Sources: the pinned host copy (one DMA per matrix), the mapped file through the pinned stager (its buffers
+//     carry their own events: host_stager.h), the mapped file as it is, or the pinned mapping.
+//   - Fills at start (every expert resident) have finished when set_resident_experts returns.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/cuda_check.h"
+#include "core/error.h"
+#include "core/threads.h"
+#include "core/units.h"
+
+namespace strata::cuda {
+
+void CudaBackend::make_slots(const Placement &plan) {
+    slot_bytes_ = plan.slot_bytes;
+    layouts_ = plan.layouts;
+    for (int64_t done = 0; done < plan.n_slots;) {
+        // pools of at most 1 GiB, so no single allocation is huge
+        const int64_t per_pool = std::max<int64_t>(1, int64_t((uint64_t(1) << 30) / std::max<size_t>(slot_bytes_, 1)));
+        const int64_t n = std::min(per_pool, plan.n_slots - done);
+        uint8_t *pool = static_cast<uint8_t *>(dev_alloc(size_t(n) * slot_bytes_, "expert slots"));
+        for (int64_t i = 0; i < n; i++) slots_.push_back(pool + size_t(i) * slot_bytes_);
+        done += n;
+    }
+    slot_last_read_.assign(slots_.size(), 0);
+    moe_layers_ = 0;
+    for (const ExpertSlotLayout &L : layouts_) moe_layers_ += L.bytes > 0;
+    expert_tables_.assign(layouts_.size(), nullptr);
+}
+
+// The "pinned where it fits" host stratum: every routed expert copied once into pinned host memory, so that misses
+// are DMA copies at the bus's speed with no CPU work (on the H200 machine, Qwen3-30B-A3B under a 12 GiB budget:
+// pp512 3386 against 2487 t/s through the stager, tg64 105 against 78). Costs start-up time (allocating pinned
+// memory took ~0.5 s per GiB there: 9.5 s for 15.2 GiB of experts) and host RAM, which the plan checked.
+std::string CudaBackend::pin_host_copy(const WeightSet &ws) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ThreadPool pool(std::min(8, hardware_threads()));
+    host_copy_.assign(ws.experts.size(), {});
+    uint64_t bytes = 0;
+    for (const ExpertWeights &e : ws.experts) {
+        if (!e.present()) continue;
+        const Weight *ws3[3] = {e.gate, e.up, e.down};
+        uint8_t *copies[3];
+        for (int j = 0; j < 3; j++) {
+            const Weight &w = *ws3[j];
+            const size_t mb = w.matrix_bytes(), n = size_t(w.ne[2]) * mb;
+            const cudaError_t err = cudaMallocHost(reinterpret_cast<void **>(&copies[j]), n);
+            if (err != cudaSuccess) {
+                cudaGetLastError();
+                fail("CUDA%d: pinning %s of host memory for expert copies failed: %s", device_, format_bytes(n).c_str(),
+                     cudaGetErrorString(err));
+            }
+            host_allocs_.push_back(copies[j]);
+            pool.parallel_for(w.ne[2], 1, [&](int64_t e0, int64_t e1) {
+                for (int64_t x = e0; x < e1; x++) std::memcpy(copies[j] + size_t(x) * mb, w.expert_host(x), mb);
+            });
+            bytes += n;
+        }
+        host_copy_[size_t(e.il)] = {copies[0], copies[1], copies[2]};
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return strfmt(" (%s pinned in %.1f s)", format_bytes(bytes).c_str(), secs);
+}
+
+void CudaBackend::make_host_tier(WeightSet &ws, const Placement &plan) {
+    auto make_stager = [&] {
+        stager_ = std::make_unique<HostStager>(plan.stager_buffer_bytes, plan.stager_buffers,
+                                               std::min(8, hardware_threads()));
+    };
+    switch (plan.host) {
+        case HostTier::none:
+        case HostTier::pageable: break;
+        case HostTier::pinned_copy: prepare_note_ = pin_host_copy(ws); break;
+        case HostTier::stager: make_stager(); break;
+        case HostTier::pinned_mapping: {
+            // Copies as DMA straight from the mapping. On the Firecracker H200 machines registering the 16.75 GiB
+            // mapping of Qwen3-30B-A3B did not finish within 150 s: opt-in, and the stager where it fails.
+            const long page = sysconf(_SC_PAGESIZE);
+            const size_t len = (ws.file_size + size_t(page) - 1) / size_t(page) * size_t(page);
+            const auto t0 = std::chrono::steady_clock::now();
+            const cudaError_t err = cudaHostRegister(const_cast<uint8_t *>(ws.file_bytes), len,
+                                                     cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+            const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            if (err == cudaSuccess) {
+                pinned_base_ = ws.file_bytes;
+                prepare_note_ = strfmt(" (pinned in %.2f s)", secs);
+            } else {
+                cudaGetLastError();
+                make_stager();
+                prepare_note_ = strfmt(" (pinning failed: %s; through a pinned stager %d x %s instead)",
+                                       cudaGetErrorName(err), plan.stager_buffers,
+                                       format_bytes(plan.stager_buffer_bytes).c_str());
+            }
+            break;
+        }
+    }
+}
+
+void CudaBackend::free_slots() {
+    if (pinned_base_) cudaHostUnregister(const_cast<uint8_t *>(pinned_base_));
+    pinned_base_ = nullptr;
+    for (void *p : host_allocs_) cudaFreeHost(p);
+    host_allocs_.clear();
+    stager_.reset();
+}
+
+ExpertSrc CudaBackend::expert_slot(const ExpertWeights &w, int32_t slot) const {
+    STRATA_ASSERT(slot >= 0 && size_t(slot) < slots_.size() && size_t(w.il) < layouts_.size());
+    const ExpertSlotLayout &L = layouts_[size_t(w.il)];
+    const uint8_t *s = slots_[size_t(slot)];
+    return {s + L.gate_off, s + L.up_off, s + L.down_off};
+}
+
+void CudaBackend::fill_slots(const ExpertWeights &w, const std::vector<SlotFill> &fills) {
+    STRATA_ASSERT(size_t(w.il) < layouts_.size() && layouts_[size_t(w.il)].bytes > 0);
+    if (fills.empty()) return;
+    // Wait for the last compute that read any of these slots (protocol above).
+    uint64_t last = 0;
+    for (const SlotFill &f : fills) {
+        STRATA_ASSERT(f.slot >= 0 && size_t(f.slot) < slots_.size());
+        last = std::max(last, slot_last_read_[size_t(f.slot)]);
+    }
+    if (last > copy_waited_) {
+        STRATA_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, read_done_[last % k_read_events], 0));
+        copy_waited_ = last;
+    }
+    const ExpertSlotLayout &L = layouts_[size_t(w.il)];
+    const Weight *mats[3] = {w.gate, w.up, w.down};
+    const size_t offs[3] = {L.gate_off, L.up_off, L.down_off};
+    const HostCopy *hc = size_t(w.il) < host_copy_.size() && host_copy_[size_t(w.il)].gate
+                             ? &host_copy_[size_t(w.il)]
+                             : nullptr;
+    std::vector<HostStager::Item> staged;
+    for (const SlotFill &f : fills) {
+        uint8_t *slot = slots_[size_t(f.slot)];
+        for (int j = 0; j < 3; j++) {
+            const size_t n = mats[j]->matrix_bytes();
+            const uint8_t *src = hc ? (j == 0 ? hc->gate : j == 1 ? hc->up : hc->down) + size_t(f.expert) * n
+                                    : mats[j]->expert_host(f.expert);
+            if (!hc && stager_)
+                staged.push_back({slot + offs[j], src, n});
+            else
+                STRATA_CUDA_CHECK(cudaMemcpyAsync(slot + offs[j], src, n, cudaMemcpyHostToDevice, copy_stream_));
+        }
+    }
+    if (!staged.empty()) stager_->copy(staged, copy_stream_);
+    STRATA_CUDA_CHECK(cudaEventRecord(fill_done_, copy_stream_));
+    fills_pending_ = true;
+}
+
+void CudaBackend::wait_for_fills() {
+    if (!fills_pending_) return;
+    STRATA_CUDA_CHECK(cudaStreamWaitEvent(stream_, fill_done_, 0));
+    fills_pending_ = false;
+}
+
+void CudaBackend::note_slots_read(const std::vector<ExpertGroup> &groups) {
+    if (slots_.empty()) return;
+    bool any = false;
+    for (const ExpertGroup &g : groups) any = any || g.slot >= 0;
+    if (!any) return;
+    const uint64_t n = ++ffn_seq_;
+    STRATA_CUDA_CHECK(cudaEventRecord(read_done_[n % k_read_events], stream_));
+    for (const ExpertGroup &g : groups)
+        if (g.slot >= 0) {
+            STRATA_ASSERT(size_t(g.slot) < slots_.size());
+            slot_last_read_[size_t(g.slot)] = n;
+        }
+}
+
+void CudaBackend::set_resident_experts(const ExpertWeights &w, const std::vector<int32_t> &slot_of) {
+    STRATA_ASSERT(size_t(w.il) < expert_tables_.size() && int64_t(slot_of.size()) == w.gate->ne[2]);
+    // The start-up fills are done before anything reads these slots without waiting.
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+    fills_pending_ = false;
+    // The device table of the layer's experts' matrices, for routing without the host (experts_device_routed).
+    std::vector<const uint8_t *> tab(3 * slot_of.size());
+    for (size_t e = 0; e < slot_of.size(); e++) {
+        const ExpertSrc s = expert_slot(w, slot_of[e]);
+        tab[3 * e] = static_cast<const uint8_t *>(s.gate);
+        tab[3 * e + 1] = static_cast<const uint8_t *>(s.up);
+        tab[3 * e + 2] = static_cast<const uint8_t *>(s.down);
+    }
+    auto *dev = static_cast<const uint8_t **>(dev_alloc(tab.size() * sizeof(void *), "expert tables"));
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(dev, tab.data(), tab.size() * sizeof(void *), cudaMemcpyHostToDevice, stream_));
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (!expert_tables_[size_t(w.il)]) resident_layers_ += device_routing_kernels(w) ? 1 : 0;
+    expert_tables_[size_t(w.il)] = dev;
+    // Decoding passes can run as graphs once no layer needs the host for its experts.
+    graph_eligible_ = resident_layers_ == moe_layers_;
+}
+
+}  // namespace strata::cuda

@@ -1,0 +1,116 @@
+// What a backend is handed at start: the tensors it computes with (WeightSet), the caches it holds (CacheShape) and
+// the memory plan it executes (Placement), plus what a plan needs to know of the backend (DeviceFacts). The plan is
+// computed above this layer, by a pure function (strata/placement_plan.h); a backend only carries it out.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "format/weight.h"
+
+namespace strata {
+
+// ---- tensors ----
+
+// A layer's routed experts: three 3-D tensors {row length, rows, n_expert}, one matrix per expert.
+struct ExpertWeights {
+    int64_t il = -1;  // layer index
+    const Weight *gate = nullptr, *up = nullptr, *down = nullptr;
+    bool present() const { return gate != nullptr; }
+    size_t expert_bytes() const { return gate->matrix_bytes() + up->matrix_bytes() + down->matrix_bytes(); }
+};
+
+// The tensors of a model, by how a backend treats them: matrices kept as packed bytes, small 1-D or 2-D weights used
+// as f32 (norms, biases, gates, conv taps), and per layer index the routed experts (absent where a layer has none).
+// A weight may appear in several lists' entries (tied embeddings); backends copy each byte range once.
+struct WeightSet {
+    std::vector<Weight *> matrices;
+    std::vector<Weight *> vectors;
+    std::vector<ExpertWeights> experts;  // one per layer index
+    const uint8_t *file_bytes = nullptr;  // the mapping the host views point into (nullptr: none)
+    size_t file_size = 0;
+};
+
+// ---- caches ----
+
+enum class KvType { F32, F16, Q8_0 };
+const char *kv_type_name(KvType t);
+size_t kv_row_bytes(KvType t, int64_t cols);  // one cache row of `cols` values
+
+// The caches a backend holds for n_seqs sequences of n_ctx positions: per layer either attention K and V rows or a
+// Gated DeltaNet layer's conv state ([kernel - 1][conv_dim] f32) and delta-rule state (f32).
+struct CacheShape {
+    int32_t n_seqs = 1;
+    int64_t n_ctx = 4096;
+    KvType kv_type = KvType::F16;
+    struct Layer {
+        bool attention = false;
+        int64_t kv_cols = 0;   // attention: n_head_kv * head_dim
+        int64_t head_dim = 0;  // attention (q8_0 rows need a multiple of 32)
+        int64_t conv_rows = 0, conv_cols = 0, state_floats = 0;  // GDN, per sequence
+    };
+    std::vector<Layer> layers;
+
+    // Bytes of layer il's two buffers (K and V, or conv and state) for all sequences.
+    size_t first_bytes(size_t il) const;
+    size_t second_bytes(size_t il) const;
+};
+
+// ---- the device and the plan ----
+
+struct DeviceFacts {
+    bool has_device_memory = false;  // false: the CPU, which reads every weight where it lies
+    int device = 0;
+    std::string name;                // for messages: "CUDA0"
+    uint64_t free_bytes = 0, total_bytes = 0;
+    uint64_t runtime_bytes = 0;      // what the device runtime's context holds (measured, or estimated)
+    bool runtime_estimated = false;  // the driver's count could not be read: runtime_bytes is an assumption
+    uint64_t host_available_bytes = 0;  // host RAM available now (0: unknown)
+    size_t align = 256;                 // allocations are rounded up to this
+};
+
+// Where the experts that are not resident come from when a slot is filled.
+enum class HostTier {
+    none,           // every expert resident: nothing is copied after start
+    pinned_copy,    // a copy of every routed expert in pinned host memory (DMA at the bus's speed)
+    stager,         // the mapped file, through a ring of pinned staging buffers
+    pageable,       // the mapped file, copied as it is (STRATA_CUDA_STAGER=0)
+    pinned_mapping  // the mapped file registered as pinned memory (STRATA_CUDA_PIN=1)
+};
+const char *host_tier_name(HostTier t);
+
+// One layer's experts within an expert slot: gate, up and down at these byte offsets (bytes: what they take).
+struct ExpertSlotLayout {
+    size_t gate_off = 0, up_off = 0, down_off = 0, bytes = 0;
+};
+
+struct Placement {
+    bool device = false;  // false: nothing to place (the CPU reads weights in place)
+    // Bytes the backend's allocations may hold in all, and the budget of the whole process on the device (the
+    // runtime's share included); the runtime's share as measured or estimated.
+    uint64_t budget_bytes = 0, budget_total_bytes = 0, runtime_bytes = 0;
+    // The resident stratum, allocation by allocation.
+    uint64_t weight_bytes = 0;      // non-expert weights, one arena (each matrix rounded up to the alignment)
+    uint64_t cache_bytes = 0;       // KV cache and GDN states, one arena
+    uint64_t scratch_bytes = 0;     // activations and kernel temporaries of one pass of chunk_tokens tokens
+    uint64_t pass_table_bytes = 0;  // per-pass tables (rows' sequences and positions, attention tiles)
+    uint64_t misc_bytes = 0;        // small tables (rope, i-quant grids, expert pointer tables), rounding
+    int64_t chunk_tokens = 0;       // the most tokens in one forward pass
+    int64_t download_cols = 0;      // the widest rows a pass downloads (the logits)
+    // The expert cache: n_slots slots of slot_bytes, one layout per layer index (bytes 0: no routed experts).
+    int64_t n_slots = 0, n_experts_total = 0;
+    size_t slot_bytes = 0;
+    std::vector<ExpertSlotLayout> layouts;
+    bool all_resident() const { return n_experts_total > 0 && n_slots >= n_experts_total; }
+    // The host stratum.
+    HostTier host = HostTier::none;
+    uint64_t host_expert_bytes = 0;  // routed experts in host memory (all of them, by the file)
+    size_t stager_buffer_bytes = 0;  // HostTier::stager: the ring's buffers and how many
+    int stager_buffers = 0;
+    CacheShape caches;
+    std::string check_line;  // the plan in one line, printed at start
+};
+
+}  // namespace strata

@@ -1,0 +1,65 @@
+// The expert slot table: which expert of which layer each slot of a device's expert cache holds, which slot holds a
+// given expert, recency, the replacement policy and its counters. Device-neutral: the slots' memory, and the copies
+// that fill them, are the backend's (Backend::expert_slot, fill_slots); this table only decides. Kernels reach an
+// expert only through the slot the table names, so where an expert's bytes live never changes what they compute.
+//
+// Policy: least recently used, and for a chunk that needs most of a layer's experts ("scan": passes then sweep the
+// layers in order) the most recently used slot outside the current request instead: under LRU a sweep larger than
+// the cache evicts each expert just before it is needed again and nothing ever hits, while evicting what was just
+// used keeps the rest of the cache for the next pass.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace strata {
+
+class ExpertSlotTable {
+  public:
+    struct Stats {
+        uint64_t hits = 0, misses = 0, bytes_filled = 0;
+    };
+
+    // n_expert[il]: routed experts of layer il (0: none); expert_bytes[il]: the bytes one of them fills.
+    ExpertSlotTable(std::vector<int64_t> n_expert, std::vector<size_t> expert_bytes, int64_t n_slots);
+
+    // Every expert of every layer in a slot of its own, for good (needs n_slots() >= n_experts_total()): the fills
+    // to make, per layer index. Not counted as traffic.
+    std::vector<std::vector<SlotFill>> place_all();
+
+    // Makes experts[0..n) of layer il resident (n <= n_slots(), distinct ids): their slots go to slots_out, and the
+    // fills that make it so to `fills` (one per expert that was not in a slot; victims by the policy above).
+    void acquire(int64_t il, const int32_t *experts, int64_t n, int32_t *slots_out, bool scan,
+                 std::vector<SlotFill> &fills);
+    // Fills acquire() asked for that did not happen (the copy failed): those slots hold nothing now.
+    void forget(int64_t il, const std::vector<SlotFill> &fills);
+
+    int64_t n_slots() const { return int64_t(slots_.size()); }
+    int64_t n_experts_total() const { return n_total_; }
+    bool all_resident() const { return all_resident_; }
+    int32_t slot_of(int64_t il, int32_t e) const { return table_[size_t(il)][size_t(e)]; }  // -1: none
+    const Stats &stats() const { return stats_; }
+
+  private:
+    struct Slot {
+        int32_t layer = -1, expert = -1;
+        int32_t prev = -1, next = -1;  // recency list: head = least recently used
+        uint64_t call = 0;             // the acquire() that last touched it
+    };
+    void assign(int32_t slot, int64_t il, int32_t e);
+    void unlink(int32_t s);
+    void push_back(int32_t s);  // most recently used
+
+    std::vector<std::vector<int32_t>> table_;  // [layer][expert] -> slot, -1: not resident
+    std::vector<size_t> expert_bytes_;
+    std::vector<Slot> slots_;
+    int64_t n_total_ = 0;
+    int32_t lru_head_ = -1, lru_tail_ = -1;
+    bool all_resident_ = false;
+    uint64_t calls_ = 0;
+    Stats stats_;
+};
+
+}  // namespace strata

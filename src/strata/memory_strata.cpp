@@ -1,0 +1,60 @@
+// A model placed on a backend (memory_strata.h).
+#include "strata/memory_strata.h"
+
+#include "core/env.h"
+#include "core/error.h"
+
+namespace strata {
+
+PlanOptions plan_options_from_env(PlanOptions o) {
+    o.host_pinned_copy = env_switch("STRATA_CUDA_HOST_PINNED", true);
+    o.stager = env_switch("STRATA_CUDA_STAGER", true);
+    o.pin_mapping = env_switch("STRATA_CUDA_PIN", false);
+    return o;
+}
+
+MemoryStrata::MemoryStrata(Backend &be, Model &m, const StrataOptions &o) {
+    WeightSet ws = weight_set(m);
+    const CacheShape caches = cache_shape(m.hp, o.n_seqs, o.n_ctx, o.kv_type);
+    const DeviceFacts dev = be.device_facts();
+    plan_ = plan_placement(ws, m.hp, caches, dev, o.plan);
+    be.prepare(ws, plan_);
+    be.init_caches(plan_.caches);
+    if (plan_.device) {
+        std::vector<int64_t> n_expert(ws.experts.size(), 0);
+        std::vector<size_t> expert_bytes(ws.experts.size(), 0);
+        for (size_t il = 0; il < ws.experts.size(); il++)
+            if (ws.experts[il].present()) {
+                n_expert[il] = m.hp.n_expert;
+                expert_bytes[il] = ws.experts[il].expert_bytes();
+            }
+        slots_ = std::make_unique<ExpertSlotTable>(std::move(n_expert), std::move(expert_bytes), plan_.n_slots);
+        if (plan_.all_resident()) {
+            // Every expert in a slot of its own for good: filled once now, and the backend told so.
+            const std::vector<std::vector<SlotFill>> fills = slots_->place_all();
+            for (size_t il = 0; il < ws.experts.size(); il++) {
+                if (!ws.experts[il].present()) continue;
+                be.fill_slots(ws.experts[il], fills[il]);
+                std::vector<int32_t> slot_of(size_t(m.hp.n_expert));
+                for (const SlotFill &f : fills[il]) slot_of[size_t(f.expert)] = f.slot;
+                be.set_resident_experts(ws.experts[il], slot_of);
+            }
+        }
+    }
+    if (o.log && !plan_.check_line.empty()) o.log(plan_.check_line + be.prepare_note());
+    schedule_ = std::make_unique<MoeSchedule>(be, ws.experts, slots_.get());
+}
+
+ExpertCacheStats MemoryStrata::stats() const {
+    ExpertCacheStats s;
+    s.n_slots = plan_.n_slots;
+    s.n_experts = plan_.n_experts_total;
+    if (slots_) {
+        s.expert_cache_hits = slots_->stats().hits;
+        s.expert_cache_misses = slots_->stats().misses;
+        s.bytes_streamed = slots_->stats().bytes_filled;
+    }
+    return s;
+}
+
+}  // namespace strata

@@ -1,0 +1,54 @@
+// A model placed on a backend: the placement plan computed from the backend's facts and carried out, the caches
+// made, the expert slot table filled as the plan says, and the MoE schedule the forward pass runs experts through.
+// What the engine holds for one participating device.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "model/weights.h"
+#include "strata/expert_slots.h"
+#include "strata/moe_schedule.h"
+#include "strata/placement_plan.h"
+
+namespace strata {
+
+struct StrataOptions {
+    PlanOptions plan;
+    int32_t n_seqs = 1;
+    int64_t n_ctx = 4096;
+    KvType kv_type = KvType::F16;
+    std::function<void(const std::string &)> log;  // the check line (nullptr: quiet)
+};
+
+// PlanOptions from the environment's switches (STRATA_CUDA_HOST_PINNED, STRATA_CUDA_STAGER, STRATA_CUDA_PIN), the
+// rest as given.
+PlanOptions plan_options_from_env(PlanOptions o);
+
+// Expert-cache traffic: how many slots, hits and misses of the slot table, bytes copied into slots since start
+// (zeros where the backend reads every expert in place).
+struct ExpertCacheStats {
+    int64_t n_slots = 0, n_experts = 0;
+    uint64_t expert_cache_hits = 0, expert_cache_misses = 0, bytes_streamed = 0;
+};
+
+class MemoryStrata {
+  public:
+    // Plans (throws strata::Error naming the smallest budget that works when it does not fit), prepares the backend,
+    // makes the caches and fills the slots the plan keeps resident; logs the check line.
+    MemoryStrata(Backend &be, Model &m, const StrataOptions &o);
+
+    const Placement &plan() const { return plan_; }
+    ExpertRunner &moe() { return *schedule_; }
+    ExpertCacheStats stats() const;
+    const ExpertSlotTable *slots() const { return slots_.get(); }
+
+  private:
+    Placement plan_;
+    std::unique_ptr<ExpertSlotTable> slots_;
+    std::unique_ptr<MoeSchedule> schedule_;
+};
+
+}  // namespace strata

@@ -1,0 +1,154 @@
+// The MoE schedule (protocol in moe_schedule.h): routing, grouping, expert sets through the slot table, combine and
+// the shared expert, as steps on the backend.
+#include "strata/moe_schedule.h"
+
+#include <algorithm>
+
+#include "core/env.h"
+#include "core/error.h"
+
+namespace strata {
+
+namespace {
+
+// A named profiling region of the backend for the lifetime of the scope.
+struct Region {
+    Backend &be;
+    Region(Backend &b, const char *name) : be(b) { be.region_begin(name); }
+    ~Region() { be.region_end(); }
+    Region(const Region &) = delete;
+    Region &operator=(const Region &) = delete;
+};
+
+}  // namespace
+
+RouteGroups group_by_expert(const std::vector<int32_t> &ids, int64_t T, int64_t k, int64_t n_exp) {
+    RouteGroups g;
+    g.count.assign(size_t(n_exp), 0);
+    g.first.assign(size_t(n_exp), 0);
+    for (int32_t e : ids) {
+        STRATA_ASSERT(e >= 0 && e < n_exp);
+        g.count[size_t(e)]++;
+    }
+    for (int32_t e = 0, off = 0; e < n_exp; e++) {
+        g.first[size_t(e)] = off;
+        off += g.count[size_t(e)];
+        if (g.count[size_t(e)]) g.used.push_back(e);
+    }
+    const int64_t M = T * k;
+    std::vector<int32_t> fill(static_cast<size_t>(n_exp), 0), row_of(static_cast<size_t>(M));
+    g.src_row.resize(size_t(M));
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < k; j++) {
+            const int32_t e = ids[size_t(t * k + j)];
+            const int32_t r = g.first[size_t(e)] + fill[size_t(e)]++;
+            g.src_row[size_t(r)] = t;
+            row_of[size_t(t * k + j)] = r;
+        }
+    g.yrow.resize(size_t(M));
+    g.widx.resize(size_t(M));
+    std::vector<int32_t> ord(static_cast<size_t>(k));
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t j = 0; j < k; j++) ord[size_t(j)] = int32_t(j);
+        std::sort(ord.begin(), ord.end(),
+                  [&](int32_t a, int32_t b) { return ids[size_t(t * k + a)] < ids[size_t(t * k + b)]; });
+        for (int64_t j = 0; j < k; j++) {
+            g.yrow[size_t(t * k + j)] = row_of[size_t(t * k + ord[size_t(j)])];
+            g.widx[size_t(t * k + j)] = int32_t(t * k + ord[size_t(j)]);
+        }
+    }
+    return g;
+}
+
+MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, ExpertSlotTable *slots)
+    : be_(be), experts_(std::move(experts)), slots_(slots) {
+    STRATA_ASSERT(slots_ || be_.experts_in_place());
+    // STRATA_CUDA_SCAN_EVICT=0 keeps least-recently-used eviction for chunks that sweep most experts.
+    scan_evict_ = env_switch("STRATA_CUDA_SCAN_EVICT", true);
+}
+
+void MoeSchedule::routed_experts(const ExpertWeights &w, const RouteGroups &g, int64_t n_exp, Act xs, Act ys) {
+    std::vector<ExpertGroup> groups;
+    auto group = [&](int32_t e, const ExpertSrc &src, int32_t slot) {
+        groups.push_back({src, g.first[size_t(e)], g.count[size_t(e)], slot});
+    };
+    if (!slots_) {
+        Region r(be_, "experts");
+        for (int32_t e : g.used) group(e, be_.expert_in_place(w, e), -1);
+        be_.expert_ffn(w, xs, groups, ys);
+        return;
+    }
+    // As many experts at a time as there are slots: with a small cache a layer's experts come in several sets.
+    const size_t per_set = size_t(std::max<int64_t>(1, slots_->n_slots()));
+    const bool scan = scan_evict_ && 2 * int64_t(g.used.size()) >= n_exp;
+    std::vector<int32_t> slot(per_set);
+    std::vector<SlotFill> fills;
+    for (size_t s0 = 0; s0 < g.used.size(); s0 += per_set) {
+        const size_t s1 = std::min(g.used.size(), s0 + per_set);
+        {
+            Region r(be_, "acquire");
+            fills.clear();
+            slots_->acquire(w.il, g.used.data() + s0, int64_t(s1 - s0), slot.data(), scan, fills);
+            if (!fills.empty()) {
+                try {
+                    be_.fill_slots(w, fills);
+                } catch (...) {
+                    slots_->forget(w.il, fills);  // the slots must not claim bytes that never arrived
+                    throw;
+                }
+            }
+        }
+        Region r(be_, "experts");
+        groups.clear();
+        for (size_t i = s0; i < s1; i++) group(g.used[i], be_.expert_slot(w, slot[i - s0]), slot[i - s0]);
+        be_.expert_ffn(w, xs, groups, ys);
+    }
+}
+
+void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out) {
+    STRATA_ASSERT(il >= 0 && size_t(il) < experts_.size() && experts_[size_t(il)].present());
+    const ExpertWeights &w = experts_[size_t(il)];
+    const int64_t T = x.rows, E = x.cols, k = p.n_expert_used, n_exp = p.n_expert;
+    STRATA_ASSERT(out.rows == T && out.cols == E && w.down->ne[1] == E && k >= 1 && k <= n_exp);
+    if (T == 0) return;
+    Region moe(be_, "moe");
+    const Backend::ScratchMark mark = be_.scratch_mark();
+
+    // 1-2. Routing, and the device-routed path where it applies.
+    Act logits = be_.alloc(T, n_exp);
+    int32_t *ids_be = be_.alloc_i32(T * k);
+    float *wts_be = be_.alloc(1, T * k).data;
+    std::vector<int32_t> ids(size_t(T * k));
+    const bool on_device = slots_ && slots_->all_resident() && be_.device_routing_applies(w, T);
+    {
+        Region r(be_, "route");
+        be_.matmul(L.gate_inp, x, logits);
+        be_.route_topk(logits, p, ids_be, wts_be);
+        if (!on_device) be_.download_i32(ids_be, T * k, ids.data());
+    }
+    if (on_device) {
+        be_.experts_device_routed(w, x, k, ids_be, wts_be, out);
+    } else {
+        // 3-5. Grouped on the host, experts in sets, combined in expert-id order.
+        const RouteGroups g = group_by_expert(ids, T, k, n_exp);
+        const int64_t M = T * k;
+        Act xs = be_.alloc(M, E), ys = be_.alloc(M, E);
+        be_.gather_rows(x, g.src_row, xs);
+        routed_experts(w, g, n_exp, xs, ys);
+        be_.moe_combine(ys, g.yrow, g.widx, wts_be, k, out);
+    }
+
+    // 6. The shared expert.
+    if (L.gate_shexp.present()) {
+        Region r(be_, "shared_expert");
+        const int64_t n_sh = L.gate_shexp.ne[1];
+        Act sg = be_.alloc(T, n_sh), su = be_.alloc(T, n_sh), sy = be_.alloc(T, E);
+        be_.matmuls(x, {{&L.gate_shexp, sg}, {&L.up_shexp, su}});
+        be_.silu_mul(sg, su);
+        be_.matmul(L.down_shexp, sg, sy);
+        be_.shared_expert_add(x, L.gate_inp_shexp, sy, out);
+    }
+    be_.scratch_release(mark);
+}
+
+}  // namespace strata

@@ -1,0 +1,56 @@
+// The MoE schedule: a layer's MoE FFN as steps on the backend (backend.h "MoE steps"), and where each routed
+// expert's bytes come from. Model code calls it through ExpertRunner (model/forward.h) and never sees it.
+//
+// Step protocol, per MoE layer and pass:
+//   1. route: router logits and top-k on the backend (ids and weights stay in its memory);
+//   2. where every expert of the layer is resident and the pass is decode-sized, the backend may run the experts
+//      from the device routing without the host (experts_device_routed): then on to 6;
+//   3. the routing ids are read back and the (token, expert) pairs grouped by expert on the host (RouteGroups);
+//   4. the rows are gathered in that order; experts come in sets of at most n_slots: the slot table names each
+//      expert's slot and the fills for those not in one (the backend copies them in, ordered before the compute
+//      that reads them and after the compute that read the slot before), a backend that reads experts in place
+//      (the CPU) takes them from the file;
+//   5. expert FFN over each set's groups, then each token's outputs summed in expert-id order (moe_combine);
+//   6. the shared expert, gated, added.
+// The results depend only on the routing and the experts' bytes: not on the set sizes, the slots, or the source.
+// Rooms for the schedules to come: a prefill schedule with a staging ring and lookahead, and slots lent to a prompt
+// (prefill_schedule), misses computed on the CPU while others upload and next-layer prefetch (decode_schedule).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/forward.h"
+#include "strata/expert_slots.h"
+
+namespace strata {
+
+// A layer's routing grouped by expert: rows of the gathered input sorted by expert (tokens in order within one),
+// and for each token its k entries in expert-id order (the order the reference adds them in).
+struct RouteGroups {
+    std::vector<int32_t> used;                 // experts with at least one row, ascending
+    std::vector<int32_t> first, count;         // per expert: first gathered row, rows
+    std::vector<int64_t> src_row;              // gathered row r = input row src_row[r]
+    std::vector<int32_t> yrow, widx;           // per token t, j < k: gathered row and routing entry, by expert id
+};
+RouteGroups group_by_expert(const std::vector<int32_t> &ids, int64_t n_tokens, int64_t k, int64_t n_expert);
+
+class MoeSchedule final : public ExpertRunner {
+  public:
+    // experts: per layer index, the layer's routed tensors; slots: the device's slot table (nullptr for a backend
+    // that reads experts in place).
+    MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, ExpertSlotTable *slots);
+    void run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out) override;
+
+  private:
+    // Step 4-5 for one layer: the experts of `g`, in sets the slot table can hold.
+    void routed_experts(const ExpertWeights &w, const RouteGroups &g, int64_t n_expert, Act xs, Act ys);
+
+    Backend &be_;
+    std::vector<ExpertWeights> experts_;
+    ExpertSlotTable *slots_;
+    bool scan_evict_;
+};
+
+}  // namespace strata

@@ -1,0 +1,44 @@
+// The placement plan: how a device's memory is divided among the strata (resident weights, caches, scratch, the
+// expert cache) and where the experts that do not fit come from, as a pure function of the model's tensors, the
+// device's facts and the options. No device is touched here: the backend executes the plan (Backend::prepare), and
+// the plan can be tested on any machine. One plan per participating device.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "backend/placement.h"
+#include "model/hparams.h"
+
+namespace strata {
+
+struct PlanOptions {
+    uint64_t vram_budget = 0;    // all the process may hold on the device, its runtime included (0: what is free)
+    int64_t expert_slots = 0;    // at most this many expert slots (0: as many as the budget allows)
+    uint64_t scratch_bytes = 0;  // scratch to plan (0: the estimate for chunk_tokens; tests plan less)
+    int64_t chunk_tokens = 512;  // the most tokens in one forward pass
+    // The host stratum: a pinned copy of the experts where host RAM allows (else the mapped file), copied through
+    // a pinned stager (else as it is), or the mapping itself pinned instead (opt-in).
+    bool host_pinned_copy = true;
+    bool stager = true;
+    bool pin_mapping = false;
+    size_t stager_buffer_bytes = size_t(32) << 20;
+    int stager_buffers = 4;
+};
+
+// Margins the plan keeps: what the device runtime may add after the plan (kernels loaded at first launch, local
+// memory grown for a kernel that needs more), and host RAM left free beside a pinned copy of the experts.
+constexpr uint64_t k_plan_runtime_margin = uint64_t(64) << 20;
+constexpr uint64_t k_plan_host_headroom = uint64_t(4) << 30;
+
+// The plan for a model's weights and caches on a device. For a backend without device memory (the CPU) a plan with
+// device = false that places nothing. Throws strata::Error when the budget cannot hold the resident stratum and the
+// fewest expert slots a layer needs; the message names the parts and the smallest budget that works.
+Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShape &caches, const DeviceFacts &dev,
+                         const PlanOptions &opt);
+
+// The scratch one forward pass of `chunk_tokens` tokens takes (activations of a layer, the largest op's
+// temporaries, the logits of one slice), with a margin.
+uint64_t scratch_estimate(const HParams &hp, int64_t chunk_tokens);
+
+}  // namespace strata

@@ -1,0 +1,300 @@
+// The strata layer on the CPU, with no device: the placement plan as a pure function (all resident, the smallest
+// budget that works, budgets in between, too small, host tiers, the check line), the expert slot table's policy, the
+// grouping of a routing by expert, and the MoE schedule through expert slots: a backend with host-memory slots
+// gives bit-identical logits whatever the slot count, and the same as reading every expert in place.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <regex>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "core/units.h"
+#include "model/weights.h"
+#include "runtime/engine.h"
+#include "strata/expert_slots.h"
+#include "strata/memory_strata.h"
+#include "strata/moe_schedule.h"
+#include "strata/placement_plan.h"
+#include "synth_cache.h"
+
+using namespace strata;
+
+namespace {
+
+constexpr uint64_t MiB = uint64_t(1) << 20, GiB = uint64_t(1) << 30;
+
+// A device as a plan sees it.
+DeviceFacts device(uint64_t free_bytes, uint64_t host_available = 64 * GiB) {
+    DeviceFacts d;
+    d.has_device_memory = true;
+    d.name = "CUDA0";
+    d.free_bytes = d.total_bytes = free_bytes;
+    d.runtime_bytes = 500 * MiB;
+    d.host_available_bytes = host_available;
+    return d;
+}
+
+struct Loaded {
+    std::unique_ptr<Model> m;
+    WeightSet ws;
+    CacheShape caches;
+};
+
+Loaded load(const std::string &preset, int64_t n_ctx = 4096) {
+    SynthOptions o;
+    o.preset = preset;
+    Loaded l;
+    l.m = load_model(test::cached_synth_model("plan-" + preset, o));
+    l.ws = weight_set(*l.m);
+    l.caches = cache_shape(l.m->hp, 1, n_ctx, KvType::F16);
+    return l;
+}
+
+Placement plan(const Loaded &l, const DeviceFacts &d, PlanOptions o = {}) {
+    return plan_placement(l.ws, l.m->hp, l.caches, d, o);
+}
+
+// The smallest budget the plan names when one is too small ("give at least X").
+uint64_t named_minimum(const Loaded &l, const DeviceFacts &d) {
+    PlanOptions o;
+    o.vram_budget = 1 * MiB;
+    try {
+        plan(l, d, o);
+    } catch (const Error &e) {
+        const std::string msg = e.what();
+        std::smatch m;
+        const std::regex re("give at least ([0-9.]+) (KiB|MiB|GiB)");
+        EXPECT_TRUE(std::regex_search(msg, m, re)) << msg;
+        const double unit = m[2] == "KiB" ? 1024.0 : m[2] == "MiB" ? double(MiB) : double(GiB);
+        return uint64_t(std::stod(m[1]) * unit);
+    }
+    ADD_FAILURE() << "a 1 MiB budget was accepted";
+    return 0;
+}
+
+uint64_t resident(const Placement &p) { return p.weight_bytes + p.cache_bytes + p.scratch_bytes + p.misc_bytes; }
+
+}  // namespace
+
+TEST(PlacementPlan, NothingToPlaceOnTheCpu) {
+    const Loaded l = load("tiny-qwen3moe");
+    const Placement p = plan(l, DeviceFacts{});
+    EXPECT_FALSE(p.device);
+    EXPECT_EQ(p.n_slots, 0);
+    EXPECT_TRUE(p.check_line.empty());
+    EXPECT_EQ(p.caches.layers.size(), size_t(l.m->hp.n_layer));
+}
+
+TEST(PlacementPlan, AllResidentWhenTheDeviceHoldsEverything) {
+    for (const char *preset : {"tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen35moe"}) {
+        const Loaded l = load(preset);
+        const Placement p = plan(l, device(80 * GiB));
+        EXPECT_TRUE(p.all_resident()) << preset;
+        EXPECT_EQ(p.n_experts_total, l.m->hp.n_expert * l.m->hp.n_layer) << preset;  // every tiny layer is MoE
+        EXPECT_EQ(p.host, HostTier::none);
+        EXPECT_NE(p.check_line.find("100% of experts"), std::string::npos) << p.check_line;
+        EXPECT_NE(p.check_line.find("host 0 GiB"), std::string::npos) << p.check_line;
+        // Slot layouts hold a layer's three matrices, each aligned, within the slot size.
+        for (size_t il = 0; il < p.layouts.size(); il++) {
+            const ExpertSlotLayout &L = p.layouts[il];
+            const ExpertWeights &e = l.ws.experts[il];
+            EXPECT_EQ(L.up_off % 256, 0u);
+            EXPECT_GE(L.up_off, e.gate->matrix_bytes());
+            EXPECT_GE(L.down_off, L.up_off + e.up->matrix_bytes());
+            EXPECT_LE(L.bytes, p.slot_bytes);
+        }
+        // The budget holds what the plan allocates, and the resident part is what the tensors and caches take.
+        EXPECT_LE(resident(p) + uint64_t(p.n_slots) * p.slot_bytes, p.budget_bytes);
+        uint64_t kv = 0;
+        for (size_t il = 0; il < l.caches.layers.size(); il++)
+            kv += (l.caches.first_bytes(il) + 255) / 256 * 256 + (l.caches.second_bytes(il) + 255) / 256 * 256;
+        EXPECT_EQ(p.cache_bytes, kv);
+    }
+}
+
+TEST(PlacementPlan, TooSmallNamesTheMinimumAndTheMinimumWorks) {
+    const Loaded l = load("tiny-qwen3next");
+    const DeviceFacts d = device(80 * GiB);
+    const uint64_t minimum = named_minimum(l, d);
+    ASSERT_GT(minimum, 500 * MiB);  // the runtime's share is part of it
+    // The message rounds to 0.1 MiB: a little more works and holds the fewest slots a layer needs.
+    PlanOptions o;
+    o.vram_budget = minimum + 128 * 1024;
+    const Placement p = plan(l, d, o);
+    EXPECT_GE(p.n_slots, l.m->hp.n_expert_used);
+    EXPECT_LT(p.n_slots, p.n_experts_total);
+    EXPECT_LE(resident(p) + uint64_t(p.n_slots) * p.slot_bytes, p.budget_bytes);
+    EXPECT_EQ(p.budget_total_bytes, o.vram_budget);
+    EXPECT_EQ(p.budget_bytes, o.vram_budget - d.runtime_bytes - k_plan_runtime_margin);
+    // Less than the minimum is refused, naming the parts.
+    o.vram_budget = minimum - 256 * 1024;
+    try {
+        plan(l, d, o);
+        FAIL() << "a budget under the minimum was accepted";
+    } catch (const Error &e) {
+        const std::string msg = e.what();
+        for (const char *part : {"--vram-budget", "is too small for this model", "weights", "KV cache and states",
+                                 "scratch for 512-token passes", "slots of", "CUDA runtime", "give at least"})
+            EXPECT_NE(msg.find(part), std::string::npos) << part << " in: " << msg;
+    }
+}
+
+TEST(PlacementPlan, BudgetsInBetweenGrowTheExpertCacheOnly) {
+    const Loaded l = load("tiny-qwen35moe");
+    const DeviceFacts d = device(80 * GiB);
+    const uint64_t minimum = named_minimum(l, d);
+    const Placement all = plan(l, d);
+    const uint64_t full = all.budget_total_bytes;  // more than enough
+    int64_t last = 0;
+    for (int i = 0; i <= 8; i++) {
+        PlanOptions o;
+        o.vram_budget = minimum + 128 * 1024 + uint64_t(i) * (all.slot_bytes * uint64_t(all.n_experts_total) / 8);
+        const Placement p = plan(l, d, o);
+        EXPECT_GE(p.n_slots, last) << o.vram_budget;  // more budget, never fewer slots
+        last = p.n_slots;
+        EXPECT_EQ(resident(p), resident(all));  // the resident stratum does not depend on the budget
+        EXPECT_LE(resident(p) + uint64_t(p.n_slots) * p.slot_bytes, p.budget_bytes);
+        // Every slot the budget can take is taken, up to one per expert.
+        EXPECT_TRUE(p.n_slots == p.n_experts_total || p.budget_bytes - resident(p) - uint64_t(p.n_slots) * p.slot_bytes <
+                                                          p.slot_bytes)
+            << o.vram_budget;
+        EXPECT_EQ(p.host == HostTier::none, p.all_resident());
+    }
+    EXPECT_EQ(last, all.n_experts_total);
+    EXPECT_LT(minimum, full);
+    // A cap on the slot count is a cap.
+    PlanOptions capped;
+    capped.expert_slots = 3;
+    EXPECT_EQ(plan(l, d, capped).n_slots, 3);
+}
+
+TEST(PlacementPlan, HostTierFollowsRamAndSwitches) {
+    const Loaded l = load("tiny-qwen3moe");
+    PlanOptions o;
+    o.expert_slots = 4;
+    Placement p = plan(l, device(80 * GiB), o);
+    EXPECT_EQ(p.host, HostTier::pinned_copy);
+    EXPECT_NE(p.check_line.find("pinned copy"), std::string::npos) << p.check_line;
+    // Not enough host RAM for a pinned copy and headroom: the mapping through the stager.
+    p = plan(l, device(80 * GiB, 1 * GiB), o);
+    EXPECT_EQ(p.host, HostTier::stager);
+    EXPECT_NE(p.check_line.find("pageable (a pinned copy needs 4.00 GiB, 1.00 GiB available) via pinned stager 4 x "
+                                "32.0 MiB"),
+              std::string::npos)
+        << p.check_line;
+    EXPECT_EQ(p.stager_buffers, 4);
+    o.host_pinned_copy = false;
+    p = plan(l, device(80 * GiB), o);
+    EXPECT_EQ(p.host, HostTier::stager);
+    o.stager = false;
+    p = plan(l, device(80 * GiB), o);
+    EXPECT_EQ(p.host, HostTier::pageable);
+    o.pin_mapping = true;
+    p = plan(l, device(80 * GiB), o);
+    EXPECT_EQ(p.host, HostTier::pinned_mapping);
+    EXPECT_GT(p.stager_buffers, 0);  // the fallback where registering the mapping fails
+}
+
+TEST(PlacementPlan, CheckLineText) {
+    const Loaded l = load("tiny-qwen3moe");
+    PlanOptions o;
+    o.expert_slots = 5;
+    const Placement p = plan(l, device(40 * GiB), o);
+    EXPECT_EQ(p.check_line,
+              "strata: CUDA0 plan: resident " + format_bytes(p.weight_bytes + p.cache_bytes + p.scratch_bytes) +
+                  ", expert cache 5 slots (" + format_bytes(5 * p.slot_bytes) + ", 31% of experts), host " +
+                  format_bytes(p.host_expert_bytes) + " pinned copy, KV f16 1 x 4096 (" + format_bytes(p.cache_bytes) +
+                  " with states), scratch " + format_bytes(p.scratch_bytes) +
+                  " for 512-token chunks, CUDA runtime 500.0 MiB, budget " + format_bytes(p.budget_total_bytes));
+    DeviceFacts unknown = device(40 * GiB);
+    unknown.runtime_estimated = true;
+    EXPECT_NE(plan(l, unknown).check_line.find("(estimated: the driver's count is not readable)"), std::string::npos);
+}
+
+TEST(PlacementPlan, RefusesWhatTheKernelsCannotTake) {
+    const Loaded l = load("tiny-qwen3moe");
+    PlanOptions o;
+    o.chunk_tokens = 65536 / int64_t(l.m->hp.n_expert_used) + 1;
+    EXPECT_THROW(plan(l, device(80 * GiB), o), Error);
+    o.chunk_tokens = 512;
+    o.vram_budget = 100 * GiB;  // more than the device has free
+    EXPECT_THROW(plan(l, device(80 * GiB), o), Error);
+}
+
+// ---- the slot table ----
+
+TEST(ExpertSlotTable, LeastRecentlyUsedAndCounters) {
+    ExpertSlotTable t({4, 0, 4}, {100, 0, 200}, 3);
+    std::vector<SlotFill> fills;
+    int32_t s[3];
+    const int32_t a[2] = {0, 1};
+    t.acquire(0, a, 2, s, false, fills);
+    EXPECT_EQ(fills.size(), 2u);
+    EXPECT_EQ(t.stats().misses, 2u);
+    EXPECT_EQ(t.stats().bytes_filled, 200u);
+    fills.clear();
+    const int32_t b[2] = {1, 2};  // 1 is a hit, 2 takes the empty slot
+    t.acquire(0, b, 2, s, false, fills);
+    EXPECT_EQ(t.stats().hits, 1u);
+    ASSERT_EQ(fills.size(), 1u);
+    EXPECT_EQ(t.slot_of(0, 2), fills[0].slot);
+    fills.clear();
+    // Layer 2's expert 3 evicts the least recently used: expert 0 of layer 0.
+    const int32_t c[1] = {3};
+    t.acquire(2, c, 1, s, false, fills);
+    EXPECT_EQ(t.slot_of(0, 0), -1);
+    EXPECT_EQ(t.slot_of(2, 3), s[0]);
+    EXPECT_EQ(t.stats().bytes_filled, 500u);  // 2 + 1 experts of layer 0, one of layer 2
+    // A fill that did not happen leaves its slot empty, not claiming the expert.
+    t.forget(2, fills);
+    EXPECT_EQ(t.slot_of(2, 3), -1);
+    fills.clear();
+    t.acquire(2, c, 1, s, false, fills);
+    EXPECT_EQ(fills.size(), 1u);
+}
+
+TEST(ExpertSlotTable, ScanEvictsTheMostRecentOutsideTheRequest) {
+    // Sweeping 3 experts of a layer through 2 slots, twice: LRU never hits, scan eviction keeps one for the next pass.
+    auto sweep_hits = [](bool scan) {
+        ExpertSlotTable t({3}, {1}, 2);
+        std::vector<SlotFill> fills;
+        int32_t s[1];
+        for (int pass = 0; pass < 4; pass++)
+            for (int32_t e = 0; e < 3; e++) t.acquire(0, &e, 1, s, scan, fills);
+        return t.stats().hits;
+    };
+    EXPECT_EQ(sweep_hits(false), 0u);
+    EXPECT_GT(sweep_hits(true), 0u);
+}
+
+TEST(ExpertSlotTable, PlaceAllGivesEveryExpertItsOwnSlot) {
+    ExpertSlotTable t({2, 0, 3}, {1, 0, 1}, 5);
+    const auto fills = t.place_all();
+    EXPECT_TRUE(t.all_resident());
+    EXPECT_EQ(fills[0].size(), 2u);
+    EXPECT_TRUE(fills[1].empty());
+    EXPECT_EQ(fills[2].size(), 3u);
+    std::vector<int> used(5, 0);
+    for (const auto &f : fills)
+        for (const SlotFill &x : f) used[size_t(x.slot)]++;
+    EXPECT_EQ(used, std::vector<int>(5, 1));
+    EXPECT_EQ(t.stats().bytes_filled, 0u);  // start-up, not traffic
+}
+
+// ---- grouping ----
+
+TEST(RouteGroups, RowsByExpertAndEntriesInExpertOrder) {
+    // 3 tokens, k = 2, 4 experts.
+    const std::vector<int32_t> ids = {2, 0, 0, 3, 2, 3};
+    const RouteGroups g = group_by_expert(ids, 3, 2, 4);
+    EXPECT_EQ(g.used, (std::vector<int32_t>{0, 2, 3}));
+    EXPECT_EQ(g.count, (std::vector<int32_t>{2, 0, 2, 2}));
+    EXPECT_EQ(g.first, (std::vector<int32_t>{0, 2, 2, 4}));
+    EXPECT_EQ(g.src_row, (std::vector<int64_t>{0, 1, 0, 2, 1, 2}));  // expert 0: tokens 0, 1; 2: 0, 2; 3: 1, 2
+    // Token 0 adds expert 0 (entry 1, row 0) then expert 2 (entry 0, row 2).
+    EXPECT_EQ(std::vector<int32_t>(g.yrow.begin(), g.yrow.begin() + 2), (std::vector<int32_t>{0, 2}));
+    EXPECT_EQ(std::vector<int32_t>(g.widx.begin(), g.widx.begin() + 2), (std::vector<int32_t>{1, 0}));
+    EXPECT_EQ(std::vector<int32_t>(g.yrow.begin() + 4, g.yrow.end()), (std::vector<int32_t>{3, 5}));
+}
