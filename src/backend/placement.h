@@ -107,7 +107,7 @@ struct Placement {
     // The host stratum.
     HostTier host = HostTier::none;
     uint64_t host_expert_bytes = 0;  // routed experts in host memory (all of them, by the file)
-    size_t stager_buffer_bytes = 0;  // HostTier::stager: the ring's buffers and how many
+    size_t stager_buffer_bytes = 0;  // the stager's buffers and how many (0: none; with HostTier::none, for start-up)
     int stager_buffers = 0;
     CacheShape caches;
     std::string check_line;  // the plan in one line, printed at start

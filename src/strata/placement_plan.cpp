@@ -148,8 +148,10 @@ Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShap
             if (opt.stager) host += stager_note;
         }
     }
-    if (p.host == HostTier::stager || p.host == HostTier::pinned_mapping) {
-        // The mapping through the stager, also where pinning the mapping fails at run time.
+    if (p.host == HostTier::stager || p.host == HostTier::pinned_mapping ||
+        (p.host == HostTier::none && p.n_experts_total > 0 && opt.stager)) {
+        // The mapping through the stager: for misses, where pinning the mapping fails at run time, and for filling
+        // every slot at start when all experts are resident.
         p.stager_buffer_bytes = opt.stager_buffer_bytes;
         p.stager_buffers = opt.stager_buffers;
     }

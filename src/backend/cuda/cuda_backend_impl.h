@@ -238,7 +238,7 @@ class CudaBackend final : public Backend {
     std::string prepare_note_;
     // per layer, when every expert is resident: the device table of its experts' matrices (device routing)
     std::vector<const uint8_t *const *> expert_tables_;
-    int64_t moe_layers_ = 0, resident_layers_ = 0;
+    int64_t moe_layers_ = 0, resident_layers_ = 0, tables_set_ = 0;
 
     OpProfiler prof_;
 

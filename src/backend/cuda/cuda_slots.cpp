@@ -85,7 +85,9 @@ void CudaBackend::make_host_tier(WeightSet &ws, const Placement &plan) {
                                                std::min(8, hardware_threads()));
     };
     switch (plan.host) {
-        case HostTier::none:
+        case HostTier::none:  // the stager only fills every slot at start (set_resident_experts drops it)
+            if (plan.stager_buffers > 0) make_stager();
+            break;
         case HostTier::pageable: break;
         case HostTier::pinned_copy: prepare_note_ = pin_host_copy(ws); break;
         case HostTier::stager: make_stager(); break;
@@ -201,8 +203,13 @@ void CudaBackend::set_resident_experts(const ExpertWeights &w, const std::vector
     auto *dev = static_cast<const uint8_t **>(dev_alloc(tab.size() * sizeof(void *), "expert tables"));
     STRATA_CUDA_CHECK(cudaMemcpyAsync(dev, tab.data(), tab.size() * sizeof(void *), cudaMemcpyHostToDevice, stream_));
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (!expert_tables_[size_t(w.il)]) resident_layers_ += device_routing_kernels(w) ? 1 : 0;
+    if (!expert_tables_[size_t(w.il)]) {
+        resident_layers_ += device_routing_kernels(w) ? 1 : 0;
+        tables_set_++;
+    }
     expert_tables_[size_t(w.il)] = dev;
+    // Every layer filled for good: no fill comes after start, and the stager's pinned buffers and threads go.
+    if (tables_set_ == moe_layers_) stager_.reset();
     // Decoding passes can run as graphs once no layer needs the host for its experts.
     graph_eligible_ = resident_layers_ == moe_layers_;
 }
