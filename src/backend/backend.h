@@ -210,11 +210,14 @@ class Backend {
     }
     // Expert slots, the plan's memory for n_slots experts: where slot s holds layer w.il's expert, and copying
     // experts into slots from host memory. A fill is ordered after every expert_ffn issued before it that read the
-    // slot, and before every expert_ffn issued after it (the protocol: the backend's own, e.g. cuda_slots.h).
+    // slot, and before every expert_ffn issued after it (the protocol: the backend's own, e.g. cuda_slots.cpp).
+    // ahead: the fills are made ahead of the compute that needs them (start-up, prefetch, a staging ring), so a
+    // backend may run them beside its compute; otherwise the next expert_ffn reads them at once, and a backend
+    // orders them with its compute directly.
     virtual ExpertSrc expert_slot(const ExpertWeights &w, int32_t slot) const {
         fail("the %s backend has no expert slots", name().c_str());
     }
-    virtual void fill_slots(const ExpertWeights &w, const std::vector<SlotFill> &fills) {
+    virtual void fill_slots(const ExpertWeights &w, const std::vector<SlotFill> &fills, bool ahead) {
         fail("the %s backend has no expert slots", name().c_str());
     }
     // These experts of a layer stay in these slots for good (slot_of[e]): a backend may then route decode-sized

@@ -34,7 +34,7 @@ MemoryStrata::MemoryStrata(Backend &be, Model &m, const StrataOptions &o) {
             const std::vector<std::vector<SlotFill>> fills = slots_->place_all();
             for (size_t il = 0; il < ws.experts.size(); il++) {
                 if (!ws.experts[il].present()) continue;
-                be.fill_slots(ws.experts[il], fills[il]);
+                be.fill_slots(ws.experts[il], fills[il], /*ahead=*/true);
                 std::vector<int32_t> slot_of(size_t(m.hp.n_expert));
                 for (const SlotFill &f : fills[il]) slot_of[size_t(f.expert)] = f.slot;
                 be.set_resident_experts(ws.experts[il], slot_of);

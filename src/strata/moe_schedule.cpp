@@ -91,7 +91,7 @@ void MoeSchedule::routed_experts(const ExpertWeights &w, const RouteGroups &g, i
             slots_->acquire(w.il, g.used.data() + s0, int64_t(s1 - s0), slot.data(), scan, fills);
             if (!fills.empty()) {
                 try {
-                    be_.fill_slots(w, fills);
+                    be_.fill_slots(w, fills, /*ahead=*/false);
                 } catch (...) {
                     slots_->forget(w.il, fills);  // the slots must not claim bytes that never arrived
                     throw;

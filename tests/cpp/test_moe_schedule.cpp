@@ -77,7 +77,7 @@ class HostSlotBackend final : public Backend {
         const uint8_t *s = memory_.data() + size_t(slot) * slot_bytes_;
         return {s + L.gate_off, s + L.up_off, s + L.down_off};
     }
-    void fill_slots(const ExpertWeights &w, const std::vector<SlotFill> &fills) override {
+    void fill_slots(const ExpertWeights &w, const std::vector<SlotFill> &fills, bool ahead) override {
         const ExpertSlotLayout &L = layouts_[size_t(w.il)];
         for (const SlotFill &f : fills) {
             uint8_t *s = memory_.data() + size_t(f.slot) * slot_bytes_;

@@ -86,7 +86,7 @@ class CudaBackend final : public Backend {
     // MoE steps (cuda_matmul.cpp) and expert slots (cuda_slots.cpp).
     void route_topk(Act logits, const MoeParams &p, int32_t *ids, float *weights) override;
     ExpertSrc expert_slot(const ExpertWeights &w, int32_t slot) const override;
-    void fill_slots(const ExpertWeights &w, const std::vector<SlotFill> &fills) override;
+    void fill_slots(const ExpertWeights &w, const std::vector<SlotFill> &fills, bool ahead) override;
     void set_resident_experts(const ExpertWeights &w, const std::vector<int32_t> &slot_of) override;
     void expert_ffn(const ExpertWeights &w, Act xs, const std::vector<ExpertGroup> &groups, Act ys) override;
     bool device_routing_applies(const ExpertWeights &w, int64_t n_tokens) const override;
