@@ -207,7 +207,7 @@ def test_content_type_methods_lengths_and_unsupported_fields(strata_bin, golden_
     s = Server(strata_bin, golden_dir / "tiny-qwen3moe-F32.gguf", tmp_path / "rules.log", "--parallel", "1",
                "--max-body", "100000")
     url = s.url + "/v1/chat/completions"
-    msgs = [{"role": "user", "content": "hi " + "x" * 20000}]  # over 8 KB
+    msgs = [{"role": "user", "content": "hi " + "the warm afternoon sun " * 400}]  # over 8 KB
     try:
         # No Content-Type: taken as JSON, whatever its size (within --max-body).
         r = requests.post(url, data=json.dumps({"messages": msgs, "max_tokens": 1}).encode(), timeout=30)
