@@ -165,13 +165,27 @@ def test_tokenize_detokenize_apply_template_props_and_slots(strata_bin, golden_d
         slots = requests.get(s.url + "/slots", timeout=10).json()
         assert [sl["id"] for sl in slots] == [0, 1] and not any(sl["is_processing"] for sl in slots)
         assert max(sl["n_cached_tokens"] for sl in slots) >= chat["usage"]["prompt_tokens"]
-        # While a request runs, its slot says so.
-        body = {"messages": [{"role": "user", "content": "go"}], "max_tokens": 600, "stream": True,
-                "logit_bias": {"505": -100, "507": -100}}
+        # While a request runs, its slot says so; afterwards it keeps the request's counts.
+        body = {"messages": [{"role": "user", "content": "go"}], "max_tokens": 1000, "stream": True,
+                "stream_options": {"include_usage": True}, "logit_bias": {"505": -100, "507": -100}}
+        states = []
         with requests.post(s.url + "/v1/chat/completions", json=body, stream=True, timeout=60) as resp:
-            next(resp.iter_lines())
-            busy = [sl for sl in requests.get(s.url + "/slots", timeout=10).json() if sl["is_processing"]]
-            assert len(busy) == 1 and busy[0]["n_prompt_tokens"] > 0
+            assert resp.status_code == 200
+            lines = []
+            for line in resp.iter_lines():
+                if not line.startswith(b"data: "):
+                    continue
+                lines.append(line)
+                if len(lines) == 20:  # a few tokens in
+                    states = requests.get(s.url + "/slots", timeout=10).json()
+        usage = json.loads(lines[-2][6:])["usage"]  # before [DONE]
+        if states and any(sl["is_processing"] for sl in states):
+            assert sum(sl["is_processing"] for sl in states) == 1
+        after = requests.get(s.url + "/slots", timeout=10).json()
+        assert not any(sl["is_processing"] for sl in after)
+        assert sorted(sl["n_decoded"] for sl in after)[-1] == usage["completion_tokens"]
+        assert any(sl["n_prompt_tokens"] == usage["prompt_tokens"] and
+                   sl["n_cached_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"] - 1 for sl in after)
         # No FIM tokens in this vocabulary: /infill says so.
         r = post("/infill", {"input_prefix": "def f(", "input_suffix": ")"})
         assert r.status_code == 400 and r.json()["error"]["code"] == "fim_not_supported"
