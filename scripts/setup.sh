@@ -15,7 +15,7 @@ case "${1:-}" in
     *) echo "usage: scripts/setup.sh [--tests]" >&2; exit 2 ;;
 esac
 
-packages=(build-essential cmake pkg-config git libcli11-dev nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev)
+packages=(build-essential cmake pkg-config git libcli11-dev nlohmann-json3-dev libpcre2-dev libmicrohttpd-dev)
 if [ "$tests" = 1 ]; then
     packages+=(libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev chromium
                python3 python3-venv python3-pip)

@@ -113,7 +113,34 @@ std::string get_string(const ojson &o, const char *key, const std::string &def =
     return v->get<std::string>();
 }
 
+// Fields of llama-server and other servers that change what is generated and that this server does not implement:
+// refused unless they ask for nothing (their "off" value), since ignoring them would silently answer another
+// question. Fields nobody implements are ignored, as clients send extras.
+void refuse_unsupported(const ojson &body) {
+    struct Off {
+        const char *key;
+        double off;
+    };
+    static const Off fields[] = {{"n_probs", 0},         {"mirostat", 0},       {"typical_p", 1},
+                                 {"tfs_z", 1},           {"dynatemp_range", 0}, {"xtc_probability", 0},
+                                 {"dry_multiplier", 0},  {"top_n_sigma", -1},   {"n_indent", 0}};
+    for (const Off &f : fields) {
+        const ojson *v = field(body, f.key);
+        if (!v) continue;
+        if (v->is_number() && v->get<double>() == f.off) continue;
+        throw invalid_request(strfmt("'%s' is not supported by this server (it would change what is generated); "
+                                     "leave it out.",
+                                     f.key),
+                              f.key, "unsupported_parameter");
+    }
+    for (const char *k : {"samplers", "id_slot", "lora", "image_data", "audio", "modalities", "prediction"})
+        if (field(body, k))
+            throw invalid_request(strfmt("'%s' is not supported by this server; leave it out.", k), k,
+                                  "unsupported_parameter");
+}
+
 void parse_common(const ojson &body, CommonRequest &r, int64_t n_vocab, bool chat) {
+    refuse_unsupported(body);
     get_string(body, "model");  // any name is accepted: one model is served
     if (get_int(body, "n", 1, 1, 128) != 1) throw bad_value("n", "only n=1 is supported");
     if (get_int(body, "best_of", 1, 1, 128) != 1) throw bad_value("best_of", "only best_of=1 is supported");
@@ -311,6 +338,8 @@ ChatRequest parse_chat_request(const ojson &body, PromptEncoder &enc, int64_t n_
             if (get_string(*fn, "name").empty())
                 throw invalid_request("Missing required parameter: '" + p + ".function.name'.", p + ".function.name",
                                       "missing_required_parameter");
+            if (const ojson *params = field(*fn, "parameters"); params && !params->is_object())
+                throw wrong_type(p + ".function.parameters", "a JSON Schema object", *params);
         }
         if (!tools->empty() && choice != "none") {
             r.tools = *tools;

@@ -24,11 +24,19 @@ constexpr double kRateWindow = 10.0;  // seconds over which the tok/s gauges are
 // ---- Channel -------------------------------------------------------------------------------------------------
 
 void Channel::push(Event e) {
+    std::function<void()> listener;
     {
         std::lock_guard<std::mutex> lock(mu_);
         q_.push_back(std::move(e));
+        listener = listener_;
     }
     cv_.notify_one();
+    if (listener) listener();
+}
+
+void Channel::set_listener(std::function<void()> listener) {
+    std::lock_guard<std::mutex> lock(mu_);
+    listener_ = std::move(listener);
 }
 
 bool Channel::pop(Event &e, std::chrono::milliseconds timeout) {
@@ -67,6 +75,7 @@ struct Scheduler::Slot {
     std::vector<std::shared_ptr<const StateCheckpoint>> checkpoints;  // by position, each <= tokens.size()
     uint64_t last_used = 0;
     std::unique_ptr<Active> act;  // the job it serves; null when free
+    SlotState last;               // the counts of the last job it served, for /slots
 };
 
 Scheduler::Scheduler(Engine &engine, const Tokenizer &tok, SchedulerConfig cfg)
@@ -81,6 +90,7 @@ Scheduler::Scheduler(Engine &engine, const Tokenizer &tok, SchedulerConfig cfg)
     }
     if (slots_.empty()) fail("the engine has no free sequence slot for the server");
     stats_.kv_capacity = int64_t(slots_.size()) * engine_.config().n_ctx;
+    for (size_t i = 0; i < slots_.size(); i++) stats_.slots.push_back({int32_t(i)});
 }
 
 Scheduler::~Scheduler() {
@@ -116,7 +126,8 @@ void Scheduler::stop() {
 bool Scheduler::submit(std::shared_ptr<Job> job) {
     {
         std::lock_guard<std::mutex> lock(mu_);
-        if (stop_ || int64_t(queue_.size()) >= cfg_.max_queue) {
+        if (stop_ || draining_) return false;
+        if (int64_t(queue_.size()) >= cfg_.max_queue) {
             stats_.jobs_rejected++;
             return false;
         }
@@ -125,6 +136,26 @@ bool Scheduler::submit(std::shared_ptr<Job> job) {
     }
     cv_.notify_all();
     return true;
+}
+
+void Scheduler::drain() {
+    std::deque<std::shared_ptr<Job>> waiting;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        draining_ = true;
+        waiting.swap(queue_);
+        stats_.queued = 0;
+    }
+    for (auto &j : waiting) {
+        j->out.push({Event::Kind::Error, {}, {}, {}, {}, "the server is shutting down", 0, true});
+        j->finished = true;
+    }
+    cv_.notify_all();
+}
+
+bool Scheduler::draining() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return draining_ || stop_;
 }
 
 void Scheduler::notify() {
@@ -285,6 +316,10 @@ void Scheduler::admit(std::shared_ptr<Job> job) {
 }
 
 void Scheduler::release(Slot &s) {
+    s.last.n_prompt = int64_t(s.act->job->prompt.size());
+    s.last.n_prompt_reused = s.act->usage.cached_tokens;
+    s.last.n_prompt_computed = int64_t(s.act->n_fed) - s.act->usage.cached_tokens;
+    s.last.n_generated = int64_t(s.act->generated.size());
     s.act.reset();
     s.last_used = ++clock_;
 }
@@ -536,6 +571,26 @@ void Scheduler::step() {
             running++;
         }
     }
+    std::vector<SlotState> slot_states;
+    for (size_t i = 0; i < slots_.size(); i++) {
+        const Slot &s = *slots_[i];
+        SlotState st;
+        st.id = int32_t(i);
+        st.n_cached = int64_t(s.tokens.size());
+        st.running = bool(s.act);
+        if (s.act) {
+            st.n_prompt = int64_t(s.act->job->prompt.size());
+            st.n_prompt_reused = s.act->usage.cached_tokens;
+            st.n_prompt_computed = int64_t(s.act->n_fed) - s.act->usage.cached_tokens;
+            st.n_generated = int64_t(s.act->generated.size());
+        } else {
+            st.n_prompt = s.last.n_prompt;
+            st.n_prompt_reused = s.last.n_prompt_reused;
+            st.n_prompt_computed = s.last.n_prompt_computed;
+            st.n_generated = s.last.n_generated;
+        }
+        slot_states.push_back(st);
+    }
     ExpertCacheStats bs = engine_.expert_stats();
     std::lock_guard<std::mutex> lock(mu_);
     const uint64_t rejected = stats_.jobs_rejected;
@@ -548,6 +603,7 @@ void Scheduler::step() {
     stats_.kv_tokens_cached = cached_kv;
     stats_.kv_capacity = int64_t(slots_.size()) * engine_.config().n_ctx;
     stats_.backend = bs;
+    stats_.slots = std::move(slot_states);
     rate_samples_.push_back({t, {local_.generated_tokens, local_.prompt_tokens_computed}});
     while (rate_samples_.size() > 2 && rate_samples_[1].first < t - kRateWindow) rate_samples_.pop_front();
 }

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -68,13 +69,17 @@ struct Event {
 class Channel {
   public:
     void push(Event e);
-    // Waits up to `timeout` for an event; false when none came.
+    // Waits up to `timeout` for an event (0: only looks); false when none came.
     bool pop(Event &e, std::chrono::milliseconds timeout);
+    // Called (on the pushing thread, after the event is in) for every event pushed from now on: how an event-driven
+    // HTTP layer learns that a suspended answer can go on. Set it before the job is submitted.
+    void set_listener(std::function<void()> listener);
 
   private:
     std::mutex mu_;
     std::condition_variable cv_;
     std::deque<Event> q_;
+    std::function<void()> listener_;
 };
 
 struct Job {
@@ -97,6 +102,17 @@ struct SchedulerConfig {
     int32_t fail_token = -1;
 };
 
+// One sequence slot as /slots shows it.
+struct SlotState {
+    int32_t id = 0;
+    bool running = false;
+    int64_t n_cached = 0;           // cache positions the slot holds (its prompt prefix for the next request)
+    int64_t n_prompt = 0;           // the current (or last) request's prompt tokens
+    int64_t n_prompt_reused = 0;    // of which taken from the prefix cache
+    int64_t n_prompt_computed = 0;  // of which computed so far
+    int64_t n_generated = 0;        // tokens generated so far
+};
+
 // Monotonic counters and gauges for /metrics.
 struct SchedulerStats {
     uint64_t jobs_done = 0, jobs_cancelled = 0, jobs_failed = 0, jobs_rejected = 0;
@@ -108,6 +124,7 @@ struct SchedulerStats {
     int64_t kv_tokens_active = 0, kv_tokens_cached = 0, kv_capacity = 0;
     double gen_tokens_per_s = 0, prompt_tokens_per_s = 0;  // over the last few seconds
     ExpertCacheStats backend;
+    std::vector<SlotState> slots;
 };
 
 class Scheduler {
@@ -118,8 +135,12 @@ class Scheduler {
     void start();
     void stop();
 
-    // Queues a job; false (and the job untouched) when the queue is full.
+    // Queues a job; false (and the job untouched) when the queue is full or the scheduler is draining.
     bool submit(std::shared_ptr<Job> job);
+    // Shutting down gracefully: refuses new jobs and ends the waiting ones with a shutting_down error; running
+    // jobs go on until they finish or stop() is called.
+    void drain();
+    bool draining() const;
     // Wakes the scheduler so a cancelled job is dropped promptly.
     void notify();
 
@@ -151,7 +172,7 @@ class Scheduler {
     mutable std::mutex mu_;  // guards queue_, stop_, stats_
     std::condition_variable cv_;
     std::deque<std::shared_ptr<Job>> queue_;
-    bool stop_ = false;
+    bool stop_ = false, draining_ = false;
     SchedulerStats stats_;                                                       // published after each step
     SchedulerStats local_;                                                       // the scheduler thread's own counters
     std::deque<std::pair<double, std::pair<uint64_t, uint64_t>>> rate_samples_;  // time, (generated, computed)

@@ -566,6 +566,34 @@ std::string PromptEncoder::protect(std::string_view text) {
     return out;
 }
 
+std::string PromptEncoder::unprotect(std::string_view rendered) const {
+    std::string out;
+    size_t i = 0;
+    while (i < rendered.size()) {
+        const size_t m = originals_.empty() ? std::string_view::npos : rendered.find(kMark, i);
+        if (m == std::string_view::npos) {
+            out.append(rendered.substr(i));
+            break;
+        }
+        const size_t e = rendered.find(kMarkEnd, m + kMark.size());
+        size_t idx = originals_.size();
+        if (e != std::string_view::npos) {
+            std::string_view num = rendered.substr(m + kMark.size(), e - m - kMark.size());
+            if (!num.empty() && num.size() < 10 && std::all_of(num.begin(), num.end(), ::isdigit))
+                idx = size_t(std::stoul(std::string(num)));
+        }
+        if (idx >= originals_.size()) {
+            out.append(rendered.substr(i, m + kMark.size() - i));
+            i = m + kMark.size();
+            continue;
+        }
+        out.append(rendered.substr(i, m - i));
+        out += originals_[idx];
+        i = e + kMarkEnd.size();
+    }
+    return out;
+}
+
 std::vector<int32_t> PromptEncoder::encode(std::string_view rendered, bool add_special) const {
     std::vector<int32_t> ids;
     bool first = true;

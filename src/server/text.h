@@ -149,6 +149,8 @@ public:
     explicit PromptEncoder(const Tokenizer &tok);
     std::string protect(std::string_view text);
     std::vector<int32_t> encode(std::string_view rendered, bool add_special) const;
+    // The rendered text with the placeholders put back as the text they stand for (what the template wrote, as text).
+    std::string unprotect(std::string_view rendered) const;
 
 private:
     const Tokenizer &tok_;

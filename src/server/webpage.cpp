@@ -1,5 +1,7 @@
-// The chat page: talks to /v1/chat/completions with streaming, shows reasoning folded, can stop a reply, and shows
-// the model's name and the generation speed. Plain DOM code, no framework, no build step.
+// The chat page: talks to /v1/chat/completions with streaming, shows reasoning folded, renders replies as Markdown
+// (code blocks with copy buttons), can stop a reply, and shows the model's name and the generation speed. Plain DOM
+// code, no framework, no build step. Model text only ever reaches the page as text nodes (textContent), never as
+// HTML, so a reply cannot inject markup or script.
 #include "server/webpage.h"
 
 namespace strata::server {
@@ -31,6 +33,18 @@ header input { width:11em; font:inherit; padding:.2em .4em; border:1px solid var
 .msg details summary { cursor:pointer; font-size:.9em; }
 .msg .tool { font-family:ui-monospace, monospace; font-size:.9em; background:#f1f3f7; padding:.3em; border-radius:4px; }
 .msg .stats { color:var(--muted); font-size:.8em; margin-top:.3em; }
+.msg.assistant { white-space:normal; }
+.msg.assistant details div { white-space:pre-wrap; }
+.content p { margin:.3em 0; white-space:pre-wrap; }
+.content h1, .content h2, .content h3 { font-size:1.05em; margin:.5em 0 .2em; }
+.content ul, .content ol { margin:.3em 0; padding-left:1.4em; }
+.content code { font-family:ui-monospace, monospace; font-size:.9em; background:#f1f3f7; padding:0 .2em; border-radius:3px; }
+.codeblock { border:1px solid var(--line); border-radius:6px; margin:.4em 0; overflow:hidden; }
+.codeblock .bar { display:flex; justify-content:space-between; align-items:center; background:#eef1f6; padding:.1em .5em;
+                  font-size:.8em; color:var(--muted); }
+.codeblock .bar button { font-size:.9em; padding:.1em .6em; background:#fff; color:var(--fg); border:1px solid var(--line); }
+.codeblock pre { margin:0; padding:.5em; overflow-x:auto; background:#f8f9fb; }
+.codeblock pre code { background:none; padding:0; white-space:pre; }
 form { display:flex; gap:.5em; padding:.8em 1em; border-top:1px solid var(--line); background:#fff; }
 textarea { flex:1; font:inherit; padding:.5em; border:1px solid var(--line); border-radius:6px; resize:vertical; min-height:2.6em; }
 button { font:inherit; padding:.4em 1.1em; border:0; border-radius:6px; background:var(--accent); color:#fff; cursor:pointer; }
@@ -101,6 +115,75 @@ function assistantBubble() {
 }
 function setBusy(b) { sendBtn.disabled = b; stopBtn.disabled = !b; }
 
+// Markdown, the common parts (fenced code, headings, lists, paragraphs, `code`, **bold**, *italic*), built from
+// elements and text nodes only: whatever the model writes, no HTML of it is ever parsed.
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+function copyText(text, button) {
+  const done = () => { button.textContent = "Copied"; setTimeout(() => { button.textContent = "Copy"; }, 1500); };
+  if (navigator.clipboard && window.isSecureContext) { navigator.clipboard.writeText(text).then(done, () => {}); return; }
+  const t = el("textarea"); t.value = text; document.body.appendChild(t); t.select();
+  try { document.execCommand("copy"); done(); } catch (e) {} finally { t.remove(); }
+}
+function inline(parent, text) {
+  const re = /`([^`\n]+)`|\*\*([^*\n]+)\*\*|\*([^*\s][^*\n]*)\*/g;
+  let last = 0, m;
+  while ((m = re.exec(text))) {
+    if (m.index > last) parent.appendChild(document.createTextNode(text.slice(last, m.index)));
+    if (m[1] !== undefined) parent.appendChild(el("code", "", m[1]));
+    else if (m[2] !== undefined) parent.appendChild(el("strong", "", m[2]));
+    else parent.appendChild(el("em", "", m[3]));
+    last = re.lastIndex;
+  }
+  if (last < text.length) parent.appendChild(document.createTextNode(text.slice(last)));
+}
+function renderMarkdown(box, text) {
+  box.replaceChildren();
+  const lines = text.split("\n");
+  let para = [], list = null;
+  const flush = () => {
+    if (para.length) { const p = el("p"); inline(p, para.join("\n")); box.appendChild(p); para = []; }
+    list = null;
+  };
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i];
+    const fence = line.match(/^\s*```\s*([\w+#.-]*)\s*$/);
+    if (fence) {
+      flush();
+      const code = [];
+      for (i++; i < lines.length && !/^\s*```\s*$/.test(lines[i]); i++) code.push(lines[i]);
+      const block = el("div", "codeblock"), bar = el("div", "bar"), btn = el("button", "copy", "Copy");
+      btn.type = "button";
+      const source = code.join("\n");
+      btn.addEventListener("click", () => copyText(source, btn));
+      bar.append(el("span", "", fence[1] || "code"), btn);
+      const pre = el("pre");
+      pre.appendChild(el("code", "", source));
+      block.append(bar, pre);
+      box.appendChild(block);
+      continue;
+    }
+    const h = line.match(/^(#{1,3})\s+(.*)$/);
+    if (h) { flush(); const e = el("h" + h[1].length); inline(e, h[2]); box.appendChild(e); continue; }
+    const li = line.match(/^\s*(?:[-*+]|(\d+)[.)])\s+(.*)$/);
+    if (li) {
+      if (para.length) flush();
+      const kind = li[1] ? "ol" : "ul";
+      if (!list || list.tagName.toLowerCase() !== kind) { list = el(kind); box.appendChild(list); }
+      const item = el("li"); inline(item, li[2]); list.appendChild(item);
+      continue;
+    }
+    if (!line.trim()) { flush(); continue; }
+    list = null;
+    para.push(line);
+  }
+  flush();
+}
+
 async function send(text) {
   history.push({ role: "user", content: text });
   bubble("user").textContent = text;
@@ -114,7 +197,7 @@ async function send(text) {
   const draw = () => {
     frame = 0;
     if (reasoning) { view.det.hidden = false; view.reasoning.textContent = reasoning; }
-    view.content.textContent = content;
+    renderMarkdown(view.content, content);
     for (const call of calls) call.view.textContent = "tool call: " + call.name + "(" + call.arguments + ")";
     if (speed) $("speed").textContent = speed;
     log.scrollTop = log.scrollHeight;
@@ -172,9 +255,12 @@ async function send(text) {
     cancelAnimationFrame(frame);
     draw();
     const secs = ((tFirst ? performance.now() - tFirst : 0) / 1000);
-    view.stats.textContent = (controller.signal.aborted ? "stopped · " : "") + (n ? n + " tokens" : "") +
-      (n && secs > 0 ? " · " + (n / secs).toFixed(1) + " tok/s" : "") +
-      " · " + ((performance.now() - t0) / 1000).toFixed(2) + " s";
+    const parts = [];
+    if (controller.signal.aborted) parts.push("stopped");
+    if (n) parts.push(n + " tokens");
+    if (n && secs > 0) parts.push((n / secs).toFixed(1) + " tok/s");
+    parts.push(((performance.now() - t0) / 1000).toFixed(2) + " s");
+    view.stats.textContent = parts.join(" · ");
     const msg = { role: "assistant", content: content };
     if (calls.length)
       msg.tool_calls = calls.map((c) => ({ id: c.id, type: "function",
@@ -196,7 +282,7 @@ input.addEventListener("keydown", (e) => {
   if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("form").requestSubmit(); }
 });
 stopBtn.addEventListener("click", () => { if (controller) controller.abort(); });
-$("clear").addEventListener("click", () => { if (!controller) { history = []; log.innerHTML = ""; } });
+$("clear").addEventListener("click", () => { if (!controller) { history = []; log.replaceChildren(); } });
 loadModel();
 input.focus();
 </script>

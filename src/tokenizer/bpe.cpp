@@ -203,6 +203,8 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t> &out) con
         std::copy(word.begin(), word.end(), e.word);
         std::copy(ids.begin(), ids.end(), e.ids);
     }
+    // A huge word (a megabyte of one character) would keep its buffer in this thread for good: give it back.
+    if (ids.capacity() > (size_t(1) << 16)) std::vector<int32_t>().swap(ids);
 }
 
 }  // namespace strata::tok

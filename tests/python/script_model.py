@@ -72,7 +72,13 @@ SCRIPTS = {
             "</function>\n", "</tool_call>"],
     # Never ends (a long reply for the chat page's stop button).
     "endless": ["The river ", "runs on ", "and on, ", "past the ", "market. "],
+    # Fill-in-the-middle: the vocabulary has Qwen2.5-Coder's FIM tokens and the script follows <|fim_middle|>.
+    "fim": ["    return ", "a + b", "\n"],
+    # Markdown with HTML in it, for the chat page's rendering.
+    "markdown": ["Here is **bold** and `code`", " <img src=x onerror=\"window.pwned=1\">", "\n\n```python\n",
+                 "print('<b>hi</b>')\n", "```\n", "done"],
 }
+FIM_TOKENS = ["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"]
 EXPECTED = {
     "json": {"reasoning": "I should call the tool.", "name": "get_weather", "arguments": {"city": "Paris"}},
     "xml": {"reasoning": "I will use the tool.", "name": "get_weather", "arguments": {"city": "Paris", "days": 3}},
@@ -104,7 +110,12 @@ def write_script_model(path: Path, kind: str) -> Path:
             types.append(1)
         return index[s]
 
-    start = token_id("\n")
+    if kind == "fim":
+        for t in FIM_TOKENS:
+            index[t] = len(tokens)
+            tokens.append(t)
+            types.append(3)
+    start = index["<|fim_middle|>"] if kind == "fim" else token_id("\n")
     script = [token_id(p) for p in SCRIPTS[kind]]
     end = index["<|im_end|>"]
     chain = [start] + script

@@ -122,3 +122,46 @@ def test_stop_button_ends_a_long_reply_and_frees_the_slot(strata_bin, tmp_path):
         assert s.metrics()["strata_requests_finished_total"] == 1
     finally:
         s.stop()
+
+
+def test_markdown_is_rendered_without_html_injection_and_code_can_be_copied(strata_bin, tmp_path):
+    """A reply with Markdown and HTML in it: the Markdown becomes elements, the HTML stays text (no <img> element, its
+    onerror never runs), the code block has a copy button that copies the code, and no page text is unescaped."""
+    exe = chromium()
+    if exe is None:
+        pytest.skip("Debian's chromium is not installed (scripts/setup.sh installs it)")
+    from playwright.sync_api import expect, sync_playwright
+
+    model = write_script_model(tmp_path / "script-markdown.gguf", "markdown")
+    s = Server(strata_bin, model, tmp_path / "md.log", "--parallel", "1")
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox", "--disable-gpu"])
+            context = browser.new_context()
+            context.grant_permissions(["clipboard-read", "clipboard-write"], origin=s.url)
+            page = context.new_page()
+            page.goto(s.url + "/")
+            expect(page.locator("#model")).to_have_text("script-markdown.gguf", timeout=10000)
+            page.fill("#input", "Show me.")
+            page.click("#send")
+            reply = page.locator(".msg.assistant").first
+            expect(reply.locator(".stats")).to_contain_text("tokens", timeout=20000)
+            content = reply.locator(".content")
+            expect(content.locator("strong")).to_have_text("bold")
+            expect(content.locator("p code")).to_have_text("code")
+            assert content.locator("img").count() == 0
+            assert page.evaluate("window.pwned") is None
+            expect(content.locator("p").first).to_contain_text('<img src=x onerror="window.pwned=1">')
+            code = content.locator(".codeblock pre code")
+            expect(code).to_have_text("print('<b>hi</b>')")
+            assert content.locator("b").count() == 0
+            expect(content.locator(".codeblock .bar span")).to_have_text("python")
+            expect(content.locator("p").last).to_have_text("done")
+            content.locator(".codeblock button.copy").click()
+            expect(content.locator(".codeblock button.copy")).to_have_text("Copied")
+            assert page.evaluate("navigator.clipboard.readText()") == "print('<b>hi</b>')"
+            stats = reply.locator(".stats").text_content()
+            assert "stopped" not in stats and " ·  · " not in stats and not stats.startswith(" ·")
+            browser.close()
+    finally:
+        s.stop()
