@@ -52,25 +52,22 @@ void Vocabulary::build() {
         if (prev)
             while (common < prev->size() && common < s.size() && (*prev)[common] == s[common]) common++;
         while (path.size() > common) {
-            skip_[path.back()] = uint32_t(byte_.size());
+            nodes_[path.back()].skip = uint32_t(nodes_.size());
             path.pop_back();
         }
         for (size_t d = common; d < s.size(); d++) {
-            path.push_back(uint32_t(byte_.size()));
-            byte_.push_back(uint8_t(s[d]));
-            depth_.push_back(uint16_t(std::min<size_t>(d + 1, UINT16_MAX)));
-            skip_.push_back(0);
-            tok_begin_.push_back(uint32_t(tokens_.size()));
+            path.push_back(uint32_t(nodes_.size()));
+            nodes_.push_back({uint8_t(s[d]), uint16_t(std::min<size_t>(d + 1, UINT16_MAX)), 0, uint32_t(tokens_.size())});
         }
         tokens_.push_back(id);
         max_depth_ = std::max(max_depth_, s.size());
         prev = &s;
     }
     while (!path.empty()) {
-        skip_[path.back()] = uint32_t(byte_.size());
+        nodes_[path.back()].skip = uint32_t(nodes_.size());
         path.pop_back();
     }
-    tok_begin_.push_back(uint32_t(tokens_.size()));
+    nodes_.push_back({0, 0, 0, uint32_t(tokens_.size())});
     if (max_depth_ >= UINT16_MAX) fail("a token of %zu bytes is longer than the grammar matcher handles", max_depth_);
 }
 
@@ -240,21 +237,25 @@ void Matcher::compute_mask(TokenMask &out) {
     walk_.resize(v.max_depth() + 1);
     walk_[0] = state_;
     const size_t n = v.n_nodes();
-    const uint8_t *byte = v.byte_.data();
-    const uint16_t *depth = v.depth_.data();
-    const uint32_t *skip = v.skip_.data();
-    const uint32_t *tok_begin = v.tok_begin_.data();
+    const Vocabulary::Node *node = v.nodes_.data();
     const int32_t *tokens = v.tokens_.data();
+    const int32_t *trans = space_.transitions();
     uint64_t visited = 0;
     for (size_t i = 0; i < n;) {
         visited++;
-        const int32_t t = space_.next(walk_[depth[i] - 1u], byte[i]);
+        const Vocabulary::Node nd = node[i];
+        const int32_t from = walk_[nd.depth - 1u];
+        int32_t t = trans[size_t(from) * 256 + nd.byte];
+        if (t == StateSpace::kUnknown) {
+            t = space_.next(from, nd.byte);
+            trans = space_.transitions();
+        }
         if (t == StateSpace::kDead) {
-            i = skip[i];
+            i = nd.skip;
             continue;
         }
-        walk_[depth[i]] = t;
-        for (uint32_t k = tok_begin[i]; k < tok_begin[i + 1]; k++) out.set(tokens[k]);
+        walk_[nd.depth] = t;
+        for (uint32_t k = nd.tok_begin, e = node[i + 1].tok_begin; k < e; k++) out.set(tokens[k]);
         i++;
     }
     if (space_.accepting(state_))

@@ -54,21 +54,24 @@ class Vocabulary {
     bool is_eog(int32_t id) const { return id >= 0 && size_t(id) < eog_flag_.size() && eog_flag_[size_t(id)]; }
     const std::vector<int32_t> &eog() const { return eog_; }
 
-    // The trie: node i (pre-order) holds byte byte_[i] at depth depth_[i] (1 for a first byte), its subtree ends
-    // before node skip_[i], and the tokens spelled by the path to it are tokens_[tok_begin_[i] .. tok_begin_[i+1]).
-    size_t n_nodes() const { return byte_.size(); }
+    // The trie: node i (pre-order) holds one byte at its depth (1 for a first byte), its subtree ends before node
+    // `skip`, and the tokens spelled by the path to it are tokens_[tok_begin .. the next node's tok_begin).
+    size_t n_nodes() const { return nodes_.size() - 1; }
     size_t max_depth() const { return max_depth_; }
 
   private:
     friend class Matcher;
+    struct Node {
+        uint8_t byte;
+        uint16_t depth;
+        uint32_t skip;
+        uint32_t tok_begin;
+    };
     void build();
     std::vector<std::string> bytes_;
     std::vector<int32_t> eog_;
     std::vector<bool> eog_flag_;
-    std::vector<uint8_t> byte_;
-    std::vector<uint16_t> depth_;
-    std::vector<uint32_t> skip_;
-    std::vector<uint32_t> tok_begin_;  // n_nodes + 1 entries
+    std::vector<Node> nodes_;  // n_nodes + 1: the last one only ends the token ranges
     std::vector<int32_t> tokens_;
     size_t max_depth_ = 0;
 };
@@ -95,6 +98,10 @@ class StateSpace {
     // Nothing but the end may follow.
     bool ended(int32_t s) const { return flags_[size_t(s)] & kEnded; }
     size_t n_states() const { return flags_.size(); }
+    // The transition table, 256 entries per state, kUnknown where not computed yet (next() computes it; the table
+    // may move then).
+    static constexpr int32_t kUnknown = -2;
+    const int32_t *transitions() const { return trans_.data(); }
     size_t n_nodes() const { return nodes_.size(); }
     // Some stack was not followed because it would have gone deeper than max_depth.
     bool depth_limited() const { return depth_limited_; }
@@ -103,7 +110,6 @@ class StateSpace {
     int32_t rebuild_around(int32_t s);
 
   private:
-    static constexpr int32_t kUnknown = -2;
     static constexpr uint8_t kAccepting = 1, kEnded = 2;
     struct Node {
         int32_t pos;     // the next element to match (an index into the grammar's elements), -1 for the bottom
