@@ -291,7 +291,9 @@ class RegexParser {
         }
         if (i_ >= p_.size()) error("unterminated character class");
         i_++;
-        // A negated class with \d, \w or \s in it is taken within ASCII, for the reason above.
+        // A negated class with \d, \w or \s in it is taken within ASCII, for the reason above, and without
+        // U+001C-U+001F, which Python's \s holds and ECMAScript's does not.
+        if (negated && class_escapes) set.push_back({0x1C, 0x1F});
         if (negated) set = complement(set, class_escapes ? 0x7F : kMaxCp);
         if (normalize(set).empty()) error("a character class that matches nothing");
         return set_atom(set);

@@ -72,6 +72,8 @@ SCRIPTS = {
             "</function>\n", "</tool_call>"],
     # Never ends (a long reply for the chat page's stop button).
     "endless": ["The river ", "runs on ", "and on, ", "past the ", "market. "],
+    # A JSON answer (constrained decoding: a schema it fits leaves it as it is).
+    "answer": ["{\"city\": ", "\"Paris\"", ", \"days\": ", "3", "}"],
 }
 EXPECTED = {
     "json": {"reasoning": "I should call the tool.", "name": "get_weather", "arguments": {"city": "Paris"}},
