@@ -73,12 +73,14 @@ int32_t Sampler::sample(const float *logits_in, int64_t n_vocab, const std::vect
         }
         mask = constraint_->allowed();
     }
-    auto allowed = [&](int64_t id) { return !mask || (size_t(id >> 6) < mask->words.size() && mask->test(id)); };
-
     std::vector<int32_t> cand;
-    if (mask) {
-        for (int64_t i = 0; i < n_vocab; i++)
-            if (allowed(i)) cand.push_back(int32_t(i));
+    if (mask) {  // the allowed ids, in order, a mask word at a time
+        const size_t n_words = std::min(mask->words.size(), size_t((n_vocab + 63) / 64));
+        for (size_t w = 0; w < n_words; w++)
+            for (uint64_t bits = mask->words[w]; bits; bits &= bits - 1) {
+                const int64_t id = int64_t(w * 64) + __builtin_ctzll(bits);
+                if (id < n_vocab) cand.push_back(int32_t(id));
+            }
         if (cand.empty()) fail("the constraint allows no token here");
     }
     auto pick = [&](int32_t token) {

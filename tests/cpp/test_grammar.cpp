@@ -1,7 +1,7 @@
 // The grammar engine: GBNF parsing and its errors, byte-level matching (UTF-8 split across tokens, tokens across
 // terminals), bounds on hostile grammars, the vocabulary mask (checked token by token against the matcher itself,
-// on small vocabularies and on the real Qwen vocabulary from ../shared/testdata), triggered constraints and the
-// sampler's use of a constraint.
+// on small vocabularies and on the real Qwen vocabulary from ../shared/testdata), triggered constraints, the
+// sampler's use of a constraint, and the constraints the server builds from request fields.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -14,6 +14,7 @@
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 #include "runtime/sampler.h"
+#include "server/constraint_fields.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace strata;
@@ -496,4 +497,84 @@ TEST_F(QwenGrammar, ControlTokensAreNeverAllowed) {
     ASSERT_GE(im_start, 0);
     EXPECT_FALSE(m.allowed()->test(im_start));  // the text may be spelled out, the control token never
     EXPECT_TRUE(m.allows(tok_->encode("<", false, false)[0]));
+}
+
+// ---- request fields -> constraints (server/constraint_fields.h) ------------------------------------------------
+
+namespace {
+// Feeds text through a constraint over the byte vocabulary; false at the first byte it refuses.
+bool feed(TokenConstraint &c, std::string_view text) {
+    for (unsigned char b : text) {
+        if (!c.allows(b)) return false;
+        c.accept(b);
+    }
+    return true;
+}
+}  // namespace
+
+TEST(GrammarRequests, StrictToolCallsInBothFormats) {
+    const json tools = json::parse(R"([
+      {"type": "function", "function": {"name": "get_weather", "strict": true, "parameters": {"type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer", "maximum": 7}},
+        "required": ["city"], "additionalProperties": false}}},
+      {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}])");
+    const server::OutputFormat none;
+    // JSON calls (Qwen3), triggered by <tool_call>, reasoning free.
+    auto spec = server::chat_constraint(none, tools, server::ToolFormat::Json, false, "", false);
+    ASSERT_TRUE(spec);
+    EXPECT_EQ(spec->trigger, "<tool_call>");
+    auto c = make_constraint(*spec, byte_vocab());
+    EXPECT_TRUE(feed(*c, "Let me look. <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+                         "\"days\": 3}}\n</tool_call> and <tool_call>{\"name\": \"get_time\", \"arguments\": "
+                         "{\"zone\": [1]}}</tool_call>"));
+    EXPECT_TRUE(c->allows(256));
+    c = make_constraint(*spec, byte_vocab());
+    EXPECT_FALSE(feed(*c, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"days\": 3}}"));  // city required
+    c = make_constraint(*spec, byte_vocab());
+    EXPECT_FALSE(feed(*c, "<tool_call>\n{\"name\": \"get_wether\""));  // only the tools' names
+    c = make_constraint(*spec, byte_vocab());
+    EXPECT_FALSE(feed(*c, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"P\", \"days\": 8}"));
+    // XML calls (Qwen3-Coder), values as the output parser types them.
+    spec = server::chat_constraint(none, tools, server::ToolFormat::Xml, false, "", true);
+    c = make_constraint(*spec, byte_vocab());
+    EXPECT_TRUE(feed(*c, "thinking <tool_call> is text here</think>\n<tool_call>\n<function=get_weather>\n"
+                         "<parameter=city>\nNew <York>\n</parameter>\n<parameter=days>\n7\n</parameter>\n"
+                         "</function>\n</tool_call>"));
+    c = make_constraint(*spec, byte_vocab());
+    EXPECT_FALSE(feed(*c, "</think><tool_call>\n<function=get_weather>\n<parameter=days>\n"));  // city first
+    // A forced call: the rest after the opening the prompt wrote.
+    spec = server::chat_constraint(none, tools, server::ToolFormat::Json, true, "get_weather", false);
+    ASSERT_TRUE(spec);
+    EXPECT_TRUE(spec->trigger.empty());
+    c = make_constraint(*spec, byte_vocab());
+    EXPECT_TRUE(feed(*c, "{\"city\": \"Oslo\"}}\n</tool_call>"));
+    EXPECT_TRUE(c->allows(256));
+    spec = server::chat_constraint(none, tools, server::ToolFormat::Json, true, "", false);  // required, two tools
+    c = make_constraint(*spec, byte_vocab());
+    EXPECT_TRUE(feed(*c, "get_time\", \"arguments\": {}}</tool_call>"));
+    spec = server::chat_constraint(none, tools, server::ToolFormat::Xml, true, "", false);
+    c = make_constraint(*spec, byte_vocab());
+    EXPECT_TRUE(feed(*c, "get_weather>\n<parameter=city>\nRome\n</parameter>\n</function>\n</tool_call>"));
+    // Not strict and not forced: no constraint; a named tool that is not strict: none either.
+    const json loose = json::array({tools[1]});
+    EXPECT_FALSE(server::chat_constraint(none, loose, server::ToolFormat::Json, false, "", false));
+    EXPECT_FALSE(server::chat_constraint(none, tools, server::ToolFormat::Json, true, "get_time", false));
+}
+
+TEST(GrammarRequests, FormatAndToolsTogether) {
+    const json tools = json::parse(R"([{"type": "function", "function": {"name": "f",
+        "strict": true, "parameters": {"type": "object", "properties": {"x": {"type": "boolean"}},
+        "required": ["x"], "additionalProperties": false}}}])");
+    const server::OutputFormat f = server::parse_output_format(json::parse(
+        R"({"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "integer"}}}})"));
+    auto spec = server::chat_constraint(f, tools, server::ToolFormat::Json, false, "", false);
+    ASSERT_TRUE(spec && spec->trigger.empty());
+    auto c = make_constraint(*spec, byte_vocab());
+    EXPECT_TRUE(feed(*c, "42"));
+    EXPECT_TRUE(c->allows(256));
+    c = make_constraint(*spec, byte_vocab());
+    EXPECT_TRUE(feed(*c, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": true}}\n</tool_call>"));
+    EXPECT_TRUE(c->allows(256));
+    c = make_constraint(*spec, byte_vocab());
+    EXPECT_FALSE(feed(*c, "\"text\""));
 }
