@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian 12 machine lacks, and nothing it has: the build's Debian packages, and with --tests the
-# test tooling too (GoogleTest, clang for the fuzzer, Chromium for the chat-page test, and ./.venv with the Python
-# cross-checks). Safe to run again; does nothing when everything is present.
+# test tooling too (GoogleTest, valijson for the grammar property test, clang for the fuzzer, Chromium for the
+# chat-page test, and ./.venv with the Python cross-checks). Safe to run again; does nothing when everything is present.
 #   scripts/setup.sh            what building and running strata need (scripts/quickstart.sh)
 #   scripts/setup.sh --tests    and what the tests need (scripts/test.sh)
 set -euo pipefail
@@ -17,7 +17,7 @@ esac
 
 packages=(build-essential cmake pkg-config git libcli11-dev nlohmann-json3-dev libpcre2-dev libmicrohttpd-dev)
 if [ "$tests" = 1 ]; then
-    packages+=(libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev chromium
+    packages+=(libgtest-dev libgmock-dev libbenchmark-dev libvalijson-dev clang libclang-rt-14-dev chromium
                python3 python3-venv python3-pip)
 fi
 missing=()

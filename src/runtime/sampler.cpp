@@ -1,4 +1,4 @@
-// The sampling chain: penalties -> (greedy | temperature -> top-k -> top-p -> min-p -> draw).
+// The sampling chain: penalties -> constraint mask -> (greedy | temperature -> top-k -> top-p -> min-p -> draw).
 #include "runtime/sampler.h"
 
 #include <algorithm>
@@ -29,7 +29,10 @@ int32_t argmax(const float *logits, int64_t n) {
     return int32_t(best);
 }
 
-Sampler::Sampler(const SamplerParams &p) : p_(p), rng_(p.seed) { validate(p); }
+Sampler::Sampler(const SamplerParams &p, std::unique_ptr<TokenConstraint> constraint)
+    : p_(p), rng_(p.seed), constraint_(std::move(constraint)) {
+    validate(p);
+}
 
 int32_t Sampler::sample(const float *logits_in, int64_t n_vocab, const std::vector<int32_t> &history) {
     std::vector<float> logits(logits_in, logits_in + n_vocab);
@@ -58,11 +61,45 @@ int32_t Sampler::sample(const float *logits_in, int64_t n_vocab, const std::vect
         for (int64_t i = 0; i < n_vocab; i++) logprobs_[size_t(i)] = logits[size_t(i)] - lse;
     }
 
-    if (p_.temperature <= 0) return argmax(logits.data(), n_vocab);
+    // The constraint's mask: a greedy pick that it allows is the pick under the mask too, and costs one check.
+    const TokenMask *mask = nullptr;
+    if (constraint_) {
+        if (p_.temperature <= 0) {
+            const int32_t best = argmax(logits.data(), n_vocab);
+            if (constraint_->allows(best)) {
+                constraint_->accept(best);
+                return best;
+            }
+        }
+        mask = constraint_->allowed();
+    }
+    std::vector<int32_t> cand;
+    if (mask) {  // the allowed ids, in order, a mask word at a time
+        const size_t n_words = std::min(mask->words.size(), size_t((n_vocab + 63) / 64));
+        for (size_t w = 0; w < n_words; w++)
+            for (uint64_t bits = mask->words[w]; bits; bits &= bits - 1) {
+                const int64_t id = int64_t(w * 64) + __builtin_ctzll(bits);
+                if (id < n_vocab) cand.push_back(int32_t(id));
+            }
+        if (cand.empty()) fail("the constraint allows no token here");
+    }
+    auto pick = [&](int32_t token) {
+        if (constraint_) constraint_->accept(token);
+        return token;
+    };
+    if (p_.temperature <= 0) {
+        if (!mask) return pick(argmax(logits.data(), n_vocab));
+        int32_t best = cand[0];
+        for (int32_t id : cand)
+            if (logits[size_t(id)] > logits[size_t(best)]) best = id;
+        return pick(best);
+    }
 
     // Candidates sorted by logit (ties: lower id first), truncated by top-k.
-    std::vector<int32_t> cand(static_cast<size_t>(n_vocab));
-    std::iota(cand.begin(), cand.end(), 0);
+    if (!mask) {
+        cand.resize(static_cast<size_t>(n_vocab));
+        std::iota(cand.begin(), cand.end(), 0);
+    }
     auto better = [&](int32_t a, int32_t b) {
         return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
     };
@@ -99,9 +136,9 @@ int32_t Sampler::sample(const float *logits_in, int64_t n_vocab, const std::vect
     double r = u(rng_), acc = 0;
     for (size_t i = 0; i < keep; i++) {
         acc += prob[i];
-        if (r < acc) return cand[i];
+        if (r < acc) return pick(cand[i]);
     }
-    return cand[keep - 1];
+    return pick(cand[keep - 1]);
 }
 
 }  // namespace strata

@@ -1,8 +1,10 @@
 // Token sampling from logits: penalties, then greedy or temperature sampling restricted by top-k, top-p and
-// min-p. Deterministic for a given seed; ties go to the lower token id.
+// min-p, over the tokens an optional constraint allows (constrained decoding). Deterministic for a given seed; ties
+// go to the lower token id.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -23,19 +25,46 @@ struct SamplerParams {
 // Checks ranges; throws strata::Error naming the parameter.
 void validate(const SamplerParams &p);
 
+// A set of token ids, one bit each.
+struct TokenMask {
+    std::vector<uint64_t> words;
+    void assign(int64_t n_vocab, bool all) { words.assign(size_t((n_vocab + 63) / 64), all ? ~uint64_t(0) : 0); }
+    bool test(int64_t id) const { return (words[size_t(id >> 6)] >> (id & 63)) & 1; }
+    void set(int64_t id) { words[size_t(id >> 6)] |= uint64_t(1) << (id & 63); }
+    void reset(int64_t id) { words[size_t(id >> 6)] &= ~(uint64_t(1) << (id & 63)); }
+};
+
+// What may come next, for constrained decoding (src/grammar implements it): the sampler draws only among the tokens
+// it allows and tells it which one was drawn.
+class TokenConstraint {
+  public:
+    virtual ~TokenConstraint() = default;
+    // The tokens that may come next (ids at or past the mask's size never may), or nullptr when any token may.
+    // Throws strata::Error when the constraint cannot go on (it allows no token of this vocabulary).
+    virtual const TokenMask *allowed() = 0;
+    // Whether this one token may come next: cheaper than allowed(), so a greedy pick is checked first.
+    virtual bool allows(int32_t token) = 0;
+    // The token that came next. Throws strata::Error for one that is not allowed.
+    virtual void accept(int32_t token) = 0;
+};
+
 class Sampler {
 public:
-    explicit Sampler(const SamplerParams &p);
-    // Picks the next token given the logits (n_vocab) and the sequence so far (for penalties).
+    explicit Sampler(const SamplerParams &p, std::unique_ptr<TokenConstraint> constraint = nullptr);
+    // Picks the next token given the logits (n_vocab) and the sequence so far (for penalties). With a constraint,
+    // only among the tokens it allows (their penalised logits unchanged, the others out), and the constraint is
+    // told the pick; throws strata::Error when it allows none.
     int32_t sample(const float *logits, int64_t n_vocab, const std::vector<int32_t> &history);
-    // The log-probabilities of the last sample() call's distribution after penalties (before truncation),
-    // for logprobs reporting: log softmax of the penalised logits.
+    // The log-probabilities of the last sample() call's distribution after penalties (before truncation and before
+    // a constraint's mask: the model's own view), for logprobs reporting: log softmax of the penalised logits.
     const std::vector<float> &last_logprobs() const { return logprobs_; }
+    TokenConstraint *constraint() const { return constraint_.get(); }
 
 private:
     SamplerParams p_;
     std::mt19937_64 rng_;
     std::vector<float> logprobs_;
+    std::unique_ptr<TokenConstraint> constraint_;
 };
 
 int32_t argmax(const float *logits, int64_t n);

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "grammar/constraint.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -196,11 +197,6 @@ void parse_common(const ojson &body, CommonRequest &r, int64_t n_vocab, bool cha
             r.gen.logit_bias.emplace_back(int32_t(id), float(b));
         }
     }
-    if (const ojson *rf = field(body, "response_format")) {
-        if (!rf->is_object()) throw wrong_type("response_format", "an object", *rf);
-        const std::string t = get_string(*rf, "type", "text");
-        if (t != "text") throw bad_value("response_format", "only {\"type\": \"text\"} is supported");
-    }
     try {
         validate(sp);
     } catch (const Error &e) {
@@ -231,6 +227,7 @@ std::string content_text(const ojson &content, const std::string &param) {
 ChatRequest parse_chat_request(const ojson &body, PromptEncoder &enc, int64_t n_vocab) {
     ChatRequest r;
     parse_common(body, r, n_vocab, true);
+    r.output_format = parse_output_format(body);  // a constraint once the template is known (render_chat_prompt)
     r.logprobs = get_bool(body, "logprobs", false);
     const int64_t top = get_int(body, "top_logprobs", -1, 0, 20);
     if (top >= 0 && !r.logprobs) throw bad_value("top_logprobs", "logprobs must be true to use top_logprobs");
@@ -368,6 +365,7 @@ ChatRequest parse_chat_request(const ojson &body, PromptEncoder &enc, int64_t n_
 CompletionRequest parse_completion_request(const ojson &body, int64_t n_vocab) {
     CompletionRequest r;
     parse_common(body, r, n_vocab, false);
+    r.gen.constraint = output_constraint(parse_output_format(body));  // response_format, grammar, json_schema
     r.echo = get_bool(body, "echo", false);
     r.logprobs = int32_t(get_int(body, "logprobs", -1, 0, 20));
     r.gen.top_logprobs = r.logprobs;
@@ -402,18 +400,22 @@ CompletionRequest parse_completion_request(const ojson &body, int64_t n_vocab) {
 }
 
 namespace {
+// An empty reasoning block, as templates write one with thinking off.
+void close_reasoning(std::string &text) {
+    if (prompt_opens_reasoning(text)) text += std::string(text.ends_with('\n') ? "\n" : "") + "</think>\n\n";
+}
+
 // The prompt goes on inside a call, as the template's format writes one. The function's name comes from the request:
 // protected like message text, so a name cannot forge control tokens.
 void start_forced_call(ChatPrompt &p, const ModelChat &chat, const std::string &name, PromptEncoder &enc) {
     const ToolFormat format = tool_format_of(chat.info().chat_template);
-    if (prompt_opens_reasoning(p.text))  // an empty reasoning block, as templates write one with thinking off
-        p.text += std::string(p.text.ends_with('\n') ? "\n" : "") + "</think>\n\n";
+    close_reasoning(p.text);
     p.text += "<tool_call>" + forced_call_opening(format, enc.protect(name));
     p.forced_opening = forced_call_opening(format, name);
 }
 }  // namespace
 
-ChatPrompt render_chat_prompt(const ModelChat &chat, const ChatRequest &req, PromptEncoder &enc) {
+ChatPrompt render_chat_prompt(const ModelChat &chat, ChatRequest &req, PromptEncoder &enc) {
     ChatPrompt p;
     try {
         p.text = chat.render(req.messages, req.tools, true, req.template_kwargs);
@@ -422,6 +424,11 @@ ChatPrompt render_chat_prompt(const ModelChat &chat, const ChatRequest &req, Pro
                               "messages");
     }
     if (req.force_tool_call) start_forced_call(p, chat, req.forced_tool, enc);
+    // Constrained decoding (server/constraint_fields.h).
+    req.gen.constraint = chat_constraint(req.output_format, req.parse_tools ? req.tools : ojson(),
+                                         tool_format_of(chat.info().chat_template), req.force_tool_call,
+                                         req.forced_tool, prompt_opens_reasoning(p.text));
+    if (req.gen.constraint && req.gen.constraint->trigger.empty()) close_reasoning(p.text);
     p.ids = enc.encode(p.text, false);
     p.opens_reasoning = prompt_opens_reasoning(p.text);
     if (p.ids.empty()) throw bad_value("messages", "the rendered prompt is empty");

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "server/constraint_fields.h"
 #include "server/scheduler.h"
 #include "server/text.h"
 
@@ -55,6 +56,7 @@ struct ChatRequest : CommonRequest {
     std::string forced_tool;
     bool logprobs = false;
     ojson template_kwargs = ojson::object();
+    OutputFormat output_format;  // response_format / grammar: made a constraint by render_chat_prompt
 };
 
 struct CompletionRequest : CommonRequest {
@@ -110,12 +112,15 @@ private:
 // The chat template's rendering of a request and the prompt's token ids. A forced tool call goes on after the
 // generation prompt with the start of the call (closing a reasoning block the template opened: a forced call skips
 // the reasoning), so the reply can only be that call; `forced_opening` is that start for the output parser.
+// It also sets req.gen.constraint (response_format, grammar, strict tools), which depends on the template's
+// tool-call format; a constraint over the whole reply closes a reasoning block the template opened, as a forced call
+// does.
 struct ChatPrompt {
     std::string text;
     std::vector<int32_t> ids;
     bool opens_reasoning = false;
     std::string forced_opening;  // the call's body so far (after <tool_call>); empty when no call is forced
 };
-ChatPrompt render_chat_prompt(const ModelChat &chat, const ChatRequest &req, PromptEncoder &enc);
+ChatPrompt render_chat_prompt(const ModelChat &chat, ChatRequest &req, PromptEncoder &enc);
 
 }  // namespace strata::server

@@ -9,6 +9,7 @@
 #endif
 
 #include "core/error.h"
+#include "grammar/constraint.h"
 #include "server/text.h"
 #include "tokenizer/tokenizer.h"
 
@@ -65,8 +66,9 @@ struct Scheduler::Active {
     Usage usage;
     double t_start = 0, t_first = 0;
 
-    Active(std::shared_ptr<Job> j, const Tokenizer &tok)
-        : job(std::move(j)), sampler(job->params.sampling), decoder(tok), stopper(job->params.stop) {}
+    Active(std::shared_ptr<Job> j, const Tokenizer &tok, std::unique_ptr<TokenConstraint> constraint)
+        : job(std::move(j)), sampler(job->params.sampling, std::move(constraint)), decoder(tok),
+          stopper(job->params.stop) {}
 };
 
 struct Scheduler::Slot {
@@ -294,7 +296,12 @@ void Scheduler::admit(std::shared_ptr<Job> job) {
     }
 
     try {
-        t.act = std::make_unique<Active>(job, tok_);
+        std::unique_ptr<TokenConstraint> constraint;
+        if (job->params.constraint) {
+            if (!grammar_vocab_) grammar_vocab_ = grammar::Vocabulary::from_tokenizer(tok_);
+            constraint = grammar::make_constraint(*job->params.constraint, grammar_vocab_);
+        }
+        t.act = std::make_unique<Active>(job, tok_, std::move(constraint));
     } catch (const std::exception &e) {
         job->out.push({Event::Kind::Error, {}, {}, {}, {}, e.what()});
         job->finished = true;

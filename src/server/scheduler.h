@@ -31,6 +31,10 @@
 namespace strata {
 class Tokenizer;
 }
+namespace strata::grammar {
+struct ConstraintSpec;
+class Vocabulary;
+}  // namespace strata::grammar
 
 namespace strata::server {
 
@@ -41,6 +45,7 @@ struct GenParams {
     int32_t top_logprobs = -1;  // -1: no logprobs; else this many alternatives per token (0..20)
     bool ignore_eos = false;
     std::vector<std::pair<int32_t, float>> logit_bias;  // added to those tokens' logits before sampling
+    std::shared_ptr<const grammar::ConstraintSpec> constraint;  // constrained decoding (grammar/); null: none
 };
 
 struct TokenLogprob {
@@ -165,6 +170,7 @@ class Scheduler {
 
     Engine &engine_;
     const Tokenizer &tok_;
+    std::shared_ptr<const grammar::Vocabulary> grammar_vocab_;  // built with the first constrained job
     SchedulerConfig cfg_;
     std::vector<std::unique_ptr<Slot>> slots_;
     uint64_t clock_ = 0;  // for least-recently-used slot choice

@@ -77,6 +77,8 @@ SCRIPTS = {
     # Markdown with HTML in it, for the chat page's rendering.
     "markdown": ["Here is **bold** and `code`", " <img src=x onerror=\"window.pwned=1\">", "\n\n```python\n",
                  "print('<b>hi</b>')\n", "```\n", "done"],
+    # A JSON answer (constrained decoding: a schema it fits leaves it as it is).
+    "answer": ["{\"city\": ", "\"Paris\"", ", \"days\": ", "3", "}"],
 }
 FIM_TOKENS = ["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"]
 EXPECTED = {

@@ -21,9 +21,10 @@ BELOW = {
     "strata": {"core", "format", "backend", "model"},
     "synth": {"core", "format", "backend", "model"},
     "runtime": {"core", "format", "backend", "backend/cpu", "backend/cuda", "model", "strata"},
-    "server": {"core", "format", "jinja", "tokenizer", "backend", "model", "strata", "runtime"},
+    "grammar": {"core", "format", "jinja", "tokenizer", "backend", "model", "strata", "runtime"},
+    "server": {"core", "format", "jinja", "tokenizer", "backend", "model", "strata", "runtime", "grammar"},
     "cli": {"core", "format", "jinja", "tokenizer", "backend", "backend/cpu", "backend/cuda", "model", "strata",
-            "synth", "runtime", "server"},
+            "synth", "runtime", "grammar", "server"},
 }
 PUBLIC = {"backend/cuda": {"backend/cuda/cuda_backend.h"}, "backend/cpu": {"backend/cpu/cpu_backend.h"}}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
