@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# A/B of two builds on the GPU machine, in one call: the working tree ("new") against an older commit ("old").
+# Here, first:  ../shared/peer/prepare.sh && scripts/device-debs.sh && cp ../shared/peer/device.sh .peer/
+#               mkdir -p .devrun && git archive OLD_COMMIT | gzip > .devrun/old.tgz
+# There (carry .peer and .devrun; the machine goes back 30 s after a call ends, so start it in the background and
+# poll):  setsid nohup bash bench/device-ab.sh > /dev/null 2>&1 < /dev/null &   then read /tmp/ab/main.log.
+# Builds both (CUDA sm_90), runs the GPU tests of the new one, writes the synthetic files, and runs each bench command
+# with both binaries one after the other, flipping the order from command to command. Logs in /tmp/ab.
+R=$(pwd); L=/tmp/ab; mkdir -p $L
+exec > $L/main.log 2>&1
+source .peer/device.sh env
+CM="-DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_CUDA_ARCHS=90 -DCMAKE_PREFIX_PATH=/tmp/deps/usr
+    -DPKG_CONFIG_EXECUTABLE=/tmp/deps/usr/bin/pkgconf -DGTest_DIR=/tmp/deps/usr/lib/x86_64-linux-gnu/cmake/GTest
+    -DSTRATA_PYTHON=/nonexistent"
+mkdir -p /tmp/oldsrc && tar xzf .devrun/old.tgz -C /tmp/oldsrc
+cmake -S . -B /tmp/new $CM -DSTRATA_TESTS=ON > $L/cfg-new.log 2>&1
+cmake -S /tmp/oldsrc -B /tmp/old $CM -DSTRATA_TESTS=OFF > $L/cfg-old.log 2>&1
+(cmake --build /tmp/new -j12 > $L/build-new.log 2>&1; echo "new build rc=$?") &
+(cmake --build /tmp/old -j4 --target strata > $L/build-old.log 2>&1; echo "old build rc=$?") &
+wait
+(cd /tmp/new && ctest -L gpu --output-on-failure) > $L/gputest.log 2>&1
+echo "gpu tests rc=$?"; tail -3 $L/gputest.log
+N=/tmp/new/bin/strata; O=/tmp/old/bin/strata
+flip=0
+ab() {  # name, then bench arguments
+    local name=$1 order="old new"; shift
+    [ $((flip++ % 2)) = 1 ] && order="new old"
+    for arm in $order; do
+        local b=$O; [ $arm = new ] && b=$N
+        echo "== $name $arm"
+        $b bench "$@" > $L/$name-$arm.txt 2> $L/$name-$arm.err
+        grep -E '^\| synth' $L/$name-$arm.txt
+    done
+}
+$N synth --preset qwen3-30b-a3b --type Q4_K --dense-type Q8_0 -o /tmp/q30.gguf
+ab q30-r512 -m /tmp/q30.gguf -p 512 -n 128 -r 3
+ab q30-r4096 -m /tmp/q30.gguf -p 4096 --chunk 4096 -n 16 -r 2
+ab q30-b512 -m /tmp/q30.gguf -p 512 -n 64 -r 2 --vram-budget 12G
+ab q30-b4096 -m /tmp/q30.gguf -p 4096 --chunk 4096 -n 16 -r 2 --vram-budget 12G
+rm -f /tmp/q30.gguf  # the disk holds one of the two files at a time
+$N synth --preset qwen3-next-80b-a3b --type Q4_K --dense-type Q8_0 -o /tmp/n80.gguf
+ab n80-r512 -m /tmp/n80.gguf -p 512 -n 64 -r 2
+ab n80-r4096 -m /tmp/n80.gguf -p 4096 --chunk 4096 -n 16 -r 2
+ab n80-b512 -m /tmp/n80.gguf -p 512 -n 32 -r 2 --vram-budget 12G
+echo ALL_DONE
