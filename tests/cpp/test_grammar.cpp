@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "byte_vocab.h"
 #include "format/gguf.h"
 #include "grammar/constraint.h"
 #include "grammar/json_schema.h"
@@ -22,16 +23,7 @@ using namespace strata::grammar;
 
 namespace {
 
-// 256 one-byte tokens and an end token (256): matching a vocabulary like this is matching bytes.
-std::shared_ptr<const Vocabulary> byte_vocab() {
-    static auto v = [] {
-        std::vector<std::string> t;
-        for (int b = 0; b < 256; b++) t.push_back(std::string(1, char(b)));
-        t.push_back("");
-        return Vocabulary::from_tokens(std::move(t), {256});
-    }();
-    return v;
-}
+using test::byte_vocab;
 
 bool matches(const std::string &gbnf, std::string_view text) {
     Matcher m(Grammar::parse(gbnf), byte_vocab());

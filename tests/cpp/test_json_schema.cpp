@@ -6,6 +6,7 @@
 #include <functional>
 #include <random>
 
+#include "byte_vocab.h"
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 
@@ -21,15 +22,7 @@ using namespace strata::grammar;
 
 namespace {
 
-std::shared_ptr<const Vocabulary> byte_vocab() {
-    static auto v = [] {
-        std::vector<std::string> t;
-        for (int b = 0; b < 256; b++) t.push_back(std::string(1, char(b)));
-        t.push_back("");
-        return Vocabulary::from_tokens(std::move(t), {256});
-    }();
-    return v;
-}
+using test::byte_vocab;
 
 struct Checker {
     std::shared_ptr<const Grammar> g;
