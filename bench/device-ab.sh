@@ -8,7 +8,7 @@
 # with both binaries one after the other, flipping the order from command to command. Logs in /tmp/ab.
 R=$(pwd); L=/tmp/ab; mkdir -p $L
 exec > $L/main.log 2>&1
-source .peer/device.sh env
+source .peer/device.sh env; source scripts/device-env.sh
 CM="-DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_CUDA_ARCHS=90 -DCMAKE_PREFIX_PATH=/tmp/deps/usr
     -DPKG_CONFIG_EXECUTABLE=/tmp/deps/usr/bin/pkgconf -DGTest_DIR=/tmp/deps/usr/lib/x86_64-linux-gnu/cmake/GTest
     -DSTRATA_PYTHON=/nonexistent"

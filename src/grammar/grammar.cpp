@@ -418,10 +418,12 @@ class Parser {
 
 using ByteSeq = std::vector<std::pair<uint8_t, uint8_t>>;  // one byte range per position
 
-void encode(uint32_t cp, uint8_t *b, int &n) {
+// The UTF-8 bytes of cp (at most 4) into b.
+void encode(uint32_t cp, uint8_t (&b)[4], int &n) {
     std::string s;
     tok::utf8_append(s, cp);
-    n = int(s.size());
+    n = int(std::min<size_t>(s.size(), 4));
+    STRATA_ASSERT(s.size() == size_t(n));
     for (int i = 0; i < n; i++) b[i] = uint8_t(s[size_t(i)]);
 }
 

@@ -35,8 +35,10 @@ uint64_t scratch_estimate(const HParams &hp, int64_t chunk_tokens) {
     const uint64_t K = std::max({E, F, q_cols, d_inner});
     const uint64_t moe_tmp =
         4 * (T * uint64_t(hp.n_expert) + 2 * M + M * (3 * E + 4 * F) + T * (3 * F + E)) + M * (E + F) * 2 + 5 * M * K;
+    // the delta rule's workspace: 16 chunks of 64 tokens of prepared matrices per v-head (gdn_parallel.cu)
+    const uint64_t d_v = n_v ? d_inner / n_v : 0;
     const uint64_t gdn_tmp = 4 * (T * (conv + 2 * n_v) + conv * uint64_t(hp.ssm_conv_kernel) +
-                                  n_v * 64 * (2 * uint64_t(hp.ssm_d_state) + 128));
+                                  n_v * 16 * (64 * (3 * uint64_t(hp.ssm_d_state) + 2 * d_v) + 1));
     const uint64_t mm_tmp = 5 * T * K;
     const uint64_t out_rows = std::min<uint64_t>(T, uint64_t(k_logit_slice_rows));
     const uint64_t out = 4 * out_rows * (2 * E + uint64_t(hp.n_vocab)) + 5 * out_rows * E;

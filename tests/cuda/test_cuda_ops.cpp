@@ -283,6 +283,8 @@ class CudaAttention : public ::testing::TestWithParam<AttentionCase> {};
 
 // Head sizes 64, 128 and 256 take the tiled kernel (decode steps its small tiles, with keys split over blocks where
 // there are too few blocks to fill the GPU), others the one-block-per-row kernel; every case against the CPU.
+// Prefill over an f16 cache takes the tensor-core kernel (fp16 hi/lo splits of q and the softmax weights), held to
+// the same bound.
 TEST_P(CudaAttention, PrefillAndDecodeMatchTheCpu) {
     const AttentionCase ac = GetParam();
     const KvType kt = ac.kv;
@@ -360,12 +362,12 @@ struct GdnModel {
     GdnParams p;
 };
 
-void make_gdn_model(GdnModel &g, bool grouped, bool tiled) {
+void make_gdn_model(GdnModel &g, bool grouped, bool tiled, int64_t d = 64) {
     GdnParams &p = g.p;
     p.n_k_heads = 2;
     p.n_v_heads = 4;
-    p.head_k_dim = 64;
-    p.head_v_dim = 64;
+    p.head_k_dim = d;
+    p.head_v_dim = d;
     p.conv_kernel = 4;
     p.ba_grouped = grouped;
     p.vhead_tiled = tiled;
@@ -374,16 +376,16 @@ void make_gdn_model(GdnModel &g, bool grouped, bool tiled) {
     hp.n_layer = 1;
     hp.recurrent = {true};
     hp.ssm_conv_kernel = 4;
-    hp.ssm_d_state = 64;
+    hp.ssm_d_state = d;
     hp.ssm_n_group = 2;
     hp.ssm_dt_rank = 4;
-    hp.ssm_d_inner = 4 * 64;
-    const int64_t conv_dim = 2 * 2 * 64 + 4 * 64;
+    hp.ssm_d_inner = 4 * d;
+    const int64_t conv_dim = 2 * 2 * d + 4 * d;
     g.conv = randn(size_t(conv_dim * 4), 41, 0.3f);
     g.dt = randn(4, 42, 0.5f);
     g.a = randn(4, 43, 0.5f);
     for (float &x : g.a) x = -std::exp(x);
-    g.norm = randn(64, 44, 0.2f);
+    g.norm = randn(size_t(d), 44, 0.2f);
     for (float &x : g.norm) x += 1.0f;
     g.m.layers.resize(1);
     LayerWeights &L = g.m.layers[0];
@@ -400,33 +402,34 @@ void make_gdn_model(GdnModel &g, bool grouped, bool tiled) {
     vec(L.ssm_conv1d, g.conv, 4, conv_dim, "ssm_conv1d");
     vec(L.ssm_dt_bias, g.dt, 4, 1, "ssm_dt");
     vec(L.ssm_a, g.a, 4, 1, "ssm_a");
-    vec(L.ssm_norm, g.norm, 64, 1, "ssm_norm");
+    vec(L.ssm_norm, g.norm, d, 1, "ssm_norm");
 }
 
 }  // namespace
 
-class CudaGdn : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
+// (ba grouped, v-heads tiled, head size, prompt length)
+class CudaGdn : public ::testing::TestWithParam<std::tuple<bool, bool, int64_t, int64_t>> {};
 
 TEST_P(CudaGdn, RecurrentAndChunkedMatchTheCpu) {
-    const auto [grouped, tiled] = GetParam();
+    const auto [grouped, tiled, d, P] = GetParam();
     GdnModel g;
-    make_gdn_model(g, grouped, tiled);
+    make_gdn_model(g, grouped, tiled, d);
     auto gpu = cuda_backend();
     auto cpu = make_cpu_backend(2);
     const auto gs = place(*gpu, g.m), cs = place(*cpu, g.m);
-    const int64_t conv_dim = 512, vd = 256, nv = 4;
-    // A long prefill (chunked, three chunks) with a short one (recurrent, shorter than the conv kernel), then
-    // decode steps; every output compared.
+    const int64_t conv_dim = 8 * d, vd = 4 * d, nv = 4;
+    // A long prefill (chunked: a short last chunk; past 1024 tokens more than one group of chunks) with a short one
+    // (recurrent, shorter than the conv kernel), then decode steps; every output compared.
     std::vector<BatchInfo> steps;
     BatchInfo p;
-    p.segs = {{0, 0, 150, 0}, {1, 0, 2, 150}};
-    p.n_tokens = 152;
+    p.segs = {{0, 0, P, 0}, {1, 0, 2, P}};
+    p.n_tokens = P + 2;
     steps.push_back(p);
     for (int s = 0; s < 4; s++) {
-        BatchInfo d;
-        d.segs = {{0, 150 + s, 1, 0}, {1, 2 + s, 1, 1}};
-        d.n_tokens = 2;
-        steps.push_back(d);
+        BatchInfo dec;
+        dec.segs = {{0, P + s, 1, 0}, {1, 2 + s, 1, 1}};
+        dec.n_tokens = 2;
+        steps.push_back(dec);
     }
     uint64_t seed = 500;
     for (const BatchInfo &bi : steps) {
@@ -453,7 +456,10 @@ TEST_P(CudaGdn, RecurrentAndChunkedMatchTheCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, CudaGdn,
-                         ::testing::Values(std::make_tuple(true, false), std::make_tuple(false, true)));
+                         ::testing::Values(std::make_tuple(true, false, int64_t(64), int64_t(150)),
+                                           std::make_tuple(false, true, int64_t(64), int64_t(150)),
+                                           std::make_tuple(true, false, int64_t(128), int64_t(1100)),
+                                           std::make_tuple(false, true, int64_t(96), int64_t(150))));
 
 // The chunked and the recurrent kernels compute the same recurrence: a prompt read in one pass equals it read one
 // token at a time, on the GPU alone.

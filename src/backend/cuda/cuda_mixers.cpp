@@ -15,6 +15,18 @@ bool flash_enabled() {
     return on;
 }
 
+// STRATA_CUDA_FLASH_MMA=0 keeps prefill attention on the fp32 tiled kernel (A/B checks of the tensor-core one).
+bool flash_mma_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_FLASH_MMA", true);
+    return on;
+}
+
+// STRATA_CUDA_GDN_PARALLEL=0 keeps long runs on the one-block-per-head chunked kernel.
+bool gdn_parallel_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_GDN_PARALLEL", true);
+    return on;
+}
+
 }  // namespace
 
 void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
@@ -34,6 +46,8 @@ void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int
     bool small = std::all_of(b.segs.begin(), b.segs.end(), [&](const BatchSeg &s) { return s.n * group <= 16; });
     int rpt = flash_enabled() ? flash_rows_per_tile(head_dim, group, small) : 0;
     if (rpt == 0 && small && flash_enabled()) small = false, rpt = flash_rows_per_tile(head_dim, group, false);
+    const bool mma = rpt > 0 && !small && flash_mma_enabled() && flash_mma_applies(c.kv.type, head_dim, group, prop_.major);
+    if (mma) rpt = flash_mma_rows_per_tile(group);
     if (rpt == 0) {
         launch_attention(c.kv, rows_of(q), rows_of(out), n_head, n_head_kv, head_dim, scale, sp, stream_);
         return;
@@ -56,11 +70,16 @@ void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int
         n_split = (max_end + chunk - 1) / chunk;
     }
     const Mark m = mark();
-    float *ws = n_split > 1 ? scratch_array<float>(int64_t(
-                                  flash_workspace_floats(int(tiles.size()), n_head_kv, int(n_split), head_dim, small)))
-                            : nullptr;
-    launch_flash_attention(c.kv, rows_of(q), rows_of(out), n_head, n_head_kv, head_dim, scale, small, attn_tiles(tiles),
-                           int(tiles.size()), int(n_split), int(chunk), ws, stream_);
+    const size_t ws_floats =
+        mma ? flash_mma_workspace_floats(int(tiles.size()), n_head_kv, int(n_split), head_dim)
+            : flash_workspace_floats(int(tiles.size()), n_head_kv, int(n_split), head_dim, small);
+    float *ws = n_split > 1 ? scratch_array<float>(int64_t(ws_floats)) : nullptr;
+    if (mma)
+        launch_flash_attention_mma(c.kv, rows_of(q), rows_of(out), n_head, n_head_kv, head_dim, scale,
+                                   attn_tiles(tiles), int(tiles.size()), int(n_split), int(chunk), ws, stream_);
+    else
+        launch_flash_attention(c.kv, rows_of(q), rows_of(out), n_head, n_head_kv, head_dim, scale, small,
+                               attn_tiles(tiles), int(tiles.size()), int(n_split), int(chunk), ws, stream_);
     release(m);
 }
 
@@ -90,9 +109,14 @@ void CudaBackend::gdn(int64_t il, const GdnWeights &Lw, Act qkv, Act z, Act beta
                          a_neg, g, beta, n, stream_);
         // The chunked form pays off from a few tokens on; the threshold is the CPU reference's.
         const bool chunked = n >= 16;
-        float *ws = chunked ? scratch_array<float>(gdn_chunk_workspace_floats(s)) : nullptr;
         const Act o = out.rows_view(seg.row0, n);
-        launch_gdn_delta_rule(s, xc, g, beta, n, states, rows_of(o), ws, chunked, stream_);
+        if (chunked && gdn_parallel_enabled() && gdn_parallel_supports(s)) {
+            float *ws = scratch_array<float>(gdn_parallel_workspace_floats(s));
+            launch_gdn_delta_rule_parallel(s, xc, g, beta, n, states, rows_of(o), ws, stream_);
+        } else {
+            float *ws = chunked ? scratch_array<float>(gdn_chunk_workspace_floats(s)) : nullptr;
+            launch_gdn_delta_rule(s, xc, g, beta, n, states, rows_of(o), ws, chunked, stream_);
+        }
         launch_gdn_gated_norm(s, rows_of(o), rows_of(z.rows_view(seg.row0, n)), norm_w, stream_);
         release(m);
     }

@@ -239,10 +239,10 @@ __global__ __launch_bounds__(k_threads) void k_flash(KvCacheView c, Rows q, Rows
     }
 }
 
-// Merges the splits of each vector: o = sum_s o_s e^(m_s - m) / sum_s l_s e^(m_s - m), splits in order.
-template <int D, bool SMALL>
-__global__ void k_flash_merge(Rows out, int group, int n_kv, const AttnTile *tiles, int n_split, const float *ws) {
-    constexpr int M = Cfg<D, SMALL>::M;
+// Merges the splits of each vector: o = sum_s o_s e^(m_s - m) / sum_s l_s e^(m_s - m), splits in order. M: the
+// vectors per tile of the kernel that wrote the partials.
+__global__ void k_flash_merge(Rows out, int D, int M, int group, int n_kv, const AttnTile *tiles, int n_split,
+                              const float *ws) {
     const AttnTile t = tiles[blockIdx.x];
     const int kvh = blockIdx.y, n_vec = t.n_rows * group;
     for (int i = threadIdx.x; i < n_vec * D; i += blockDim.x) {
@@ -262,6 +262,17 @@ __global__ void k_flash_merge(Rows out, int group, int n_kv, const AttnTile *til
     }
 }
 
+}  // namespace
+
+void launch_flash_merge(Rows out, int64_t head_dim, int vectors_per_tile, int group, int n_kv, const AttnTile *tiles,
+                        int n_tiles, int n_split, const float *ws, cudaStream_t stream) {
+    k_flash_merge<<<dim3(unsigned(n_tiles), unsigned(n_kv)), 256, 0, stream>>>(out, int(head_dim), vectors_per_tile,
+                                                                                group, n_kv, tiles, n_split, ws);
+    STRATA_CUDA_LAUNCH_CHECK("k_flash_merge");
+}
+
+namespace {
+
 template <KvType KT, int D, bool SMALL>
 void launch_typed(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, float scale, const AttnTile *tiles,
                   int n_tiles, int n_split, int chunk, float *ws, cudaStream_t stream) {
@@ -274,11 +285,7 @@ void launch_typed(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, f
     k_flash<KT, D, SMALL>
         <<<grid, k_threads, Cfg<D, SMALL>::smem, stream>>>(c, q, out, group, n_kv, scale, tiles, n_split, chunk, ws);
     STRATA_CUDA_LAUNCH_CHECK("k_flash");
-    if (n_split > 1) {
-        k_flash_merge<D, SMALL>
-            <<<dim3(unsigned(n_tiles), unsigned(n_kv)), 256, 0, stream>>>(out, group, n_kv, tiles, n_split, ws);
-        STRATA_CUDA_LAUNCH_CHECK("k_flash_merge");
-    }
+    if (n_split > 1) launch_flash_merge(out, D, Cfg<D, SMALL>::M, group, n_kv, tiles, n_tiles, n_split, ws, stream);
 }
 
 template <int D, bool SMALL>

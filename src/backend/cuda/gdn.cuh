@@ -44,6 +44,13 @@ int64_t gdn_chunk_workspace_floats(const GdnShape &s);
 void launch_gdn_delta_rule(const GdnShape &s, const float *xc, const float *g, const float *beta, int64_t n,
                            float *states, Rows out, float *workspace, bool chunked, cudaStream_t stream);
 
+// The chunked delta rule parallel over chunks (gdn_parallel.cu) for head sizes 64 and 128: the same recurrence,
+// workspace gdn_parallel_workspace_floats(s) whatever n.
+bool gdn_parallel_supports(const GdnShape &s);
+int64_t gdn_parallel_workspace_floats(const GdnShape &s);
+void launch_gdn_delta_rule_parallel(const GdnShape &s, const float *xc, const float *g, const float *beta, int64_t n,
+                                    float *states, Rows out, float *workspace, cudaStream_t stream);
+
 // out = rmsnorm(out per v-head) * w * silu(z).
 void launch_gdn_gated_norm(const GdnShape &s, Rows out, Rows z, const float *norm_w, cudaStream_t stream);
 

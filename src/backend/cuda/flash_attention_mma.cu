@@ -1,0 +1,272 @@
+// Prefill attention on the tensor cores (mma.sync m16n8k16, fp16 inputs, fp32 accumulation: sm_80 and later). A block
+// of four warps takes 64 query vectors that share one KV head (rows of one sequence times the heads of their GQA
+// group, as in flash_attention.cu); each warp owns 16 of them. Per tile of N keys the K tile (row-major) and the V
+// tile (transposed) of an f16 cache are staged in shared memory as they are, S = Q K^T comes out of the MMAs in
+// fp32, the online softmax runs on the accumulator fragments (each thread holds two rows), and P is the A operand of
+// O += P V. fp16 inputs without losing fp32's precision: q (pre-scaled) and the softmax weights are each split into
+// an fp16 part and an fp16 remainder (x = hi + lo to about 2^-22) and both parts go through the MMA, so the result
+// is the fp32 kernel's to within accumulation order. Splits over keys write the same partials as
+// flash_attention.cu and are merged there.
+#include <cuda_fp16.h>
+
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/device_common.cuh"
+#include "core/error.h"
+
+namespace strata::cuda {
+
+namespace {
+
+constexpr int k_warps = 4, k_threads = 32 * k_warps, M = 16 * k_warps;
+
+template <int D>
+struct MmaCfg {
+    static constexpr int N = D <= 128 ? 64 : 16;  // keys per tile (within 99 KiB of shared memory for sm_86..120)
+    static constexpr int QP = D + 8, VP = N + 8;   // pitches in halves (rows 4 banks apart)
+    static constexpr size_t smem = sizeof(__half) * size_t(2 * M * QP + N * QP + D * VP);
+};
+
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// hi = fp16(a, b) and lo = fp16 of what hi left out.
+__device__ __forceinline__ void split_half2(float a, float b, uint32_t &hi, uint32_t &lo) {
+    const __half2 h = __floats2half2_rn(a, b);
+    const __half2 r = __floats2half2_rn(a - __low2float(h), b - __high2float(h));
+    hi = *reinterpret_cast<const uint32_t *>(&h);
+    lo = *reinterpret_cast<const uint32_t *>(&r);
+}
+
+__device__ __forceinline__ uint32_t ld_smem_u32(const __half *p) {
+    return *reinterpret_cast<const uint32_t *>(p);
+}
+
+// Rows [k0, k0 + N) of K (into Ks, row-major) and V (into Vt, transposed) of an f16 cache, zeros past k_hi.
+template <int D>
+__device__ __forceinline__ void stage_kv(const uint8_t *kb, const uint8_t *vb, size_t row_bytes, int col0, int k0,
+                                         int k_hi, __half *Ks, __half *Vt, int tid) {
+    using C = MmaCfg<D>;
+    constexpr int N = C::N, QP = C::QP, VP = C::VP;
+    constexpr int CPR = D / 8, NC = N * CPR;  // 16-byte pieces of 8 halves
+#pragma unroll 4
+    for (int i = tid; i < NC; i += k_threads) {
+        const int kk = i / CPR, ch = i % CPR, p = k0 + kk;
+        uint4 kr = make_uint4(0, 0, 0, 0), vr = kr;
+        if (p < k_hi) {
+            const size_t off = size_t(p) * row_bytes + size_t(col0 + ch * 8) * 2;
+            kr = *reinterpret_cast<const uint4 *>(kb + off);
+            vr = *reinterpret_cast<const uint4 *>(vb + off);
+        }
+        *reinterpret_cast<uint4 *>(Ks + kk * QP + ch * 8) = kr;
+        const __half *vh = reinterpret_cast<const __half *>(&vr);
+#pragma unroll
+        for (int e = 0; e < 8; e++) Vt[(ch * 8 + e) * VP + kk] = vh[e];
+    }
+}
+
+template <int D>
+__global__ __launch_bounds__(k_threads) void k_flash_mma(KvCacheView c, Rows q, Rows out, int group, int n_kv,
+                                                         float scale, const AttnTile *tiles, int n_split, int chunk,
+                                                         float *ws) {
+    using C = MmaCfg<D>;
+    constexpr int N = C::N, QP = C::QP, VP = C::VP, NT = N / 8, DT = D / 8;
+    extern __shared__ uint4 smem_u4[];
+    __half *Qs = reinterpret_cast<__half *>(smem_u4), *Ql = Qs + M * QP, *Ks = Ql + M * QP, *Vt = Ks + N * QP;
+
+    const AttnTile t = tiles[blockIdx.x];
+    const int kvh = blockIdx.y, split = blockIdx.z;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, quad = lane % 4, qr = lane / 4;
+    const int n_vec = t.n_rows * group;
+
+    for (int i = tid; i < M * D; i += k_threads) {
+        const int v = i / D, d = i % D;
+        float val = 0.0f;
+        if (v < n_vec)
+            val = scale * q.data[int64_t(t.row0 + v / group) * q.stride + int64_t(kvh * group + v % group) * D + d];
+        const __half h = __float2half_rn(val);
+        Qs[v * QP + d] = h;
+        Ql[v * QP + d] = __float2half_rn(val - __half2float(h));
+    }
+
+    // This thread's two rows of the warp's 16: vectors warp*16 + qr and + 8.
+    int pos[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int v = warp * 16 + qr + 8 * h;
+        pos[h] = v < n_vec ? t.pos0 + v / group : -1;
+    }
+    const int key_end = t.pos0 + t.n_rows;
+    const int k_lo = split * chunk, k_hi = min(key_end, k_lo + chunk);
+    const uint8_t *kb = c.k + (size_t(t.seq) * size_t(c.n_ctx)) * c.row_bytes;
+    const uint8_t *vb = c.v + (size_t(t.seq) * size_t(c.n_ctx)) * c.row_bytes;
+    const int col0 = kvh * D;
+
+    float o[DT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < DT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    const __half *qw = Qs + (warp * 16 + qr) * QP + 2 * quad, *qlw = Ql + (warp * 16 + qr) * QP + 2 * quad;
+
+    for (int k0 = k_lo; k0 < k_hi; k0 += N) {
+        __syncthreads();  // the previous tile is no longer read (and Q is written before the first)
+        stage_kv<D>(kb, vb, c.row_bytes, col0, k0, k_hi, Ks, Vt, tid);
+        __syncthreads();
+
+        float s[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            const uint32_t a[4] = {ld_smem_u32(qw + kk * 16), ld_smem_u32(qw + 8 * QP + kk * 16),
+                                   ld_smem_u32(qw + kk * 16 + 8), ld_smem_u32(qw + 8 * QP + kk * 16 + 8)};
+            const uint32_t al[4] = {ld_smem_u32(qlw + kk * 16), ld_smem_u32(qlw + 8 * QP + kk * 16),
+                                    ld_smem_u32(qlw + kk * 16 + 8), ld_smem_u32(qlw + 8 * QP + kk * 16 + 8)};
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                const __half *kr = Ks + (j * 8 + qr) * QP + kk * 16 + 2 * quad;
+                const uint32_t b0 = ld_smem_u32(kr), b1 = ld_smem_u32(kr + 8);
+                mma16816(s[j], al, b0, b1);
+                mma16816(s[j], a, b0, b1);
+            }
+        }
+
+        float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int h = e / 2, p = k0 + j * 8 + 2 * quad + (e & 1);
+                s[j][e] = p < k_hi && p <= pos[h] ? s[j][e] : -INFINITY;
+                tmax[h] = fmaxf(tmax[h], s[j][e]);
+            }
+        float corr[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(k_full_mask, tmax[h], 1));
+            tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(k_full_mask, tmax[h], 2));
+            const float m_new = fmaxf(m[h], tmax[h]);
+            // A row that has seen no key yet keeps m = -inf: its weights are 0 and nothing is rescaled.
+            corr[h] = m_new == -INFINITY ? 1.0f : expf(m[h] - m_new);
+            m[h] = m_new;
+            l[h] *= corr[h];
+        }
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int h = e / 2;
+                const float p = m[h] == -INFINITY ? 0.0f : expf(s[j][e] - m[h]);
+                s[j][e] = p;
+                l[h] += p;
+            }
+#pragma unroll
+        for (int j = 0; j < DT; j++) {
+            o[j][0] *= corr[0];
+            o[j][1] *= corr[0];
+            o[j][2] *= corr[1];
+            o[j][3] *= corr[1];
+        }
+#pragma unroll
+        for (int kk = 0; kk < N / 16; kk++) {
+            uint32_t a[4], al[4];
+            split_half2(s[2 * kk][0], s[2 * kk][1], a[0], al[0]);
+            split_half2(s[2 * kk][2], s[2 * kk][3], a[1], al[1]);
+            split_half2(s[2 * kk + 1][0], s[2 * kk + 1][1], a[2], al[2]);
+            split_half2(s[2 * kk + 1][2], s[2 * kk + 1][3], a[3], al[3]);
+#pragma unroll
+            for (int j = 0; j < DT; j++) {
+                const __half *vr = Vt + (j * 8 + qr) * VP + kk * 16 + 2 * quad;
+                const uint32_t b0 = ld_smem_u32(vr), b1 = ld_smem_u32(vr + 8);
+                mma16816(o[j], al, b0, b1);
+                mma16816(o[j], a, b0, b1);
+            }
+        }
+    }
+
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(k_full_mask, l[h], 1);
+        l[h] += __shfl_xor_sync(k_full_mask, l[h], 2);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int v = warp * 16 + qr + 8 * h;
+        if (v >= n_vec) continue;
+        if (n_split == 1) {
+            float *dst = out.data + int64_t(t.row0 + v / group) * out.stride + int64_t(kvh * group + v % group) * D;
+            const float inv = 1.0f / l[h];
+#pragma unroll
+            for (int j = 0; j < DT; j++) {
+                dst[j * 8 + 2 * quad] = o[j][2 * h] * inv;
+                dst[j * 8 + 2 * quad + 1] = o[j][2 * h + 1] * inv;
+            }
+        } else {
+            const int64_t base = ((int64_t(blockIdx.x) * n_kv + kvh) * n_split + split) * M + v;
+            float *dst = ws + base * (D + 2);
+#pragma unroll
+            for (int j = 0; j < DT; j++) {
+                dst[j * 8 + 2 * quad] = o[j][2 * h];
+                dst[j * 8 + 2 * quad + 1] = o[j][2 * h + 1];
+            }
+            if (quad == 0) dst[D] = m[h], dst[D + 1] = l[h];
+        }
+    }
+}
+
+template <int D>
+void launch_typed(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, float scale, const AttnTile *tiles,
+                  int n_tiles, int n_split, int chunk, float *ws, cudaStream_t stream) {
+    static const bool attr = [] {
+        return cudaFuncSetAttribute(k_flash_mma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(MmaCfg<D>::smem)) == cudaSuccess;
+    }();
+    if (!attr) fail("CUDA attention: %zu bytes of shared memory per block are not available", MmaCfg<D>::smem);
+    const dim3 grid{unsigned(n_tiles), unsigned(n_kv), unsigned(n_split)};
+    k_flash_mma<D>
+        <<<grid, k_threads, MmaCfg<D>::smem, stream>>>(c, q, out, group, n_kv, scale, tiles, n_split, chunk, ws);
+    STRATA_CUDA_LAUNCH_CHECK("k_flash_mma");
+    if (n_split > 1) launch_flash_merge(out, D, M, group, n_kv, tiles, n_tiles, n_split, ws, stream);
+}
+
+}  // namespace
+
+bool flash_mma_applies(KvType kv, int64_t head_dim, int64_t group, int sm_major) {
+    return sm_major >= 8 && kv == KvType::F16 &&
+           (head_dim == 64 || head_dim == 128 || head_dim == 256) && group >= 1 && group <= M;
+}
+
+int flash_mma_rows_per_tile(int64_t group) {
+    return group >= 1 && group <= M ? int(M / group) : 0;
+}
+
+size_t flash_mma_workspace_floats(int n_tiles, int64_t n_head_kv, int n_split, int64_t head_dim) {
+    if (n_split <= 1) return 0;
+    return size_t(n_tiles) * size_t(n_head_kv) * size_t(n_split) * size_t(M) * size_t(head_dim + 2);
+}
+
+void launch_flash_attention_mma(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv,
+                                int64_t head_dim, float scale, const AttnTile *tiles_dev, int n_tiles, int n_split,
+                                int chunk, float *ws, cudaStream_t stream) {
+    if (n_tiles == 0) return;
+    STRATA_ASSERT(n_head % n_head_kv == 0 && flash_mma_rows_per_tile(n_head / n_head_kv) > 0);
+    STRATA_ASSERT(n_tiles <= int64_t(1) << 30 && n_head_kv <= 65535 && n_split >= 1 && n_split <= 65535);
+    STRATA_ASSERT(n_split == 1 || ws);
+    STRATA_ASSERT(c.type == KvType::F16);
+    const int group = int(n_head / n_head_kv), n_kv = int(n_head_kv);
+    switch (head_dim) {
+        case 64:
+            return launch_typed<64>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws, stream);
+        case 128:
+            return launch_typed<128>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws, stream);
+        case 256:
+            return launch_typed<256>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws, stream);
+        default:
+            fail("CUDA attention: no tensor-core kernel for head size %lld", (long long)head_dim);
+    }
+}
+
+}  // namespace strata::cuda
