@@ -401,6 +401,31 @@ TEST_P(CudaEngine, CheckpointRewindContinuesExactly) {
     }
 }
 
+// A pass of more token-expert pairs than a grid's y dimension takes (33,000 tokens, top-2: 66,000 pairs): the kernels
+// over pairs run in slices. Against 4096-token passes (close), and with 4 expert slots (the host-grouped path over
+// all 66,000 rows) bit for bit against all experts resident.
+TEST(CudaEngineLongPass, MoreTokenExpertPairsThanAGridRow) {
+    const std::string path = model_path("tiny-qwen3moe", DType::Q4_K, DType::Q8_0);
+    const int n = 33000;
+    std::vector<int32_t> prompt = prompt_tokens(n, 9);
+    auto run = [&](int64_t n_batch, int64_t slots) {
+        EngineConfig cfg;
+        cfg.n_threads = 2;
+        cfg.n_ctx = n + 16;
+        cfg.n_batch = n_batch;
+        cfg.expert_slots = slots;
+        auto e = make_cuda_engine(path, cfg);
+        const int32_t s = e->new_sequence();
+        std::vector<std::vector<float>> l;
+        e->decode({{s, prompt, true}}, l);
+        return l[0];
+    };
+    const std::vector<float> whole = run(n, 0), chunked = run(4096, 0), slotted = run(n, 4);
+    expect_close(chunked, whole, 512, true, "33000-token pass vs 4096-token passes");
+    ASSERT_EQ(slotted.size(), whole.size());
+    EXPECT_EQ(std::memcmp(slotted.data(), whole.data(), whole.size() * 4), 0) << "4 expert slots";
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiny, CudaEngine,
                          ::testing::Values(Case{"tiny-qwen3moe", DType::F32, DType::F32},
                                            Case{"tiny-qwen3next", DType::F32, DType::F32},

@@ -1,6 +1,8 @@
 // Elementwise ops, row gathers, RMSNorm and NeoX RoPE on the device.
 #include "backend/cuda/elementwise.cuh"
 
+#include <algorithm>
+
 #include "backend/cuda/device_common.cuh"
 #include "core/error.h"
 
@@ -8,7 +10,7 @@ namespace strata::cuda {
 
 namespace {
 
-// Grid: x over column chunks, y over rows (folded into x when there are more than 65535 rows).
+// Grid: x over column chunks, y over rows; more rows than a grid's y takes are launched in slices.
 struct Grid2 {
     dim3 grid;
     unsigned threads;
@@ -118,82 +120,99 @@ __global__ void k_qk_norm_rope(Rows q, Rows k, const float *wq, const float *wk,
     }
 }
 
-void check_rows(int64_t rows) {
-    if (rows > 65535) fail("CUDA: %lld rows in one op; at most 65535 are supported", (long long)rows);
+constexpr int64_t k_grid_rows = 65535;
+
+Rows slice(const Rows &a, int64_t r0, int64_t n) {
+    return {a.data + r0 * a.stride, n, a.cols, a.stride};
+}
+
+// f(r0, n) for consecutive slices of at most k_grid_rows rows.
+template <class F>
+void for_row_slices(int64_t rows, F &&f) {
+    for (int64_t r0 = 0; r0 < rows; r0 += k_grid_rows) f(r0, std::min(k_grid_rows, rows - r0));
 }
 
 }  // namespace
 
 void launch_add(Rows a, Rows b, Rows out, cudaStream_t stream) {
     if (a.rows == 0) return;
-    check_rows(a.rows);
-    const Grid2 g = rows_grid(a.rows, a.cols);
-    k_add<<<g.grid, g.threads, 0, stream>>>(a, b, out);
+    for_row_slices(a.rows, [&](int64_t r0, int64_t n) {
+        const Grid2 g = rows_grid(n, a.cols);
+        k_add<<<g.grid, g.threads, 0, stream>>>(slice(a, r0, n), slice(b, r0, n), slice(out, r0, n));
+    });
     STRATA_CUDA_LAUNCH_CHECK("k_add");
 }
 
 void launch_mul_sigmoid(Rows x, Rows gate, cudaStream_t stream) {
     if (x.rows == 0) return;
-    check_rows(x.rows);
-    const Grid2 g = rows_grid(x.rows, x.cols);
-    k_mul_sigmoid<<<g.grid, g.threads, 0, stream>>>(x, gate);
+    for_row_slices(x.rows, [&](int64_t r0, int64_t n) {
+        const Grid2 g = rows_grid(n, x.cols);
+        k_mul_sigmoid<<<g.grid, g.threads, 0, stream>>>(slice(x, r0, n), slice(gate, r0, n));
+    });
     STRATA_CUDA_LAUNCH_CHECK("k_mul_sigmoid");
 }
 
 void launch_silu_mul(Rows gt, Rows u, cudaStream_t stream) {
     if (gt.rows == 0) return;
-    check_rows(gt.rows);
-    const Grid2 g = rows_grid(gt.rows, gt.cols);
-    k_silu_mul<<<g.grid, g.threads, 0, stream>>>(gt, u);
+    for_row_slices(gt.rows, [&](int64_t r0, int64_t n) {
+        const Grid2 g = rows_grid(n, gt.cols);
+        k_silu_mul<<<g.grid, g.threads, 0, stream>>>(slice(gt, r0, n), slice(u, r0, n));
+    });
     STRATA_CUDA_LAUNCH_CHECK("k_silu_mul");
 }
 
 void launch_gather_rows(Rows src, const int32_t *rows_dev, Rows dst, cudaStream_t stream) {
     if (dst.rows == 0) return;
-    check_rows(dst.rows);
-    const Grid2 g = rows_grid(dst.rows, dst.cols);
-    k_gather_rows<<<g.grid, g.threads, 0, stream>>>(src, rows_dev, dst);
+    for_row_slices(dst.rows, [&](int64_t r0, int64_t n) {
+        const Grid2 g = rows_grid(n, dst.cols);
+        k_gather_rows<<<g.grid, g.threads, 0, stream>>>(src, rows_dev + r0, slice(dst, r0, n));
+    });
     STRATA_CUDA_LAUNCH_CHECK("k_gather_rows");
 }
 
 void launch_deinterleave(Rows src, int64_t width, Rows a, Rows b, cudaStream_t stream) {
     if (src.rows == 0) return;
-    check_rows(src.rows);
-    const Grid2 g = rows_grid(src.rows, a.cols);
-    k_deinterleave<<<g.grid, g.threads, 0, stream>>>(src, width, a, b);
+    for_row_slices(src.rows, [&](int64_t r0, int64_t n) {
+        const Grid2 g = rows_grid(n, a.cols);
+        k_deinterleave<<<g.grid, g.threads, 0, stream>>>(slice(src, r0, n), width, slice(a, r0, n), slice(b, r0, n));
+    });
     STRATA_CUDA_LAUNCH_CHECK("k_deinterleave");
 }
 
 void launch_rms_norm(Rows x, const float *w, int64_t group, float eps, Rows out, cudaStream_t stream) {
     if (x.rows == 0) return;
-    check_rows(x.rows);
     STRATA_ASSERT(group > 0 && x.cols % group == 0);
     const unsigned threads = group >= 1024 ? 256 : group >= 128 ? 128 : 32;
-    k_rms_norm<<<dim3(unsigned(x.cols / group), unsigned(x.rows)), threads, 0, stream>>>(x, w, group, eps, out);
+    for_row_slices(x.rows, [&](int64_t r0, int64_t n) {
+        k_rms_norm<<<dim3(unsigned(x.cols / group), unsigned(n)), threads, 0, stream>>>(slice(x, r0, n), w, group, eps,
+                                                                                        slice(out, r0, n));
+    });
     STRATA_CUDA_LAUNCH_CHECK("k_rms_norm");
 }
 
 void launch_qk_norm_rope(Rows q, Rows k, const float *wq, const float *wk, int64_t head_dim, float eps, int64_t n_rot,
                          const float *inv_freq_dev, const int2 *seq_pos_dev, cudaStream_t stream) {
     if (q.rows == 0) return;
-    check_rows(q.rows);
     STRATA_ASSERT(k.rows == q.rows && head_dim <= 256 && q.cols % head_dim == 0 && k.cols % head_dim == 0);
     STRATA_ASSERT(n_rot % 2 == 0 && n_rot <= head_dim);
     const unsigned threads = head_dim >= 1024 ? 256 : head_dim >= 128 ? 128 : 32;  // launch_rms_norm's choice
     const unsigned heads = unsigned(q.cols / head_dim + k.cols / head_dim);
-    k_qk_norm_rope<<<dim3(heads, unsigned(q.rows)), threads, 0, stream>>>(q, k, wq, wk, head_dim, eps, n_rot / 2,
-                                                                          inv_freq_dev, seq_pos_dev);
+    for_row_slices(q.rows, [&](int64_t r0, int64_t n) {
+        k_qk_norm_rope<<<dim3(heads, unsigned(n)), threads, 0, stream>>>(
+            slice(q, r0, n), slice(k, r0, n), wq, wk, head_dim, eps, n_rot / 2, inv_freq_dev, seq_pos_dev + r0);
+    });
     STRATA_CUDA_LAUNCH_CHECK("k_qk_norm_rope");
 }
 
 void launch_rope_neox(Rows x, int64_t head_dim, int64_t n_rot, const float *inv_freq_dev, const int2 *seq_pos_dev,
                       cudaStream_t stream) {
     if (x.rows == 0 || n_rot == 0) return;
-    check_rows(x.rows);
     const int64_t work = (x.cols / head_dim) * (n_rot / 2);
     const unsigned threads = work >= 128 ? 128 : 32;
-    k_rope_neox<<<dim3(std::min<unsigned>(ceil_div(work, threads), 64), unsigned(x.rows)), threads, 0, stream>>>(
-        x, head_dim, n_rot / 2, inv_freq_dev, seq_pos_dev);
+    for_row_slices(x.rows, [&](int64_t r0, int64_t n) {
+        k_rope_neox<<<dim3(std::min<unsigned>(ceil_div(work, threads), 64), unsigned(n)), threads, 0, stream>>>(
+            slice(x, r0, n), head_dim, n_rot / 2, inv_freq_dev, seq_pos_dev + r0);
+    });
     STRATA_CUDA_LAUNCH_CHECK("k_rope_neox");
 }
 

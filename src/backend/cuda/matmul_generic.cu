@@ -2,6 +2,8 @@
 // the CPU reference's activation formats, which makes the generic path compute the reference's function.
 #include "backend/cuda/matmul.cuh"
 
+#include <algorithm>
+
 #include "backend/cuda/quant_device.cuh"
 #include "core/error.h"
 
@@ -137,26 +139,29 @@ __global__ __launch_bounds__(k_mmv_split_threads) void k_mmv_split(MatmulArgs a,
 
 void launch_act_round_trip(DType vt, const float *x, int64_t x_stride, int64_t rows, int64_t k, float *out,
                            cudaStream_t stream) {
-    if (rows == 0) return;
-    STRATA_ASSERT(rows <= 65535);
-    switch (vt) {
-        case DType::F32:
-            k_copy_rows<<<dim3(std::min<unsigned>(ceil_div(k, 256), 32), unsigned(rows)), 256, 0, stream>>>(x, x_stride,
-                                                                                                            k, out);
-            break;
-        case DType::Q8_0:
-        case DType::Q8_1:
-            STRATA_ASSERT(k % 32 == 0);
-            k_round_trip_q8_0<<<dim3(ceil_div(k / 32, 8), unsigned(rows)), 256, 0, stream>>>(x, x_stride, k, out);
-            break;
-        case DType::Q8_K:
-            STRATA_ASSERT(k % 256 == 0);
-            k_round_trip_q8_k<<<dim3(ceil_div(k / 256, 4), unsigned(rows)), 128, 0, stream>>>(x, x_stride, k, out);
-            break;
-        default:
-            fail("CUDA: no activation round trip through %s", dtype_name(vt));
+    // more rows than a grid's y takes: slices of 65535
+    for (int64_t r0 = 0; r0 < rows; r0 += 65535) {
+        const unsigned n = unsigned(std::min<int64_t>(65535, rows - r0));
+        const float *xs = x + r0 * x_stride;
+        float *os = out + r0 * k;
+        switch (vt) {
+            case DType::F32:
+                k_copy_rows<<<dim3(std::min<unsigned>(ceil_div(k, 256), 32), n), 256, 0, stream>>>(xs, x_stride, k, os);
+                break;
+            case DType::Q8_0:
+            case DType::Q8_1:
+                STRATA_ASSERT(k % 32 == 0);
+                k_round_trip_q8_0<<<dim3(ceil_div(k / 32, 8), n), 256, 0, stream>>>(xs, x_stride, k, os);
+                break;
+            case DType::Q8_K:
+                STRATA_ASSERT(k % 256 == 0);
+                k_round_trip_q8_k<<<dim3(ceil_div(k / 256, 4), n), 128, 0, stream>>>(xs, x_stride, k, os);
+                break;
+            default:
+                fail("CUDA: no activation round trip through %s", dtype_name(vt));
+        }
+        STRATA_CUDA_LAUNCH_CHECK("act_round_trip");
     }
-    STRATA_CUDA_LAUNCH_CHECK("act_round_trip");
 }
 
 void launch_mmv_generic(const MatmulArgs &a, cudaStream_t stream) {

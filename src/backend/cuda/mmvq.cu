@@ -7,6 +7,8 @@
 // where dot_g is the integer dot product of group g and xsum_g the sum of its activation integers.
 #include "backend/cuda/matmul.cuh"
 
+#include <algorithm>
+
 #include "backend/cuda/qv_device.cuh"
 #include "core/error.h"
 
@@ -164,24 +166,27 @@ void launch_mmvq(const MatmulArgs &a, cudaStream_t stream) {
 
 void launch_quantize_act(DType vt, const float *x, int64_t x_stride, int64_t rows, int64_t k, int8_t *qs, float2 *ds,
                          cudaStream_t stream, const float *silu_mul_by, int64_t mul_stride) {
-    if (rows == 0) return;
-    STRATA_ASSERT(rows <= 65535);
-    switch (vt) {
-        case DType::Q8_0:
-        case DType::Q8_1:
-            STRATA_ASSERT(k % 32 == 0);
-            k_quantize_act_q8_0<<<dim3(ceil_div(k / 32, 8), unsigned(rows)), 256, 0, stream>>>(x, x_stride, silu_mul_by,
-                                                                                               mul_stride, k, qs, ds);
-            break;
-        case DType::Q8_K:
-            STRATA_ASSERT(k % 256 == 0);
-            k_quantize_act_q8_k<<<dim3(ceil_div(k / 256, 4), unsigned(rows)), 128, 0, stream>>>(
-                x, x_stride, silu_mul_by, mul_stride, k, qs, ds);
-            break;
-        default:
-            fail("CUDA: no 8-bit activation format %s", dtype_name(vt));
+    // more rows than a grid's y takes: slices of 65535
+    for (int64_t r0 = 0; r0 < rows; r0 += 65535) {
+        const int64_t n = std::min<int64_t>(65535, rows - r0);
+        const float *xs = x + r0 * x_stride, *ms = silu_mul_by ? silu_mul_by + r0 * mul_stride : nullptr;
+        switch (vt) {
+            case DType::Q8_0:
+            case DType::Q8_1:
+                STRATA_ASSERT(k % 32 == 0);
+                k_quantize_act_q8_0<<<dim3(ceil_div(k / 32, 8), unsigned(n)), 256, 0, stream>>>(
+                    xs, x_stride, ms, mul_stride, k, qs + r0 * k, ds + r0 * (k / 32));
+                break;
+            case DType::Q8_K:
+                STRATA_ASSERT(k % 256 == 0);
+                k_quantize_act_q8_k<<<dim3(ceil_div(k / 256, 4), unsigned(n)), 128, 0, stream>>>(
+                    xs, x_stride, ms, mul_stride, k, qs + r0 * k, ds + r0 * (k / 256));
+                break;
+            default:
+                fail("CUDA: no 8-bit activation format %s", dtype_name(vt));
+        }
+        STRATA_CUDA_LAUNCH_CHECK("quantize_act");
     }
-    STRATA_CUDA_LAUNCH_CHECK("quantize_act");
 }
 
 }  // namespace strata::cuda

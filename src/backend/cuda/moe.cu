@@ -1,6 +1,8 @@
 // MoE kernels: routing (one warp per token) and the combination of expert outputs.
 #include "backend/cuda/moe.cuh"
 
+#include <algorithm>
+
 #include "backend/cuda/device_common.cuh"
 #include "core/error.h"
 
@@ -114,10 +116,13 @@ void launch_router_topk(Rows logits, int64_t k, bool norm, float scale, int32_t 
 void launch_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx, const float *weights, int64_t k, Rows out,
                         cudaStream_t stream) {
     if (out.rows == 0) return;
-    STRATA_ASSERT(out.rows <= 65535);
-    k_moe_combine<<<dim3(std::min<unsigned>(ceil_div(out.cols, 256), 16), unsigned(out.rows)), 256, 0, stream>>>(
-        ys, yrow, widx, weights, k, out);
-    STRATA_CUDA_LAUNCH_CHECK("k_moe_combine");
+    for (int64_t t0 = 0; t0 < out.rows; t0 += 65535) {  // slices of the tokens a grid's y takes
+        const int64_t n = std::min<int64_t>(65535, out.rows - t0);
+        const Rows os{out.data + t0 * out.stride, n, out.cols, out.stride};
+        k_moe_combine<<<dim3(std::min<unsigned>(ceil_div(out.cols, 256), 16), unsigned(n)), 256, 0, stream>>>(
+            ys, yrow + t0 * k, widx + t0 * k, weights, k, os);
+        STRATA_CUDA_LAUNCH_CHECK("k_moe_combine");
+    }
 }
 
 void launch_moe_pair_groups(const int32_t *ids, int64_t n_tokens, int64_t k, const uint8_t *const *table,
