@@ -180,7 +180,7 @@ void launch_quantize_act(DType vt, const float *x, int64_t x_stride, int64_t row
             case DType::Q8_K:
                 STRATA_ASSERT(k % 256 == 0);
                 k_quantize_act_q8_k<<<dim3(ceil_div(k / 256, 4), unsigned(n)), 128, 0, stream>>>(
-                    xs, x_stride, ms, mul_stride, k, qs + r0 * k, ds + r0 * (k / 256));
+                    xs, x_stride, ms, mul_stride, k, qs + r0 * k, ds + r0 * (k / 32));  // ds rows: k / 32 each
                 break;
             default:
                 fail("CUDA: no 8-bit activation format %s", dtype_name(vt));
