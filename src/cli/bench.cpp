@@ -346,7 +346,7 @@ json report_json(const ModelFacts &m, const EngineConfig &cfg, int repetitions, 
 
 Run add_bench(CLI::App &app) {
     struct Args {
-        std::string model, prompts = "512", gens = "128", kv_type = "f16";
+        std::string model, prompts = "512", gens = "128", kv_type = "f16", routing_trace;
         DeviceOptions dev;
         int repetitions = 3, threads = 0;
         int64_t chunk = EngineConfig{}.n_batch;
@@ -368,6 +368,7 @@ Run add_bench(CLI::App &app) {
     sub->add_option("-t,--threads", a->threads, "CPU threads (0: all)")->check(threads_range());
     sub->add_option("--kv-type", a->kv_type, "KV cache type: f16, q8_0 or f32")->capture_default_str();
     add_device_options(sub, a->dev);
+    add_routing_trace_option(sub, a->routing_trace);
     sub->add_flag("--json", a->json, "Print one JSON object instead of the tables");
 
     return [a] {
@@ -387,12 +388,14 @@ Run add_bench(CLI::App &app) {
                      eng->hparams().arch_name.c_str(), backend.c_str(), (long long)cfg.n_ctx, (long long)cfg.n_batch,
                      a->repetitions, a->repetitions == 1 ? "" : "s");
 
+        std::unique_ptr<RoutingTraceWriter> trace = open_routing_trace(a->routing_trace, *eng);
         std::vector<TestResult> results;
         for (size_t i = 0; i < tests.size(); i++) {
             results.push_back(run_test(*eng, tests[i], a->repetitions, uint64_t(i)));
             const std::vector<double> tps = rates(results.back());
             std::fprintf(stderr, "strata: %s: %s t/s\n", tests[i].name.c_str(), rate_text(tps).c_str());
         }
+        close_routing_trace(trace, a->routing_trace, *eng);
 
         const ModelFacts m = model_facts(*eng, a->model);
         if (a->json) {

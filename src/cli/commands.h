@@ -20,5 +20,6 @@ Run add_quantize(CLI::App &app);
 Run add_run(CLI::App &app);
 Run add_serve(CLI::App &app);
 Run add_bench(CLI::App &app);
+Run add_perplexity(CLI::App &app);
 
 }  // namespace strata::cli

@@ -54,4 +54,28 @@ KvType parse_kv_type(const std::string &s) {
     usage_fail("--kv-type: expected f16, q8_0 or f32, got '%s'", s.c_str());
 }
 
+void add_routing_trace_option(CLI::App *sub, std::string &path) {
+    sub->add_option("--routing-trace", path,
+                    "Write every MoE layer's routing (expert ids and weights per token) to this file "
+                    "(docs/routing-trace.md; summarise with python -m tools.trace.summary)");
+}
+
+std::unique_ptr<RoutingTraceWriter> open_routing_trace(const std::string &path, Engine &eng) {
+    if (path.empty()) return nullptr;
+    const HParams &hp = eng.hparams();
+    if (hp.n_expert < 1) fail("--routing-trace: %s has no routed experts", hp.arch_name.c_str());
+    auto w = std::make_unique<RoutingTraceWriter>(path, hp.n_layer, hp.n_expert, hp.n_expert_used);
+    eng.set_routing_observer(w.get());
+    return w;
+}
+
+void close_routing_trace(std::unique_ptr<RoutingTraceWriter> &w, const std::string &path, Engine &eng) {
+    if (!w) return;
+    eng.set_routing_observer(nullptr);
+    w->close();
+    std::fprintf(stderr, "strata: routing trace: %lld passes, %lld layer records in %s\n", (long long)w->passes(),
+                 (long long)w->records(), path.c_str());
+    w.reset();
+}
+
 }  // namespace strata::cli

@@ -2,9 +2,11 @@
 // `run`, `serve` and `bench` spell and check them the same way.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "runtime/engine.h"
+#include "runtime/routing_trace.h"
 
 namespace CLI {
 class App;
@@ -23,5 +25,11 @@ void apply_device_options(const DeviceOptions &o, EngineConfig &cfg);
 
 // The value of --kv-type: "f16", "q8_0" or "f32"; throws naming the flag otherwise.
 KvType parse_kv_type(const std::string &s);
+
+// --routing-trace FILE (run and bench): the writer, attached to eng (nullptr when path is empty).
+void add_routing_trace_option(CLI::App *sub, std::string &path);
+std::unique_ptr<RoutingTraceWriter> open_routing_trace(const std::string &path, Engine &eng);
+// Closes the trace and says what it holds on stderr.
+void close_routing_trace(std::unique_ptr<RoutingTraceWriter> &w, const std::string &path, Engine &eng);
 
 }  // namespace strata::cli

@@ -27,6 +27,7 @@ int main(int argc, char **argv) {
     add(strata::cli::add_run);
     add(strata::cli::add_serve);
     add(strata::cli::add_bench);
+    add(strata::cli::add_perplexity);
     add(strata::cli::add_quantize);
 
     if (const int rc = strata::cli::parse_command_line(app, argc, argv); rc >= 0) return rc;

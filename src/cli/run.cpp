@@ -66,7 +66,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 Run add_run(CLI::App &app) {
     struct Args {
-        std::string model, prompt, prompt_file, tokens, kv_type = "f16", dump_pattern, dump_dir = ".", output_format;
+        std::string model, prompt, prompt_file, tokens, kv_type = "f16", dump_pattern, dump_dir = ".", output_format,
+            routing_trace;
         DeviceOptions dev;
         int n_predict = 128, threads = 0;
         int64_t ctx = 4096, batch = 512;
@@ -109,6 +110,7 @@ Run add_run(CLI::App &app) {
     sub->add_option("--dump", a->dump_pattern,
                     "Write named intermediates matching this regex (e.g. 'blk\\.3\\..*') as .f32 files");
     sub->add_option("--dump-dir", a->dump_dir, "Directory for --dump files")->capture_default_str();
+    add_routing_trace_option(sub, a->routing_trace);
 
     return [a] {
         int n_prompt_sources = !a->prompt.empty() + !a->prompt_file.empty() + !a->tokens.empty();
@@ -177,6 +179,7 @@ Run add_run(CLI::App &app) {
             eng->set_tracer(&tracer);
         }
 
+        std::unique_ptr<RoutingTraceWriter> trace = open_routing_trace(a->routing_trace, *eng);
         Sampler sampler(a->sp);
         const int32_t seq = eng->new_sequence();
         std::vector<int32_t> in_cache;  // the tokens the sequence holds
@@ -257,6 +260,7 @@ Run add_run(CLI::App &app) {
                                               : tok->encode(text, /*add_special=*/true, /*parse_special=*/true);
             if (prompt.empty()) fail("the prompt is empty after tokenization");
             turn(prompt, true);
+            close_routing_trace(trace, a->routing_trace, *eng);
             return 0;
         }
 
@@ -272,6 +276,7 @@ Run add_run(CLI::App &app) {
         };
         if (!text.empty()) {
             chat_turn(text);
+            close_routing_trace(trace, a->routing_trace, *eng);
             return 0;
         }
         std::string line;
@@ -279,6 +284,7 @@ Run add_run(CLI::App &app) {
             if (line.empty()) continue;
             chat_turn(line);
         }
+        close_routing_trace(trace, a->routing_trace, *eng);
         return 0;
     };
 }

@@ -120,7 +120,7 @@ void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *toke
             if (open) be.abort_pass();
         }
     };
-    be.begin_pass(batch, tracer != nullptr);
+    be.begin_pass(batch, tracer != nullptr || moe.reads_back());
     PassScope scope{be};
     Act h = m.hp.arch == Arch::QWEN3MOE ? trunk_qwen3moe(c, tokens) : trunk_qwen3next(c, tokens);
 

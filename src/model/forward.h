@@ -26,6 +26,8 @@ class ExpertRunner {
   public:
     virtual ~ExpertRunner() = default;
     virtual void run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out) = 0;
+    // Whether run() reads intermediate results back at once (a routing observer): the pass cannot be deferred.
+    virtual bool reads_back() const { return false; }
 };
 
 struct ForwardCtx {

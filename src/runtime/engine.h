@@ -101,6 +101,8 @@ class Engine {
 
     // Named intermediates of later decode() calls go to the tracer (nullptr: none).
     void set_tracer(const Tracer *t) { tracer_ = t; }
+    // The routing of every MoE layer of later passes goes to o (nullptr: none); see MoeSchedule::set_observer.
+    void set_routing_observer(RoutingObserver *o) { strata_->set_routing_observer(o); }
 
   private:
     void check_seq(int32_t seq) const;

@@ -117,14 +117,20 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
     // 1-2. Routing, and the device-routed path where it applies.
     Act logits = be_.alloc(T, n_exp);
     int32_t *ids_be = be_.alloc_i32(T * k);
-    float *wts_be = be_.alloc(1, T * k).data;
+    const Act wts = be_.alloc(1, T * k);
+    float *wts_be = wts.data;
     std::vector<int32_t> ids(size_t(T * k));
     const bool on_device = slots_ && slots_->all_resident() && be_.device_routing_applies(w, T);
     {
         Region r(be_, "route");
         be_.matmul(L.gate_inp, x, logits);
         be_.route_topk(logits, p, ids_be, wts_be);
-        if (!on_device) be_.download_i32(ids_be, T * k, ids.data());
+        if (!on_device || observer_) be_.download_i32(ids_be, T * k, ids.data());
+    }
+    if (observer_) {
+        std::vector<float> wh(size_t(T * k));
+        be_.download(wts, wh.data());
+        observer_->routed(il, T, k, ids.data(), wh.data());
     }
     if (on_device) {
         be_.experts_device_routed(w, x, k, ids_be, wts_be, out);

@@ -36,12 +36,24 @@ struct RouteGroups {
 };
 RouteGroups group_by_expert(const std::vector<int32_t> &ids, int64_t n_tokens, int64_t k, int64_t n_expert);
 
+// Sees each MoE layer's routing as the schedule runs it, in host memory: the k expert ids of each token of the pass
+// in the router's order and the weights the combine applies (the routing-trace writer, runtime/routing_trace.h).
+class RoutingObserver {
+  public:
+    virtual ~RoutingObserver() = default;
+    virtual void routed(int64_t il, int64_t n_tokens, int64_t k, const int32_t *ids, const float *weights) = 0;
+};
+
 class MoeSchedule final : public ExpertRunner {
   public:
     // experts: per layer index, the layer's routed tensors; slots: the device's slot table (nullptr for a backend
     // that reads experts in place).
     MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, ExpertSlotTable *slots);
     void run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out) override;
+    // The routing of every later layer goes to o as well (nullptr: to no one). Reading it back costs a host
+    // synchronisation per layer where the routing would otherwise stay on the device; the results do not change.
+    void set_observer(RoutingObserver *o) { observer_ = o; }
+    bool reads_back() const override { return observer_ != nullptr; }
 
   private:
     // Step 4-5 for one layer: the experts of `g`, in sets the slot table can hold.
@@ -51,6 +63,7 @@ class MoeSchedule final : public ExpertRunner {
     std::vector<ExpertWeights> experts_;
     ExpertSlotTable *slots_;
     bool scan_evict_;
+    RoutingObserver *observer_ = nullptr;
 };
 
 }  // namespace strata
