@@ -117,6 +117,9 @@ class Backend {
     virtual void scratch_release(ScratchMark) {}
     virtual void download(const Act &src, float *host) = 0;     // rows x cols, packed
     virtual void download_i32(const int32_t *src, int64_t n, int32_t *host) = 0;  // synchronous
+    // The other way (host rows packed), ordered after the ops issued before; `host` may be reused on return.
+    virtual void upload(const float *host, Act dst) = 0;
+    virtual void upload_i32(const int32_t *host, int64_t n, int32_t *dst) = 0;
     // A forward pass's bounds (forward() calls these; ops outside a pass behave as always). Between begin_pass and
     // end_pass a backend may defer its work (the CUDA backend records a decoding pass as one graph), so `host` of a
     // download() inside a pass holds its rows only once end_pass() has returned. traced: the caller downloads

@@ -244,16 +244,17 @@ std::string markdown_table(const std::vector<std::string> &header, const std::ve
     return out;
 }
 
-void print_table(const ModelFacts &m, const std::string &budget, const std::vector<TestResult> &results) {
+void print_table(const ModelFacts &m, const std::string &budget, const std::string &routing,
+                 const std::vector<TestResult> &results) {
     std::vector<std::vector<std::string>> rows;
     for (const TestResult &r : results) {
         const std::vector<double> tps = rates(r);
-        rows.push_back(
-            {m.name, format_bytes(m.size_bytes), budget, r.test.name, rate_text(tps)});
+        rows.push_back({m.name, format_bytes(m.size_bytes), budget, routing, r.test.name, rate_text(tps)});
     }
-    std::fputs(
-        markdown_table({"model", "size", "budget", "test", "t/s"}, {false, true, true, false, true}, rows).c_str(),
-        stdout);
+    std::fputs(markdown_table({"model", "size", "budget", "routing", "test", "t/s"},
+                              {false, true, true, false, false, true}, rows)
+                   .c_str(),
+               stdout);
 }
 
 void print_cache_summary(const std::vector<TestResult> &results, const std::string &backend) {
@@ -302,8 +303,8 @@ void print_device_memory(const Backend &be) {
                 format_bytes(dm.budget).c_str());
 }
 
-json report_json(const ModelFacts &m, const EngineConfig &cfg, int repetitions, const std::vector<TestResult> &results,
-                 const std::string &backend, const Backend &be) {
+json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string &routing, int repetitions,
+                 const std::vector<TestResult> &results, const std::string &backend, const Backend &be) {
     json j;
     j["model"] = {{"path", m.path},
                   {"name", m.name},
@@ -315,6 +316,7 @@ json report_json(const ModelFacts &m, const EngineConfig &cfg, int repetitions, 
     j["n_ctx"] = cfg.n_ctx;
     j["chunk"] = cfg.n_batch;
     j["kv_type"] = kv_type_name(cfg.kv_type);
+    j["routing"] = routing;
     j["repetitions"] = repetitions;
     json tests = json::array();
     ExpertCacheStats total;
@@ -346,7 +348,8 @@ json report_json(const ModelFacts &m, const EngineConfig &cfg, int repetitions, 
 
 Run add_bench(CLI::App &app) {
     struct Args {
-        std::string model, prompts = "512", gens = "128", kv_type = "f16", routing_trace;
+        std::string model, prompts = "512", gens = "128", kv_type = "f16", routing_trace, routing = "model";
+        uint64_t routing_seed = 1;
         DeviceOptions dev;
         int repetitions = 3, threads = 0;
         int64_t chunk = EngineConfig{}.n_batch;
@@ -369,9 +372,22 @@ Run add_bench(CLI::App &app) {
     sub->add_option("--kv-type", a->kv_type, "KV cache type: f16, q8_0 or f32")->capture_default_str();
     add_device_options(sub, a->dev);
     add_routing_trace_option(sub, a->routing_trace);
+    sub->add_option("--routing", a->routing,
+                    "Which experts the tokens go to: model (the router), uniform (seeded draws, k distinct experts "
+                    "per token and layer: an expert cache's worst case) or zipf:S (popularity ~ 1/rank^S); the "
+                    "weights are the router's for the experts drawn")
+        ->capture_default_str();
+    sub->add_option("--routing-seed", a->routing_seed, "Seed of the --routing draws")->capture_default_str();
     sub->add_flag("--json", a->json, "Print one JSON object instead of the tables");
 
     return [a] {
+        RouteOverride route;
+        try {
+            route = parse_route_override(a->routing);
+        } catch (const Error &e) {
+            usage_fail("%s", e.what());
+        }
+        route.seed = a->routing_seed;
         const std::vector<BenchTest> tests =
             make_tests(parse_counts("-p/--n-prompt", a->prompts), parse_counts("-n/--n-gen", a->gens));
 
@@ -388,6 +404,11 @@ Run add_bench(CLI::App &app) {
                      eng->hparams().arch_name.c_str(), backend.c_str(), (long long)cfg.n_ctx, (long long)cfg.n_batch,
                      a->repetitions, a->repetitions == 1 ? "" : "s");
 
+        if (route.active()) {
+            if (eng->hparams().n_expert < 1) usage_fail("--routing: %s has no routed experts", a->model.c_str());
+            eng->set_route_override(route);
+        }
+        const std::string routing = route_override_name(route);
         std::unique_ptr<RoutingTraceWriter> trace = open_routing_trace(a->routing_trace, *eng);
         std::vector<TestResult> results;
         for (size_t i = 0; i < tests.size(); i++) {
@@ -399,10 +420,11 @@ Run add_bench(CLI::App &app) {
 
         const ModelFacts m = model_facts(*eng, a->model);
         if (a->json) {
-            std::printf("%s\n", report_json(m, cfg, a->repetitions, results, backend, eng->backend()).dump(2).c_str());
+            std::printf("%s\n",
+                        report_json(m, cfg, routing, a->repetitions, results, backend, eng->backend()).dump(2).c_str());
             return 0;
         }
-        print_table(m, cfg.vram_budget ? format_bytes(cfg.vram_budget) : "-", results);
+        print_table(m, cfg.vram_budget ? format_bytes(cfg.vram_budget) : "-", routing, results);
         print_cache_summary(results, backend);
         print_device_memory(eng->backend());
         return 0;

@@ -103,6 +103,8 @@ class Engine {
     void set_tracer(const Tracer *t) { tracer_ = t; }
     // The routing of every MoE layer of later passes goes to o (nullptr: none); see MoeSchedule::set_observer.
     void set_routing_observer(RoutingObserver *o) { strata_->set_routing_observer(o); }
+    // Benchmarks: later passes route by seeded draws (strata/route_override.h); RouteOverride{}: the router again.
+    void set_route_override(const RouteOverride &o) { strata_->set_route_override(o); }
 
   private:
     void check_seq(int32_t seq) const;

@@ -43,6 +43,7 @@ class MemoryStrata {
     const Placement &plan() const { return plan_; }
     ExpertRunner &moe() { return *schedule_; }
     void set_routing_observer(RoutingObserver *o) { schedule_->set_observer(o); }
+    void set_route_override(const RouteOverride &o) { schedule_->set_route_override(o); }
     ExpertCacheStats stats() const;
     const ExpertSlotTable *slots() const { return slots_.get(); }
 

@@ -127,6 +127,21 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
         be_.route_topk(logits, p, ids_be, wts_be);
         if (!on_device || observer_) be_.download_i32(ids_be, T * k, ids.data());
     }
+    if (override_.active()) {
+        // the draws, with the weights the router gives them, in place of the router's choice
+        Region r(be_, "route_override");
+        if (il <= last_layer_ || pass_ < 0) pass_++;
+        last_layer_ = il;
+        std::vector<float> lg(size_t(T * n_exp)), wh(size_t(T * k));
+        be_.download(logits, lg.data());
+        for (int64_t t = 0; t < T; t++) {
+            int32_t *row = ids.data() + t * k;
+            draw_experts(override_, il, pass_, t, n_exp, k, row);
+            router_weights(lg.data() + t * n_exp, p, row, wh.data() + t * k);
+        }
+        be_.upload_i32(ids.data(), T * k, ids_be);
+        be_.upload(wh.data(), wts);
+    }
     if (observer_) {
         std::vector<float> wh(size_t(T * k));
         be_.download(wts, wh.data());

@@ -23,6 +23,7 @@
 #include "backend/backend.h"
 #include "model/forward.h"
 #include "strata/expert_slots.h"
+#include "strata/route_override.h"
 
 namespace strata {
 
@@ -53,7 +54,9 @@ class MoeSchedule final : public ExpertRunner {
     // The routing of every later layer goes to o as well (nullptr: to no one). Reading it back costs a host
     // synchronisation per layer where the routing would otherwise stay on the device; the results do not change.
     void set_observer(RoutingObserver *o) { observer_ = o; }
-    bool reads_back() const override { return observer_ != nullptr; }
+    // Later layers route by o's draws instead of the router's choice (benchmarks; o.kind == Model: the router).
+    void set_route_override(const RouteOverride &o) { override_ = o; }
+    bool reads_back() const override { return observer_ != nullptr || override_.active(); }
 
   private:
     // Step 4-5 for one layer: the experts of `g`, in sets the slot table can hold.
@@ -64,6 +67,8 @@ class MoeSchedule final : public ExpertRunner {
     ExpertSlotTable *slots_;
     bool scan_evict_;
     RoutingObserver *observer_ = nullptr;
+    RouteOverride override_;
+    int64_t pass_ = -1, last_layer_ = -1;  // passes counted for the override's draws
 };
 
 }  // namespace strata

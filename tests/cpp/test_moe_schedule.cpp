@@ -47,6 +47,8 @@ class HostSlotBackend final : public Backend {
     void scratch_release(ScratchMark m) override { cpu_->scratch_release(m); }
     void download(const Act &src, float *host) override { cpu_->download(src, host); }
     void download_i32(const int32_t *src, int64_t n, int32_t *host) override { cpu_->download_i32(src, n, host); }
+    void upload(const float *host, Act dst) override { cpu_->upload(host, dst); }
+    void upload_i32(const int32_t *host, int64_t n, int32_t *dst) override { cpu_->upload_i32(host, n, dst); }
     void copy_seq(int32_t src, int32_t dst, int64_t n_pos) override { cpu_->copy_seq(src, dst, n_pos); }
     void clear_seq(int32_t seq) override { cpu_->clear_seq(seq); }
     size_t recurrent_state_bytes() const override { return cpu_->recurrent_state_bytes(); }

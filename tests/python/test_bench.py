@@ -33,14 +33,14 @@ def first_table(text):
 def test_table(strata_bin, tiny_model):
     out = bench(strata_bin, tiny_model, "-p", "32,64", "-n", "8", "-r", "2").stdout
     lines, rows = first_table(out)
-    assert rows[0] == ["model", "size", "budget", "test", "t/s"]
+    assert rows[0] == ["model", "size", "budget", "routing", "test", "t/s"]
     assert all(re.fullmatch(r"-+:?", c) for c in rows[1])
     body = rows[2:]
-    assert [r[3] for r in body] == ["pp32", "pp64", "tg8"]
-    for model, size, budget, _, tps in body:
+    assert [r[4] for r in body] == ["pp32", "pp64", "tg8"]
+    for model, size, budget, routing, _, tps in body:
         assert model == "synthetic tiny-qwen3moe"  # general.name of the synthetic file
         assert re.fullmatch(r"\d+\.\d+ (MiB|GiB)", size)
-        assert budget == "-"
+        assert budget == "-" and routing == "model"
         m = re.fullmatch(r"(\d+\.\d\d) ± (\d+\.\d\d)", tps)
         assert m and float(m.group(1)) > 0
     assert len({len(ln) for ln in lines}) == 1  # padded columns: every line equally long
@@ -55,7 +55,7 @@ def test_json(strata_bin, tiny_model):
     assert d["model"]["size_bytes"] == tiny_model.stat().st_size
     assert d["backend"].startswith("CPU")
     assert d["vram_budget_bytes"] is None
-    assert d["chunk"] == 16 and d["repetitions"] == 3
+    assert d["chunk"] == 16 and d["repetitions"] == 3 and d["routing"] == "model"
     assert d["n_ctx"] == 48  # the longest prompt; the longest generation needs 1 + 8
     assert [t["test"] for t in d["tests"]] == ["pp16", "pp48", "tg4", "tg8"]
     for t in d["tests"]:
@@ -69,6 +69,22 @@ def test_json(strata_bin, tiny_model):
         assert c["hits"] == c["misses"] == c["bytes_streamed"] == 0 and c["hit_rate"] is None
     assert d["tests"][2]["n_prompt"] == 1 and d["tests"][2]["n_gen"] == 4
     assert set(d["expert_cache"]) == set(d["tests"][0]["expert_cache"])
+
+
+def test_routing_override(strata_bin, tiny_model, tmp_path):
+    """--routing uniform and zipf:S replace the router's choice: the table and the JSON name it, and a routing trace
+    of the run holds draws that differ from the router's."""
+    _, rows = first_table(bench(strata_bin, tiny_model, "-p", "16", "-n", "4", "-r", "1", "--routing", "zipf:1.5")
+                          .stdout)
+    assert [r[3] for r in rows[2:]] == ["zipf:1.5", "zipf:1.5"]
+    traces = {}
+    for routing in ("model", "uniform"):
+        path = tmp_path / f"{routing}.bin"
+        d = json.loads(bench(strata_bin, tiny_model, "--json", "-p", "16", "-n", "4", "-r", "1", "--routing",
+                             routing, "--routing-trace", str(path)).stdout)
+        assert d["routing"] == routing
+        traces[routing] = path.read_bytes()
+    assert len(traces["model"]) == len(traces["uniform"]) and traces["model"] != traces["uniform"]
 
 
 def test_context_fits_the_longest_generation(strata_bin, tiny_model):
@@ -86,6 +102,9 @@ def test_context_fits_the_longest_generation(strata_bin, tiny_model):
     (["-r", "0"], "--repetitions"),
     (["--chunk", "0"], "--chunk"),
     (["--kv-type", "q4"], "--kv-type"),
+    (["--routing", "zipf"], "--routing"),
+    (["--routing", "zipf:0"], "--routing"),
+    (["--routing", "random"], "--routing"),
 ])
 def test_bad_flags(strata_bin, tiny_model, args, flag):
     proc = bench(strata_bin, tiny_model, *args, check=False)

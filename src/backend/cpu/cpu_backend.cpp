@@ -65,6 +65,14 @@ void CpuBackend::download_i32(const int32_t *src, int64_t n, int32_t *host) {
     std::memcpy(host, src, size_t(n) * sizeof(int32_t));
 }
 
+void CpuBackend::upload(const float *host, Act dst) {
+    for (int64_t r = 0; r < dst.rows; r++) std::memcpy(dst.row(r), host + r * dst.cols, size_t(dst.cols) * 4);
+}
+
+void CpuBackend::upload_i32(const int32_t *host, int64_t n, int32_t *dst) {
+    std::memcpy(dst, host, size_t(n) * sizeof(int32_t));
+}
+
 // ---- elementwise ops ------------------------------------------------------------------------------------------
 
 void cpu_rms_norm(ThreadPool &pool, const Act &x, const float *w, int64_t group, float eps, const Act &out) {

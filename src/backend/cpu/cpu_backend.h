@@ -56,6 +56,8 @@ class CpuBackend final : public Backend {
     void scratch_release(ScratchMark m) override { scratch_.resize(std::min(scratch_.size(), m.a)); }
     void download(const Act &src, float *host) override;
     void download_i32(const int32_t *src, int64_t n, int32_t *host) override;
+    void upload(const float *host, Act dst) override;
+    void upload_i32(const int32_t *host, int64_t n, int32_t *dst) override;
     void copy_seq(int32_t src, int32_t dst, int64_t n_pos) override;
     void clear_seq(int32_t seq) override;
     size_t recurrent_state_bytes() const override;

@@ -166,6 +166,21 @@ void CudaBackend::download_i32(const int32_t *src, int64_t n, int32_t *host) {
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+void CudaBackend::upload(const float *host, Act dst) {
+    if (dst.rows == 0) return;
+    if (capturing_) fail("internal: an upload inside a recorded pass");
+    STRATA_CUDA_CHECK(cudaMemcpy2DAsync(dst.data, size_t(dst.stride) * 4, host, size_t(dst.cols) * 4,
+                                        size_t(dst.cols) * 4, size_t(dst.rows), cudaMemcpyHostToDevice, stream_));
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::upload_i32(const int32_t *host, int64_t n, int32_t *dst) {
+    if (n == 0) return;
+    if (capturing_) fail("internal: an upload inside a recorded pass");
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, host, size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
 // Each expert's rows as one group, through the mat-vec kernel when it has at most k_mmv_max_rows of them: gate and
 // up over the groups' rows (the input quantized once for both), silu(gate) * up, down into the groups' rows of ys.
 // Only the rows the groups cover are prepared, and activations are quantized row by row, so a call over a set of the
