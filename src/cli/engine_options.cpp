@@ -18,6 +18,12 @@ void add_device_options(CLI::App *sub, DeviceOptions &o) {
     sub->add_option("--vram-budget", o.vram_budget,
                     "Device memory the process may hold on the GPU, CUDA runtime included, e.g. 12G (default: what "
                     "is free); experts that do not fit stay in host memory and are copied in when routed");
+    sub->add_option("--host-mem", o.host_mem,
+                    "Where experts without a GPU slot live: auto (a pinned copy in host RAM where it fits, else the "
+                    "mapped file), pinned (the pinned copy, or refuse), mmap (the mapped file through a pinned "
+                    "stager: host RAM smaller than the model)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"auto", "pinned", "mmap"}));
 }
 
 void apply_device_options(const DeviceOptions &o, EngineConfig &cfg) {
@@ -27,6 +33,7 @@ void apply_device_options(const DeviceOptions &o, EngineConfig &cfg) {
         throw UsageError(e.what());
     }
     cfg.cuda_device = o.gpu;
+    cfg.host_mem = o.host_mem == "pinned" ? HostMem::Pinned : o.host_mem == "mmap" ? HostMem::Mmap : HostMem::Auto;
     cfg.log = [](const std::string &line) { std::fprintf(stderr, "%s\n", line.c_str()); };
     if (o.vram_budget.empty()) return;
     uint64_t budget = 0;

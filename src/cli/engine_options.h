@@ -15,7 +15,7 @@ class App;
 namespace strata::cli {
 
 struct DeviceOptions {
-    std::string device = "auto", vram_budget;
+    std::string device = "auto", vram_budget, host_mem = "auto";
     int gpu = 0;
 };
 

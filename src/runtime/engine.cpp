@@ -25,6 +25,8 @@ Engine::Engine(std::unique_ptr<Model> model, std::unique_ptr<Backend> backend, c
     so.plan.scratch_bytes = cfg_.scratch_bytes;
     so.plan.chunk_tokens = cfg_.n_batch;
     so.plan = plan_options_from_env(so.plan);
+    if (cfg_.host_mem == HostMem::Mmap) so.plan.host_pinned_copy = false;
+    if (cfg_.host_mem == HostMem::Pinned) so.plan.host_pinned_copy = so.plan.require_pinned_copy = true;
     so.n_seqs = cfg_.n_seq_max;
     so.n_ctx = cfg_.n_ctx;
     so.kv_type = cfg_.kv_type;

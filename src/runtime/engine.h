@@ -16,6 +16,11 @@
 
 namespace strata {
 
+// Where the experts without a device slot live in host memory: a pinned copy where RAM allows, else the mapped
+// file (auto); a pinned copy or nothing (pinned: the plan refuses when RAM is short); the mapped file read through
+// the pinned stager (mmap: for host RAM smaller than the model).
+enum class HostMem { Auto, Pinned, Mmap };
+
 // Where the forward passes run. Auto: the CUDA backend when the build has it and a GPU is visible, else the CPU.
 enum class Device { Auto, Cpu, Cuda };
 
@@ -26,6 +31,7 @@ struct EngineConfig {
     int64_t expert_slots = 0;      // CUDA: at most this many expert slots (0: as many as the budget allows)
     uint64_t scratch_bytes = 0;    // CUDA: scratch allocated at start (0: the plan's estimate for n_batch; tests)
     bool cuda_graphs = false;      // CUDA: decoding passes as graphs where they can be (opt-in; see cuda_graph.cpp)
+    HostMem host_mem = HostMem::Auto;  // CUDA: the host stratum (STRATA_CUDA_HOST_PINNED=0 acts as mmap)
     int n_threads = 0;             // CPU threads (0: all)
     int32_t n_seq_max = 1;         // sequences held at once (rows of the caches)
     int64_t n_ctx = 4096;          // positions per sequence

@@ -144,6 +144,11 @@ Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShap
             p.host = HostTier::pinned_copy;
             host = strfmt("host %s pinned copy", format_bytes(p.host_expert_bytes).c_str());
         } else {
+            if (opt.require_pinned_copy)
+                fail("%s: a pinned host copy of the %s of experts without a slot needs %s of host RAM (headroom "
+                     "included); %s is available. Use --host-mem mmap (the mapped file) or auto",
+                     dev.name.c_str(), format_bytes(p.host_expert_bytes).c_str(), format_bytes(need).c_str(),
+                     format_bytes(avail).c_str());
             p.host = opt.stager ? HostTier::stager : HostTier::pageable;
             host = strfmt("host %s pageable", format_bytes(p.host_expert_bytes).c_str());
             if (opt.host_pinned_copy)

@@ -20,6 +20,7 @@ struct PlanOptions {
     // The host stratum: a pinned copy of the experts where host RAM allows (else the mapped file), copied through
     // a pinned stager (else as it is), or the mapping itself pinned instead (opt-in).
     bool host_pinned_copy = true;
+    bool require_pinned_copy = false;  // --host-mem pinned: refuse the plan rather than fall back to the mapping
     bool stager = true;
     bool pin_mapping = false;
     size_t stager_buffer_bytes = size_t(32) << 20;

@@ -185,6 +185,18 @@ TEST(PlacementPlan, HostTierFollowsRamAndSwitches) {
               std::string::npos)
         << p.check_line;
     EXPECT_EQ(p.stager_buffers, 4);
+    // --host-mem pinned: no fallback; the refusal names the RAM it needs and the way out
+    PlanOptions req = o;
+    req.require_pinned_copy = true;
+    try {
+        plan(l, device(80 * GiB, 1 * GiB), req);
+        ADD_FAILURE() << "a pinned copy that does not fit was planned";
+    } catch (const Error &e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("needs 4.00 GiB of host RAM"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("--host-mem mmap"), std::string::npos) << msg;
+    }
+    EXPECT_EQ(plan(l, device(80 * GiB), req).host, HostTier::pinned_copy);
     o.host_pinned_copy = false;
     p = plan(l, device(80 * GiB), o);
     EXPECT_EQ(p.host, HostTier::stager);

@@ -1,0 +1,442 @@
+"""Summarise a routing trace: expert popularity, reuse distance and the hit rates of expert caches.
+
+    python -m tools.trace.summary run.trace                  # markdown tables
+    python -m tools.trace.summary run.trace --json           # the same figures as one JSON object
+    python -m tools.trace.summary run.trace --sizes 5,10,25  # cache sizes, % of (MoE layers x n_expert)
+    python -m tools.trace.summary run.trace --policies lru,belady   # a subset of the cache policies
+
+What an expert cache sees: a pass of T tokens loads each expert it uses once, so the access stream is, pass by pass
+and within a pass layer by layer, the distinct experts of that (pass, layer) in ascending id order, one access each, to
+the key (layer, expert). Passes of one token are decode passes; passes of more (prompt chunks, and batched decoding of
+several sequences) count as prefill.
+
+- Popularity (per MoE layer, and over all (layer, expert) keys): the share of token-expert picks taken by the most
+  popular 10% of experts, the entropy of the pick distribution over log(number of experts) (1.0 = uniform), the
+  experts never picked.
+- Reuse distance of an access: the passes since its key was last accessed (infinite on first use); nearest-rank
+  median and p90, the shares at distance 1 and of first uses, and the share of accesses whose key is never accessed
+  again. JSON writes an infinite distance as null.
+- Caches: one cache over all keys, capacity X% of the keys (rounded down, at least 1). A hit is an access whose key is
+  cached; a miss inserts the key, evicting one when full. LRU; LFU (smallest count, ties to the least recently used,
+  counts kept for keys out of the cache too); LFU with decay (every count halved every N accesses, N = the capacity
+  unless --decay-every); Belady (the key used again farthest in the future, never-again first). Hit rates over all
+  accesses and over the decode passes' accesses only (prefill passes still update the cache).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import OrderedDict
+from dataclasses import dataclass
+from heapq import heapify, heappop, heappush
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .trace import Trace, read_trace
+
+DEFAULT_SIZES = list(range(10, 100, 10))
+POLICIES = {"lru": "LRU", "lfu": "LFU", "lfu_decay": "LFU decay", "belady": "Belady"}
+TOP_FRACTION = 0.1
+DECAY_HEADROOM = 64  # LFU decay: the fraction bits the fixed-point counts keep (lfu_hits)
+RESCALE_DECAYS = 64  # ... and how many they drop at a time
+
+
+# ---- the access stream ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Accesses:
+    """The expert cache's access stream: one entry per distinct expert of each (pass, layer) record, in stream order."""
+
+    key: np.ndarray  # int64: slot * n_expert + expert, slot = the layer's place among the MoE layers
+    pass_ordinal: np.ndarray  # int64: the access's pass, counted in trace order from 0
+    decode: np.ndarray  # bool: the pass has one token
+    next_use: np.ndarray  # int64: index of the next access to the same key, len(key) if none
+    distance: np.ndarray  # float64: passes since the key's previous access, inf on first use
+
+    def __len__(self) -> int:
+        return int(self.key.shape[0])
+
+
+def moe_layers(trace: Trace) -> np.ndarray:
+    """The layers with records, ascending."""
+    return np.unique(trace.layers)
+
+
+def _pass_ordinals(trace: Trace) -> np.ndarray:
+    """Per record, its pass counted in trace order (a new pass starts where the pass field changes)."""
+    starts = np.ones(len(trace), dtype=np.int64)
+    starts[1:] = trace.passes[1:] != trace.passes[:-1]
+    return np.cumsum(starts) - 1
+
+
+def next_uses(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each access, the index of the next and of the previous access to the same key (len(key) / -1 if none)."""
+    n = key.shape[0]
+    order = np.argsort(key, kind="stable")
+    same = key[order[1:]] == key[order[:-1]]
+    earlier, later = order[:-1][same], order[1:][same]
+    nxt = np.full(n, n, dtype=np.int64)
+    nxt[earlier] = later
+    prev = np.full(n, -1, dtype=np.int64)
+    prev[later] = earlier
+    return nxt, prev
+
+
+def accesses(trace: Trace) -> Accesses:
+    """The trace's access stream, with each access's next use and reuse distance."""
+    layers = moe_layers(trace)
+    e = trace.n_expert
+    record_of_row = np.repeat(np.arange(len(trace), dtype=np.int64), trace.n_tokens)
+    # Sorted, record * n_expert + id is record-major with ascending ids within a record: the stream order.
+    picks = np.sort((record_of_row[:, None] * e + trace.ids).reshape(-1))
+    picks = picks[np.diff(picks, prepend=-1) != 0]
+    record, expert = picks // e, picks % e
+    key = np.searchsorted(layers, trace.layers[record]) * e + expert
+    pass_ordinal = _pass_ordinals(trace)[record]
+    nxt, prev = next_uses(key)
+    distance = np.full(key.shape[0], np.inf)
+    seen = prev >= 0
+    distance[seen] = pass_ordinal[seen] - pass_ordinal[prev[seen]]
+    return Accesses(key, pass_ordinal, trace.n_tokens[record] == 1, nxt, distance)
+
+
+# ---- header facts, popularity, reuse ----------------------------------------------------------------------------
+
+
+def header_facts(trace: Trace, acc: Accesses) -> dict:
+    layers = moe_layers(trace)
+    pass_tokens = trace.n_tokens[np.flatnonzero(np.diff(_pass_ordinals(trace), prepend=-1))]  # a pass's first record
+    return {
+        "file": str(trace.path),
+        "n_layer": trace.n_layer,
+        "n_expert": trace.n_expert,
+        "k": trace.k,
+        "weights": trace.weights is not None,
+        "moe_layers": [int(x) for x in layers],
+        "records": len(trace),
+        "passes": int(pass_tokens.shape[0]),
+        "prefill_passes": int(np.sum(pass_tokens > 1)),
+        "decode_passes": int(np.sum(pass_tokens == 1)),
+        "tokens": int(trace.n_tokens[trace.layers == layers[0]].sum()) if layers.size else 0,
+        "accesses": len(acc),
+    }
+
+
+def _spread(picks: np.ndarray) -> dict:
+    """Top-10% share, normalized entropy and never-picked count of one pick-count vector."""
+    n = picks.shape[0]
+    top = max(1, round(TOP_FRACTION * n))
+    total = int(picks.sum())
+    if total == 0:
+        return {"picks": 0, "top_share": None, "entropy": None, "never_picked": n}
+    p = picks[picks > 0] / total
+    entropy = float(-np.sum(p * np.log(p)) / math.log(n)) if n > 1 else 1.0
+    return {"picks": total, "top_share": float(np.sort(picks)[::-1][:top].sum() / total), "entropy": entropy,
+            "never_picked": int(np.sum(picks == 0))}
+
+
+def popularity(trace: Trace) -> dict:
+    layers = moe_layers(trace)
+    e = trace.n_expert
+    slot_of_row = np.repeat(np.searchsorted(layers, trace.layers), trace.n_tokens)
+    picks = np.bincount((slot_of_row[:, None] * e + trace.ids).reshape(-1),
+                        minlength=layers.shape[0] * e).reshape(-1, e)
+    return {
+        "top_experts": max(1, round(TOP_FRACTION * e)),
+        "layers": [{"layer": int(layer), **_spread(picks[i])} for i, layer in enumerate(layers)],
+        "overall": {"keys": int(picks.size), "top_keys": max(1, round(TOP_FRACTION * picks.size)),
+                    **_spread(picks.reshape(-1))},
+    }
+
+
+def _nearest_rank(sorted_values: np.ndarray, q: float) -> float:
+    return float(sorted_values[max(0, math.ceil(q * sorted_values.shape[0]) - 1)])
+
+
+def reuse(acc: Accesses) -> dict:
+    out = {}
+    for name, mask in (("all", np.ones(len(acc), dtype=bool)), ("prefill", ~acc.decode), ("decode", acc.decode)):
+        d = np.sort(acc.distance[mask])
+        n = int(d.shape[0])
+        if n == 0:
+            out[name] = {"accesses": 0}
+            continue
+        out[name] = {
+            "accesses": n,
+            "median": _nearest_rank(d, 0.5),
+            "p90": _nearest_rank(d, 0.9),
+            "distance_1": float(np.mean(d == 1)),
+            "first_use": float(np.mean(np.isinf(d))),
+            "never_reused": float(np.mean(acc.next_use[mask] == len(acc))),
+        }
+    return out
+
+
+# ---- cache policies: each returns the hit flag of every access --------------------------------------------------
+
+
+def _as_list(keys) -> list:
+    return keys if isinstance(keys, list) else np.asarray(keys).tolist()
+
+
+def lru_hits(keys, capacity: int) -> np.ndarray:
+    cache: OrderedDict = OrderedDict()
+    hits = bytearray(len(keys))
+    for i, key in enumerate(_as_list(keys)):
+        if key in cache:
+            cache.move_to_end(key)
+            hits[i] = 1
+            continue
+        if len(cache) >= capacity:
+            cache.popitem(last=False)
+        cache[key] = None
+    return np.frombuffer(hits, dtype=bool)
+
+
+def lfu_hits(keys, capacity: int, decay_every: int | None = None) -> np.ndarray:
+    """LFU over all history (counts survive eviction), ties to the least recently used; with decay_every, every
+    count is halved after each decay_every accesses.
+
+    A min-heap with lazy deletion of one int per access, count * n + the access's index (so ties go to the least
+    recently used); an entry is current while the cache maps its key to that value. Decay is free: the counts are
+    fixed-point with DECAY_HEADROOM fraction bits to start with and each decay adds one (the next increments are twice
+    as large), so every stored count is its decayed count times one common factor. Every RESCALE_DECAYS decays the
+    counts drop that many low bits, which loses only what is below 2^-DECAY_HEADROOM of an access.
+    """
+    keys = _as_list(keys)
+    n = len(keys)
+    count: dict = {}
+    cache: dict = {}  # key -> its current heap entry
+    heap: list = []
+    step = 1 << DECAY_HEADROOM if decay_every else 1
+    hits = bytearray(n)
+    for i, key in enumerate(keys):
+        if decay_every and i and i % decay_every == 0:
+            step <<= 1
+            if step.bit_length() > DECAY_HEADROOM + RESCALE_DECAYS:
+                step >>= RESCALE_DECAYS
+                count = {k: c >> RESCALE_DECAYS for k, c in count.items()}
+                cache = {k: count[k] * n + v % n for k, v in cache.items()}
+                heap = list(cache.values())
+                heapify(heap)
+        c = count.get(key, 0) + step
+        count[key] = c
+        if key in cache:
+            hits[i] = 1
+        elif len(cache) >= capacity:
+            while True:
+                v = heappop(heap)
+                victim = keys[v % n]
+                if cache.get(victim) == v:
+                    break
+            del cache[victim]
+        v = c * n + i
+        cache[key] = v
+        heappush(heap, v)
+        if len(heap) > 2 * capacity + 64:  # drop the stale entries
+            heap = list(cache.values())
+            heapify(heap)
+    return np.frombuffer(hits, dtype=bool)
+
+
+def belady_hits(keys, capacity: int, next_use=None) -> np.ndarray:
+    """Belady's OPT: evict the cached key whose next use is farthest (never-again first, ties to the larger key).
+
+    next_use (from next_uses) can be passed in when the stream is simulated at several sizes. A max-heap with lazy
+    deletion of -(next use * n_keys + key), as in lfu_hits; a hit leaves a stale entry that never reaches the top, so
+    the heap is rebuilt from the cache when it grows past twice the capacity.
+    """
+    keys = _as_list(keys)
+    if next_use is None:
+        next_use, _ = next_uses(np.asarray(keys, dtype=np.int64))
+    n_keys = max(keys, default=0) + 1
+    cache: dict = {}  # key -> its current heap entry
+    heap: list = []
+    hits = bytearray(len(keys))
+    for i, (key, nxt) in enumerate(zip(keys, _as_list(next_use))):
+        if key in cache:
+            hits[i] = 1
+        elif len(cache) >= capacity:
+            while True:
+                v = -heappop(heap)
+                victim = v % n_keys
+                if cache.get(victim) == v:
+                    break
+            del cache[victim]
+        v = nxt * n_keys + key
+        cache[key] = v
+        heappush(heap, -v)
+        if len(heap) > 2 * capacity + 64:
+            heap = [-v for v in cache.values()]
+            heapify(heap)
+    return np.frombuffer(hits, dtype=bool)
+
+
+def cache_rates(acc: Accesses, n_keys: int, sizes: list[int], decay_every: int | None = None,
+                policies: Sequence[str] = tuple(POLICIES)) -> dict:
+    """Hit rates of the policies at each size (percent of n_keys), over all accesses and over decode accesses."""
+    keys, nxt = acc.key.tolist(), acc.next_use.tolist()
+    capacities = [max(1, n_keys * x // 100) for x in sizes]
+    simulate = {
+        "lru": lambda cap: lru_hits(keys, cap),
+        "lfu": lambda cap: lfu_hits(keys, cap),
+        "lfu_decay": lambda cap: lfu_hits(keys, cap, decay_every or cap),
+        "belady": lambda cap: belady_hits(keys, cap, nxt),
+    }
+    rates: dict = {p: [] for p in policies}
+    decode_rates: dict = {p: [] for p in policies}
+    any_decode = bool(acc.decode.any())
+    for cap in capacities:
+        for policy in policies:
+            hits = simulate[policy](cap)
+            rates[policy].append(float(hits.mean()) if len(acc) else None)
+            decode_rates[policy].append(float(hits[acc.decode].mean()) if any_decode else None)
+    return {"sizes": list(sizes), "capacities": capacities, "keys": n_keys, "decay_every": decay_every,
+            "hit_rate": rates, "decode_hit_rate": decode_rates}
+
+
+def summarize(trace: Trace, sizes: list[int] = DEFAULT_SIZES, decay_every: int | None = None,
+              policies: Sequence[str] = tuple(POLICIES)) -> dict:
+    """Every figure of the summary, as the JSON output holds them."""
+    acc = accesses(trace)
+    return {
+        "header": header_facts(trace, acc),
+        "popularity": popularity(trace),
+        "reuse": reuse(acc),
+        "cache": cache_rates(acc, moe_layers(trace).shape[0] * trace.n_expert, sizes, decay_every, policies),
+    }
+
+
+# ---- output -----------------------------------------------------------------------------------------------------
+
+
+def _ranges(values: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'."""
+    parts, i = [], 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
+            j += 1
+        parts.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
+        i = j + 1
+    return ", ".join(parts)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _dist(x: float | None) -> str:
+    return "-" if x is None else ("inf" if math.isinf(x) else str(int(x)))
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def to_markdown(s: dict) -> str:
+    h, pop, cache = s["header"], s["popularity"], s["cache"]
+    out = [f"# Routing trace {h['file']}", ""]
+    out += _table(["fact", "value"], [
+        ["MoE layers", f"{len(h['moe_layers'])} of {h['n_layer']} ({_ranges(h['moe_layers'])})"],
+        ["n_expert, k", f"{h['n_expert']}, {h['k']}"],
+        ["passes", f"{h['passes']}: {h['prefill_passes']} prefill (n_tokens > 1), {h['decode_passes']} decode "
+                   f"(n_tokens = 1)"],
+        ["tokens", str(h["tokens"])],
+        ["records", f"{h['records']} (weights {'present' if h['weights'] else 'absent'})"],
+        ["expert accesses", f"{h['accesses']} (distinct experts per pass and layer)"],
+    ])
+
+    def spread_row(name: str, d: dict) -> list[str]:
+        entropy = "-" if d["entropy"] is None else f"{d['entropy']:.3f}"
+        return [name, _pct(d["top_share"]), entropy, str(d["never_picked"])]
+
+    out += ["", "## Expert popularity", "",
+            f"Share of the token-expert picks taken by the top 10% ({pop['top_experts']} experts of a layer; "
+            f"{pop['overall']['top_keys']} of the {pop['overall']['keys']} (layer, expert) keys for all), entropy "
+            f"over its maximum, experts never picked.", ""]
+    out += _table(["layer", "top 10% share", "entropy", "never picked"],
+                  [spread_row(str(d["layer"]), d) for d in pop["layers"]] + [spread_row("all", pop["overall"])])
+
+    out += ["", "## Reuse distance", "",
+            "Passes since the access's (layer, expert) was last accessed; first use is infinite. Never reused: the "
+            "key is not accessed again.", ""]
+    rows = []
+    for name, d in s["reuse"].items():
+        if d["accesses"]:
+            rows.append([name, str(d["accesses"]), _dist(d["median"]), _dist(d["p90"]), _pct(d["distance_1"]),
+                         _pct(d["first_use"]), _pct(d["never_reused"])])
+        else:
+            rows.append([name, "0"] + ["-"] * 5)
+    out += _table(["passes", "accesses", "median", "p90", "distance 1", "first use", "never reused"], rows)
+
+    decay = f"every {cache['decay_every']} accesses" if cache["decay_every"] else "every <capacity> accesses"
+    out += ["", "## Expert cache hit rates", "",
+            f"One cache over all {cache['keys']} (layer, expert) keys; size in % of them. LFU decay halves the counts "
+            f"{decay}.", ""]
+    for title, rates in (("All accesses", cache["hit_rate"]),
+                         ("Decode accesses only (prefill passes still update the cache)", cache["decode_hit_rate"])):
+        out += [f"### {title}", ""]
+        out += _table(["size", "capacity"] + [POLICIES[p] for p in rates],
+                      [[f"{x}%", str(c)] + [_pct(r[i]) for r in rates.values()]
+                       for i, (x, c) in enumerate(zip(cache["sizes"], cache["capacities"]))])
+        out.append("")
+    return "\n".join(out)
+
+
+def _json_safe(x):
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_json_safe(v) for v in x]
+    if isinstance(x, float) and math.isinf(x):
+        return None
+    return x
+
+
+def _sizes(text: str) -> list[int]:
+    sizes = [int(x) for x in text.split(",") if x.strip()]
+    if not sizes or any(not 0 < x <= 100 for x in sizes):
+        raise argparse.ArgumentTypeError(f"sizes are percentages in 1..100, comma-separated: {text!r}")
+    return sizes
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a positive number of accesses expected: {text!r}")
+    return int(text)
+
+
+def _policies(text: str) -> list[str]:
+    policies = [x.strip() for x in text.split(",") if x.strip()]
+    if not policies or any(p not in POLICIES for p in policies):
+        raise argparse.ArgumentTypeError(f"policies are {', '.join(POLICIES)}, comma-separated: {text!r}")
+    return policies
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("trace", type=Path, help="a routing trace (strata run/bench --routing-trace FILE)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of markdown tables")
+    ap.add_argument("--sizes", type=_sizes, default=DEFAULT_SIZES,
+                    help="cache sizes in %% of (MoE layers x n_expert), comma-separated (default 10,20,...,90)")
+    ap.add_argument("--decay-every", type=_positive, help="LFU decay: halve the counts every N accesses (default: capacity)")
+    ap.add_argument("--policies", type=_policies, default=list(POLICIES),
+                    help=f"cache policies to simulate, comma-separated (default {','.join(POLICIES)})")
+    args = ap.parse_args(argv)
+    try:
+        s = summarize(read_trace(args.trace), args.sizes, args.decay_every, args.policies)
+    except (ValueError, OSError) as e:
+        print(f"summary: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(_json_safe(s), indent=1) if args.json else to_markdown(s))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
