@@ -551,6 +551,12 @@ def test_bounded_load_every_request_answered_and_memory_returns(strata_bin, gold
         assert ok >= 20 and s.alive()
         m = s.metrics()
         assert m["strata_requests_rejected_total"] == busy
+        # The gauges are published at the end of each scheduler step, which may come just after the last reply has
+        # reached its client: they must be 0 once that step is done.
+        deadline = time.monotonic() + 5
+        while (m["strata_queue_depth"] or m["strata_requests_running"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            m = s.metrics()
         assert m["strata_queue_depth"] == 0 and m["strata_requests_running"] == 0
         time.sleep(1.0)
         after = s.rss_kib()
