@@ -269,11 +269,12 @@ def _rope_parameters(cfg: dict) -> dict:
     return rp
 
 
-def add_metadata(w: gguf.GGUFWriter, model_id: str, cfg: dict, file_type: gguf.LlamaFileType, vocab: Vocab) -> None:
+def add_metadata(w: gguf.GGUFWriter, model_id: str, cfg: dict, file_type: gguf.LlamaFileType, vocab: Vocab,
+                 name: str | None = None) -> None:
     arch = models.ARCH_OF[model_id]
     n_mtp = cfg.get("mtp_num_hidden_layers", 0) if arch == "qwen35moe" else 0
     w.add_type(gguf.GGUFType.MODEL)
-    w.add_name(f"tiny-golden-{model_id}")
+    w.add_name(name or f"tiny-golden-{model_id}")
     w.add_block_count(cfg["num_hidden_layers"] + n_mtp)
     w.add_context_length(cfg["max_position_embeddings"])
     w.add_embedding_length(cfg["hidden_size"])
@@ -321,15 +322,19 @@ def add_metadata(w: gguf.GGUFWriter, model_id: str, cfg: dict, file_type: gguf.L
 
 
 def write_gguf(path: Path, model_id: str, cfg: dict, state: dict[str, np.ndarray], file_type: str,
-               vocab: Vocab | None = None, tensors: dict[str, np.ndarray] | None = None) -> None:
-    """Write one GGUF file of type F32, F16, BF16 or Q8_0 (tensor types as llama.cpp's converter chooses)."""
+               vocab: Vocab | None = None, tensors: dict[str, np.ndarray] | None = None,
+               general_name: str | None = None) -> None:
+    """Write one GGUF file of type F32, F16, BF16 or Q8_0 (tensor types as llama.cpp's converter chooses).
+
+    vocab defaults to the golden vocabulary and general_name (general.name) to tiny-golden-<model_id>.
+    """
     vocab = vocab or build_vocab()
     tensors = tensors if tensors is not None else hf_to_gguf_tensors(model_id, cfg, state)
     ftype, _ = FILE_TYPES[file_type]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     w = gguf.GGUFWriter(str(path), models.ARCH_OF[model_id])
-    add_metadata(w, model_id, cfg, ftype, vocab)
+    add_metadata(w, model_id, cfg, ftype, vocab, general_name)
     for name in tensor_order(list(tensors)):
         data = tensors[name]
         qtype = tensor_type(name, data.shape, file_type)
