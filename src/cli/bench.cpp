@@ -257,6 +257,18 @@ void print_table(const ModelFacts &m, const std::string &budget, const std::stri
                stdout);
 }
 
+// What decoding reads of the weights per token, and the rate that makes at each tgN's speed.
+void print_decode_bytes(uint64_t per_token, const std::vector<TestResult> &results) {
+    std::string text;
+    for (const TestResult &r : results)
+        if (r.test.n_gen > 0)
+            text += strfmt("%s%s %.1f GB/s", text.empty() ? "" : ", ", r.test.name.c_str(),
+                           double(per_token) * mean(rates(r)) / 1e9);
+    if (!text.empty())
+        std::printf("\ndecode reads %s of weights per token (k of the routed experts): %s\n",
+                    format_bytes(per_token).c_str(), text.c_str());
+}
+
 void print_cache_summary(const std::vector<TestResult> &results, const std::string &backend) {
     std::vector<std::vector<std::string>> rows;
     for (const TestResult &r : results) {
@@ -303,7 +315,8 @@ void print_device_memory(const Backend &be) {
                 format_bytes(dm.budget).c_str());
 }
 
-json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string &routing, int repetitions,
+json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string &routing, uint64_t per_token,
+                 int repetitions,
                  const std::vector<TestResult> &results, const std::string &backend, const Backend &be) {
     json j;
     j["model"] = {{"path", m.path},
@@ -317,6 +330,7 @@ json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string
     j["chunk"] = cfg.n_batch;
     j["kv_type"] = kv_type_name(cfg.kv_type);
     j["routing"] = routing;
+    j["decode_weight_bytes_per_token"] = per_token;
     j["repetitions"] = repetitions;
     json tests = json::array();
     ExpertCacheStats total;
@@ -334,6 +348,7 @@ json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string
         t["tps_sd"] = stdev(tps);
         t["wall_seconds"] = wall_seconds(r);
         t["expert_cache"] = cache_json(r.cache, wall_seconds(r));
+        if (r.test.n_gen > 0) t["weight_read_gb_per_s"] = double(per_token) * mean(tps) / 1e9;
         tests.push_back(std::move(t));
         total = stats_sum(total, r.cache);
         total_s += wall_seconds(r);
@@ -421,10 +436,14 @@ Run add_bench(CLI::App &app) {
         const ModelFacts m = model_facts(*eng, a->model);
         if (a->json) {
             std::printf("%s\n",
-                        report_json(m, cfg, routing, a->repetitions, results, backend, eng->backend()).dump(2).c_str());
+                        report_json(m, cfg, routing, decode_weight_bytes(eng->model()), a->repetitions, results,
+                                    backend, eng->backend())
+                            .dump(2)
+                            .c_str());
             return 0;
         }
         print_table(m, cfg.vram_budget ? format_bytes(cfg.vram_budget) : "-", routing, results);
+        print_decode_bytes(decode_weight_bytes(eng->model()), results);
         print_cache_summary(results, backend);
         print_device_memory(eng->backend());
         return 0;

@@ -36,6 +36,19 @@ WeightSet weight_set(Model &m) {
     return ws;
 }
 
+uint64_t decode_weight_bytes(const Model &m) {
+    // weight_set only collects pointers; it takes a mutable model because backends write device views into it
+    const WeightSet ws = weight_set(const_cast<Model &>(m));
+    auto bytes = [](const Weight &w) { return uint64_t(w.matrix_bytes()) * uint64_t(std::max<int64_t>(w.ne[2], 1)); };
+    uint64_t total = 0;
+    for (const Weight *w : ws.matrices)
+        total += w == &m.tok_embd && m.output.present() ? uint64_t(w->row_bytes) : bytes(*w);
+    for (const Weight *w : ws.vectors) total += bytes(*w);
+    for (const ExpertWeights &e : ws.experts)
+        if (e.present()) total += uint64_t(m.hp.n_expert_used) * e.expert_bytes();
+    return total;
+}
+
 ExpertWeights expert_weights(int64_t il, const LayerWeights &L) {
     ExpertWeights e;
     e.il = il;

@@ -97,6 +97,10 @@ void declare_qwen3next(TensorLoader &tl, Model &m);  // also qwen35moe, whose di
 // What a backend computes with: the resident matrices and f32 vectors of the trunk's layers (not the MTP blocks,
 // which do not run) and each layer's routed experts.
 WeightSet weight_set(Model &m);
+// The weight bytes one decoded token reads: every matrix and vector once (the token embedding its one row, unless
+// it is the output matrix too), and k of the n routed experts of each MoE layer. The KV rows and recurrent state
+// a token reads come on top.
+uint64_t decode_weight_bytes(const Model &m);
 ExpertWeights expert_weights(int64_t il, const LayerWeights &L);
 GdnWeights gdn_weights(const LayerWeights &L);
 

@@ -310,3 +310,26 @@ TEST(RouteGroups, RowsByExpertAndEntriesInExpertOrder) {
     EXPECT_EQ(std::vector<int32_t>(g.widx.begin(), g.widx.begin() + 2), (std::vector<int32_t>{1, 0}));
     EXPECT_EQ(std::vector<int32_t>(g.yrow.begin() + 4, g.yrow.end()), (std::vector<int32_t>{3, 5}));
 }
+
+// ---- what decoding reads ----
+
+// From the file's tensor list, by name: routed experts k of n, the token embedding one row (the output matrix is
+// separate in these files), everything else whole.
+TEST(DecodeWeightBytes, KOfTheExpertsAndOneEmbeddingRow) {
+    for (const char *preset : {"tiny-qwen3moe", "tiny-qwen3next"}) {
+        const Loaded l = load(preset);
+        const HParams &hp = l.m->hp;
+        ASSERT_TRUE(l.m->output.present()) << preset;
+        double want = 0;
+        for (const GgufTensor &t : l.m->file->tensors()) {
+            const std::string name(t.name);
+            if (name.find("_exps.") != std::string::npos)
+                want += double(t.n_bytes) * double(hp.n_expert_used) / double(hp.n_expert);
+            else if (name == "token_embd.weight")
+                want += double(row_bytes(t.type, t.ne[0]));
+            else
+                want += double(t.n_bytes);
+        }
+        EXPECT_DOUBLE_EQ(double(decode_weight_bytes(*l.m)), want) << preset;
+    }
+}

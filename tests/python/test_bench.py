@@ -68,6 +68,12 @@ def test_json(strata_bin, tiny_model):
         assert set(c) == {"hits", "misses", "hit_rate", "bytes_streamed", "effective_h2d_gb_per_s"}
         assert c["hits"] == c["misses"] == c["bytes_streamed"] == 0 and c["hit_rate"] is None
     assert d["tests"][2]["n_prompt"] == 1 and d["tests"][2]["n_gen"] == 4
+    # decode's weight traffic: less than the file (k of the experts), the rate = bytes per token x t/s
+    per_token = d["decode_weight_bytes_per_token"]
+    assert 0 < per_token < d["model"]["size_bytes"]
+    for t in d["tests"][2:]:
+        assert t["weight_read_gb_per_s"] == pytest.approx(per_token * t["tps_mean"] / 1e9)
+    assert "weight_read_gb_per_s" not in d["tests"][0]
     assert set(d["expert_cache"]) == set(d["tests"][0]["expert_cache"])
 
 
