@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import hashlib
 import importlib.metadata as md
 import json
 import math
@@ -35,6 +34,7 @@ import torch
 from tqdm import tqdm
 
 from tools.golden import convert, models, oracle
+from tools.golden.manifest import sha256_file
 from tools.golden.vocab import CHAT_TEMPLATE
 
 from . import card, data, plot, tokenizer
@@ -316,14 +316,6 @@ def make_plot(out: Path, rows: list[dict], evals: list[list[float]]) -> dict:
 
 
 # ---- export -------------------------------------------------------------------------------------------------------
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def export_hf(out: Path, model, tok) -> None:
