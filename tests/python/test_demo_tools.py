@@ -262,3 +262,31 @@ def test_card_placeholders_and_filling():
     assert filled.startswith(before) and filled.endswith(after.split("<!-- END strata-perplexity -->")[1])
     with pytest.raises(KeyError):
         card.fill_section(text, "no-such-section", "x")
+
+
+def test_evaluate_fills_the_card(strata_bin, golden_dir, tmp_path):
+    """tools.demo.evaluate on a run folder whose "demo model" is a golden file: the engine's perplexity beside the
+    summary's, the routing traces summarised, both card sections filled."""
+    import json
+    import shutil
+
+    from tools.demo import evaluate
+
+    d = tmp_path / "run"
+    d.mkdir()
+    shutil.copy(golden_dir / "tiny-qwen3next-Q8_0.gguf", d / "demo.gguf")
+    (d / "heldout.txt").write_text(("def f(x):\n    return x * 2  # doubled\n" * 40), encoding="utf-8")
+    s = _summary()
+    s["perplexity"] = {"ppl": 1000.0, "scored": 0, "chunks": 0, "ctx": 32, "tokens": 0}
+    (d / "summary.json").write_text(json.dumps(s))
+    (d / "MODEL_CARD.md").write_text(card.render(s))
+    assert evaluate.main(["--dir", str(d), "--strata", str(strata_bin), "--decode", "12"]) == 0
+    ev = json.loads((d / "evaluation.json").read_text())
+    row = ev["perplexity"][0]
+    assert row["backend"].startswith("CPU") and row["scored"] > 0
+    assert row["rel_diff"] == pytest.approx(row["ppl"] / 1000.0 - 1.0)
+    assert set(ev["traces"]) == {"demo model, held-out text", "strata synth tiny-qwen3next, --route-skew 0",
+                                 "strata synth tiny-qwen3next, --route-skew 1.2"}
+    text = (d / "MODEL_CARD.md").read_text()
+    assert "Not measured yet" not in text
+    assert "| demo model, held-out text | 50% |" in text and "vs transformers" in text
