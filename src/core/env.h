@@ -14,4 +14,14 @@ inline bool env_switch(const char *name, bool default_on) {
     return default_on;
 }
 
+// The whole number in `name`, or `fallback` when it is unset; throws nothing: a value that is not a whole number
+// >= 0 is taken as unset.
+inline long env_count(const char *name, long fallback) {
+    const char *e = std::getenv(name);
+    if (!e || !*e) return fallback;
+    char *end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    return *end == '\0' && v >= 0 ? v : fallback;
+}
+
 }  // namespace strata

@@ -1,6 +1,8 @@
 // The expert slot table and its replacement policy (expert_slots.h).
 #include "strata/expert_slots.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace strata {
@@ -68,6 +70,8 @@ void ExpertSlotTable::acquire(int64_t il, const int32_t *experts, int64_t n, int
     STRATA_ASSERT(n <= n_slots());
     std::vector<int32_t> &tab = table_[size_t(il)];
     const uint64_t call = ++calls_;
+    auto kept = [&](int32_t s) { return slots_[size_t(s)].call == call || slots_[size_t(s)].pinned; };
+    const size_t fills0 = fills.size();
     // First move every requested expert that is resident to the recent end, so that refilling the others cannot
     // evict it: after that, the n - 1 or fewer slots this call has touched are all behind at least one untouched one.
     for (int64_t i = 0; i < n; i++) {
@@ -84,13 +88,23 @@ void ExpertSlotTable::acquire(int64_t il, const int32_t *experts, int64_t n, int
         int32_t s = tab[size_t(experts[i])];
         if (s < 0) {
             s = lru_head_;
-            if (scan && slots_[size_t(s)].layer >= 0) {  // empty slots first, in any case
-                // The slots this call touched are at the recent end: the first one before them.
+            while (s >= 0 && kept(s)) s = slots_[size_t(s)].next;
+            if (scan && s >= 0 && slots_[size_t(s)].layer >= 0) {  // empty slots first, in any case
+                // The slots this call touched, and those pinned, are at the recent end: the first one before them.
                 int32_t v = lru_tail_;
-                while (v >= 0 && slots_[size_t(v)].call == call) v = slots_[size_t(v)].prev;
+                while (v >= 0 && kept(v)) v = slots_[size_t(v)].prev;
                 if (v >= 0) s = v;
             }
-            STRATA_ASSERT(s >= 0 && slots_[size_t(s)].call != call);
+            if (s < 0) {
+                // this call's assignments hold no bytes yet: undone before refusing
+                const std::vector<SlotFill> made(fills.begin() + int64_t(fills0), fills.end());
+                fills.resize(fills0);
+                forget(il, made);
+                stats_.misses -= made.size();
+                stats_.bytes_filled -= made.size() * expert_bytes_[size_t(il)];
+                fail("expert slots: all %lld slots hold experts kept for compute still to come", (long long)n_slots());
+            }
+            STRATA_ASSERT(!kept(s));
             slots_[size_t(s)].call = call;
             assign(s, il, experts[i]);
             fills.push_back({s, experts[i]});

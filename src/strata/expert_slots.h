@@ -30,9 +30,12 @@ class ExpertSlotTable {
     std::vector<std::vector<SlotFill>> place_all();
 
     // Makes experts[0..n) of layer il resident (n <= n_slots(), distinct ids): their slots go to slots_out, and the
-    // fills that make it so to `fills` (one per expert that was not in a slot; victims by the policy above).
+    // fills that make it so to `fills` (one per expert that was not in a slot; victims by the policy above; never a
+    // pinned slot). Throws strata::Error when every slot that could be a victim is pinned.
     void acquire(int64_t il, const int32_t *experts, int64_t n, int32_t *slots_out, bool scan,
                  std::vector<SlotFill> &fills);
+    // A pinned slot keeps its expert: a pipelined schedule pins what it acquired ahead until it has computed.
+    void pin(int32_t slot, bool on) { slots_[size_t(slot)].pinned = on; }
     // Fills acquire() asked for that did not happen (the copy failed): those slots hold nothing now.
     void forget(int64_t il, const std::vector<SlotFill> &fills);
 
@@ -47,6 +50,7 @@ class ExpertSlotTable {
         int32_t layer = -1, expert = -1;
         int32_t prev = -1, next = -1;  // recency list: head = least recently used
         uint64_t call = 0;             // the acquire() that last touched it
+        bool pinned = false;
     };
     void assign(int32_t slot, int64_t il, int32_t e);
     void unlink(int32_t s);

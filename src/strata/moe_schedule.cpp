@@ -65,6 +65,73 @@ MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, Expert
     STRATA_ASSERT(slots_ || be_.experts_in_place());
     // STRATA_CUDA_SCAN_EVICT=0 keeps least-recently-used eviction for chunks that sweep most experts.
     scan_evict_ = env_switch("STRATA_CUDA_SCAN_EVICT", true);
+    // Off by default until measured on a GPU: fills ahead on the copy stream are new to passes.
+    stream_ahead_ = env_count("STRATA_PREFILL_STREAM_AHEAD", 0);
+}
+
+bool MoeSchedule::streamed_experts(const ExpertWeights &w, const RouteGroups &g, int64_t n_exp, Act xs, Act ys) {
+    const int64_t n_slots = slots_->n_slots(), m = int64_t(g.used.size());
+    if (stream_ahead_ <= 0 || n_slots < 2) return false;
+    // resident experts first (they compute while the first fills run), then the missing ones, each in id order
+    std::vector<int32_t> order;
+    for (int32_t e : g.used)
+        if (slots_->slot_of(w.il, e) >= 0) order.push_back(e);
+    const int64_t n_hits = int64_t(order.size());
+    if (n_hits == m) return false;  // nothing to stream
+    for (int32_t e : g.used)
+        if (slots_->slot_of(w.il, e) < 0) order.push_back(e);
+    const bool scan = scan_evict_ && 2 * m >= n_exp;
+    // Misses compute in batches of half the lookahead (at least one): fewer launches, fills still ahead.
+    const int64_t batch = std::clamp<int64_t>(stream_ahead_ / 2, 1, n_slots);
+    std::vector<int32_t> slot(size_t(m), -1);
+    std::vector<SlotFill> fills;
+    int64_t issued = 0, done = 0;
+    // Experts acquired and not yet computed stay pinned; a throw unpins them.
+    struct Unpin {
+        ExpertSlotTable &t;
+        const std::vector<int32_t> &slot;
+        const int64_t &from, &to;
+        ~Unpin() {
+            for (int64_t i = from; i < to; i++) t.pin(slot[size_t(i)], false);
+        }
+    } unpin{*slots_, slot, done, issued};
+    // Acquires experts [issued, upto) of `order` (at most n_slots pinned at once) and issues their fills ahead.
+    auto issue = [&](int64_t upto) {
+        upto = std::min({upto, m, done + n_slots});
+        if (upto <= issued) return;
+        Region r(be_, "acquire");
+        fills.clear();
+        slots_->acquire(w.il, order.data() + issued, upto - issued, slot.data() + issued, scan, fills);
+        for (int64_t i = issued; i < upto; i++) slots_->pin(slot[size_t(i)], true);
+        issued = upto;
+        if (!fills.empty()) {
+            try {
+                be_.fill_slots(w, fills, /*ahead=*/true);
+            } catch (...) {
+                slots_->forget(w.il, fills);
+                throw;
+            }
+        }
+    };
+    std::vector<ExpertGroup> groups;
+    for (int64_t i = 0; i < m;) {
+        // this batch: every resident expert at once (as many as slots), then `batch` missing ones at a time
+        const int64_t j = i < n_hits ? std::min(n_hits, i + n_slots) : std::min(m, i + batch);
+        // this batch's experts and up to stream_ahead_ missing ones beyond
+        issue(std::max(j, n_hits) + stream_ahead_);
+        STRATA_ASSERT(issued >= j);
+        Region r(be_, "experts");
+        groups.clear();
+        for (int64_t x = i; x < j; x++) {
+            const int32_t e = order[size_t(x)];
+            groups.push_back({be_.expert_slot(w, slot[size_t(x)]), g.first[size_t(e)], g.count[size_t(e)],
+                              slot[size_t(x)]});
+        }
+        be_.expert_ffn(w, xs, groups, ys);
+        for (int64_t x = i; x < j; x++) slots_->pin(slot[size_t(x)], false);
+        i = done = j;
+    }
+    return true;
 }
 
 void MoeSchedule::routed_experts(const ExpertWeights &w, const RouteGroups &g, int64_t n_exp, Act xs, Act ys) {
@@ -78,6 +145,7 @@ void MoeSchedule::routed_experts(const ExpertWeights &w, const RouteGroups &g, i
         be_.expert_ffn(w, xs, groups, ys);
         return;
     }
+    if (streamed_experts(w, g, n_exp, xs, ys)) return;
     // As many experts at a time as there are slots: with a small cache a layer's experts come in several sets.
     const size_t per_set = size_t(std::max<int64_t>(1, slots_->n_slots()));
     const bool scan = scan_evict_ && 2 * int64_t(g.used.size()) >= n_exp;

@@ -12,6 +12,12 @@
 //      (the CPU) takes them from the file;
 //   5. expert FFN over each set's groups, then each token's outputs summed in expert-id order (moe_combine);
 //   6. the shared expert, gated, added.
+// Streamed (STRATA_PREFILL_STREAM_AHEAD=N > 0, while there are misses): steps 4-5 become a pipeline. The layer's
+// resident experts compute first, then the missing ones in order; before each batch computes, the fills of up to
+// N missing experts beyond it are issued ahead (Backend::fill_slots with ahead: a copy stream), so copies run while
+// earlier experts compute. The slot table keeps every expert acquired ahead until it has computed (acquire's
+// keep_since); a backend orders each fill after the compute that read the slot before and each compute after the
+// fills of the slots it reads.
 // The results depend only on the routing and the experts' bytes: not on the set sizes, the slots, or the source.
 // Rooms for the schedules to come: a prefill schedule with a staging ring and lookahead, and slots lent to a prompt
 // (prefill_schedule), misses computed on the CPU while others upload and next-layer prefetch (decode_schedule).
@@ -61,11 +67,14 @@ class MoeSchedule final : public ExpertRunner {
   private:
     // Step 4-5 for one layer: the experts of `g`, in sets the slot table can hold.
     void routed_experts(const ExpertWeights &w, const RouteGroups &g, int64_t n_expert, Act xs, Act ys);
+    // The same, streamed (see the protocol above); false where it does not apply (nothing missing, too few slots).
+    bool streamed_experts(const ExpertWeights &w, const RouteGroups &g, int64_t n_expert, Act xs, Act ys);
 
     Backend &be_;
     std::vector<ExpertWeights> experts_;
     ExpertSlotTable *slots_;
     bool scan_evict_;
+    int64_t stream_ahead_;  // STRATA_PREFILL_STREAM_AHEAD: missing experts filled ahead (0: not streamed)
     RoutingObserver *observer_ = nullptr;
     RouteOverride override_;
     int64_t pass_ = -1, last_layer_ = -1;  // passes counted for the override's draws

@@ -89,6 +89,7 @@ class HostSlotBackend final : public Backend {
             std::memcpy(s + L.up_off, w.up->expert_host(f.expert), w.up->matrix_bytes());
             std::memcpy(s + L.down_off, w.down->expert_host(f.expert), w.down->matrix_bytes());
             filled_++;
+            ahead_fills_ += ahead;
         }
     }
     void expert_ffn(const ExpertWeights &w, Act xs, const std::vector<ExpertGroup> &groups, Act ys) override {
@@ -103,6 +104,7 @@ class HostSlotBackend final : public Backend {
         cpu_->shared_expert_add(x, gate, y, out);
     }
     uint64_t filled() const { return filled_; }
+    uint64_t ahead_fills() const { return ahead_fills_; }
 
   private:
     std::unique_ptr<Backend> cpu_;
@@ -110,7 +112,7 @@ class HostSlotBackend final : public Backend {
     std::vector<ExpertSlotLayout> layouts_;
     size_t slot_bytes_ = 0;
     std::vector<uint8_t> memory_;
-    uint64_t filled_ = 0;
+    uint64_t filled_ = 0, ahead_fills_ = 0;
 };
 
 std::string model_path(const std::string &preset) {
@@ -172,6 +174,31 @@ TEST_P(MoeScheduleSlots, SlotsGiveTheBitsOfExpertsReadInPlace) {
             EXPECT_GT(st.bytes_streamed, 0u);
         }
     }
+}
+
+// The streamed schedule (misses filled ahead while resident and earlier experts compute, STRATA_PREFILL_STREAM_AHEAD)
+// gives the bits of experts read in place, for every lookahead and slot count, and fills each miss once.
+TEST_P(MoeScheduleSlots, StreamedScheduleGivesTheSameBits) {
+    const std::string path = model_path(GetParam());
+    auto in_place = make_cpu_engine(path, config(0));
+    const std::vector<float> ref = run(*in_place);
+    const int64_t n_expert = in_place->hparams().n_expert, k = in_place->hparams().n_expert_used;
+    for (const char *ahead : {"1", "2", "3", "8", "64"}) {
+        ::setenv("STRATA_PREFILL_STREAM_AHEAD", ahead, 1);
+        for (int64_t slots : {int64_t(2), k, k + 1, n_expert / 2, n_expert - 1}) {
+            auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
+            HostSlotBackend *hb = be.get();
+            auto e = std::make_unique<Engine>(load_model(path), std::move(be), config(slots));
+            const std::vector<float> got = run(*e);
+            ASSERT_EQ(got.size(), ref.size());
+            EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "ahead " << ahead << ", " << slots
+                                                                              << " slots";
+            const ExpertCacheStats st = e->expert_stats();
+            EXPECT_EQ(hb->filled(), st.expert_cache_misses);
+            EXPECT_GT(hb->ahead_fills(), 0u) << "ahead " << ahead << ", " << slots << " slots";
+        }
+    }
+    ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, MoeScheduleSlots, ::testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen35moe"));

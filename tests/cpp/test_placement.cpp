@@ -333,3 +333,41 @@ TEST(DecodeWeightBytes, KOfTheExpertsAndOneEmbeddingRow) {
         EXPECT_DOUBLE_EQ(double(decode_weight_bytes(*l.m)), want) << preset;
     }
 }
+
+TEST(ExpertSlotTable, PinnedSlotsAreNoVictims) {
+    ExpertSlotTable t({8}, {100}, 3);
+    std::vector<SlotFill> fills;
+    int32_t s[3];
+    const int32_t first[3] = {0, 1, 2};
+    t.acquire(0, first, 3, s, false, fills);
+    t.pin(s[0], true);  // expert 0 is the least recently used, and kept
+    const int32_t next[1] = {5};
+    int32_t s5;
+    fills.clear();
+    t.acquire(0, next, 1, &s5, false, fills);
+    EXPECT_NE(s5, s[0]);
+    EXPECT_EQ(t.slot_of(0, 0), s[0]);
+    EXPECT_EQ(t.slot_of(0, 1), -1);  // the least recently used one not pinned
+    // scan eviction (the most recently used outside the request) skips pins too
+    t.pin(s5, true);
+    const int32_t more[1] = {6};
+    int32_t s6;
+    fills.clear();
+    t.acquire(0, more, 1, &s6, true, fills);
+    EXPECT_TRUE(s6 != s[0] && s6 != s5);
+    // every slot pinned: a clear refusal, nothing changed
+    t.pin(s6, true);
+    const int32_t last[1] = {7};
+    int32_t s7;
+    fills.clear();
+    const uint64_t misses = t.stats().misses;
+    EXPECT_THROW(t.acquire(0, last, 1, &s7, false, fills), Error);
+    EXPECT_EQ(t.slot_of(0, 6), s6);
+    EXPECT_EQ(t.slot_of(0, 7), -1);
+    EXPECT_TRUE(fills.empty());
+    EXPECT_EQ(t.stats().misses, misses);
+    t.pin(s6, false);
+    fills.clear();
+    t.acquire(0, last, 1, &s7, false, fills);
+    EXPECT_EQ(s7, s6);
+}

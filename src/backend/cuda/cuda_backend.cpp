@@ -78,6 +78,7 @@ CudaBackend::CudaBackend(const CudaOptions &o) : opt_(o), device_(o.device) {
     STRATA_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
     for (cudaEvent_t &e : read_done_) STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&fill_done_, cudaEventDisableTiming));
+    for (cudaEvent_t &e : fill_events_) STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     stage_size_ = size_t(4) << 20;
     STRATA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void **>(&stage_), stage_size_));
     iq_grids();
@@ -101,6 +102,8 @@ CudaBackend::~CudaBackend() {
     for (cudaEvent_t e : read_done_)
         if (e) cudaEventDestroy(e);
     if (fill_done_) cudaEventDestroy(fill_done_);
+    for (cudaEvent_t e : fill_events_)
+        if (e) cudaEventDestroy(e);
     if (copy_stream_) cudaStreamDestroy(copy_stream_);
     if (stream_) cudaStreamDestroy(stream_);
     cudaGetLastError();

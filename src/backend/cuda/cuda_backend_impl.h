@@ -168,7 +168,9 @@ class CudaBackend final : public Backend {
     void make_host_tier(WeightSet &ws, const Placement &plan);
     std::string pin_host_copy(const WeightSet &ws);
     void free_slots();
-    void wait_for_fills();                        // compute waits for every fill issued so far
+    void wait_for_fills();  // compute waits for every fill issued so far
+    // Compute waits for the copy-stream fills of the slots these groups read (not for later ones).
+    void wait_for_slot_fills(const std::vector<ExpertGroup> &groups);
     bool device_routing_kernels(const ExpertWeights &w) const;  // decode kernels take the layer's expert types
     void note_slots_read(const std::vector<ExpertGroup> &groups);  // after expert_ffn: the slots' last reader
 
@@ -229,6 +231,10 @@ class CudaBackend final : public Backend {
     uint64_t copy_waited_ = 0;                   // the copy stream waits for every expert_ffn up to this one
     cudaEvent_t fill_done_ = nullptr;            // recorded on the copy stream after the latest fill
     bool fills_pending_ = false;                 // fills issued that compute has not waited for yet
+    static constexpr int k_fill_events = 64;
+    cudaEvent_t fill_events_[k_fill_events] = {};  // fill_events_[n % k]: recorded after copy-stream fill call n
+    uint64_t fill_seq_ = 0, fill_waited_ = 0;      // copy-stream fill calls so far; compute has waited up to this
+    std::vector<uint64_t> slot_fill_seq_;          // per slot: the copy-stream fill call that last wrote it
     // the host stratum: per layer the pinned copies of its gate, up and down tensors (every expert, in order)
     struct HostCopy {
         const uint8_t *gate = nullptr, *up = nullptr, *down = nullptr;

@@ -13,8 +13,11 @@
 //     are recorded again every 64 calls: an event recorded again stands for a later call, and on the in-order
 //     compute stream waiting for a later call waits for the earlier one too, so reuse can make a wait longer, never
 //     too short. A fill on the compute stream first makes compute wait for the copy stream's fills.
-//   - An expert_ffn (or a device-routed pass) may read a slot only once its fill has finished: after fills on the
-//     copy stream, fill_done_ is recorded there, and the next reader makes the compute stream wait for it.
+//   - An expert_ffn (or a device-routed pass) may read a slot only once its fill has finished: after each call of
+//     fills on the copy stream, fill_events_[n % 64] (call n) and fill_done_ are recorded there. An expert_ffn makes
+//     the compute stream wait for the newest fill call that wrote one of its slots (so fills issued ahead for later
+//     experts do not hold it up: the streamed MoE schedule); a device-routed pass, and a fill on the compute stream,
+//     wait for fill_done_ (every fill so far).
 //   - Sources: the pinned host copy (one DMA per matrix), the mapped file through the pinned stager (its buffers
 //     carry their own events: host_stager.h), the mapped file as it is, or the pinned mapping.
 //   - Fills at start (every expert resident) have finished when set_resident_experts returns.
@@ -44,6 +47,7 @@ void CudaBackend::make_slots(const Placement &plan) {
         done += n;
     }
     slot_last_read_.assign(slots_.size(), 0);
+    slot_fill_seq_.assign(slots_.size(), 0);
     moe_layers_ = 0;
     for (const ExpertSlotLayout &L : layouts_) moe_layers_ += L.bytes > 0;
     expert_tables_.assign(layouts_.size(), nullptr);
@@ -173,6 +177,9 @@ void CudaBackend::fill_slots(const ExpertWeights &w, const std::vector<SlotFill>
     if (ahead) {
         STRATA_CUDA_CHECK(cudaEventRecord(fill_done_, copy_stream_));
         fills_pending_ = true;
+        const uint64_t n = ++fill_seq_;
+        STRATA_CUDA_CHECK(cudaEventRecord(fill_events_[n % k_fill_events], copy_stream_));
+        for (const SlotFill &f : fills) slot_fill_seq_[size_t(f.slot)] = n;
     } else {
         // The slots' newest toucher is this fill, for a later fill on the copy stream to wait for.
         const uint64_t n = ++ffn_seq_;
@@ -185,6 +192,20 @@ void CudaBackend::wait_for_fills() {
     if (!fills_pending_) return;
     STRATA_CUDA_CHECK(cudaStreamWaitEvent(stream_, fill_done_, 0));
     fills_pending_ = false;
+    fill_waited_ = fill_seq_;
+}
+
+// An event recorded again stands for a later fill call (the copy stream is in order): waiting for it then waits
+// longer, never too short, as with read_done_.
+void CudaBackend::wait_for_slot_fills(const std::vector<ExpertGroup> &groups) {
+    if (!fills_pending_) return;
+    uint64_t need = 0;
+    for (const ExpertGroup &g : groups)
+        if (g.slot >= 0) need = std::max(need, slot_fill_seq_[size_t(g.slot)]);
+    if (need <= fill_waited_) return;
+    STRATA_CUDA_CHECK(cudaStreamWaitEvent(stream_, fill_events_[need % k_fill_events], 0));
+    fill_waited_ = need;
+    if (need == fill_seq_) fills_pending_ = false;
 }
 
 void CudaBackend::note_slots_read(const std::vector<ExpertGroup> &groups) {
