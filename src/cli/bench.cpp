@@ -316,7 +316,7 @@ void print_device_memory(const Backend &be) {
 }
 
 json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string &routing, uint64_t per_token,
-                 int repetitions,
+                 const PrefetchStats &be_prefetch, int repetitions,
                  const std::vector<TestResult> &results, const std::string &backend, const Backend &be) {
     json j;
     j["model"] = {{"path", m.path},
@@ -330,6 +330,12 @@ json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string
     j["chunk"] = cfg.n_batch;
     j["kv_type"] = kv_type_name(cfg.kv_type);
     j["routing"] = routing;
+    {
+        const PrefetchStats pf = be_prefetch;
+        j["next_layer_prediction"] = pf.picks ? json({{"picks", pf.picks}, {"predicted", pf.predicted},
+                                                      {"prefetched", pf.prefetched}})
+                                              : json(nullptr);
+    }
     j["decode_weight_bytes_per_token"] = per_token;
     j["repetitions"] = repetitions;
     json tests = json::array();
@@ -436,7 +442,8 @@ Run add_bench(CLI::App &app) {
         const ModelFacts m = model_facts(*eng, a->model);
         if (a->json) {
             std::printf("%s\n",
-                        report_json(m, cfg, routing, decode_weight_bytes(eng->model()), a->repetitions, results,
+                        report_json(m, cfg, routing, decode_weight_bytes(eng->model()), eng->expert_stats().prefetch,
+                                    a->repetitions, results,
                                     backend, eng->backend())
                             .dump(2)
                             .c_str());
@@ -444,6 +451,12 @@ Run add_bench(CLI::App &app) {
         }
         print_table(m, cfg.vram_budget ? format_bytes(cfg.vram_budget) : "-", routing, results);
         print_decode_bytes(decode_weight_bytes(eng->model()), results);
+        const PrefetchStats pf = eng->expert_stats().prefetch;
+        if (pf.picks)
+            std::printf("\nnext-layer prediction (STRATA_DECODE_PREFETCH): %.1f%% of %llu routed picks predicted, %llu "
+                        "experts filled ahead\n",
+                        100.0 * double(pf.predicted) / double(pf.picks), (unsigned long long)pf.picks,
+                        (unsigned long long)pf.prefetched);
         print_cache_summary(results, backend);
         print_device_memory(eng->backend());
         return 0;

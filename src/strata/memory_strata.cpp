@@ -42,7 +42,10 @@ MemoryStrata::MemoryStrata(Backend &be, Model &m, const StrataOptions &o) {
         }
     }
     if (o.log && !plan_.check_line.empty()) o.log(plan_.check_line + be.prepare_note());
-    schedule_ = std::make_unique<MoeSchedule>(be, ws.experts, slots_.get());
+    std::vector<const Weight *> routers(size_t(m.hp.n_layer), nullptr);
+    for (int64_t il = 0; il < m.hp.n_layer; il++)
+        if (m.layers[size_t(il)].gate_inp.present()) routers[size_t(il)] = &m.layers[size_t(il)].gate_inp;
+    schedule_ = std::make_unique<MoeSchedule>(be, ws.experts, std::move(routers), slots_.get());
 }
 
 ExpertCacheStats MemoryStrata::stats() const {
@@ -54,6 +57,7 @@ ExpertCacheStats MemoryStrata::stats() const {
         s.expert_cache_misses = slots_->stats().misses;
         s.bytes_streamed = slots_->stats().bytes_filled;
     }
+    if (schedule_) s.prefetch = schedule_->prefetch_stats();
     return s;
 }
 

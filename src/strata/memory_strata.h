@@ -32,6 +32,8 @@ PlanOptions plan_options_from_env(PlanOptions o);
 struct ExpertCacheStats {
     int64_t n_slots = 0, n_experts = 0;
     uint64_t expert_cache_hits = 0, expert_cache_misses = 0, bytes_streamed = 0;
+    // next-layer prefetch (STRATA_DECODE_PREFETCH): routed picks with a prediction, those predicted, experts filled
+    PrefetchStats prefetch;
 };
 
 class MemoryStrata {

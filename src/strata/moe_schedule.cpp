@@ -60,13 +60,72 @@ RouteGroups group_by_expert(const std::vector<int32_t> &ids, int64_t T, int64_t 
     return g;
 }
 
-MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, ExpertSlotTable *slots)
-    : be_(be), experts_(std::move(experts)), slots_(slots) {
+MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::vector<const Weight *> routers,
+                         ExpertSlotTable *slots)
+    : be_(be), experts_(std::move(experts)), routers_(std::move(routers)), slots_(slots) {
     STRATA_ASSERT(slots_ || be_.experts_in_place());
     // STRATA_CUDA_SCAN_EVICT=0 keeps least-recently-used eviction for chunks that sweep most experts.
     scan_evict_ = env_switch("STRATA_CUDA_SCAN_EVICT", true);
     // Off by default until measured on a GPU: fills ahead on the copy stream are new to passes.
     stream_ahead_ = env_count("STRATA_PREFILL_STREAM_AHEAD", 0);
+    prefetch_on_ = env_switch("STRATA_DECODE_PREFETCH", false);
+    routers_.resize(experts_.size(), nullptr);
+}
+
+// Decode-sized passes only: a prefill chunk routes to most experts anyway.
+constexpr int64_t k_prefetch_max_tokens = 8;
+
+void MoeSchedule::score_prediction(int64_t il, const std::vector<int32_t> &ids, int64_t T, int64_t k) {
+    if (slots_)
+        for (int32_t s : pinned_) slots_->pin(s, false);
+    pinned_.clear();
+    if (pred_layer_ != il || int64_t(pred_ids_.size()) != T * k) {
+        pred_layer_ = -1;
+        return;
+    }
+    for (int64_t t = 0; t < T; t++) {
+        const int32_t *a = ids.data() + t * k, *p = pred_ids_.data() + t * k;
+        for (int64_t j = 0; j < k; j++) prefetch_.predicted += std::find(p, p + k, a[j]) != p + k;
+    }
+    prefetch_.picks += uint64_t(T * k);
+    pred_layer_ = -1;
+}
+
+void MoeSchedule::predict_next(int64_t il, Act x, const MoeParams &p) {
+    const int64_t T = x.rows, k = p.n_expert_used;
+    int64_t nl = il + 1;
+    while (nl < int64_t(routers_.size()) && !(routers_[size_t(nl)] && experts_[size_t(nl)].present())) nl++;
+    if (nl >= int64_t(routers_.size()) || T > k_prefetch_max_tokens) return;
+    Region r(be_, "prefetch");
+    const Backend::ScratchMark mark = be_.scratch_mark();
+    Act logits = be_.alloc(T, p.n_expert);
+    int32_t *ids_be = be_.alloc_i32(T * k);
+    float *wts_be = be_.alloc(1, T * k).data;
+    be_.matmul(*routers_[size_t(nl)], x, logits);
+    be_.route_topk(logits, p, ids_be, wts_be);
+    pred_ids_.resize(size_t(T * k));
+    be_.download_i32(ids_be, T * k, pred_ids_.data());
+    be_.scratch_release(mark);
+    pred_layer_ = nl;
+    if (!slots_ || slots_->all_resident()) return;
+    // The predicted experts not in a slot, filled ahead and pinned; at most half the slots, the rest for the layer.
+    std::vector<int32_t> want;
+    for (int32_t e : pred_ids_)
+        if (slots_->slot_of(nl, e) < 0 && std::find(want.begin(), want.end(), e) == want.end()) want.push_back(e);
+    want.resize(std::min<size_t>(want.size(), size_t(slots_->n_slots() / 2)));
+    if (want.empty()) return;
+    std::vector<int32_t> slot(want.size());
+    std::vector<SlotFill> fills;
+    slots_->acquire(nl, want.data(), int64_t(want.size()), slot.data(), false, fills);
+    try {
+        be_.fill_slots(experts_[size_t(nl)], fills, /*ahead=*/true);
+    } catch (...) {
+        slots_->forget(nl, fills);
+        throw;
+    }
+    for (int32_t s : slot) slots_->pin(s, true);
+    pinned_ = slot;
+    prefetch_.prefetched += fills.size();
 }
 
 bool MoeSchedule::streamed_experts(const ExpertWeights &w, const RouteGroups &g, int64_t n_exp, Act xs, Act ys) {
@@ -210,6 +269,10 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
         be_.upload_i32(ids.data(), T * k, ids_be);
         be_.upload(wh.data(), wts);
     }
+    if (prefetch_on_) {
+        if (on_device && !observer_ && !override_.active()) be_.download_i32(ids_be, T * k, ids.data());
+        score_prediction(il, ids, T, k);
+    }
     if (observer_) {
         std::vector<float> wh(size_t(T * k));
         be_.download(wts, wh.data());
@@ -226,6 +289,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
         routed_experts(w, g, n_exp, xs, ys);
         be_.moe_combine(ys, g.yrow, g.widx, wts_be, k, out);
     }
+    if (prefetch_on_) predict_next(il, x, p);
 
     // 6. The shared expert.
     if (L.gate_shexp.present()) {

@@ -18,6 +18,11 @@
 // earlier experts compute. The slot table keeps every expert acquired ahead until it has computed (acquire's
 // keep_since); a backend orders each fill after the compute that read the slot before and each compute after the
 // fills of the slots it reads.
+// Next-layer prefetch (STRATA_DECODE_PREFETCH=1, opt-in until measured; decode-sized passes): after a layer's
+// experts, the next MoE layer's router is applied to this layer's input and its top-k taken as the prediction of the
+// next layer's routing; the predicted experts not in a slot are filled ahead (the copies run during the shared
+// expert and the next layer's mixer) and pinned until that layer has routed. How often the prediction is right is
+// counted (PrefetchStats) on every backend, slots or not.
 // The results depend only on the routing and the experts' bytes: not on the set sizes, the slots, or the source.
 // Rooms for the schedules to come: a prefill schedule with a staging ring and lookahead, and slots lent to a prompt
 // (prefill_schedule), misses computed on the CPU while others upload and next-layer prefetch (decode_schedule).
@@ -51,33 +56,50 @@ class RoutingObserver {
     virtual void routed(int64_t il, int64_t n_tokens, int64_t k, const int32_t *ids, const float *weights) = 0;
 };
 
+// How the next-layer prediction did: routed (token, expert) picks of layers that had a prediction, how many of them
+// were predicted, and the experts filled ahead because of it.
+struct PrefetchStats {
+    uint64_t picks = 0, predicted = 0, prefetched = 0;
+};
+
 class MoeSchedule final : public ExpertRunner {
   public:
-    // experts: per layer index, the layer's routed tensors; slots: the device's slot table (nullptr for a backend
-    // that reads experts in place).
-    MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, ExpertSlotTable *slots);
+    // experts: per layer index, the layer's routed tensors; routers: per layer index, its router (nullptr: none);
+    // slots: the device's slot table (nullptr for a backend that reads experts in place).
+    MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::vector<const Weight *> routers,
+                ExpertSlotTable *slots);
+    const PrefetchStats &prefetch_stats() const { return prefetch_; }
     void run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out) override;
     // The routing of every later layer goes to o as well (nullptr: to no one). Reading it back costs a host
     // synchronisation per layer where the routing would otherwise stay on the device; the results do not change.
     void set_observer(RoutingObserver *o) { observer_ = o; }
     // Later layers route by o's draws instead of the router's choice (benchmarks; o.kind == Model: the router).
     void set_route_override(const RouteOverride &o) { override_ = o; }
-    bool reads_back() const override { return observer_ != nullptr || override_.active(); }
+    bool reads_back() const override { return observer_ != nullptr || override_.active() || prefetch_on_; }
 
   private:
     // Step 4-5 for one layer: the experts of `g`, in sets the slot table can hold.
     void routed_experts(const ExpertWeights &w, const RouteGroups &g, int64_t n_expert, Act xs, Act ys);
     // The same, streamed (see the protocol above); false where it does not apply (nothing missing, too few slots).
     bool streamed_experts(const ExpertWeights &w, const RouteGroups &g, int64_t n_expert, Act xs, Act ys);
+    // Next-layer prefetch: scores the prediction made for layer il, then predicts (and prefetches) the next one.
+    void score_prediction(int64_t il, const std::vector<int32_t> &ids, int64_t T, int64_t k);
+    void predict_next(int64_t il, Act x, const MoeParams &p);
 
     Backend &be_;
     std::vector<ExpertWeights> experts_;
+    std::vector<const Weight *> routers_;
     ExpertSlotTable *slots_;
     bool scan_evict_;
     int64_t stream_ahead_;  // STRATA_PREFILL_STREAM_AHEAD: missing experts filled ahead (0: not streamed)
     RoutingObserver *observer_ = nullptr;
     RouteOverride override_;
     int64_t pass_ = -1, last_layer_ = -1;  // passes counted for the override's draws
+    bool prefetch_on_;                      // STRATA_DECODE_PREFETCH
+    int64_t pred_layer_ = -1;               // the layer the prediction is for (-1: none)
+    std::vector<int32_t> pred_ids_;         // its predicted top-k per token
+    std::vector<int32_t> pinned_;           // slots pinned for it
+    PrefetchStats prefetch_;
 };
 
 }  // namespace strata

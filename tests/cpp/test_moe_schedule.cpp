@@ -201,4 +201,37 @@ TEST_P(MoeScheduleSlots, StreamedScheduleGivesTheSameBits) {
     ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
 }
 
+// Next-layer prefetch (STRATA_DECODE_PREFETCH=1): the predicted experts filled ahead and pinned change no bit, with
+// and without the streamed schedule; the prediction is scored on the decode steps.
+TEST_P(MoeScheduleSlots, PrefetchChangesNoBit) {
+    const std::string path = model_path(GetParam());
+    auto in_place = make_cpu_engine(path, config(0));
+    const std::vector<float> ref = run(*in_place);
+    const int64_t n_expert = in_place->hparams().n_expert, k = in_place->hparams().n_expert_used;
+    ::setenv("STRATA_DECODE_PREFETCH", "1", 1);
+    uint64_t prefetched = 0;
+    for (const char *ahead : {"0", "4"}) {
+        ::setenv("STRATA_PREFILL_STREAM_AHEAD", ahead, 1);
+        for (int64_t slots : {int64_t(2), k + 1, n_expert / 2, n_expert - 1}) {
+            auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
+            HostSlotBackend *hb = be.get();
+            auto e = std::make_unique<Engine>(load_model(path), std::move(be), config(slots));
+            const std::vector<float> got = run(*e);
+            ASSERT_EQ(got.size(), ref.size());
+            EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "ahead " << ahead << ", " << slots
+                                                                              << " slots";
+            const ExpertCacheStats st = e->expert_stats();
+            EXPECT_EQ(hb->filled(), st.expert_cache_misses);
+            // every pass is decode-sized here (chunks of 7, then single tokens: 27 tokens), and every MoE layer but
+            // the first has a prediction: picks = 27 * (layers - 1) * k
+            EXPECT_EQ(st.prefetch.picks, uint64_t(27 * (e->hparams().n_layer - 1) * k));
+            EXPECT_LE(st.prefetch.predicted, st.prefetch.picks);
+            prefetched += st.prefetch.prefetched;
+        }
+    }
+    EXPECT_GT(prefetched, 0u);
+    ::unsetenv("STRATA_DECODE_PREFETCH");
+    ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiny, MoeScheduleSlots, ::testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen35moe"));
