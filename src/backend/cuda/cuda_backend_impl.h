@@ -235,6 +235,9 @@ class CudaBackend final : public Backend {
     cudaEvent_t fill_events_[k_fill_events] = {};  // fill_events_[n % k]: recorded after copy-stream fill call n
     uint64_t fill_seq_ = 0, fill_waited_ = 0;      // copy-stream fill calls so far; compute has waited up to this
     std::vector<uint64_t> slot_fill_seq_;          // per slot: the copy-stream fill call that last wrote it
+    // expert_ffn waits for its own slots' fills only where the schedule fills ahead during passes (the streamed MoE
+    // schedule, next-layer prefetch; both opt-in until measured); else for every fill, as before them
+    bool slot_waits_ = false;
     // the host stratum: per layer the pinned copies of its gate, up and down tensors (every expert, in order)
     struct HostCopy {
         const uint8_t *gate = nullptr, *up = nullptr, *down = nullptr;

@@ -187,7 +187,10 @@ void CudaBackend::upload_i32(const int32_t *host, int64_t n, int32_t *dst) {
 // groups computes each row exactly as a call over all of them.
 void CudaBackend::expert_ffn(const ExpertWeights &w, Act xs, const std::vector<ExpertGroup> &groups, Act ys) {
     if (groups.empty()) return;
-    wait_for_slot_fills(groups);
+    if (slot_waits_)
+        wait_for_slot_fills(groups);
+    else
+        wait_for_fills();
     const int64_t E = xs.cols, n_ff = w.gate->ne[1];
     STRATA_ASSERT(E == w.gate->ne[0] && ys.cols == w.down->ne[1] && xs.rows == ys.rows);
     int32_t r0 = groups.front().row0, r1 = r0;

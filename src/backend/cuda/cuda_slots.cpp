@@ -16,7 +16,8 @@
 //   - An expert_ffn (or a device-routed pass) may read a slot only once its fill has finished: after each call of
 //     fills on the copy stream, fill_events_[n % 64] (call n) and fill_done_ are recorded there. An expert_ffn makes
 //     the compute stream wait for the newest fill call that wrote one of its slots (so fills issued ahead for later
-//     experts do not hold it up: the streamed MoE schedule); a device-routed pass, and a fill on the compute stream,
+//     experts do not hold it up: the streamed MoE schedule; only where a schedule fills ahead during passes,
+//     slot_waits_, else it waits for fill_done_ as before); a device-routed pass, and a fill on the compute stream,
 //     wait for fill_done_ (every fill so far).
 //   - Sources: the pinned host copy (one DMA per matrix), the mapped file through the pinned stager (its buffers
 //     carry their own events: host_stager.h), the mapped file as it is, or the pinned mapping.
