@@ -55,6 +55,12 @@ struct MoeParams {
     float weights_scale = 0.0f;  // 0: none
 };
 
+// The router's arithmetic, shared by the CPU's route_topk and benchmark routing (strata/route_override.h): the
+// softmax over one token's logits in fp32, and the weights of its k chosen experts (ids in rank order), renormalised
+// and scaled as MoeParams asks.
+void router_softmax(const float *logits, int64_t n_expert, float *prob);
+void chosen_weights(const float *prob, const MoeParams &p, const int32_t *ids, float *weights);
+
 struct GdnParams {
     int64_t n_k_heads = 0, n_v_heads = 0, head_k_dim = 0, head_v_dim = 0, conv_kernel = 0;
     bool ba_grouped = false;   // qwen3next: b and a interleaved per k-head group in one projection

@@ -121,25 +121,12 @@ void draw_experts(const RouteOverride &o, int64_t il, int64_t pass, int64_t row,
 }
 
 void router_weights(const float *logits, const MoeParams &p, int32_t *ids, float *weights) {
-    const int64_t n = p.n_expert, k = p.n_expert_used;
-    // as the CPU backend's route_topk computes them, operation for operation
-    float mx = -INFINITY;
-    for (int64_t e = 0; e < n; e++) mx = std::max(mx, logits[e]);
-    float sum = 0;
-    std::vector<float> prob(static_cast<size_t>(n));
-    for (int64_t e = 0; e < n; e++) sum += prob[size_t(e)] = std::exp(logits[e] - mx);
-    for (float &x : prob) x /= sum;
-    std::sort(ids, ids + k, [&](int32_t a, int32_t b) {
+    std::vector<float> prob(static_cast<size_t>(p.n_expert));
+    router_softmax(logits, p.n_expert, prob.data());
+    std::sort(ids, ids + p.n_expert_used, [&](int32_t a, int32_t b) {
         return prob[size_t(a)] > prob[size_t(b)] || (prob[size_t(a)] == prob[size_t(b)] && a < b);
     });
-    float wsum = 0;
-    for (int64_t j = 0; j < k; j++) wsum += weights[j] = prob[size_t(ids[j])];
-    if (p.norm_weights) {
-        wsum = std::max(wsum, 6.103515625e-5f);
-        for (int64_t j = 0; j < k; j++) weights[j] /= wsum;
-    }
-    if (p.weights_scale != 0.0f)
-        for (int64_t j = 0; j < k; j++) weights[j] *= p.weights_scale;
+    chosen_weights(prob.data(), p, ids, weights);
 }
 
 }  // namespace strata

@@ -144,6 +144,26 @@ EngineConfig config(int64_t expert_slots) {
     return c;
 }
 
+// run() on host-memory slots: the logits, the engine's counters, and the backend's fills (all, and made ahead).
+struct SlotRun {
+    std::vector<float> logits;
+    ExpertCacheStats stats;
+    uint64_t filled = 0, ahead_fills = 0;
+    int64_t n_layer = 0;
+};
+SlotRun run_on_slots(const std::string &path, int64_t slots) {
+    auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
+    HostSlotBackend *hb = be.get();
+    auto e = std::make_unique<Engine>(load_model(path), std::move(be), config(slots));
+    SlotRun r;
+    r.logits = run(*e);
+    r.stats = e->expert_stats();
+    r.filled = hb->filled();
+    r.ahead_fills = hb->ahead_fills();
+    r.n_layer = e->hparams().n_layer;
+    return r;
+}
+
 class MoeScheduleSlots : public ::testing::TestWithParam<const char *> {};
 
 }  // namespace
@@ -186,16 +206,12 @@ TEST_P(MoeScheduleSlots, StreamedScheduleGivesTheSameBits) {
     for (const char *ahead : {"1", "2", "3", "8", "64"}) {
         ::setenv("STRATA_PREFILL_STREAM_AHEAD", ahead, 1);
         for (int64_t slots : {int64_t(2), k, k + 1, n_expert / 2, n_expert - 1}) {
-            auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
-            HostSlotBackend *hb = be.get();
-            auto e = std::make_unique<Engine>(load_model(path), std::move(be), config(slots));
-            const std::vector<float> got = run(*e);
-            ASSERT_EQ(got.size(), ref.size());
-            EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "ahead " << ahead << ", " << slots
-                                                                              << " slots";
-            const ExpertCacheStats st = e->expert_stats();
-            EXPECT_EQ(hb->filled(), st.expert_cache_misses);
-            EXPECT_GT(hb->ahead_fills(), 0u) << "ahead " << ahead << ", " << slots << " slots";
+            const SlotRun r = run_on_slots(path, slots);
+            ASSERT_EQ(r.logits.size(), ref.size());
+            EXPECT_EQ(std::memcmp(r.logits.data(), ref.data(), ref.size() * 4), 0)
+                << "ahead " << ahead << ", " << slots << " slots";
+            EXPECT_EQ(r.filled, r.stats.expert_cache_misses);
+            EXPECT_GT(r.ahead_fills, 0u) << "ahead " << ahead << ", " << slots << " slots";
         }
     }
     ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
@@ -213,18 +229,15 @@ TEST_P(MoeScheduleSlots, PrefetchChangesNoBit) {
     for (const char *ahead : {"0", "4"}) {
         ::setenv("STRATA_PREFILL_STREAM_AHEAD", ahead, 1);
         for (int64_t slots : {int64_t(2), k + 1, n_expert / 2, n_expert - 1}) {
-            auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
-            HostSlotBackend *hb = be.get();
-            auto e = std::make_unique<Engine>(load_model(path), std::move(be), config(slots));
-            const std::vector<float> got = run(*e);
-            ASSERT_EQ(got.size(), ref.size());
-            EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "ahead " << ahead << ", " << slots
-                                                                              << " slots";
-            const ExpertCacheStats st = e->expert_stats();
-            EXPECT_EQ(hb->filled(), st.expert_cache_misses);
+            const SlotRun r = run_on_slots(path, slots);
+            ASSERT_EQ(r.logits.size(), ref.size());
+            EXPECT_EQ(std::memcmp(r.logits.data(), ref.data(), ref.size() * 4), 0)
+                << "ahead " << ahead << ", " << slots << " slots";
+            const ExpertCacheStats &st = r.stats;
+            EXPECT_EQ(r.filled, st.expert_cache_misses);
             // every pass is decode-sized here (chunks of 7, then single tokens: 27 tokens), and every MoE layer but
             // the first has a prediction: picks = 27 * (layers - 1) * k
-            EXPECT_EQ(st.prefetch.picks, uint64_t(27 * (e->hparams().n_layer - 1) * k));
+            EXPECT_EQ(st.prefetch.picks, uint64_t(27 * (r.n_layer - 1) * k));
             EXPECT_LE(st.prefetch.predicted, st.prefetch.picks);
             prefetched += st.prefetch.prefetched;
         }

@@ -26,28 +26,14 @@ inline float siluf(float x) { return x / (1.0f + std::exp(-x)); }
 // Softmax over one token's router logits in fp32, then the top k (ties to the lower expert id), renormalised.
 void route_topk_row(const float *logits, int64_t n_expert, const MoeParams &p, int32_t *ids, float *weights) {
     std::vector<float> prob(static_cast<size_t>(n_expert));
-    float mx = -INFINITY;
-    for (int64_t e = 0; e < n_expert; e++) mx = std::max(mx, logits[e]);
-    float sum = 0;
-    for (int64_t e = 0; e < n_expert; e++) sum += prob[size_t(e)] = std::exp(logits[e] - mx);
-    for (float &x : prob) x /= sum;
+    router_softmax(logits, n_expert, prob.data());
     std::vector<int32_t> order(static_cast<size_t>(n_expert));
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + p.n_expert_used, order.end(), [&](int32_t a, int32_t b) {
         return prob[size_t(a)] > prob[size_t(b)] || (prob[size_t(a)] == prob[size_t(b)] && a < b);
     });
-    float wsum = 0;
-    for (int64_t k = 0; k < p.n_expert_used; k++) {
-        ids[k] = order[size_t(k)];
-        weights[k] = prob[size_t(order[size_t(k)])];
-        wsum += weights[k];
-    }
-    if (p.norm_weights) {
-        wsum = std::max(wsum, 6.103515625e-5f);
-        for (int64_t k = 0; k < p.n_expert_used; k++) weights[k] /= wsum;
-    }
-    if (p.weights_scale != 0.0f)
-        for (int64_t k = 0; k < p.n_expert_used; k++) weights[k] *= p.weights_scale;
+    std::copy(order.begin(), order.begin() + p.n_expert_used, ids);
+    chosen_weights(prob.data(), p, ids, weights);
 }
 
 }  // namespace
