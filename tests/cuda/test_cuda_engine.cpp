@@ -236,6 +236,35 @@ TEST_P(CudaEngine, PlacementDoesNotChangeABit) {
     }
 }
 
+// The opt-in schedules on the GPU: misses filled ahead on the copy stream while earlier experts compute
+// (STRATA_PREFILL_STREAM_AHEAD) and the next layer's predicted experts filled ahead and pinned
+// (STRATA_DECODE_PREFETCH), alone and together, give the bits of all experts resident, on few slots.
+TEST_P(CudaEngine, SchedulesDoNotChangeABit) {
+    const std::vector<int32_t> prompt = prompt_tokens(40, 4);
+    auto all = make_cuda_engine(path(), config());
+    const std::vector<float> ref = run(*all, prompt);
+    for (const char *ahead : {"0", "4"})
+        for (const char *prefetch : {"0", "1"})
+            for (int64_t slots : {5, 2}) {
+                ::setenv("STRATA_PREFILL_STREAM_AHEAD", ahead, 1);
+                ::setenv("STRATA_DECODE_PREFETCH", prefetch, 1);
+                EngineConfig cfg = config();
+                cfg.expert_slots = slots;
+                auto e = make_cuda_engine(path(), cfg);
+                const std::vector<float> got = run(*e, prompt);
+                ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
+                ::unsetenv("STRATA_DECODE_PREFETCH");
+                ASSERT_EQ(got.size(), ref.size());
+                EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0)
+                    << "ahead " << ahead << ", prefetch " << prefetch << ", " << slots << " slots";
+                const ExpertCacheStats st = e->expert_stats();
+                EXPECT_GT(st.expert_cache_misses, 0u);
+                if (std::strcmp(prefetch, "1") == 0) {
+                    EXPECT_GT(st.prefetch.picks, 0u) << slots << " slots";
+                }
+            }
+}
+
 // Decoding passes recorded and launched as CUDA graphs give the same bits as the same kernels launched one by one:
 // one sequence token by token, two sequences decoding together (a 2-row pass), and a fork.
 TEST_P(CudaEngine, GraphsDoNotChangeABit) {
@@ -403,9 +432,8 @@ TEST_P(CudaEngine, CheckpointRewindContinuesExactly) {
 
 // A pass of more token-expert pairs than a grid's y dimension takes (33,000 tokens, top-2: 66,000 pairs): the kernels
 // over pairs run in slices. Against 4096-token passes (close), and with 4 expert slots (the host-grouped path over
-// all 66,000 rows) bit for bit against all experts resident. Disabled: on the H200 (2026-12-01) such passes gave
-// wrong logits here and an illegal address on the 30B at 16K-token chunks; the plan refuses them until fixed.
-TEST(CudaEngineLongPass, DISABLED_MoreTokenExpertPairsThanAGridRow) {
+// all 66,000 rows) bit for bit against all experts resident.
+TEST(CudaEngineLongPass, MoreTokenExpertPairsThanAGridRow) {
     const std::string path = model_path("tiny-qwen3moe", DType::Q4_K, DType::Q8_0);
     const int n = 33000;
     std::vector<int32_t> prompt = prompt_tokens(n, 9);

@@ -339,9 +339,10 @@ def export_gguf(out: Path, model, cfg: dict, tok, window: np.ndarray) -> dict:
     if size > MAX_GGUF_BYTES:
         raise SystemExit(f"{path}: {size} bytes, over the {MAX_GGUF_BYTES} allowed for the embedded model")
 
-    back = Qwen3NextForCausalLM(model.config).to(next(model.parameters()).device)
+    back = Qwen3NextForCausalLM(model.config)  # on the host, where load_weights builds its tensors
     weights = convert.gguf_to_hf_state(MODEL_ID, cfg, convert.read_gguf_f32(path))
     oracle.load_weights(back, {k: np.array(v) for k, v in weights.items()}, print)  # writable copies for torch
+    back.to(next(model.parameters()).device)
     model.eval()
     back.eval()
     with torch.no_grad():
