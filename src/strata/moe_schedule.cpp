@@ -60,14 +60,20 @@ RouteGroups group_by_expert(const std::vector<int32_t> &ids, int64_t T, int64_t 
     return g;
 }
 
+// The streamed schedule's default: the lookahead, and the passes it leaves alone unless asked (decode-sized: up to
+// 8 tokens of top-8).
+constexpr int64_t k_default_stream_ahead = 16, k_decode_max_pairs = 64;
+
 MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::vector<const Weight *> routers,
                          ExpertSlotTable *slots)
     : be_(be), experts_(std::move(experts)), routers_(std::move(routers)), slots_(slots) {
     STRATA_ASSERT(slots_ || be_.experts_in_place());
     // STRATA_CUDA_SCAN_EVICT=0 keeps least-recently-used eviction for chunks that sweep most experts.
     scan_evict_ = env_switch("STRATA_CUDA_SCAN_EVICT", true);
-    // Off by default until measured on a GPU: fills ahead on the copy stream are new to passes.
-    stream_ahead_ = env_count("STRATA_PREFILL_STREAM_AHEAD", 0);
+    // Unset: 16 ahead for prefill-sized passes (measured on the H200, bench/RESULTS.md), decode as before; set: N
+    // ahead for every pass (0: off).
+    stream_ahead_set_ = std::getenv("STRATA_PREFILL_STREAM_AHEAD") != nullptr;
+    stream_ahead_ = env_count("STRATA_PREFILL_STREAM_AHEAD", k_default_stream_ahead);
     prefetch_on_ = env_switch("STRATA_DECODE_PREFETCH", false);
     routers_.resize(experts_.size(), nullptr);
 }
@@ -131,6 +137,7 @@ void MoeSchedule::predict_next(int64_t il, Act x, const MoeParams &p) {
 bool MoeSchedule::streamed_experts(const ExpertWeights &w, const RouteGroups &g, int64_t n_exp, Act xs, Act ys) {
     const int64_t n_slots = slots_->n_slots(), m = int64_t(g.used.size());
     if (stream_ahead_ <= 0 || n_slots < 2) return false;
+    if (!stream_ahead_set_ && int64_t(g.src_row.size()) <= k_decode_max_pairs) return false;
     // resident experts first (they compute while the first fills run), then the missing ones, each in id order
     std::vector<int32_t> order;
     for (int32_t e : g.used)

@@ -12,7 +12,8 @@
 //      (the CPU) takes them from the file;
 //   5. expert FFN over each set's groups, then each token's outputs summed in expert-id order (moe_combine);
 //   6. the shared expert, gated, added.
-// Streamed (STRATA_PREFILL_STREAM_AHEAD=N > 0, while there are misses): steps 4-5 become a pipeline. The layer's
+// Streamed (STRATA_PREFILL_STREAM_AHEAD=N, default 16 for passes of more than 64 token-expert pairs; set, for every
+// pass; 0: off; while there are misses): steps 4-5 become a pipeline. The layer's
 // resident experts compute first, then the missing ones in order; before each batch computes, the fills of up to
 // N missing experts beyond it are issued ahead (Backend::fill_slots with ahead: a copy stream), so copies run while
 // earlier experts compute. The slot table keeps every expert acquired ahead until it has computed (acquire's
@@ -91,7 +92,8 @@ class MoeSchedule final : public ExpertRunner {
     std::vector<const Weight *> routers_;
     ExpertSlotTable *slots_;
     bool scan_evict_;
-    int64_t stream_ahead_;  // STRATA_PREFILL_STREAM_AHEAD: missing experts filled ahead (0: not streamed)
+    int64_t stream_ahead_;   // STRATA_PREFILL_STREAM_AHEAD: missing experts filled ahead (0: not streamed)
+    bool stream_ahead_set_;  // given: every pass streams; unset: prefill-sized passes only
     RoutingObserver *observer_ = nullptr;
     RouteOverride override_;
     int64_t pass_ = -1, last_layer_ = -1;  // passes counted for the override's draws

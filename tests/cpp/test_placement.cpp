@@ -228,7 +228,11 @@ TEST(PlacementPlan, CheckLineText) {
 TEST(PlacementPlan, RefusesWhatTheKernelsCannotTake) {
     const Loaded l = load("tiny-qwen3moe");
     PlanOptions o;
+    // more token-expert pairs than a grid row takes is fine (the kernels over pairs launch in row slices) ...
     o.chunk_tokens = 65536 / int64_t(l.m->hp.n_expert_used) + 1;
+    EXPECT_NO_THROW(plan(l, device(80 * GiB), o));
+    // ... more tokens than one grid dimension takes is not
+    o.chunk_tokens = 65536;
     EXPECT_THROW(plan(l, device(80 * GiB), o), Error);
     o.chunk_tokens = 512;
     o.vram_budget = 100 * GiB;  // more than the device has free

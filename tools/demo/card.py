@@ -124,9 +124,11 @@ def render(s: dict) -> str:
         f"`{g['sha256']}`; written by tools/golden/convert.py. Its dequantized weights loaded back into "
         f"transformers give logits with NMSE {g['nmse']:.2e} and top-1 agreement {100 * g['top1']:.1f}% against the "
         f"trained model ({g['positions']} held-out positions).",
-        "- `hf/`: the transformers checkpoint (safetensors, config, tokenizer).",
-        "- `checkpoint.pt`: model, optimiser, step and RNG state (`--resume`).",
-        "- `data.json`, `heldout.txt`, `tokenizer.json`, `loss.csv`, `summary.json`.",
+        "- `data.json`, `tokenizer.json`, `loss.csv`, `loss.png`, `summary.json`.",
+        "- In the training run's folder only (not kept with the model: large, or text of other projects): `hf/` (the "
+        "transformers checkpoint), `checkpoint.pt` (model, optimiser, step and RNG state for `--resume`), "
+        "`heldout.txt` (`python -m tools.demo.data` rebuilds it on a machine with the same Python installation; "
+        "its sha256 is above).",
         "",
     ]
     for key, (title, what) in PLACEHOLDERS.items():

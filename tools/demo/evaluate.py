@@ -1,10 +1,13 @@
 """The demo model through the engine: fills the card's sections that need `strata` (MODEL_CARD.md of a training run).
 
     python -m tools.demo.evaluate --dir DIR --strata build/bin/strata [--devices cpu,cuda] [--decode 512]
+                                  [--ppl FILE[@BUDGET] ...] [--threads N]
 
 - Perplexity: `strata perplexity` over DIR/heldout.txt with the chunking of the training run's own figure
   (summary.json), on each device asked for, and on CUDA again at the smallest `--vram-budget` the plan accepts (the
   engine names it when refusing a smaller one): each beside the transformers figure, with the relative difference.
+  --ppl adds figures measured elsewhere (the `--json` output of `strata perplexity` on another machine, with the
+  budget it ran at after an @), so a CPU machine and the GPU machine can fill one table.
 - Routing: `strata run` on the start of the held-out text, greedy, --decode tokens, with `--routing-trace`; the
   trace summarised (tools/trace/summary.py: popularity, reuse distance, LRU / LFU / Belady hit rates by cache size),
   beside the same for a `strata synth` file of the tiny-qwen3next shape with and without `--route-skew`.
@@ -44,7 +47,12 @@ def smallest_budget(strata: Path, gguf: Path, ctx: int) -> str | None:
     return f"{float(value) * 1.01:.2f}{unit}"  # a hair above the named size, which is rounded for printing
 
 
-def perplexities(strata: Path, d: Path, devices: list[str], ctx: int, want: float) -> list[dict]:
+def row(got: dict, device: str, budget: str | None, want: float) -> dict:
+    return {"device": device, "budget": budget, "backend": got["backend"], "ppl": got["ppl"], "scored": got["scored"],
+            "rel_diff": got["ppl"] / want - 1.0, "seconds": got["seconds"]}
+
+
+def perplexities(strata: Path, d: Path, devices: list[str], ctx: int, want: float, threads: int | None) -> list[dict]:
     gguf, text = d / "demo.gguf", d / "heldout.txt"
     cases = [(dev, None) for dev in devices]
     if "cuda" in devices:
@@ -56,9 +64,9 @@ def perplexities(strata: Path, d: Path, devices: list[str], ctx: int, want: floa
         cmd = [strata, "perplexity", "-m", gguf, "-f", text, "--ctx", ctx, "--json", "--device", dev]
         if budget:
             cmd += ["--vram-budget", budget]
-        got = json.loads(run(cmd).stdout)
-        rows.append({"device": dev, "budget": budget, "backend": got["backend"], "ppl": got["ppl"],
-                     "scored": got["scored"], "rel_diff": got["ppl"] / want - 1.0, "seconds": got["seconds"]})
+        if threads and dev == "cpu":
+            cmd += ["-t", threads]
+        rows.append(row(json.loads(run(cmd).stdout), dev, budget, want))
     return rows
 
 
@@ -83,12 +91,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--devices", default="cpu", help="comma-separated: cpu, cuda")
     ap.add_argument("--decode", type=int, default=512, help="tokens decoded for the routing trace")
     ap.add_argument("--prompt-bytes", type=int, default=2000, help="bytes of held-out text that prompt it")
+    ap.add_argument("--ppl", action="append", default=[], metavar="FILE[@BUDGET]",
+                    help="a `strata perplexity --json` output measured elsewhere (repeatable)")
+    ap.add_argument("--threads", type=int, help="CPU threads for the CPU runs")
     args = ap.parse_args(argv)
     d = args.dir
     summary = json.loads((d / "summary.json").read_text())
     ref = summary["perplexity"]
     devices = [x.strip() for x in args.devices.split(",") if x.strip()]
-    ppl = perplexities(args.strata, d, devices, ref["ctx"], ref["ppl"])
+    ppl = perplexities(args.strata, d, devices, ref["ctx"], ref["ppl"], args.threads)
+    for spec in args.ppl:
+        path, _, budget = spec.partition("@")
+        got = json.loads(Path(path).read_text())
+        if got["scored"] != ref["scored"]:
+            raise SystemExit(f"{path}: {got['scored']} tokens scored, the training run's figure {ref['scored']}")
+        ppl.append(row(got, "cuda" if "CUDA" in got["backend"] else "cpu", budget or None, ref["ppl"]))
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
