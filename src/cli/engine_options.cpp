@@ -24,6 +24,11 @@ void add_device_options(CLI::App *sub, DeviceOptions &o) {
                     "stager: host RAM smaller than the model)")
         ->capture_default_str()
         ->check(CLI::IsMember({"auto", "pinned", "mmap"}));
+    sub->add_option("--expert-cache-policy", o.cache_policy,
+                    "Which expert a full GPU expert cache gives up: lru (least recently used) or lfu (least often "
+                    "requested, counts halved every 32 tokens)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"lru", "lfu"}));
 }
 
 void apply_device_options(const DeviceOptions &o, EngineConfig &cfg) {
@@ -34,6 +39,7 @@ void apply_device_options(const DeviceOptions &o, EngineConfig &cfg) {
     }
     cfg.cuda_device = o.gpu;
     cfg.host_mem = o.host_mem == "pinned" ? HostMem::Pinned : o.host_mem == "mmap" ? HostMem::Mmap : HostMem::Auto;
+    cfg.expert_cache_policy = parse_slot_policy(o.cache_policy);
     cfg.log = [](const std::string &line) { std::fprintf(stderr, "%s\n", line.c_str()); };
     if (o.vram_budget.empty()) return;
     uint64_t budget = 0;

@@ -15,7 +15,7 @@ class App;
 namespace strata::cli {
 
 struct DeviceOptions {
-    std::string device = "auto", vram_budget, host_mem = "auto";
+    std::string device = "auto", vram_budget, host_mem = "auto", cache_policy = "lru";
     int gpu = 0;
 };
 

@@ -30,6 +30,7 @@ Engine::Engine(std::unique_ptr<Model> model, std::unique_ptr<Backend> backend, c
     so.n_seqs = cfg_.n_seq_max;
     so.n_ctx = cfg_.n_ctx;
     so.kv_type = cfg_.kv_type;
+    so.slot_policy = cfg_.expert_cache_policy;
     so.log = cfg_.log;
     strata_ = std::make_unique<MemoryStrata>(*backend_, *model_, so);
     seq_len_.assign(size_t(cfg_.n_seq_max), -1);

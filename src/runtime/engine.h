@@ -32,6 +32,7 @@ struct EngineConfig {
     uint64_t scratch_bytes = 0;    // CUDA: scratch allocated at start (0: the plan's estimate for n_batch; tests)
     bool cuda_graphs = false;      // CUDA: decoding passes as graphs where they can be (opt-in; see cuda_graph.cpp)
     HostMem host_mem = HostMem::Auto;  // CUDA: the host stratum (STRATA_CUDA_HOST_PINNED=0 acts as mmap)
+    SlotPolicy expert_cache_policy = SlotPolicy::Lru;  // CUDA: which expert a full cache gives up (expert_slots.h)
     int n_threads = 0;             // CPU threads (0: all)
     int32_t n_seq_max = 1;         // sequences held at once (rows of the caches)
     int64_t n_ctx = 4096;          // positions per sequence

@@ -7,8 +7,17 @@
 
 namespace strata {
 
-ExpertSlotTable::ExpertSlotTable(std::vector<int64_t> n_expert, std::vector<size_t> expert_bytes, int64_t n_slots)
-    : expert_bytes_(std::move(expert_bytes)) {
+SlotPolicy parse_slot_policy(const std::string &s) {
+    if (s == "lru") return SlotPolicy::Lru;
+    if (s == "lfu") return SlotPolicy::Lfu;
+    fail("expert cache policy '%s': expected lru or lfu", s.c_str());
+}
+
+const char *slot_policy_name(SlotPolicy p) { return p == SlotPolicy::Lfu ? "lfu" : "lru"; }
+
+ExpertSlotTable::ExpertSlotTable(std::vector<int64_t> n_expert, std::vector<size_t> expert_bytes, int64_t n_slots,
+                                 SlotPolicy policy, uint64_t decay_every)
+    : expert_bytes_(std::move(expert_bytes)), policy_(policy), decay_every_(decay_every) {
     STRATA_ASSERT(expert_bytes_.size() == n_expert.size() && n_slots >= 0);
     table_.resize(n_expert.size());
     for (size_t il = 0; il < n_expert.size(); il++) {
@@ -17,6 +26,65 @@ ExpertSlotTable::ExpertSlotTable(std::vector<int64_t> n_expert, std::vector<size
     }
     slots_.resize(size_t(n_slots));
     for (int32_t s = 0; s < int32_t(n_slots); s++) push_back(s);
+    if (policy_ == SlotPolicy::Lfu) {
+        counts_.resize(n_expert.size());
+        for (size_t il = 0; il < n_expert.size(); il++) counts_[il].assign(size_t(n_expert[il]), 0.0);
+        last_use_.assign(size_t(n_slots), 0);
+        for (int32_t s = 0; s < int32_t(n_slots); s++) by_rank_.insert({rank_of(s), s});
+    }
+}
+
+ExpertSlotTable::Rank ExpertSlotTable::rank_of(int32_t s) const {
+    const Slot &x = slots_[size_t(s)];
+    const double c = x.layer < 0 ? -1.0 : counts_[size_t(x.layer)][size_t(x.expert)];
+    return {c, last_use_[size_t(s)]};
+}
+
+void ExpertSlotTable::touch(int32_t s) {
+    unlink(s);
+    push_back(s);
+    if (policy_ != SlotPolicy::Lfu) return;
+    by_rank_.erase({rank_of(s), s});
+    last_use_[size_t(s)] = ++uses_;
+    by_rank_.insert({rank_of(s), s});
+}
+
+void ExpertSlotTable::count(int64_t il, int32_t e) {
+    if (policy_ != SlotPolicy::Lfu) return;
+    if (decay_every_ && requests_ && requests_ % decay_every_ == 0) {
+        step_ *= 2.0;  // every count halved, relative to the next increments
+        if (step_ > 1e12) {  // back to small numbers: the order of the slots does not change
+            for (auto &layer : counts_)
+                for (double &c : layer) c /= step_;
+            step_ = 1.0;
+            by_rank_.clear();
+            for (int32_t s = 0; s < int32_t(slots_.size()); s++) by_rank_.insert({rank_of(s), s});
+        }
+    }
+    requests_++;
+    const int32_t s = table_[size_t(il)][size_t(e)];
+    if (s >= 0) by_rank_.erase({rank_of(s), s});
+    counts_[size_t(il)][size_t(e)] += step_;
+    if (s >= 0) by_rank_.insert({rank_of(s), s});
+}
+
+int32_t ExpertSlotTable::victim(bool scan, uint64_t call) const {
+    auto kept = [&](int32_t s) { return slots_[size_t(s)].call == call || slots_[size_t(s)].pinned; };
+    if (policy_ == SlotPolicy::Lfu && !scan) {
+        for (const auto &[rank, s] : by_rank_)
+            if (!kept(s)) return s;
+        return -1;
+    }
+    // LRU, and a scan under either policy (each expert of the sweep requested once: LFU would order it as LRU)
+    int32_t s = lru_head_;
+    while (s >= 0 && kept(s)) s = slots_[size_t(s)].next;
+    if (scan && s >= 0 && slots_[size_t(s)].layer >= 0) {  // empty slots first, in any case
+        // The slots this call touched, and those pinned, are at the recent end: the first one before them.
+        int32_t v = lru_tail_;
+        while (v >= 0 && kept(v)) v = slots_[size_t(v)].prev;
+        if (v >= 0) s = v;
+    }
+    return s;
 }
 
 void ExpertSlotTable::unlink(int32_t s) {
@@ -45,10 +113,13 @@ void ExpertSlotTable::push_back(int32_t s) {
 
 void ExpertSlotTable::assign(int32_t slot, int64_t il, int32_t e) {
     Slot &s = slots_[size_t(slot)];
+    const bool lfu = policy_ == SlotPolicy::Lfu;
+    if (lfu) by_rank_.erase({rank_of(slot), slot});
     if (s.layer >= 0) table_[size_t(s.layer)][size_t(s.expert)] = -1;
     s.layer = int32_t(il);
     s.expert = e;
     table_[size_t(il)][size_t(e)] = slot;
+    if (lfu) by_rank_.insert({rank_of(slot), slot});
 }
 
 std::vector<std::vector<SlotFill>> ExpertSlotTable::place_all() {
@@ -76,10 +147,10 @@ void ExpertSlotTable::acquire(int64_t il, const int32_t *experts, int64_t n, int
     // evict it: after that, the n - 1 or fewer slots this call has touched are all behind at least one untouched one.
     for (int64_t i = 0; i < n; i++) {
         STRATA_ASSERT(experts[i] >= 0 && size_t(experts[i]) < tab.size());
+        count(il, experts[i]);
         const int32_t s = tab[size_t(experts[i])];
         if (s >= 0) {
-            unlink(s);
-            push_back(s);
+            touch(s);
             slots_[size_t(s)].call = call;
             stats_.hits++;
         }
@@ -87,14 +158,7 @@ void ExpertSlotTable::acquire(int64_t il, const int32_t *experts, int64_t n, int
     for (int64_t i = 0; i < n; i++) {
         int32_t s = tab[size_t(experts[i])];
         if (s < 0) {
-            s = lru_head_;
-            while (s >= 0 && kept(s)) s = slots_[size_t(s)].next;
-            if (scan && s >= 0 && slots_[size_t(s)].layer >= 0) {  // empty slots first, in any case
-                // The slots this call touched, and those pinned, are at the recent end: the first one before them.
-                int32_t v = lru_tail_;
-                while (v >= 0 && kept(v)) v = slots_[size_t(v)].prev;
-                if (v >= 0) s = v;
-            }
+            s = victim(scan, call);
             if (s < 0) {
                 // this call's assignments hold no bytes yet: undone before refusing
                 const std::vector<SlotFill> made(fills.begin() + int64_t(fills0), fills.end());
@@ -108,8 +172,7 @@ void ExpertSlotTable::acquire(int64_t il, const int32_t *experts, int64_t n, int
             slots_[size_t(s)].call = call;
             assign(s, il, experts[i]);
             fills.push_back({s, experts[i]});
-            unlink(s);
-            push_back(s);
+            touch(s);
             stats_.misses++;
             stats_.bytes_filled += expert_bytes_[size_t(il)];
         }
@@ -121,8 +184,10 @@ void ExpertSlotTable::forget(int64_t il, const std::vector<SlotFill> &fills) {
     for (const SlotFill &f : fills) {
         Slot &s = slots_[size_t(f.slot)];
         if (s.layer == int32_t(il) && s.expert == f.expert) {
+            if (policy_ == SlotPolicy::Lfu) by_rank_.erase({rank_of(f.slot), f.slot});
             table_[size_t(il)][size_t(f.expert)] = -1;
             s.layer = s.expert = -1;
+            if (policy_ == SlotPolicy::Lfu) by_rank_.insert({rank_of(f.slot), f.slot});
         }
     }
 }

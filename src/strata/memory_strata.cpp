@@ -1,6 +1,9 @@
 // A model placed on a backend (memory_strata.h).
 #include "strata/memory_strata.h"
 
+#include <algorithm>
+#include <string>
+
 #include "core/env.h"
 #include "core/error.h"
 
@@ -28,7 +31,13 @@ MemoryStrata::MemoryStrata(Backend &be, Model &m, const StrataOptions &o) {
                 n_expert[il] = m.hp.n_expert;
                 expert_bytes[il] = ws.experts[il].expert_bytes();
             }
-        slots_ = std::make_unique<ExpertSlotTable>(std::move(n_expert), std::move(expert_bytes), plan_.n_slots);
+        // LFU halves its counts every 32 tokens' worth of requests (a decode step requests k experts per MoE
+        // layer): on the demo model's traces that beats no decay and faster decay (tools/trace, --decay-every).
+        int64_t n_moe = 0;
+        for (const int64_t n : n_expert) n_moe += n > 0;
+        const uint64_t decay_every = uint64_t(32 * n_moe * std::max<int64_t>(m.hp.n_expert_used, 1));
+        slots_ = std::make_unique<ExpertSlotTable>(std::move(n_expert), std::move(expert_bytes), plan_.n_slots,
+                                                   o.slot_policy, decay_every);
         if (plan_.all_resident()) {
             // Every expert in a slot of its own for good: filled once now, and the backend told so.
             const std::vector<std::vector<SlotFill>> fills = slots_->place_all();
@@ -41,7 +50,11 @@ MemoryStrata::MemoryStrata(Backend &be, Model &m, const StrataOptions &o) {
             }
         }
     }
-    if (o.log && !plan_.check_line.empty()) o.log(plan_.check_line + be.prepare_note());
+    if (o.log && !plan_.check_line.empty()) {
+        const bool partial = slots_ && !plan_.all_resident();
+        o.log(plan_.check_line + (partial ? std::string(", expert cache ") + slot_policy_name(o.slot_policy) : "") +
+              be.prepare_note());
+    }
     std::vector<const Weight *> routers(size_t(m.hp.n_layer), nullptr);
     for (int64_t il = 0; il < m.hp.n_layer; il++)
         if (m.layers[size_t(il)].gate_inp.present()) routers[size_t(il)] = &m.layers[size_t(il)].gate_inp;

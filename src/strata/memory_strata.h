@@ -20,6 +20,7 @@ struct StrataOptions {
     int32_t n_seqs = 1;
     int64_t n_ctx = 4096;
     KvType kv_type = KvType::F16;
+    SlotPolicy slot_policy = SlotPolicy::Lru;  // the expert cache's replacement policy (expert_slots.h)
     std::function<void(const std::string &)> log;  // the check line (nullptr: quiet)
 };
 

@@ -151,10 +151,12 @@ struct SlotRun {
     uint64_t filled = 0, ahead_fills = 0;
     int64_t n_layer = 0;
 };
-SlotRun run_on_slots(const std::string &path, int64_t slots) {
+SlotRun run_on_slots(const std::string &path, int64_t slots, SlotPolicy policy = SlotPolicy::Lru) {
     auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
     HostSlotBackend *hb = be.get();
-    auto e = std::make_unique<Engine>(load_model(path), std::move(be), config(slots));
+    EngineConfig cfg = config(slots);
+    cfg.expert_cache_policy = policy;
+    auto e = std::make_unique<Engine>(load_model(path), std::move(be), cfg);
     SlotRun r;
     r.logits = run(*e);
     r.stats = e->expert_stats();
@@ -215,6 +217,28 @@ TEST_P(MoeScheduleSlots, StreamedScheduleGivesTheSameBits) {
         }
     }
     ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
+}
+
+// The LFU expert cache (--expert-cache-policy lfu) gives the bits of experts read in place, alone, with the streamed
+// schedule and with next-layer prefetch, on every slot count; its fills are its misses.
+TEST_P(MoeScheduleSlots, LfuPolicyChangesNoBit) {
+    const std::string path = model_path(GetParam());
+    auto in_place = make_cpu_engine(path, config(0));
+    const std::vector<float> ref = run(*in_place);
+    const int64_t n_expert = in_place->hparams().n_expert, k = in_place->hparams().n_expert_used;
+    for (const char *mode : {"alone", "streamed", "prefetch"}) {
+        if (std::strcmp(mode, "streamed") == 0) ::setenv("STRATA_PREFILL_STREAM_AHEAD", "4", 1);
+        if (std::strcmp(mode, "prefetch") == 0) ::setenv("STRATA_DECODE_PREFETCH", "1", 1);
+        for (int64_t slots : {int64_t(2), k, k + 1, n_expert / 2, n_expert - 1}) {
+            const SlotRun r = run_on_slots(path, slots, SlotPolicy::Lfu);
+            ASSERT_EQ(r.logits.size(), ref.size());
+            EXPECT_EQ(std::memcmp(r.logits.data(), ref.data(), ref.size() * 4), 0) << mode << ", " << slots << " slots";
+            EXPECT_EQ(r.filled, r.stats.expert_cache_misses) << mode << ", " << slots << " slots";
+            EXPECT_GT(r.stats.expert_cache_misses, 0u);
+        }
+        ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
+        ::unsetenv("STRATA_DECODE_PREFETCH");
+    }
 }
 
 // Next-layer prefetch (STRATA_DECODE_PREFETCH=1): the predicted experts filled ahead and pinned change no bit, with

@@ -4,6 +4,7 @@
 // gives bit-identical logits whatever the slot count, and the same as reading every expert in place.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <regex>
@@ -283,6 +284,108 @@ TEST(ExpertSlotTable, ScanEvictsTheMostRecentOutsideTheRequest) {
     };
     EXPECT_EQ(sweep_hits(false), 0u);
     EXPECT_GT(sweep_hits(true), 0u);
+}
+
+TEST(ExpertSlotTable, LfuGivesUpTheLeastRequestedTiesToTheLeastRecent) {
+    ExpertSlotTable t({4}, {1}, 2, SlotPolicy::Lfu);
+    EXPECT_EQ(t.policy(), SlotPolicy::Lfu);
+    std::vector<SlotFill> fills;
+    int32_t s[1];
+    auto get = [&](int32_t e) { t.acquire(0, &e, 1, s, false, fills); };
+    get(0), get(0), get(0), get(1), get(2);  // 0 asked 3 times, 1 once: 2 takes 1's slot
+    EXPECT_GE(t.slot_of(0, 0), 0);
+    EXPECT_EQ(t.slot_of(0, 1), -1);
+    EXPECT_GE(t.slot_of(0, 2), 0);
+    get(3);  // 2 and 3 once each beside 0's three: 2 (the least recent of the least requested) goes
+    EXPECT_EQ(t.slot_of(0, 2), -1);
+    EXPECT_GE(t.slot_of(0, 0), 0);
+    // Counts survive eviction: 1 asked three more times (four in all) takes 3's slot (3: once) and then outranks 0
+    get(1), get(1), get(1);
+    EXPECT_GE(t.slot_of(0, 1), 0);
+    EXPECT_GE(t.slot_of(0, 0), 0);
+    EXPECT_EQ(t.slot_of(0, 3), -1);
+    get(2);  // the least requested resident is now 0 (three against four)
+    EXPECT_EQ(t.slot_of(0, 0), -1);
+    EXPECT_GE(t.slot_of(0, 1), 0);
+    EXPECT_EQ(t.stats().hits + t.stats().misses, 10u);
+}
+
+TEST(ExpertSlotTable, LfuDecayLetsRecentRequestsWin) {
+    // 0 asked 8 times, then 1 asked 3 times, then 2 comes to two slots: without decay 0 keeps its slot; halving
+    // every 2 requests weighs 1's recent requests more (0's count 30 against 1's 64 in units of the first increment).
+    auto keeps_zero = [](uint64_t decay_every) {
+        ExpertSlotTable t({3}, {1}, 2, SlotPolicy::Lfu, decay_every);
+        std::vector<SlotFill> fills;
+        int32_t s[1];
+        auto get = [&](int32_t e) { t.acquire(0, &e, 1, s, false, fills); };
+        for (int i = 0; i < 8; i++) get(0);
+        for (int i = 0; i < 3; i++) get(1);
+        get(2);
+        return t.slot_of(0, 0) >= 0;
+    };
+    EXPECT_TRUE(keeps_zero(0));   // 8 against 3
+    EXPECT_FALSE(keeps_zero(2));  // 0's count halved four more times than 1's
+}
+
+TEST(ExpertSlotTable, LfuNeverGivesUpAPinnedSlotOrOneOfTheRequest) {
+    ExpertSlotTable t({4}, {1}, 2, SlotPolicy::Lfu);
+    std::vector<SlotFill> fills;
+    int32_t s[2];
+    const int32_t ab[2] = {0, 1};
+    t.acquire(0, ab, 2, s, false, fills);
+    t.pin(s[0], true);
+    t.pin(s[1], true);
+    const int32_t c[1] = {2};
+    EXPECT_THROW(t.acquire(0, c, 1, s, false, fills), Error);
+    EXPECT_EQ(t.slot_of(0, 2), -1);
+    t.pin(t.slot_of(0, 1), false);
+    fills.clear();
+    t.acquire(0, c, 1, s, false, fills);  // 1 was unpinned: it goes, 0 stays
+    EXPECT_EQ(t.slot_of(0, 1), -1);
+    EXPECT_GE(t.slot_of(0, 0), 0);
+    // two missing experts through 2 slots where 0 is pinned: refused, no fill asked for, 0 still there
+    const int32_t bd[2] = {1, 3};
+    fills.clear();
+    EXPECT_THROW(t.acquire(0, bd, 2, s, false, fills), Error);
+    EXPECT_TRUE(fills.empty());
+    EXPECT_EQ(t.slot_of(0, 1), -1);
+    EXPECT_EQ(t.slot_of(0, 3), -1);
+    EXPECT_GE(t.slot_of(0, 0), 0);
+}
+
+TEST(ExpertSlotTable, LfuServesALayerCycleThatLruCannot) {
+    // Decoding's pattern: every step visits layers 0..3, two experts each, from a skewed choice (experts 0-1 most of
+    // the time); 6 slots for 8 requests per step. LRU evicts each expert just before its layer comes round again.
+    auto hits = [](SlotPolicy p) {
+        ExpertSlotTable t({4, 4, 4, 4}, {1, 1, 1, 1}, 6, p, 4 * 2 * 32);
+        std::vector<SlotFill> fills;
+        int32_t s[2];
+        uint32_t x = 12345;
+        for (int step = 0; step < 400; step++)
+            for (int64_t il = 0; il < 4; il++) {
+                x = x * 1103515245u + 12345u;
+                const int32_t pair[2] = {0, (x >> 16) % 8 == 0 ? 2 + int32_t((x >> 20) % 2) : 1};
+                t.acquire(il, pair, 2, s, false, fills);
+            }
+        return t.stats().hits;
+    };
+    const uint64_t lru = hits(SlotPolicy::Lru), lfu = hits(SlotPolicy::Lfu);
+    std::printf("  layer cycle, 3,200 requests: LRU %llu hits, LFU %llu\n", (unsigned long long)lru,
+                (unsigned long long)lfu);
+    EXPECT_LT(lru, 320u);        // under 10%
+    EXPECT_GT(lfu, 1600u);       // over half
+}
+
+TEST(ExpertSlotTable, PolicyNames) {
+    EXPECT_EQ(parse_slot_policy("lru"), SlotPolicy::Lru);
+    EXPECT_EQ(parse_slot_policy("lfu"), SlotPolicy::Lfu);
+    EXPECT_STREQ(slot_policy_name(SlotPolicy::Lfu), "lfu");
+    try {
+        parse_slot_policy("arc");
+        FAIL() << "accepted";
+    } catch (const Error &e) {
+        EXPECT_NE(std::string(e.what()).find("expected lru or lfu"), std::string::npos) << e.what();
+    }
 }
 
 TEST(ExpertSlotTable, PlaceAllGivesEveryExpertItsOwnSlot) {

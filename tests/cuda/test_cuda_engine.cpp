@@ -238,7 +238,8 @@ TEST_P(CudaEngine, PlacementDoesNotChangeABit) {
 
 // The opt-in schedules on the GPU: misses filled ahead on the copy stream while earlier experts compute
 // (STRATA_PREFILL_STREAM_AHEAD) and the next layer's predicted experts filled ahead and pinned
-// (STRATA_DECODE_PREFETCH), alone and together, give the bits of all experts resident, on few slots.
+// (STRATA_DECODE_PREFETCH), alone and together, and the LFU expert cache give the bits of all experts resident, on
+// few slots.
 TEST_P(CudaEngine, SchedulesDoNotChangeABit) {
     const std::vector<int32_t> prompt = prompt_tokens(40, 4);
     auto all = make_cuda_engine(path(), config());
@@ -263,6 +264,16 @@ TEST_P(CudaEngine, SchedulesDoNotChangeABit) {
                     EXPECT_GT(st.prefetch.picks, 0u) << slots << " slots";
                 }
             }
+    // the LFU expert cache, with the streamed schedule on (its default for prefill-sized passes)
+    for (int64_t slots : {5, 2}) {
+        EngineConfig cfg = config();
+        cfg.expert_slots = slots;
+        cfg.expert_cache_policy = SlotPolicy::Lfu;
+        auto e = make_cuda_engine(path(), cfg);
+        const std::vector<float> got = run(*e, prompt);
+        ASSERT_EQ(got.size(), ref.size());
+        EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "lfu, " << slots << " slots";
+    }
 }
 
 // Decoding passes recorded and launched as CUDA graphs give the same bits as the same kernels launched one by one:

@@ -112,6 +112,7 @@ def test_context_fits_the_longest_generation(strata_bin, tiny_model):
     (["--routing", "zipf:0"], "--routing"),
     (["--routing", "random"], "--routing"),
     (["--host-mem", "ram"], "--host-mem"),
+    (["--expert-cache-policy", "arc"], "--expert-cache-policy"),
 ])
 def test_bad_flags(strata_bin, tiny_model, args, flag):
     proc = bench(strata_bin, tiny_model, *args, check=False)

@@ -18,8 +18,8 @@ several sequences) count as prefill.
   again. JSON writes an infinite distance as null.
 - Caches: one cache over all keys, capacity X% of the keys (rounded down, at least 1). A hit is an access whose key is
   cached; a miss inserts the key, evicting one when full. LRU; LFU (smallest count, ties to the least recently used,
-  counts kept for keys out of the cache too); LFU with decay (every count halved every N accesses, N = the capacity
-  unless --decay-every); Belady (the key used again farthest in the future, never-again first). Hit rates over all
+  counts kept for keys out of the cache too); LFU with decay (every count halved every N accesses, N = the engine's
+  period, 32 x MoE layers x k, unless --decay-every); Belady (the key used again farthest in the future, never-again first). Hit rates over all
   accesses and over the decode passes' accesses only (prefill passes still update the cache).
 """
 from __future__ import annotations
@@ -41,6 +41,7 @@ from .trace import Trace, read_trace
 DEFAULT_SIZES = list(range(10, 100, 10))
 POLICIES = {"lru": "LRU", "lfu": "LFU", "lfu_decay": "LFU decay", "belady": "Belady"}
 TOP_FRACTION = 0.1
+ENGINE_DECAY_TOKENS = 32  # the engine's LFU (--expert-cache-policy lfu) halves its counts every 32 tokens' requests
 DECAY_HEADROOM = 64  # LFU decay: the fraction bits the fixed-point counts keep (lfu_hits)
 RESCALE_DECAYS = 64  # ... and how many they drop at a time
 
@@ -300,10 +301,16 @@ def cache_rates(acc: Accesses, n_keys: int, sizes: list[int], decay_every: int |
             "hit_rate": rates, "decode_hit_rate": decode_rates}
 
 
+def engine_decay_every(trace: Trace) -> int:
+    """The engine's LFU decay period (strata/memory_strata.cpp): 32 decode steps' worth of requests."""
+    return ENGINE_DECAY_TOKENS * max(1, moe_layers(trace).shape[0] * trace.k)
+
+
 def summarize(trace: Trace, sizes: list[int] = DEFAULT_SIZES, decay_every: int | None = None,
               policies: Sequence[str] = tuple(POLICIES)) -> dict:
     """Every figure of the summary, as the JSON output holds them."""
     acc = accesses(trace)
+    decay_every = decay_every or engine_decay_every(trace)
     return {
         "header": header_facts(trace, acc),
         "popularity": popularity(trace),
@@ -425,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of markdown tables")
     ap.add_argument("--sizes", type=_sizes, default=DEFAULT_SIZES,
                     help="cache sizes in %% of (MoE layers x n_expert), comma-separated (default 10,20,...,90)")
-    ap.add_argument("--decay-every", type=_positive, help="LFU decay: halve the counts every N accesses (default: capacity)")
+    ap.add_argument("--decay-every", type=_positive, help="LFU decay: halve the counts every N accesses (default: the engine's, 32 x MoE layers x k)")
     ap.add_argument("--policies", type=_policies, default=list(POLICIES),
                     help=f"cache policies to simulate, comma-separated (default {','.join(POLICIES)})")
     args = ap.parse_args(argv)
