@@ -118,3 +118,28 @@ TEST(RouteOverride, RouterWeightsAreRouteTopk) {
         }
     }
 }
+
+// NaN router logits (a NaN hidden state) still give k distinct experts in range: a NaN ranks below every number.
+TEST(RouteTopk, NanLogitsGiveDistinctExpertsInRange) {
+    auto cpu = make_cpu_backend(1);
+    MoeParams p;
+    p.n_expert = 16;
+    p.n_expert_used = 4;
+    p.norm_weights = true;
+    cpu->reset_scratch();
+    Act logits = cpu->alloc(3, 16);
+    for (int64_t e = 0; e < 16; e++) {
+        logits.row(0)[e] = std::nanf("");                          // all NaN
+        logits.row(1)[e] = e == 3 ? std::nanf("") : float(e) * 0.1f;  // one NaN: the softmax sum is NaN
+        logits.row(2)[e] = float(15 - e);                            // finite: the usual order
+    }
+    int32_t *ids = cpu->alloc_i32(3 * 4);
+    Act w = cpu->alloc(1, 3 * 4);
+    cpu->route_topk(logits, p, ids, w.data);
+    for (int64_t t = 0; t < 3; t++) {
+        std::set<int32_t> seen(ids + t * 4, ids + t * 4 + 4);
+        EXPECT_EQ(seen.size(), 4u) << "token " << t;
+        for (int32_t id : seen) EXPECT_TRUE(id >= 0 && id < 16) << "token " << t;
+    }
+    EXPECT_EQ(std::vector<int32_t>(ids + 8, ids + 12), (std::vector<int32_t>{0, 1, 2, 3}));
+}

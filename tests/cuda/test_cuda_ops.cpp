@@ -595,6 +595,32 @@ TEST_P(CudaMoe, MatchesTheCpuAndIgnoresPlacement) {
     EXPECT_EQ(placed[0]->stats().expert_cache_misses, 0u);
 }
 
+// A token whose hidden state holds a NaN routes to k distinct experts of the layer (no expert id out of range, so no
+// stray read or write) on every path: the device-routed decode path (all resident, one token), host grouping, slots.
+// The other tokens of the pass keep their finite results.
+TEST(CudaMoeNan, NanTokensRouteInRange) {
+    MoeModel mm;
+    make_moe_model(mm, DType::Q4_K, true, 3);
+    for (int64_t slots : {0, 3}) {
+        auto be = cuda_backend();
+        auto st = place(*be, mm.m, slots);
+        for (int64_t T : {1, 9}) {
+            std::vector<float> x = randn(size_t(T * 256), 77);
+            x[size_t((T - 1) * 256 + 5)] = std::nanf("");
+            std::vector<float> out;
+            ASSERT_NO_THROW(out = run_moe(*be, *st, mm, x, T, true)) << slots << " slots, T=" << T;
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << slots << " slots, T=" << T;
+            for (int64_t t = 0; t + 1 < T; t++)
+                for (int64_t c = 0; c < 256; c++)
+                    ASSERT_TRUE(std::isfinite(out[size_t(t * 256 + c)])) << "token " << t << ", " << slots << " slots";
+        }
+        // and the backend goes on: a finite pass afterwards
+        const std::vector<float> y = randn(size_t(4 * 256), 78);
+        const std::vector<float> after = run_moe(*be, *st, mm, y, 4, true);
+        for (float v : after) ASSERT_TRUE(std::isfinite(v));
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, CudaMoe,
                          ::testing::Values(std::make_tuple(DType::Q4_K, true), std::make_tuple(DType::Q8_0, false),
                                            std::make_tuple(DType::F16, true), std::make_tuple(DType::IQ2_XXS, false),

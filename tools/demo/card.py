@@ -13,6 +13,8 @@ PLACEHOLDERS = {
                           "file type, beside the transformers figure."),
     "routing-trace": ("Routing-trace cache figures",
                       "expert-cache hit rates and bytes moved from a routing trace of the engine on heldout.txt."),
+    "use": ("Using it",
+            "what the model writes through `strata run`, and whether llama.cpp reads the file as Strata does."),
 }
 
 

@@ -70,16 +70,21 @@ def perplexities(strata: Path, d: Path, devices: list[str], ctx: int, want: floa
     return rows
 
 
+# The quickstart's decoding (greedy with a repetition penalty): plain greedy decoding of a model this small falls
+# into loops, whose routing repeats too.
+DECODE_ARGS = ["--temp", "0", "--repeat-penalty", "1.15"]
+
+
 def trace_of(strata: Path, gguf: Path, prompt: Path, n: int, out: Path, device: str) -> dict:
-    run([strata, "run", "-m", gguf, "-f", prompt, "-n", n, "--temp", "0", "--ignore-eos", "--device", device,
+    run([strata, "run", "-m", gguf, "-f", prompt, "-n", n, *DECODE_ARGS, "--ignore-eos", "--device", device,
          "--routing-trace", out])
     return summarize(read_trace(out))
 
 
 def cache_table(name: str, s: dict) -> list[str]:
     c = s["cache"]
-    rows = [f"| {name} | {x}% | " + " | ".join(f"{100 * c['decode_hit_rate'][p][i]:.1f}%" for p in ("lru", "lfu",
-                                                                                                     "belady")) + " |"
+    rows = [f"| {name} | {x}% | " + " | ".join(f"{100 * c['decode_hit_rate'][p][i]:.1f}%"
+                                               for p in ("lru", "lfu", "lfu_decay", "belady")) + " |"
             for i, x in enumerate(c["sizes"])]
     return rows
 
@@ -89,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", type=Path, required=True, help="the training run's output folder")
     ap.add_argument("--strata", type=Path, required=True)
     ap.add_argument("--devices", default="cpu", help="comma-separated: cpu, cuda")
-    ap.add_argument("--decode", type=int, default=512, help="tokens decoded for the routing trace")
+    ap.add_argument("--decode", type=int, default=1024, help="tokens decoded for the routing trace")
     ap.add_argument("--prompt-bytes", type=int, default=2000, help="bytes of held-out text that prompt it")
     ap.add_argument("--ppl", action="append", default=[], metavar="FILE[@BUDGET]",
                     help="a `strata perplexity --json` output measured elsewhere (repeatable)")
@@ -127,10 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", f"transformers (the checkpoint before export): {ref['ppl']:.4f} over {ref['scored']} tokens; "
               f"`strata perplexity -m demo.gguf -f heldout.txt --ctx {ref['ctx']}`."]
     routing = [f"Decode hit rates of one cache over all (layer, expert) keys, sized in % of them, from `strata run` "
-               f"on the first {args.prompt_bytes} bytes of heldout.txt, {args.decode} tokens greedy "
-               f"(`--routing-trace`, `python -m tools.trace.summary`); the synthetic files have 8 experts per "
-               f"layer, the demo model {traces['demo model, held-out text']['header']['n_expert']}.", "",
-               "| trace | size | LRU | LFU | Belady |", "|---|---|---|---|---|"]
+               f"on the first {args.prompt_bytes} bytes of heldout.txt, {args.decode} tokens decoded with "
+               f"`{' '.join(DECODE_ARGS)}` (`--routing-trace`, `python -m tools.trace.summary`); LFU decay is the "
+               f"engine's `--expert-cache-policy lfu` (counts halved every 32 tokens' requests); the synthetic files "
+               f"have 8 experts per layer, the demo model "
+               f"{traces['demo model, held-out text']['header']['n_expert']}.", "",
+               "| trace | size | LRU | LFU | LFU decay | Belady |", "|---|---|---|---|---|---|"]
     for name, s in traces.items():
         routing += cache_table(name, s)
     top = {name: s["popularity"]["overall"]["top_share"] for name, s in traces.items()}

@@ -2,6 +2,7 @@
 // each expert's gate/up/down over its rows with the expert read in place from the mapped file, the weighted sum in
 // expert-id order, and the shared expert scaled by its sigmoid gate.
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -29,8 +30,10 @@ void route_topk_row(const float *logits, int64_t n_expert, const MoeParams &p, i
     router_softmax(logits, n_expert, prob.data());
     std::vector<int32_t> order(static_cast<size_t>(n_expert));
     std::iota(order.begin(), order.end(), 0);
+    // a NaN (from NaN logits) ranks below every number, so the order stays strict and k distinct experts come out
+    auto key = [&](int32_t e) { return prob[size_t(e)] == prob[size_t(e)] ? prob[size_t(e)] : -FLT_MAX; };
     std::partial_sort(order.begin(), order.begin() + p.n_expert_used, order.end(), [&](int32_t a, int32_t b) {
-        return prob[size_t(a)] > prob[size_t(b)] || (prob[size_t(a)] == prob[size_t(b)] && a < b);
+        return key(a) > key(b) || (key(a) == key(b) && a < b);
     });
     std::copy(order.begin(), order.begin() + p.n_expert_used, ids);
     chosen_weights(prob.data(), p, ids, weights);

@@ -2,6 +2,7 @@
 #include "backend/cuda/moe.cuh"
 
 #include <algorithm>
+#include <cfloat>
 
 #include "backend/cuda/device_common.cuh"
 #include "core/error.h"
@@ -30,15 +31,21 @@ __global__ void k_router_topk(Rows logits, int64_t k, bool norm, float scale, in
     __syncwarp();
     float wsum = 0.0f;
     for (int64_t j = 0; j < k; j++) {
-        float best = -INFINITY;
+        // Ranked by probability, a NaN (from NaN logits) below every number and above the experts already picked
+        // (-inf), so that k distinct experts of the layer come out whatever the logits hold.
+        float key = -INFINITY;
         int best_id = int(ne);
-        for (int64_t e = lane; e < ne; e += 32)
-            if (prob[e] > best) best = prob[e], best_id = int(e);  // ascending e: the first of equals stays
-        for (int o = 16; o > 0; o >>= 1) {
-            const float b2 = __shfl_xor_sync(k_full_mask, best, o);
-            const int i2 = __shfl_xor_sync(k_full_mask, best_id, o);
-            if (b2 > best || (b2 == best && i2 < best_id)) best = b2, best_id = i2;
+        for (int64_t e = lane; e < ne; e += 32) {
+            const float q = prob[e] == prob[e] ? prob[e] : -FLT_MAX;
+            if (q > key) key = q, best_id = int(e);  // ascending e: the first of equals stays
         }
+        for (int o = 16; o > 0; o >>= 1) {
+            const float k2 = __shfl_xor_sync(k_full_mask, key, o);
+            const int i2 = __shfl_xor_sync(k_full_mask, best_id, o);
+            if (k2 > key || (k2 == key && i2 < best_id)) key = k2, best_id = i2;
+        }
+        const float best = prob[best_id];
+        __syncwarp();
         if (lane == 0) {
             ids[t * k + j] = best_id;
             weights[t * k + j] = best;
