@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "../cpp/synth_cache.h"
 #include "backend/cuda/cuda_backend.h"
@@ -18,6 +20,8 @@
 #include "cuda_test_util.h"
 #include "synth/synth.h"
 #include "runtime/engine.h"
+#include "runtime/perplexity.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace strata;
 using namespace strata::test;
@@ -477,6 +481,44 @@ INSTANTIATE_TEST_SUITE_P(Tiny, CudaEngine,
                                            Case{"tiny-qwen3moe", DType::IQ2_XXS, DType::Q5_K},
                                            Case{"tiny-qwen35moe", DType::MXFP4, DType::Q4_0}),
                          [](const auto &info) { return case_name(info.param); });
+
+// The demo model (models/demo) on the GPU: perplexity over models/demo/sample.txt (--ctx 512) within 1% of
+// transformers' figure on the file's dequantized weights (tests/python/test_demo_model.py keeps it, and the CPU's),
+// within 0.1% of the CPU engine's, and the same to the bit at a budget that streams most experts.
+TEST(CudaEngineDemoModel, PerplexityMatchesTransformersAndTheCpu) {
+    const std::string dir = std::string(STRATA_SOURCE_DIR) + "/models/demo/";
+    std::ifstream f(dir + "sample.txt", std::ios::binary);
+    ASSERT_TRUE(f) << dir << "sample.txt";
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    constexpr double k_transformers = 7.05075155798461;
+    PerplexityOptions po;
+    po.ctx = 512;
+    auto ppl = [&](Engine &e) {
+        std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(*e.model().file);
+        std::vector<int32_t> ids;
+        tok->encode(text, /*add_special=*/false, /*parse_special=*/false, ids);
+        EXPECT_EQ(ids.size(), 2281u);
+        return perplexity(e, ids, po);
+    };
+    EngineConfig cfg;
+    cfg.n_threads = 2;
+    cfg.n_ctx = 512;
+    cfg.n_batch = 512;
+    auto gpu = make_cuda_engine(dir + "demo.gguf", cfg);
+    const PerplexityResult g = ppl(*gpu);
+    auto cpu = make_cpu_engine(dir + "demo.gguf", cfg);
+    const PerplexityResult c = ppl(*cpu);
+    EngineConfig few = cfg;
+    few.expert_slots = 40;  // of 384
+    auto tight = make_cuda_engine(dir + "demo.gguf", few);
+    const PerplexityResult t = ppl(*tight);
+    std::printf("  demo model, sample.txt: CUDA %.6f, CPU %.6f, transformers %.6f\n", g.ppl, c.ppl, k_transformers);
+    EXPECT_EQ(g.n_scored, 1020);
+    EXPECT_LE(std::abs(g.ppl / k_transformers - 1.0), 0.01);
+    EXPECT_LE(std::abs(g.ppl / c.ppl - 1.0), 0.001);
+    EXPECT_EQ(t.ppl, g.ppl) << "40 expert slots";
+    EXPECT_GT(tight->expert_stats().expert_cache_misses, 0u);
+}
 
 TEST(CudaEngineDevice, AutoPicksTheGpu) {
     EXPECT_TRUE(cuda_available());
