@@ -453,6 +453,13 @@ Answer Endpoints::metrics(const HttpStats &http) const {
            double(s.backend.expert_cache_misses));
     metric("strata_bytes_streamed_total", "counter", "Weight bytes streamed to the device.",
            double(s.backend.bytes_streamed));
+    metric("strata_prefetch_picks_total", "counter",
+           "Routed expert picks with a next-layer prediction (STRATA_DECODE_PREFETCH=1; 0 when off).",
+           double(s.backend.prefetch.picks));
+    metric("strata_prefetch_predicted_total", "counter", "Routed expert picks the next-layer prediction named.",
+           double(s.backend.prefetch.predicted));
+    metric("strata_prefetch_filled_total", "counter", "Experts filled ahead because the prediction named them.",
+           double(s.backend.prefetch.prefetched));
     metric("strata_uptime_seconds", "gauge", "Seconds since the server started.", uptime);
     Answer a;
     a.content_type = "text/plain; version=0.0.4";

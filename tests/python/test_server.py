@@ -86,7 +86,8 @@ def test_health_models_and_metrics(qwen3moe):
     m = qwen3moe.metrics()
     for name in ("strata_generated_tokens_total", "strata_queue_depth", "strata_kv_cache_usage_ratio",
                  "strata_generation_tokens_per_second", "strata_expert_cache_hits_total",
-                 "strata_expert_cache_misses_total", "strata_bytes_streamed_total", "strata_requests_running"):
+                 "strata_expert_cache_misses_total", "strata_bytes_streamed_total", "strata_requests_running",
+                 "strata_prefetch_picks_total", "strata_prefetch_predicted_total", "strata_prefetch_filled_total"):
         assert name in m, name
 
 
