@@ -13,8 +13,11 @@ PLACEHOLDERS = {
                           "file type, beside the transformers figure."),
     "routing-trace": ("Routing-trace cache figures",
                       "expert-cache hit rates and bytes moved from a routing trace of the engine on heldout.txt."),
-    "use": ("Using it",
-            "what the model writes through `strata run`, and whether llama.cpp reads the file as Strata does."),
+}
+# Sections written by hand once a run is done (filled with fill_section too).
+BY_HAND = {
+    "use": ("Using it", "what the model writes through `strata run`, and whether llama.cpp reads the file as Strata "
+                        "does."),
 }
 
 
@@ -136,4 +139,7 @@ def render(s: dict) -> str:
     for key, (title, what) in PLACEHOLDERS.items():
         lines += [f"## {title}", "", f"<!-- BEGIN {key} -->", f"_Not measured yet: {what}_", f"<!-- END {key} -->",
                   ""]
+    for key, (title, what) in BY_HAND.items():
+        lines += [f"## {title}", "", f"<!-- BEGIN {key} -->", f"_To be written by hand: {what}_",
+                  f"<!-- END {key} -->", ""]
     return "\n".join(lines)
