@@ -32,7 +32,8 @@ MemoryStrata::MemoryStrata(Backend &be, Model &m, const StrataOptions &o) {
                 expert_bytes[il] = ws.experts[il].expert_bytes();
             }
         // LFU halves its counts every 32 tokens' worth of requests (a decode step requests k experts per MoE
-        // layer): on the demo model's traces that beats no decay and faster decay (tools/trace, --decay-every).
+        // layer): on the demo model's traces within a point of no decay, ahead of faster decay, and able to follow a
+        // change of subject (tools/trace, --decay-every).
         int64_t n_moe = 0;
         for (const int64_t n : n_expert) n_moe += n > 0;
         const uint64_t decay_every = uint64_t(32 * n_moe * std::max<int64_t>(m.hp.n_expert_used, 1));
