@@ -14,10 +14,15 @@
 #include <vector>
 
 #include "backend/placement.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "format/weight.h"
 
 namespace strata {
+
+// The streamed MoE schedule's lookahead (strata/moe_schedule.h): STRATA_PREFILL_STREAM_AHEAD, 16 when unset, 0 off.
+// Read here so that the schedule and a backend that orders computes after the fills of their own slots agree.
+inline long prefill_stream_ahead() { return env_count("STRATA_PREFILL_STREAM_AHEAD", 16); }
 
 struct Act {
     float *data = nullptr;

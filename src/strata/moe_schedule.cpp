@@ -60,9 +60,8 @@ RouteGroups group_by_expert(const std::vector<int32_t> &ids, int64_t T, int64_t 
     return g;
 }
 
-// The streamed schedule's default: the lookahead, and the passes it leaves alone unless asked (decode-sized: up to
-// 8 tokens of top-8).
-constexpr int64_t k_default_stream_ahead = 16, k_decode_max_pairs = 64;
+// The passes the streamed schedule leaves alone unless its switch is set (decode-sized: up to 8 tokens of top-8).
+constexpr int64_t k_decode_max_pairs = 64;
 
 MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::vector<const Weight *> routers,
                          ExpertSlotTable *slots)
@@ -73,7 +72,7 @@ MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::v
     // Unset: 16 ahead for prefill-sized passes (measured on the H200, bench/RESULTS.md), decode as before; set: N
     // ahead for every pass (0: off).
     stream_ahead_set_ = std::getenv("STRATA_PREFILL_STREAM_AHEAD") != nullptr;
-    stream_ahead_ = env_count("STRATA_PREFILL_STREAM_AHEAD", k_default_stream_ahead);
+    stream_ahead_ = prefill_stream_ahead();
     prefetch_on_ = env_switch("STRATA_DECODE_PREFETCH", false);
     routers_.resize(experts_.size(), nullptr);
 }

@@ -80,7 +80,7 @@ CudaBackend::CudaBackend(const CudaOptions &o) : opt_(o), device_(o.device) {
     STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&fill_done_, cudaEventDisableTiming));
     for (cudaEvent_t &e : fill_events_) STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     // per-slot waits where a schedule fills ahead during passes (the streamed one is on unless its switch is 0)
-    slot_waits_ = env_count("STRATA_PREFILL_STREAM_AHEAD", 16) > 0 || env_switch("STRATA_DECODE_PREFETCH", false);
+    slot_waits_ = prefill_stream_ahead() > 0 || env_switch("STRATA_DECODE_PREFETCH", false);
     stage_size_ = size_t(4) << 20;
     STRATA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void **>(&stage_), stage_size_));
     iq_grids();
