@@ -48,6 +48,14 @@ struct BatchInfo {
     int64_t n_tokens = 0;
 };
 
+// What a forward pass reads and writes on the host: a token id per row, the rows whose logits are wanted, and
+// out_rows->size() rows of logits.
+struct PassIo {
+    const int32_t *tokens = nullptr;
+    const std::vector<int64_t> *out_rows = nullptr;
+    float *logits = nullptr;
+};
+
 struct RopeParams {
     int64_t head_dim = 0;  // columns per head
     int64_t n_rot = 0;     // leading dims of each head that rotate (NeoX pairing: i with i + n_rot/2)
@@ -135,9 +143,13 @@ class Backend {
     // end_pass a backend may defer its work (the CUDA backend records a decoding pass as one graph), so `host` of a
     // download() inside a pass holds its rows only once end_pass() has returned. traced: the caller downloads
     // intermediate results and reads them at once. abort_pass(): the pass threw; drop what was deferred.
-    virtual void begin_pass(const BatchInfo &, bool traced) { (void)traced; }
+    virtual void begin_pass(const BatchInfo &, const PassIo &, bool traced) { (void)traced; }
     virtual void end_pass() {}
     virtual void abort_pass() {}
+    // A whole untraced pass at once, where the backend can run it without the model's ops: the CUDA backend
+    // replays a recorded decoding pass whose kernels and arguments are those this batch would issue (cuda_graph.cpp).
+    // true: `io.logits` holds the pass's logits; false: the caller runs the pass op by op.
+    virtual bool replay_pass(const BatchInfo &, const PassIo &) { return false; }
     // Named regions of work for profiling (the CUDA backend's STRATA_CUDA_PROFILE=1); free elsewhere.
     virtual void region_begin(const char *name) { (void)name; }
     virtual void region_end() {}
@@ -187,6 +199,12 @@ class Backend {
         for (const MatmulOut &o : outs) matmul(*o.w, x, o.out);
     }
     virtual void add(Act a, Act b, Act out) = 0;
+    // The residual step between blocks: x += y, then out = rms_norm(x) with w. The default runs the two ops; a
+    // backend may do it in one pass, with the same results.
+    virtual void add_rms_norm(Act x, Act y, const Weight &w, float eps, Act out) {
+        add(x, y, x);
+        rms_norm(x, w, eps, out);
+    }
     virtual void mul_sigmoid(Act x, Act gate) = 0;  // x *= sigmoid(gate), elementwise
     virtual void silu_mul(Act g, Act u) = 0;        // g = silu(g) * u, elementwise
     // dst row i = src row rows[i].

@@ -99,6 +99,9 @@ struct Placement {
     uint64_t misc_bytes = 0;        // small tables (rope, i-quant grids, expert pointer tables), rounding
     int64_t chunk_tokens = 0;       // the most tokens in one forward pass
     int64_t download_cols = 0;      // the widest rows a pass downloads (the logits)
+    // Pinned host memory for one pass's small uploads (routing groups and rows, tiles, positions), so that a prompt
+    // chunk never waits for its own earlier copies or grows the buffer mid-pass.
+    uint64_t stage_bytes = 0;
     // The expert cache: n_slots slots of slot_bytes, one layout per layer index (bytes 0: no routed experts).
     int64_t n_slots = 0, n_experts_total = 0;
     size_t slot_bytes = 0;

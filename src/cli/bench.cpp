@@ -28,10 +28,11 @@ using json = nlohmann::ordered_json;
 constexpr int64_t k_max_tokens = int64_t(1) << 24;
 
 struct BenchTest {
-    std::string name;      // "pp512", "tg128"
+    std::string name;      // "pp512", "tg128", "tg128 x4"
     int64_t n_prompt = 0;  // pp: tokens prefilled; tg: the untimed 1-token prompt
     int64_t n_gen = 0;     // tg: tokens decoded one at a time (timed); 0 for pp
-    int64_t timed_tokens() const { return n_gen > 0 ? n_gen : n_prompt; }
+    int64_t n_seq = 1;     // tg: sequences decoding together, a token of each per pass
+    int64_t timed_tokens() const { return n_gen > 0 ? n_gen * n_seq : n_prompt; }
 };
 
 struct TestResult {
@@ -62,10 +63,13 @@ std::vector<int64_t> parse_counts(const std::string &flag, const std::string &s)
     return out;
 }
 
-std::vector<BenchTest> make_tests(const std::vector<int64_t> &prompts, const std::vector<int64_t> &gens) {
+std::vector<BenchTest> make_tests(const std::vector<int64_t> &prompts, const std::vector<int64_t> &gens,
+                                  int64_t n_seq) {
     std::vector<BenchTest> tests;
-    for (int64_t p : prompts) tests.push_back({strfmt("pp%lld", (long long)p), p, 0});
-    for (int64_t n : gens) tests.push_back({strfmt("tg%lld", (long long)n), 1, n});
+    for (int64_t p : prompts) tests.push_back({strfmt("pp%lld", (long long)p), p, 0, 1});
+    for (int64_t n : gens)
+        tests.push_back({n_seq > 1 ? strfmt("tg%lld x%lld", (long long)n, (long long)n_seq) : strfmt("tg%lld", (long long)n),
+                         1, n, n_seq});
     return tests;
 }
 
@@ -120,19 +124,26 @@ struct RunResult {
     ExpertCacheStats cache;  // counters over the timed part alone
 };
 
-// One run of a test in a fresh sequence, timing the prefill up to its logits (pp), or the n_gen single-token steps
-// after the untimed prompt (tg).
+// One run of a test in fresh sequences, timing the prefill up to its logits (pp), or the n_gen steps after the
+// untimed prompts (tg), each step a token of every sequence in one call (one pass of n_seq rows).
 RunResult run_once(Engine &eng, const BenchTest &t, uint64_t seed) {
-    const int32_t seq = eng.new_sequence();
+    std::vector<int32_t> seqs;
+    std::vector<SeqInput> step;
+    for (int64_t s = 0; s < t.n_seq; s++) {
+        seqs.push_back(eng.new_sequence());
+        step.push_back({seqs.back(), bench_tokens(t.n_prompt, eng.n_vocab(), seed + 0x1000003ull * uint64_t(s)), false});
+    }
     std::vector<std::vector<float>> logits;
-    const std::vector<int32_t> prompt = bench_tokens(t.n_prompt, eng.n_vocab(), seed);
-    if (t.n_gen > 0) eng.decode({{seq, prompt, false}}, logits);
+    if (t.n_gen > 0) eng.decode(step, logits);
     const ExpertCacheStats before = eng.expert_stats();
     const auto t0 = std::chrono::steady_clock::now();
-    if (t.n_gen == 0) eng.decode({{seq, prompt, false}}, logits);
-    for (int64_t i = 0; i < t.n_gen; i++) eng.decode({{seq, {argmax(logits[0])}, false}}, logits);
+    if (t.n_gen == 0) eng.decode(step, logits);
+    for (int64_t i = 0; i < t.n_gen; i++) {
+        for (size_t s = 0; s < step.size(); s++) step[s].tokens = {argmax(logits[s])};
+        eng.decode(step, logits);
+    }
     RunResult r{seconds_since(t0), stats_delta(eng.expert_stats(), before)};
-    eng.drop(seq);
+    for (int32_t seq : seqs) eng.drop(seq);
     return r;
 }
 
@@ -261,7 +272,7 @@ void print_table(const ModelFacts &m, const std::string &budget, const std::stri
 void print_decode_bytes(uint64_t per_token, const std::vector<TestResult> &results) {
     std::string text;
     for (const TestResult &r : results)
-        if (r.test.n_gen > 0)
+        if (r.test.n_gen > 0 && r.test.n_seq == 1)  // a pass of several sequences shares what it reads
             text += strfmt("%s%s %.1f GB/s", text.empty() ? "" : ", ", r.test.name.c_str(),
                            double(per_token) * mean(rates(r)) / 1e9);
     if (!text.empty())
@@ -347,6 +358,7 @@ json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string
         t["test"] = r.test.name;
         t["n_prompt"] = r.test.n_prompt;  // tg: the 1-token prompt, not timed
         t["n_gen"] = r.test.n_gen;
+        t["n_seq"] = r.test.n_seq;
         t["timed_tokens"] = r.test.timed_tokens();
         t["seconds"] = r.seconds;
         t["tokens_per_second"] = tps;
@@ -354,7 +366,7 @@ json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string
         t["tps_sd"] = stdev(tps);
         t["wall_seconds"] = wall_seconds(r);
         t["expert_cache"] = cache_json(r.cache, wall_seconds(r));
-        if (r.test.n_gen > 0) t["weight_read_gb_per_s"] = double(per_token) * mean(tps) / 1e9;
+        if (r.test.n_gen > 0 && r.test.n_seq == 1) t["weight_read_gb_per_s"] = double(per_token) * mean(tps) / 1e9;
         tests.push_back(std::move(t));
         total = stats_sum(total, r.cache);
         total_s += wall_seconds(r);
@@ -372,7 +384,7 @@ Run add_bench(CLI::App &app) {
         std::string model, prompts = "512", gens = "128", kv_type = "f16", routing_trace, routing = "model";
         uint64_t routing_seed = 1;
         DeviceOptions dev;
-        int repetitions = 3, threads = 0;
+        int repetitions = 3, threads = 0, parallel = 1;
         int64_t chunk = EngineConfig{}.n_batch;
         bool json = false;
     };
@@ -383,6 +395,10 @@ Run add_bench(CLI::App &app) {
         ->capture_default_str();
     sub->add_option("-n,--n-gen", a->gens, "Generation lengths, comma-separated (a tgN test each)")
         ->capture_default_str();
+    sub->add_option("--parallel", a->parallel,
+                    "Sequences decoding together in the tgN tests (a token of each per pass; t/s counts them all)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 256));
     sub->add_option("-r,--repetitions", a->repetitions, "Timed runs of each test, after one untimed warm-up")
         ->capture_default_str()
         ->check(at_least(1));
@@ -410,11 +426,12 @@ Run add_bench(CLI::App &app) {
         }
         route.seed = a->routing_seed;
         const std::vector<BenchTest> tests =
-            make_tests(parse_counts("-p/--n-prompt", a->prompts), parse_counts("-n/--n-gen", a->gens));
+            make_tests(parse_counts("-p/--n-prompt", a->prompts), parse_counts("-n/--n-gen", a->gens), a->parallel);
 
         EngineConfig cfg;
         cfg.n_threads = a->threads;
         cfg.n_ctx = context_for(tests);
+        cfg.n_seq_max = std::max(cfg.n_seq_max, int32_t(a->parallel));
         cfg.n_batch = a->chunk;
         cfg.kv_type = parse_kv_type(a->kv_type);
         apply_device_options(a->dev, cfg);

@@ -111,6 +111,9 @@ Act moe_block(const ForwardCtx &c, int64_t il, Act cur) {
 void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *tokens, const BatchInfo &batch,
              const std::vector<int64_t> &out_rows, float *logits, const Tracer *tracer) {
     ForwardCtx c{m, be, moe, batch, tracer};
+    const PassIo io{tokens, &out_rows, logits};
+    const bool traced = tracer != nullptr || moe.reads_back();
+    if (!traced && be.replay_pass(batch, io)) return;
     be.reset_scratch();
     // The pass's bounds for the backend; a throw on the way aborts it.
     struct PassScope {
@@ -120,7 +123,7 @@ void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *toke
             if (open) be.abort_pass();
         }
     };
-    be.begin_pass(batch, tracer != nullptr || moe.reads_back());
+    be.begin_pass(batch, io, traced);
     PassScope scope{be};
     Act h = m.hp.arch == Arch::QWEN3MOE ? trunk_qwen3moe(c, tokens) : trunk_qwen3next(c, tokens);
 

@@ -46,6 +46,19 @@ uint64_t scratch_estimate(const HParams &hp, int64_t chunk_tokens) {
     return total + total / 8 + (uint64_t(32) << 20);
 }
 
+// A pass's uploads through the pinned staging buffer: per MoE layer, for M = chunk x k token-expert pairs, the rows
+// gathered, the combine's rows and weight indices (4 bytes a pair each) and the expert groups and tiles of the three
+// matrices (counted as 4 more bytes a pair, and 64 bytes per expert and matrix); the pass tables; each upload rounded
+// to 256 bytes. Between 4 MiB (what decoding and small chunks need) and 256 MiB.
+uint64_t stage_estimate(const HParams &hp, int64_t chunk_tokens) {
+    const uint64_t T = uint64_t(std::max<int64_t>(chunk_tokens, 1));
+    const uint64_t M = T * uint64_t(std::max<int64_t>(hp.n_expert_used, 0));
+    const uint64_t moe_layers = hp.n_expert_used > 0 ? uint64_t(hp.n_layer) : 0;
+    const uint64_t per_layer = 16 * M + 3 * 64 * uint64_t(hp.n_expert) + 64 * 256;
+    const uint64_t total = moe_layers * per_layer + T * (8 + 2 * 16) + (uint64_t(1) << 20);
+    return std::clamp<uint64_t>(total, uint64_t(4) << 20, uint64_t(256) << 20);
+}
+
 Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShape &caches, const DeviceFacts &dev,
                          const PlanOptions &opt) {
     Placement p;
@@ -105,6 +118,7 @@ Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShap
     // expert tables, rounding.
     p.pass_table_bytes = align_up(size_t(16) << 10, a) + align_up(size_t(opt.chunk_tokens) * (8 + 2 * 16), a);
     p.misc_bytes = p.pass_table_bytes + (uint64_t(4) << 20);
+    p.stage_bytes = stage_estimate(hp, opt.chunk_tokens);
     const uint64_t resident = p.weight_bytes + p.cache_bytes + p.scratch_bytes + p.misc_bytes;
     const int64_t min_slots =
         p.n_experts_total ? std::min<int64_t>(p.n_experts_total, std::max<int64_t>(hp.n_expert_used, 1)) : 0;

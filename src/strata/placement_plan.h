@@ -41,5 +41,7 @@ Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShap
 // The scratch one forward pass of `chunk_tokens` tokens takes (activations of a layer, the largest op's
 // temporaries, the logits of one slice), with a margin.
 uint64_t scratch_estimate(const HParams &hp, int64_t chunk_tokens);
+// The pinned host staging a pass of `chunk_tokens` tokens uploads through (routing tables, rows, positions).
+uint64_t stage_estimate(const HParams &hp, int64_t chunk_tokens);
 
 }  // namespace strata

@@ -115,6 +115,35 @@ TEST(PlacementPlan, AllResidentWhenTheDeviceHoldsEverything) {
     }
 }
 
+// The pinned staging for a pass's uploads grows with the chunk (a prompt chunk's routing tables: 12 bytes a
+// token-expert pair per MoE layer at least), from a 4 MiB floor to a 256 MiB cap.
+TEST(PlacementPlan, StagingHoldsAPassOfUploads) {
+    const Loaded l = load("tiny-qwen3moe");
+    const HParams &hp = l.m->hp;
+    for (int64_t chunk : {16, 512, 8192, 32768}) {
+        PlanOptions o;
+        o.chunk_tokens = chunk;
+        const Placement p = plan(l, device(80 * GiB), o);
+        const uint64_t pairs = uint64_t(chunk * hp.n_expert_used);
+        EXPECT_GE(p.stage_bytes, std::min<uint64_t>(256 * MiB, uint64_t(hp.n_layer) * 12 * pairs)) << chunk;
+        EXPECT_GE(p.stage_bytes, 4 * MiB) << chunk;
+        EXPECT_LE(p.stage_bytes, 256 * MiB) << chunk;
+    }
+    EXPECT_EQ(plan(l, DeviceFacts{}).stage_bytes, 0u);  // nothing to stage on the CPU
+    // A Qwen3-30B-A3B's shape: 48 MoE layers of 128 experts, 8 routed.
+    HParams q30 = hp;
+    q30.n_layer = 48;
+    q30.n_expert = 128;
+    q30.n_expert_used = 8;
+    EXPECT_EQ(stage_estimate(q30, 16), 4 * MiB);
+    for (int64_t chunk : {4096, 8192}) {
+        const uint64_t s = stage_estimate(q30, chunk);
+        EXPECT_GE(s, 48 * 12 * uint64_t(chunk) * 8) << chunk;
+        EXPECT_LT(s, 48 * 20 * uint64_t(chunk) * 8) << chunk;
+    }
+    EXPECT_EQ(stage_estimate(q30, 65535), 256 * MiB);
+}
+
 TEST(PlacementPlan, TooSmallNamesTheMinimumAndTheMinimumWorks) {
     const Loaded l = load("tiny-qwen3next");
     const DeviceFacts d = device(80 * GiB);

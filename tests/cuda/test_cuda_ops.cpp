@@ -272,6 +272,58 @@ TEST(CudaOps, QkNormRopeIsTheSeparateOps) {
     }
 }
 
+// Whole hidden rows (1024..8192 columns take the register-held kernel, others the loop): rms_norm against the CPU,
+// and the residual add folded into the norm (add_rms_norm) bit for bit what add and rms_norm give on the GPU, with
+// the sum left in x; a row view with an odd offset takes the loop kernel, with the same contract.
+TEST(CudaOps, WideNormsAndTheFoldedResidualAdd) {
+    for (int64_t cols : {2048, 4096, 5120, 7168, 1000, 12288}) {
+        auto gpu = cuda_backend();
+        auto cpu = make_cpu_backend(2);
+        const int64_t T = 5;
+        Model m;
+        m.hp.n_layer = 1;
+        m.hp.n_embd = cols;
+        m.layers.resize(1);
+        std::vector<float> wn = randn(size_t(cols), 21);
+        f32_vector(m.layers[0].attn_norm, wn, "attn_norm");
+        const auto gs = place(*gpu, m), cs = place(*cpu, m);
+        const std::vector<float> a = randn(size_t(T * cols), 22), b = randn(size_t(T * cols), 23);
+        const Weight &w = m.layers[0].attn_norm;
+        auto run = [&](Backend &be, bool dev, bool folded, int64_t col0) {
+            const int64_t wide = cols + 4;  // rows 16-byte aligned from column 0
+            Act xs = be.alloc(T, wide), ys = be.alloc(T, wide), o = be.alloc(T, cols);
+            Act x = xs.cols_view(col0, cols), y = ys.cols_view(col0, cols);
+            std::vector<float> pa(size_t(T * wide)), pb(pa.size());
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t c = 0; c < cols; c++) {
+                    pa[size_t(t * wide + col0 + c)] = a[size_t(t * cols + c)];
+                    pb[size_t(t * wide + col0 + c)] = b[size_t(t * cols + c)];
+                }
+            put(xs, pa, dev);
+            put(ys, pb, dev);
+            std::vector<float> out;
+            be.rms_norm(y, w, 1e-6f, o);
+            out = get(be, o);
+            if (folded)
+                be.add_rms_norm(x, y, w, 1e-6f, o);
+            else
+                be.Backend::add_rms_norm(x, y, w, 1e-6f, o);
+            const std::vector<float> n = get(be, o), sum = get(be, x);
+            out.insert(out.end(), n.begin(), n.end());
+            out.insert(out.end(), sum.begin(), sum.end());
+            return out;
+        };
+        for (int64_t col0 : {0, 1}) {
+            const std::vector<float> want = run(*cpu, false, false, col0), sep = run(*gpu, true, false, col0),
+                                     got = run(*gpu, true, true, col0);
+            const std::string what = std::to_string(cols) + " columns from column " + std::to_string(col0);
+            ASSERT_EQ(got.size(), sep.size());
+            EXPECT_EQ(std::memcmp(got.data(), sep.data(), got.size() * 4), 0) << what;
+            EXPECT_LE(max_abs_diff(want, got), 2e-5f * std::max(1.0f, max_abs(want))) << what;
+        }
+    }
+}
+
 // ---- attention --------------------------------------------------------------------------------------------------
 
 struct AttentionCase {

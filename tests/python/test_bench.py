@@ -99,6 +99,20 @@ def test_context_fits_the_longest_generation(strata_bin, tiny_model):
     assert d["tests"][1]["tps_sd"] == 0  # one repetition: no spread
 
 
+def test_parallel_sequences(strata_bin, tiny_model):
+    """--parallel N: each tgN decodes N sequences together, and its rate counts the tokens of all of them."""
+    d = json.loads(bench(strata_bin, tiny_model, "--json", "-p", "8", "-n", "5", "-r", "2", "--parallel", "3").stdout)
+    assert [t["test"] for t in d["tests"]] == ["pp8", "tg5 x3"]
+    pp, tg = d["tests"]
+    assert pp["n_seq"] == 1 and pp["timed_tokens"] == 8
+    assert tg["n_seq"] == 3 and tg["n_gen"] == 5 and tg["timed_tokens"] == 15
+    for s, r in zip(tg["seconds"], tg["tokens_per_second"]):
+        assert r == pytest.approx(15 / s)
+    assert "weight_read_gb_per_s" not in tg  # a pass of three tokens shares the weights it reads
+    _, rows = first_table(bench(strata_bin, tiny_model, "-p", "8", "-n", "4", "-r", "1", "--parallel", "2").stdout)
+    assert [r[4] for r in rows[2:]] == ["pp8", "tg4 x2"]
+
+
 @pytest.mark.parametrize("args, flag", [
     (["-p", "0"], "-p/--n-prompt"),
     (["-p", "abc"], "-p/--n-prompt"),
@@ -113,6 +127,8 @@ def test_context_fits_the_longest_generation(strata_bin, tiny_model):
     (["--routing", "random"], "--routing"),
     (["--host-mem", "ram"], "--host-mem"),
     (["--expert-cache-policy", "arc"], "--expert-cache-policy"),
+    (["--parallel", "0"], "--parallel"),
+    (["--parallel", "x"], "--parallel"),
 ])
 def test_bad_flags(strata_bin, tiny_model, args, flag):
     proc = bench(strata_bin, tiny_model, *args, check=False)

@@ -68,7 +68,8 @@ uint64_t host_available_bytes() {
 
 }  // namespace
 
-CudaBackend::CudaBackend(const CudaOptions &o) : opt_(o), device_(o.device) {
+CudaBackend::CudaBackend(const CudaOptions &o)
+    : opt_(o), device_(o.device), graphs_on_(env_switch("STRATA_CUDA_GRAPHS", o.graphs)) {
     const int n = cuda_device_count();
     if (n == 0) fail("CUDA: no GPU is visible (no driver, or no device)");
     if (device_ < 0 || device_ >= n) fail("CUDA: there is no device %d (devices 0..%d)", device_, n - 1);
@@ -92,8 +93,8 @@ CudaBackend::~CudaBackend() {
     if (capturing_) drop_capture();
     if (stream_) cudaStreamSynchronize(stream_);
     if (copy_stream_) cudaStreamSynchronize(copy_stream_);
-    for (auto &e : graph_execs_)
-        if (e.second) cudaGraphExecDestroy(e.second);
+    for (PassGraph &g : graphs_)
+        if (g.exec) cudaGraphExecDestroy(g.exec);
     if (dl_pinned_) cudaFreeHost(dl_pinned_);
     prof_.step();
     prof_.report();
@@ -125,6 +126,7 @@ CudaDeviceStats CudaBackend::device_stats() const {
     s.driver_bytes = dm.driver;
     s.graph_launches = graph_launches_;
     s.graph_instantiations = graph_instantiations_;
+    s.graph_replays = graph_replays_;
     return s;
 }
 
@@ -205,6 +207,7 @@ void *CudaBackend::scratch_bytes(size_t bytes) {
     // Past the planned arena: one more chunk (reset_scratch folds the chunks into one).
     const size_t size = std::max(bytes, size_t(64) << 20);
     chunks_.push_back({static_cast<uint8_t *>(dev_alloc(size, "scratch")), size});
+    graph_gen_++;
     cur_chunk_ = chunks_.size() - 1;
     cur_off_ = bytes;
     return chunks_.back().ptr;
@@ -224,6 +227,7 @@ void CudaBackend::reset_scratch() {
         for (const Chunk &c : chunks_) total += c.size;
         for (const Chunk &c : chunks_) dev_free(c.ptr);
         chunks_.clear();
+        graph_gen_++;
         chunks_.push_back({static_cast<uint8_t *>(dev_alloc(total, "scratch")), total});
     }
     cur_chunk_ = 0;
@@ -243,7 +247,7 @@ void CudaBackend::scratch_release(ScratchMark m) {
     if (tiles_in_scratch_) tiles_key_.clear(), tiles_dev_ = nullptr;
 }
 
-void *CudaBackend::upload(const void *host, size_t bytes) {
+void *CudaBackend::upload(const void *host, size_t bytes, UploadSrc src) {
     void *dev = scratch_bytes(bytes);
     const size_t need = align_up(bytes);
     if (stage_used_ + need > stage_size_) {
@@ -257,6 +261,7 @@ void *CudaBackend::upload(const void *host, size_t bytes) {
         if (need > stage_size_) {
             STRATA_CUDA_CHECK(cudaFreeHost(stage_));
             stage_ = nullptr;
+            graph_gen_++;
             stage_size_ = std::max(need, 2 * stage_size_);
             STRATA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void **>(&stage_), stage_size_));
         }
@@ -264,20 +269,22 @@ void *CudaBackend::upload(const void *host, size_t bytes) {
     uint8_t *h = stage_ + stage_used_;
     std::memcpy(h, host, bytes);
     stage_used_ += need;
+    if (capturing_) note_upload(h, bytes, src);
     STRATA_CUDA_CHECK(cudaMemcpyAsync(dev, h, bytes, cudaMemcpyHostToDevice, stream_));
     return dev;
 }
 
-void *CudaBackend::upload_pass(const void *host, size_t bytes, bool &in_scratch) {
+void *CudaBackend::upload_pass(const void *host, size_t bytes, bool &in_scratch, UploadSrc src) {
     const size_t need = align_up(std::max<size_t>(bytes, 1));
     // Where the buffer is full, or the staging buffer would have to wrap (upload() knows how): scratch.
     in_scratch = !pass_buf_ || pass_used_ + need > pass_buf_size_ || stage_used_ + need > stage_size_;
-    if (in_scratch) return upload(host, bytes);
+    if (in_scratch) return upload(host, bytes, src);
     void *dev = pass_buf_ + pass_used_;
     pass_used_ += need;
     uint8_t *h = stage_ + stage_used_;
     std::memcpy(h, host, bytes);
     stage_used_ += need;
+    if (capturing_) note_upload(h, bytes, src);
     STRATA_CUDA_CHECK(cudaMemcpyAsync(dev, h, bytes, cudaMemcpyHostToDevice, stream_));
     return dev;
 }
@@ -293,7 +300,8 @@ const AttnTile *CudaBackend::attn_tiles(const std::vector<AttnTile> &tiles) {
     };
     if (tiles_dev_ && same()) return tiles_dev_;
     tiles_dev_ =
-        static_cast<const AttnTile *>(upload_pass(tiles.data(), tiles.size() * sizeof(AttnTile), tiles_in_scratch_));
+        static_cast<const AttnTile *>(upload_pass(tiles.data(), tiles.size() * sizeof(AttnTile), tiles_in_scratch_,
+                                                  UploadSrc::Tiles));
     tiles_key_ = tiles;
     return tiles_dev_;
 }
@@ -350,6 +358,16 @@ void CudaBackend::prepare(WeightSet &ws, const Placement &plan) {
                     fail("CUDA: tensor '%.*s' has type %s, which the CUDA backend cannot compute with",
                          int(w->name.size()), w->name.data(), dtype_name(w->type));
     upload_weights(ws, plan);
+    if (plan.stage_bytes > stage_size_) {  // room for a whole pass's uploads, so no chunk waits on its own copies
+        STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        STRATA_CUDA_CHECK(cudaFreeHost(stage_));
+        stage_ = nullptr;
+        stage_size_ = 0;
+        STRATA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void **>(&stage_), size_t(plan.stage_bytes)));
+        stage_size_ = size_t(plan.stage_bytes);
+        stage_used_ = 0;
+        graph_gen_++;
+    }
     chunks_.push_back({static_cast<uint8_t *>(dev_alloc(plan.scratch_bytes, "scratch")), size_t(plan.scratch_bytes)});
     pass_buf_size_ = plan.pass_table_bytes;
     pass_buf_ = static_cast<uint8_t *>(dev_alloc(pass_buf_size_, "pass tables"));
@@ -398,6 +416,7 @@ void CudaBackend::upload_weights(WeightSet &ws, const Placement &plan) {
 // ---- caches -------------------------------------------------------------------------------------------------
 
 void CudaBackend::init_caches(const CacheShape &shape) {
+    graph_gen_++;
     // One allocation for every layer's caches (see upload_weights: the driver's 2 MiB pages).
     if (cache_arena_) dev_free(cache_arena_);
     cache_arena_ = nullptr;
@@ -515,13 +534,19 @@ const int2 *CudaBackend::seq_pos(const BatchInfo &b) {
         return true;
     };
     if (seq_pos_dev_ && same()) return seq_pos_dev_;
-    std::vector<int2> sp(size_t(b.n_tokens), int2{0, 0});
-    for (const BatchSeg &s : b.segs)
-        for (int64_t t = 0; t < s.n; t++) sp[size_t(s.row0 + t)] = int2{s.seq, int(s.pos0 + t)};
-    seq_pos_dev_ = static_cast<const int2 *>(upload_pass(sp.data(), sp.size() * sizeof(int2), seq_pos_in_scratch_));
+    const std::vector<int2> sp = seq_pos_table(b);
+    seq_pos_dev_ = static_cast<const int2 *>(
+        upload_pass(sp.data(), sp.size() * sizeof(int2), seq_pos_in_scratch_, UploadSrc::SeqPos));
     seq_pos_key_ = b.segs;
     seq_pos_rows_ = b.n_tokens;
     return seq_pos_dev_;
+}
+
+std::vector<int2> CudaBackend::seq_pos_table(const BatchInfo &b) {
+    std::vector<int2> sp(size_t(b.n_tokens), int2{0, 0});
+    for (const BatchSeg &s : b.segs)
+        for (int64_t t = 0; t < s.n; t++) sp[size_t(s.row0 + t)] = int2{s.seq, int(s.pos0 + t)};
+    return sp;
 }
 
 const float *CudaBackend::inv_freq(const RopeParams &rp) {
@@ -546,7 +571,11 @@ void CudaBackend::embed(const Weight &tok_embd, const int32_t *ids, Act out) {
     for (int64_t t = 0; t < out.rows; t++)
         if (ids[t] < 0 || ids[t] >= tok_embd.ne[1])
             fail("token id %d is outside the vocabulary (0..%lld)", ids[t], (long long)tok_embd.ne[1] - 1);
-    const int32_t *ids_dev = static_cast<const int32_t *>(upload(ids, size_t(out.rows) * 4));
+    if (capturing_) rec_vocab_ = tok_embd.ne[1];
+    const UploadSrc src = capturing_ && ids == pass_io_.tokens && out.rows == pass_batch_.n_tokens
+                              ? UploadSrc::Tokens
+                              : UploadSrc::None;
+    const int32_t *ids_dev = static_cast<const int32_t *>(upload(ids, size_t(out.rows) * 4, src));
     embed_rows(tok_embd.type, dev_matrix(tok_embd), tok_embd.row_bytes, tok_embd.ne[0], ids_dev, out.rows, out.data,
                out.stride, stream_);
 }
@@ -555,6 +584,13 @@ void CudaBackend::rms_norm(Act x, const Weight &w, float eps, Act out) {
     STRATA_CUDA_OP("rms_norm");
     STRATA_ASSERT(out.rows == x.rows && out.cols == x.cols);
     launch_rms_norm(rows_of(x), dev_vector(w), w.ne[0], eps, rows_of(out), stream_);
+}
+
+void CudaBackend::add_rms_norm(Act x, Act y, const Weight &w, float eps, Act out) {
+    if (!fusion_enabled()) return Backend::add_rms_norm(x, y, w, eps, out);
+    STRATA_CUDA_OP("add_rms_norm");
+    STRATA_ASSERT(y.rows == x.rows && y.cols == x.cols && out.rows == x.rows && out.cols == x.cols);
+    launch_add_rms_norm(rows_of(x), rows_of(y), dev_vector(w), w.ne[0], eps, rows_of(out), stream_);
 }
 
 void CudaBackend::add(Act a, Act b, Act out) {
@@ -578,7 +614,11 @@ void CudaBackend::gather_rows(Act src, const std::vector<int64_t> &rows, Act dst
         r32[i] = int32_t(rows[i]);
     }
     if (r32.empty()) return;
-    launch_gather_rows(rows_of(src), upload_vec(r32), rows_of(dst), stream_);
+    // In a recorded pass, the logit rows are part of the graph's key.
+    const UploadSrc from = capturing_ && pass_io_.out_rows && rows == *pass_io_.out_rows ? UploadSrc::OutRows
+                                                                                        : UploadSrc::None;
+    launch_gather_rows(rows_of(src), static_cast<const int32_t *>(upload(r32.data(), r32.size() * 4, from)),
+                       rows_of(dst), stream_);
 }
 
 void CudaBackend::deinterleave(Act src, int64_t width, Act a, Act b) {

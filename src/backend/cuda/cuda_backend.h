@@ -15,7 +15,7 @@ namespace strata {
 
 struct CudaOptions {
     int device = 0;
-    bool graphs = false;  // decoding passes as CUDA graphs where eligible (also STRATA_CUDA_GRAPHS=1)
+    bool graphs = true;  // decoding passes as CUDA graphs where eligible (STRATA_CUDA_GRAPHS=0/1 overrides)
 };
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions &o);
@@ -29,6 +29,7 @@ struct CudaDeviceStats {
     uint64_t budget_bytes = 0;  // the budget for everything on the device, CUDA runtime included
     uint64_t driver_bytes = 0;  // the driver's count for this process less other backends' allocations (0: unknown)
     uint64_t graph_launches = 0, graph_instantiations = 0;  // decoding passes run as CUDA graphs; graphs built
+    uint64_t graph_replays = 0;  // of the graph launches, those replayed without recording the pass
 };
 CudaDeviceStats cuda_device_stats(const Backend &be);
 

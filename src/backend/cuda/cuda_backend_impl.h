@@ -12,7 +12,8 @@
 //     because any later user is queued behind the kernels that read them.
 //   - Uploads of small per-call tables (positions, routing groups) are copied into a pinned host staging buffer and
 //     queued as async copies. The staging buffer is only rewound after a stream synchronisation (at reset_scratch,
-//     or when it is full), so a queued copy never reads bytes that were overwritten.
+//     or when it is full), so a queued copy never reads bytes that were overwritten. The plan sizes it for a whole
+//     pass of its chunk (Placement::stage_bytes), so a prompt chunk neither waits for its own copies nor grows it.
 //   - Downloads (logits, routing ids) synchronise the stream.
 #pragma once
 
@@ -56,7 +57,8 @@ class CudaBackend final : public Backend {
     void download_i32(const int32_t *src, int64_t n, int32_t *host) override;
     void upload(const float *host, Act dst) override;
     void upload_i32(const int32_t *host, int64_t n, int32_t *dst) override;
-    void begin_pass(const BatchInfo &b, bool traced) override;
+    void begin_pass(const BatchInfo &b, const PassIo &io, bool traced) override;
+    bool replay_pass(const BatchInfo &b, const PassIo &io) override;
     void end_pass() override;
     void abort_pass() override;
     void region_begin(const char *name) override {
@@ -70,6 +72,7 @@ class CudaBackend final : public Backend {
 
     void embed(const Weight &tok_embd, const int32_t *ids, Act out) override;
     void rms_norm(Act x, const Weight &w, float eps, Act out) override;
+    void add_rms_norm(Act x, Act y, const Weight &w, float eps, Act out) override;
     void matmul(const Weight &w, Act x, Act out) override;
     void matmuls(Act x, const std::vector<MatmulOut> &outs) override;
     void add(Act a, Act b, Act out) override;
@@ -126,8 +129,12 @@ class CudaBackend final : public Backend {
         return static_cast<T *>(scratch_bytes(size_t(n) * sizeof(T)));
     }
 
+    // What an upload inside a recorded pass holds, so that a replay can write it anew (cuda_graph.cpp): the pass's
+    // token ids, its rows' {sequence, position} table, its attention tiles, its logit rows (fixed by the graph's
+    // key). Anything else makes the recording one that cannot be replayed.
+    enum class UploadSrc : uint8_t { None, Tokens, SeqPos, Tiles, OutRows };
     // Copies host bytes to fresh scratch through the pinned staging buffer (async, stream-ordered).
-    void *upload(const void *host, size_t bytes);
+    void *upload(const void *host, size_t bytes, UploadSrc src = UploadSrc::None);
     template <class T>
     const T *upload_vec(const std::vector<T> &v) {
         return static_cast<const T *>(upload(v.data(), v.size() * sizeof(T)));
@@ -140,6 +147,10 @@ class CudaBackend final : public Backend {
 
     // ---- per-forward row tables ----
     const int2 *seq_pos(const BatchInfo &b);  // {sequence, position} per row, uploaded once per forward
+    static std::vector<int2> seq_pos_table(const BatchInfo &b);
+    // attention(): a batch's query tiles of at most rpt rows, and the split of their key ranges over blocks
+    static std::vector<AttnTile> attention_tiles(const BatchInfo &b, int rpt);
+    void attention_split(int64_t n_tiles, int64_t n_head_kv, int64_t max_end, int64_t &n_split, int64_t &chunk) const;
     const float *inv_freq(const RopeParams &rp);
 
     // ---- matmul (cuda_matmul.cpp) ----
@@ -202,7 +213,7 @@ class CudaBackend final : public Backend {
     // layer.
     uint8_t *pass_buf_ = nullptr;
     size_t pass_buf_size_ = 0, pass_used_ = 0;
-    void *upload_pass(const void *host, size_t bytes, bool &in_scratch);
+    void *upload_pass(const void *host, size_t bytes, bool &in_scratch, UploadSrc src);
     std::vector<AttnTile> tiles_key_;
     const AttnTile *tiles_dev_ = nullptr;
     bool tiles_in_scratch_ = false;
@@ -254,11 +265,10 @@ class CudaBackend final : public Backend {
     OpProfiler prof_;
 
     // ---- graphs (cuda_graph.cpp): a decoding pass recorded by stream capture and launched as one graph ----
+    bool graphs_on_ = false;           // CudaOptions::graphs, or STRATA_CUDA_GRAPHS where set
     bool graph_eligible_ = false;      // every MoE layer routes on the device at decode sizes
     bool capturing_ = false;           // inside begin_pass .. end_pass, recording
-    int64_t pass_rows_ = 0;            // the recorded pass's size
     std::vector<int64_t> graph_warm_;  // pass sizes that have run once without a graph (tables made, kernels loaded)
-    std::vector<std::pair<int64_t, cudaGraphExec_t>> graph_execs_;  // one executable graph per pass size
     struct Deferred {  // a download recorded in the graph: pinned rows copied to the caller's memory at end_pass
         float *host;
         const float *pinned;
@@ -267,12 +277,54 @@ class CudaBackend final : public Backend {
     std::vector<Deferred> deferred_;
     float *dl_pinned_ = nullptr;
     size_t dl_floats_ = 0, dl_used_ = 0;
-    uint64_t graph_launches_ = 0, graph_instantiations_ = 0;
+    // What a recorded pass depended on beyond its kernels' arguments, and so what a replay must check or rewrite.
+    struct StagedUpload {
+        uint8_t *pinned;  // where in the staging buffer the graph's copy reads
+        size_t bytes;
+        UploadSrc src;
+    };
+    struct AttnRecord {  // attention()'s choices, the same for every attention layer of a replayable pass
+        bool present = false;
+        int rpt = 0;
+        int64_t n_head_kv = 0, n_split = 0, chunk = 0, n_ctx = 0;
+    };
+    struct PassGraph {
+        // the key: the batch's shape (positions aside), the logit rows, the memory the graph's nodes address
+        int64_t rows = 0;
+        std::vector<BatchSeg> segs;  // pos0 not compared
+        std::vector<int64_t> out_rows;
+        uint64_t generation = 0;
+        cudaGraphExec_t exec = nullptr;
+        bool replayable = false;
+        AttnRecord attn;
+        int64_t vocab_rows = 0;  // the embedding's rows, for the token check
+        std::vector<StagedUpload> uploads;
+        std::vector<std::pair<size_t, Deferred>> downloads;  // {floats from io.logits, the pinned rows}
+        uint64_t last_use = 0;
+    };
+    std::vector<PassGraph> graphs_;  // a few recorded passes, the least recently used one rebuilt from the next
+    PassIo pass_io_;                 // the pass being recorded
+    int64_t last_rows_ = -1;         // the previous pass's shape (rows, segments, logit rows)
+    std::vector<BatchSeg> last_segs_;
+    std::vector<int64_t> last_out_rows_;
+    void note_shape(const BatchInfo &b, const PassIo &io);
+    BatchInfo pass_batch_;
+    bool rec_ok_ = false;  // the pass being recorded can be replayed so far
+    AttnRecord rec_attn_;
+    int64_t rec_vocab_ = 0;
+    std::vector<StagedUpload> rec_uploads_;
+    // Bumped whenever memory that recorded graphs address is given back or moved (scratch chunks, the staging and
+    // download buffers, caches, slots): graphs of an older generation are recorded again before use.
+    uint64_t graph_gen_ = 0, graph_clock_ = 0;
+    uint64_t graph_launches_ = 0, graph_instantiations_ = 0, graph_replays_ = 0;
+    void note_upload(uint8_t *pinned, size_t bytes, UploadSrc src);
+    PassGraph *find_graph(const BatchInfo &b, const std::vector<int64_t> &out_rows);
     void drop_capture();
     void report_graphs() const;  // stderr, at exit: passes, and where their time went
     using Clock = std::chrono::steady_clock;
     Clock::time_point graph_t0_;
     double graph_ms_[3] = {0, 0, 0};  // recording, update or build, launch to done
+    double replay_ms_[2] = {0, 0};    // replays: host work to launch, launch to done
     Clock::time_point pass_t0_;
     bool pass_small_ = false;
     uint64_t direct_passes_ = 0;

@@ -1,22 +1,39 @@
-// Decoding passes as CUDA graphs. A decode step launches over a thousand small kernels, each with its own launch
-// cost on the host and gap on the GPU. Where a pass needs nothing from the host until its logits (every expert
-// resident, so routing stays on the device), the pass's ops are recorded by stream capture and launched as one graph:
-// the same kernels with the same arguments in the same order, so the results are bit-identical to launching them one by
-// one. Each pass size keeps an executable graph, updated in place from each new recording (cheap while the shape of
-// the pass holds: kernel arguments differ from step to step, the nodes do not) and rebuilt when the driver refuses.
+// Decoding passes as CUDA graphs. A decode step launches about a thousand small kernels, each with its own launch
+// cost on the host (about 5.7 us on the H200 machines, so the host took 5.8 ms to issue a 30B-A3B pass the GPU ran
+// in 6.4) and gap on the GPU. Where a pass needs nothing from the host until its logits (every expert resident, so
+// routing stays on the device), the pass's ops are recorded by stream capture once and the graph is then replayed:
+// the same kernels with the same arguments in the same order, so the results are bit-identical to launching them one
+// by one.
+//
+// Recording and replaying:
+//   - A pass size runs once without a graph first, so tables and allocations that a first pass makes are made outside
+//     any recording, and only a pass of the same shape as the one before is recorded (a sequence decoding; a
+//     server's batches that change from step to step launch op by op). begin_pass() records the pass and end_pass()
+//     turns the recording into an executable graph (updating one of the few kept, else building one), launches it
+//     and waits for it.
+//   - A recorded pass is replayable when everything in it that differs from one decoding step to the next reaches the
+//     kernels through memory, not through their arguments: the token ids, the rows' {sequence, position} table and
+//     the attention tiles are uploaded (their staging bytes are noted, tagged with what they hold), and attention's
+//     split of the key range over blocks, the one launch parameter that depends on the positions, is noted with
+//     it. Any other upload, or a layer choosing differently, makes the recording one that is not replayed.
+//   - The graph's key is what its nodes depend on: the batch's shape (rows, and per segment the sequence, its
+//     length and first row; not its position), the logit rows, and the generation of the memory it addresses
+//     (scratch chunks, the staging and download buffers, caches, slots and expert tables; bumped when any of these
+//     is given back or moved).
+//   - replay_pass(), called by forward() before any op: a graph with the batch's key, replayable, of the current
+//     generation, whose attention split the batch gets too, and token ids inside the vocabulary and positions
+//     inside the context (else the ops run, and they raise the errors): the staging bytes are rewritten from the
+//     batch, the graph launched, waited for, and its pinned logit rows copied to the caller.
 //
 // Rules that keep a recorded pass valid: nothing in it synchronises with the host or reads device results on the
 // host (the eligibility below, and upload() refusing to wrap its staging buffer while recording); host data it
-// uploads sits in the pinned staging buffer until the graph has run (end_pass synchronises before the next pass);
-// downloads go to pinned memory and reach the caller's buffer in end_pass. A pass size runs once without a graph
-// first, so tables and allocations that a first pass makes are made outside any recording.
+// uploads sits in the pinned staging buffer until the graph has run (end_pass and replays synchronise before the
+// next pass); downloads go to pinned memory and reach the caller's buffer once the graph is done.
 //
-// Off by default: measured on the H200 (Qwen3-30B-A3B, tg128), recording and updating every pass cost more than the
-// launches it saves (122 t/s with graphs, 134 without), because the host records a pass while the GPU waits, where
-// launches one by one overlap the host's work with the GPU's; and the graph itself ran 5.9 ms of the 7.3 a pass took
-// op by op, so the kernels, more than their launches, set the pace. STRATA_CUDA_GRAPHS=1 (or CudaOptions::graphs)
-// turns them on; profiling (STRATA_CUDA_PROFILE=1) keeps them off. Replaying a graph without recording it again
-// (kernel arguments that do not change from step to step) would take the recording off the critical path.
+// On by default (CudaOptions::graphs); STRATA_CUDA_GRAPHS=0 launches every pass op by op, =1 turns graphs on where
+// the options left them off; profiling (STRATA_CUDA_PROFILE=1) keeps them off. STRATA_CUDA_GRAPH_REPLAY=0 records
+// every pass again (the form that measured slower than direct launches: on the 30B's tg128, recording 1.5 ms and
+// updating 0.5 ms per pass while the GPU waits).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -32,18 +49,32 @@ namespace strata::cuda {
 
 namespace {
 
-bool graphs_forced() {
-    static const bool on = env_switch("STRATA_CUDA_GRAPHS", false);
+bool replay_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_GRAPH_REPLAY", true);
     return on;
+}
+
+constexpr size_t k_kept_graphs = 8;
+
+bool same_shape(const std::vector<BatchSeg> &a, const std::vector<BatchSeg> &b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); i++)
+        if (a[i].seq != b[i].seq || a[i].n != b[i].n || a[i].row0 != b[i].row0) return false;
+    return true;
 }
 
 }  // namespace
 
-void CudaBackend::begin_pass(const BatchInfo &b, bool traced) {
+void CudaBackend::begin_pass(const BatchInfo &b, const PassIo &io, bool traced) {
     STRATA_ASSERT(!capturing_);
     pass_t0_ = Clock::now();
     pass_small_ = b.n_tokens <= k_mmv_max_rows;
-    if (!(opt_.graphs || graphs_forced()) || traced || prof_.on() || !graph_eligible_ || download_cols_ <= 0) return;
+    // A shape seen in the pass before is likely to come again (a sequence decoding): only those are recorded, so
+    // that batches changing from step to step (a server's) do not pay for recordings they never replay.
+    const bool repeat = last_rows_ == b.n_tokens && same_shape(last_segs_, b.segs) && io.out_rows &&
+                        last_out_rows_ == *io.out_rows;
+    note_shape(b, io);
+    if (!graphs_on_ || traced || prof_.on() || !graph_eligible_ || download_cols_ <= 0 || !repeat) return;
     if (b.n_tokens < 1 || b.n_tokens > k_mmv_max_rows) return;
     if (std::find(graph_warm_.begin(), graph_warm_.end(), b.n_tokens) == graph_warm_.end()) {
         graph_warm_.push_back(b.n_tokens);
@@ -54,16 +85,98 @@ void CudaBackend::begin_pass(const BatchInfo &b, bool traced) {
     if (dl_floats_ < need) {
         if (dl_pinned_) STRATA_CUDA_CHECK(cudaFreeHost(dl_pinned_));
         dl_pinned_ = nullptr;
+        graph_gen_++;
         dl_floats_ = 0;
         STRATA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void **>(&dl_pinned_), need * sizeof(float)));
         dl_floats_ = need;
     }
     dl_used_ = 0;
     deferred_.clear();
-    pass_rows_ = b.n_tokens;
+    pass_io_ = io;
+    pass_batch_ = b;
+    rec_ok_ = replay_enabled() && io.tokens && io.out_rows && io.logits;
+    rec_attn_ = {};
+    rec_vocab_ = 0;
+    rec_uploads_.clear();
     STRATA_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
     capturing_ = true;
     graph_t0_ = Clock::now();
+}
+
+void CudaBackend::note_shape(const BatchInfo &b, const PassIo &io) {
+    last_rows_ = b.n_tokens;
+    last_segs_ = b.segs;
+    if (io.out_rows)
+        last_out_rows_ = *io.out_rows;
+    else
+        last_out_rows_.clear();
+}
+
+void CudaBackend::note_upload(uint8_t *pinned, size_t bytes, UploadSrc src) {
+    if (src == UploadSrc::None) rec_ok_ = false;
+    rec_uploads_.push_back({pinned, bytes, src});
+}
+
+CudaBackend::PassGraph *CudaBackend::find_graph(const BatchInfo &b, const std::vector<int64_t> &out_rows) {
+    for (PassGraph &g : graphs_)
+        if (g.exec && g.rows == b.n_tokens && g.generation == graph_gen_ && same_shape(g.segs, b.segs) &&
+            g.out_rows == out_rows)
+            return &g;
+    return nullptr;
+}
+
+bool CudaBackend::replay_pass(const BatchInfo &b, const PassIo &io) {
+    if (!graphs_on_ || !replay_enabled() || prof_.on() || !graph_eligible_) return false;
+    if (b.n_tokens < 1 || b.n_tokens > k_mmv_max_rows || !io.tokens || !io.out_rows || !io.logits) return false;
+    STRATA_ASSERT(!capturing_);
+    PassGraph *g = find_graph(b, *io.out_rows);
+    if (!g || !g->replayable) return false;
+    const Clock::time_point t0 = Clock::now();
+    for (int64_t t = 0; t < b.n_tokens; t++)
+        if (io.tokens[t] < 0 || io.tokens[t] >= g->vocab_rows) return false;
+    std::vector<AttnTile> tiles;
+    if (g->attn.present) {
+        int64_t max_end = 0;
+        for (const BatchSeg &s : b.segs) {
+            if (s.pos0 + s.n > g->attn.n_ctx) return false;
+            max_end = std::max(max_end, s.pos0 + s.n);
+        }
+        tiles = attention_tiles(b, g->attn.rpt);
+        int64_t n_split = 1, chunk = 0;
+        attention_split(int64_t(tiles.size()), g->attn.n_head_kv, max_end, n_split, chunk);
+        if (n_split != g->attn.n_split || chunk != g->attn.chunk) return false;
+    }
+    // The previous pass's copies out of the staging buffer are done (its download or replay waited for it).
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const std::vector<int2> sp = seq_pos_table(b);
+    for (const StagedUpload &u : g->uploads) {
+        const void *from = nullptr;
+        size_t bytes = 0;
+        switch (u.src) {
+            case UploadSrc::Tokens: from = io.tokens, bytes = size_t(b.n_tokens) * 4; break;
+            case UploadSrc::SeqPos: from = sp.data(), bytes = sp.size() * sizeof(int2); break;
+            case UploadSrc::Tiles: from = tiles.data(), bytes = tiles.size() * sizeof(AttnTile); break;
+            case UploadSrc::OutRows: continue;  // part of the key
+            case UploadSrc::None: fail("internal: a replayed pass with an unknown upload");
+        }
+        STRATA_ASSERT(bytes == u.bytes);
+        std::memcpy(u.pinned, from, bytes);
+    }
+    // Tables the ops keep for a pass no longer describe what the pass buffer holds.
+    seq_pos_rows_ = -1, seq_pos_dev_ = nullptr;
+    tiles_key_.clear(), tiles_dev_ = nullptr;
+    const Clock::time_point t1 = Clock::now();
+    STRATA_CUDA_CHECK(cudaGraphLaunch(g->exec, stream_));
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (const auto &d : g->downloads) std::memcpy(io.logits + d.first, d.second.pinned, d.second.bytes);
+    g->last_use = ++graph_clock_;
+    note_shape(b, io);
+    graph_launches_++;
+    graph_replays_++;
+    const Clock::time_point t2 = Clock::now();
+    replay_ms_[0] += std::chrono::duration<double, std::milli>(t1 - t0).count();
+    replay_ms_[1] += std::chrono::duration<double, std::milli>(t2 - t1).count();
+    return true;
 }
 
 void CudaBackend::note_direct_pass(Clock::time_point issued, Clock::time_point done) {
@@ -82,12 +195,15 @@ void CudaBackend::report_graphs() const {
                      device_, (unsigned long long)direct_passes_, direct_ms_[0] / double(direct_passes_),
                      direct_ms_[1] / double(direct_passes_));
     if (!graph_launches_) return;
-    const double n = double(graph_launches_);
+    const uint64_t recorded = graph_launches_ - graph_replays_;
+    const double n = double(std::max<uint64_t>(recorded, 1)), r = double(std::max<uint64_t>(graph_replays_, 1));
     std::fprintf(stderr,
-                 "strata: CUDA%d graphs: %llu passes (%llu graphs built); per pass: recording %.3f ms, update or "
-                 "build %.3f ms, launch to done %.3f ms\n",
-                 device_, (unsigned long long)graph_launches_, (unsigned long long)graph_instantiations_,
-                 graph_ms_[0] / n, graph_ms_[1] / n, graph_ms_[2] / n);
+                 "strata: CUDA%d graphs: %llu passes recorded (%llu graphs built; per pass: recording %.3f ms, update "
+                 "or build %.3f ms, launch to done %.3f ms), %llu replayed (per pass: host %.3f ms, launch to done "
+                 "%.3f ms)\n",
+                 device_, (unsigned long long)recorded, (unsigned long long)graph_instantiations_, graph_ms_[0] / n,
+                 graph_ms_[1] / n, graph_ms_[2] / n, (unsigned long long)graph_replays_, replay_ms_[0] / r,
+                 replay_ms_[1] / r);
 }
 
 void CudaBackend::drop_capture() {
@@ -106,47 +222,68 @@ void CudaBackend::abort_pass() {
 void CudaBackend::end_pass() {
     if (!capturing_) return;
     capturing_ = false;
-    cudaGraph_t g = nullptr;
-    cudaError_t err = cudaStreamEndCapture(stream_, &g);
+    cudaGraph_t graph = nullptr;
+    cudaError_t err = cudaStreamEndCapture(stream_, &graph);
     const Clock::time_point t1 = Clock::now();
     if (err != cudaSuccess) {
-        if (g) cudaGraphDestroy(g);
+        if (graph) cudaGraphDestroy(graph);
         cudaGetLastError();
         fail(
             "CUDA%d: recording a decoding pass as a graph failed: %s (graphs are opt-in: leave STRATA_CUDA_GRAPHS "
             "unset)",
             device_, cudaGetErrorString(err));
     }
-    // One executable graph per pass size (a server's batches come in a few sizes): updated from the new recording
-    // where the driver accepts it, else built anew.
-    cudaGraphExec_t *exec = nullptr;
-    for (auto &e : graph_execs_)
-        if (e.first == pass_rows_) exec = &e.second;
-    if (!exec) exec = &graph_execs_.emplace_back(pass_rows_, nullptr).second;
+    // The graph kept for this key, else a new one while few are kept, else the least recently used one: updated from
+    // the new recording where the driver accepts it, else built anew.
+    const std::vector<int64_t> no_rows;
+    const std::vector<int64_t> &out_rows = pass_io_.out_rows ? *pass_io_.out_rows : no_rows;
+    PassGraph *g = find_graph(pass_batch_, out_rows);
+    if (!g && graphs_.size() < k_kept_graphs) g = &graphs_.emplace_back();
+    if (!g)
+        g = &*std::min_element(graphs_.begin(), graphs_.end(),
+                               [](const PassGraph &a, const PassGraph &b) { return a.last_use < b.last_use; });
     bool ready = false;
-    if (*exec) {
+    if (g->exec) {
         cudaGraphExecUpdateResultInfo info{};
-        if (cudaGraphExecUpdate(*exec, g, &info) == cudaSuccess) {
+        if (cudaGraphExecUpdate(g->exec, graph, &info) == cudaSuccess) {
             ready = true;
         } else {
             cudaGetLastError();
-            cudaGraphExecDestroy(*exec);
-            *exec = nullptr;
+            cudaGraphExecDestroy(g->exec);
+            g->exec = nullptr;
         }
     }
     if (!ready) {
-        err = cudaGraphInstantiate(exec, g, 0);
+        err = cudaGraphInstantiate(&g->exec, graph, 0);
         if (err != cudaSuccess) {
-            *exec = nullptr;
-            cudaGraphDestroy(g);
+            g->exec = nullptr;
+            cudaGraphDestroy(graph);
             cudaGetLastError();
             fail("CUDA%d: building a graph of a decoding pass failed: %s", device_, cudaGetErrorString(err));
         }
         graph_instantiations_++;
     }
-    cudaGraphDestroy(g);
+    cudaGraphDestroy(graph);
+    g->rows = pass_batch_.n_tokens;
+    g->segs = pass_batch_.segs;
+    g->out_rows = out_rows;
+    g->generation = graph_gen_;
+    g->attn = rec_attn_;
+    g->vocab_rows = rec_vocab_;
+    g->uploads = rec_uploads_;
+    g->downloads.clear();
+    bool replayable = rec_ok_ && rec_vocab_ > 0;
+    for (const Deferred &d : deferred_) {
+        const ptrdiff_t off = pass_io_.logits ? d.host - pass_io_.logits : -1;
+        if (off < 0) replayable = false;
+        g->downloads.push_back({size_t(std::max<ptrdiff_t>(off, 0)), d});
+    }
+    for (const StagedUpload &u : rec_uploads_)
+        if (u.src == UploadSrc::Tokens && u.bytes != size_t(pass_batch_.n_tokens) * 4) replayable = false;
+    g->replayable = replayable;
+    g->last_use = ++graph_clock_;
     const Clock::time_point t2 = Clock::now();
-    STRATA_CUDA_CHECK(cudaGraphLaunch(*exec, stream_));
+    STRATA_CUDA_CHECK(cudaGraphLaunch(g->exec, stream_));
     graph_launches_++;
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
     const Clock::time_point t3 = Clock::now();

@@ -49,25 +49,24 @@ void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int
     const bool mma = rpt > 0 && !small && flash_mma_enabled() && flash_mma_applies(c.kv.type, head_dim, group, prop_.major);
     if (mma) rpt = flash_mma_rows_per_tile(group);
     if (rpt == 0) {
+        if (capturing_) rec_ok_ = false;  // the simple kernel is not checked for replays
         launch_attention(c.kv, rows_of(q), rows_of(out), n_head, n_head_kv, head_dim, scale, sp, stream_);
         return;
     }
-    std::vector<AttnTile> tiles;
-    int64_t max_end = 0;
-    for (const BatchSeg &s : b.segs) {
-        for (int64_t r = 0; r < s.n; r += rpt)
-            tiles.push_back(
-                {int32_t(s.row0 + r), int32_t(std::min<int64_t>(rpt, s.n - r)), s.seq, int32_t(s.pos0 + r)});
-        max_end = std::max(max_end, s.pos0 + s.n);
-    }
+    const std::vector<AttnTile> tiles = attention_tiles(b, rpt);
     if (tiles.empty()) return;
-    // Too few blocks to fill the GPU (decoding a few sequences): split long key ranges over blocks.
-    const int64_t blocks = int64_t(tiles.size()) * n_head_kv, target = 2 * int64_t(prop_.multiProcessorCount);
-    int64_t n_split = 1, chunk = max_end;
-    if (blocks < target && max_end > 64) {
-        n_split = std::min((target + blocks - 1) / blocks, (max_end + 63) / 64);
-        chunk = ((max_end + n_split - 1) / n_split + 63) / 64 * 64;
-        n_split = (max_end + chunk - 1) / chunk;
+    int64_t max_end = 0;
+    for (const BatchSeg &s : b.segs) max_end = std::max(max_end, s.pos0 + s.n);
+    int64_t n_split = 1, chunk = 0;
+    attention_split(int64_t(tiles.size()), n_head_kv, max_end, n_split, chunk);
+    if (capturing_) {
+        // A replay checks that its batch gets the same split (cuda_graph.cpp).
+        const AttnRecord r{true, rpt, n_head_kv, n_split, chunk, c.kv.n_ctx};
+        const AttnRecord &o = rec_attn_;
+        if (o.present && (o.rpt != r.rpt || o.n_head_kv != r.n_head_kv || o.n_split != r.n_split ||
+                          o.chunk != r.chunk || o.n_ctx != r.n_ctx))
+            rec_ok_ = false;
+        rec_attn_ = r;
     }
     const Mark m = mark();
     const size_t ws_floats =
@@ -81,6 +80,29 @@ void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int
         launch_flash_attention(c.kv, rows_of(q), rows_of(out), n_head, n_head_kv, head_dim, scale, small,
                                attn_tiles(tiles), int(tiles.size()), int(n_split), int(chunk), ws, stream_);
     release(m);
+}
+
+std::vector<AttnTile> CudaBackend::attention_tiles(const BatchInfo &b, int rpt) {
+    std::vector<AttnTile> tiles;
+    for (const BatchSeg &s : b.segs)
+        for (int64_t r = 0; r < s.n; r += rpt)
+            tiles.push_back(
+                {int32_t(s.row0 + r), int32_t(std::min<int64_t>(rpt, s.n - r)), s.seq, int32_t(s.pos0 + r)});
+    return tiles;
+}
+
+// Too few blocks to fill the GPU (decoding a few sequences): split long key ranges over blocks. Unsplit, the one
+// range is every key of every tile (a fixed bound, not the batch's end, so that the kernels' arguments stay the same
+// from one decoding step to the next and a recorded pass can be replayed).
+void CudaBackend::attention_split(int64_t n_tiles, int64_t n_head_kv, int64_t max_end, int64_t &n_split,
+                                  int64_t &chunk) const {
+    const int64_t blocks = n_tiles * n_head_kv, target = 2 * int64_t(prop_.multiProcessorCount);
+    n_split = 1, chunk = int64_t(1) << 30;
+    if (blocks < target && max_end > 64) {
+        n_split = std::min((target + blocks - 1) / blocks, (max_end + 63) / 64);
+        chunk = ((max_end + n_split - 1) / n_split + 63) / 64 * 64;
+        n_split = (max_end + chunk - 1) / chunk;
+    }
 }
 
 void CudaBackend::gdn(int64_t il, const GdnWeights &Lw, Act qkv, Act z, Act beta_in, Act alpha_in, const GdnParams &p,

@@ -37,6 +37,7 @@
 namespace strata::cuda {
 
 void CudaBackend::make_slots(const Placement &plan) {
+    graph_gen_++;
     slot_bytes_ = plan.slot_bytes;
     layouts_ = plan.layouts;
     for (int64_t done = 0; done < plan.n_slots;) {
@@ -125,6 +126,7 @@ void CudaBackend::make_host_tier(WeightSet &ws, const Placement &plan) {
 }
 
 void CudaBackend::free_slots() {
+    graph_gen_++;
     if (pinned_base_) cudaHostUnregister(const_cast<uint8_t *>(pinned_base_));
     pinned_base_ = nullptr;
     for (void *p : host_allocs_) cudaFreeHost(p);
@@ -244,6 +246,7 @@ void CudaBackend::set_resident_experts(const ExpertWeights &w, const std::vector
         tables_set_++;
     }
     expert_tables_[size_t(w.il)] = dev;
+    graph_gen_++;
     // Every layer filled for good: no fill comes after start, and the stager's pinned buffers and threads go.
     if (tables_set_ == moe_layers_) stager_.reset();
     // Decoding passes can run as graphs once no layer needs the host for its experts.

@@ -19,6 +19,8 @@ void launch_gather_rows(Rows src, const int32_t *rows_dev, Rows dst, cudaStream_
 void launch_deinterleave(Rows src, int64_t width, Rows a, Rows b, cudaStream_t stream);
 // out = x / rms(x) * w over groups of `group` columns (w: `group` floats on the device); out may be x.
 void launch_rms_norm(Rows x, const float *w, int64_t group, float eps, Rows out, cudaStream_t stream);
+// x += y, then out = rms_norm(x) as launch_rms_norm computes it (the same bits as launch_add and launch_rms_norm).
+void launch_add_rms_norm(Rows x, Rows y, const float *w, int64_t group, float eps, Rows out, cudaStream_t stream);
 // NeoX rotation of the first n_rot dims of every head of x at each row's position (seq_pos_dev: {sequence, position}
 // per row). inv_freq_dev: n_rot / 2 floats, theta^(-2i / n_rot) as the CPU computes them.
 void launch_rope_neox(Rows x, int64_t head_dim, int64_t n_rot, const float *inv_freq_dev, const int2 *seq_pos_dev,

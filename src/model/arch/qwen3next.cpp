@@ -75,18 +75,21 @@ Act trunk_qwen3next(const ForwardCtx &c, const int32_t *tokens) {
     Act x = be.alloc(T, hp.n_embd);
     be.embed(c.m.tok_embd, tokens, x);
     c.trace("inp_embd", x);
+    // cur: the normed input of each block. The residual adds fold into the next norm (add_rms_norm).
+    Act cur = be.alloc(T, hp.n_embd);
+    if (hp.n_layer > 0) be.rms_norm(x, c.m.layers[0].attn_norm, hp.rms_eps, cur);
     for (int64_t il = 0; il < hp.n_layer; il++) {
         const LayerWeights &L = c.m.layers[size_t(il)];
         const Backend::ScratchMark layer_mark = be.scratch_mark();
-        Act cur = be.alloc(T, hp.n_embd);
-        be.rms_norm(x, L.attn_norm, hp.rms_eps, cur);
         Act mix = L.recurrent ? gdn_block(c, il, cur) : attention_block(c, il, cur);
         c.trace(il, L.recurrent ? "linear_attn_out" : "attn_out", mix);
-        be.add(x, mix, x);
-        be.rms_norm(x, L.ffn_norm, hp.rms_eps, cur);
+        be.add_rms_norm(x, mix, L.ffn_norm, hp.rms_eps, cur);
         Act moe = moe_block(c, il, cur);
         c.trace(il, "ffn_moe_out", moe);
-        be.add(x, moe, x);
+        if (il + 1 < hp.n_layer)
+            be.add_rms_norm(x, moe, c.m.layers[size_t(il + 1)].attn_norm, hp.rms_eps, cur);
+        else
+            be.add(x, moe, x);
         c.trace(il, "l_out", x);
         be.scratch_release(layer_mark);
     }
