@@ -160,7 +160,9 @@ void Engine::decode(const std::vector<SeqInput> &inputs, std::vector<std::vector
     }
 
     const int64_t n_vocab_ = n_vocab();
-    logits.assign(inputs.size(), {});
+    // Every row is written below (each input's last token, or all of them), so vectors the caller passes back are
+    // resized in place rather than allocated and zeroed again.
+    logits.resize(inputs.size());
     for (size_t i = 0; i < inputs.size(); i++)
         logits[i].resize(size_t((inputs[i].all_logits ? int64_t(inputs[i].tokens.size()) : 1) * n_vocab_));
 
@@ -197,9 +199,14 @@ void Engine::decode(const std::vector<SeqInput> &inputs, std::vector<std::vector
             }
             b.n_tokens += n;
         }
-        std::vector<float> out(out_rows.size() * size_t(n_vocab_));
+        // Decoding-sized passes reuse one buffer; a pass wanting many rows (a scored prompt) gets its own.
+        const size_t out_floats = out_rows.size() * size_t(n_vocab_);
+        std::vector<float> many;
+        if (out_rows.size() <= 16 && pass_logits_.size() < out_floats) pass_logits_.resize(out_floats);
+        if (out_rows.size() > 16) many.resize(out_floats);
+        float *out = out_rows.size() <= 16 ? pass_logits_.data() : many.data();
         try {
-            forward(*model_, *backend_, strata_->moe(), tokens.data(), b, out_rows, out.data(), tracer_);
+            forward(*model_, *backend_, strata_->moe(), tokens.data(), b, out_rows, out, tracer_);
         } catch (...) {
             // Attention rows past a sequence's length are never read, but recurrent state is updated in place.
             if (has_recurrent())
@@ -207,7 +214,7 @@ void Engine::decode(const std::vector<SeqInput> &inputs, std::vector<std::vector
             throw;
         }
         for (size_t j = 0; j < dests.size(); j++)
-            std::copy_n(out.data() + j * size_t(n_vocab_), n_vocab_,
+            std::copy_n(out + j * size_t(n_vocab_), n_vocab_,
                         logits[dests[j].input].data() + dests[j].row_in_logits * n_vocab_);
         for (const BatchSeg &s : b.segs) {
             seq_len_[size_t(s.seq)] += s.n;

@@ -122,6 +122,9 @@ class Engine {
     std::unique_ptr<MemoryStrata> strata_;
     std::vector<int64_t> seq_len_;  // per sequence; -1 when free
     std::vector<char> state_lost_;  // per sequence: a failed pass may have changed its recurrent state
+    // A decoding pass's logit rows (at most 16), kept from pass to pass: a vocabulary row is 600 KB on the Qwen
+    // models, and allocating and zeroing it (page faults and all) at every step costs the host time the GPU waits.
+    std::vector<float> pass_logits_;
     const Tracer *tracer_ = nullptr;
 };
 
