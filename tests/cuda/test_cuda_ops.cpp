@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/mmvq_host.h"
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/matmul.cuh"
 #include "cuda_test_util.h"
@@ -177,6 +178,139 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, CudaMatmul, ::testing::ValuesIn(matmul_cases(
     return std::string(dtype_name(c.type)) + "_k" + std::to_string(c.k) + "_n" + std::to_string(c.n) + "_t" +
            std::to_string(c.t);
 });
+
+// The host copy of the decode mat-vec (backend/cpu/mmvq_host.h) against the kernels bit for bit: the activations'
+// 8-bit form (k_quantize_act_q8_0 / _q8_k) and every mat-vec type's dot products, one and three activation rows,
+// row lengths with fewer sub-blocks than a warp's lanes, several per lane and a partial turn. This is what lets a
+// decoding expert run on the CPU without changing a bit of the result.
+TEST(MmvqHost, IsTheKernelBitForBit) {
+    for (DType t : {DType::Q8_0, DType::Q4_0, DType::MXFP4, DType::IQ4_XS, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                    DType::IQ2_XXS, DType::IQ1_M}) {
+        for (int64_t k : {256, 768, 2048, 2304}) {
+            const DType vt = dot_act_type(t);
+            const int64_t n = 37, R = 3;
+            const size_t rb = row_bytes(t, k);
+            const std::vector<float> wf = randn(size_t(n * k), uint64_t(k) * 31 + 1, 0.05f);
+            std::vector<uint8_t> w(rb * size_t(n));
+            for (int64_t r = 0; r < n; r++) quantize_row(t, wf.data() + r * k, w.data() + size_t(r) * rb, k);
+            const std::vector<float> x = randn(size_t(R * k), uint64_t(k) * 31 + 2);
+            DevBuf wd(w.size()), xd(x.size() * 4), qd(size_t(R * k)), dd(size_t(R * k / 32) * 8), yd(size_t(R * n) * 4);
+            CUDA_OK(cudaMemcpy(wd.p, w.data(), w.size(), cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(xd.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+            cuda::launch_quantize_act(vt, xd.as<float>(), k, R, k, qd.as<int8_t>(), dd.as<float2>(), nullptr);
+            cuda::MatmulArgs a;
+            a.type = t;
+            a.k = k;
+            a.n = n;
+            a.row_bytes = rb;
+            a.xq = qd.as<int8_t>();
+            a.xds = dd.as<float2>();
+            a.y = yd.as<float>();
+            a.y_stride = n;
+            a.single = {wd.p, 0, int32_t(R), 0};
+            cuda::launch_mmvq(a, nullptr);
+            CUDA_OK(cudaDeviceSynchronize());
+            std::vector<int8_t> qg(size_t(R * k));
+            std::vector<ActScale> dg(size_t(R * k / 32));
+            std::vector<float> yg(size_t(R * n));
+            CUDA_OK(cudaMemcpy(qg.data(), qd.p, qg.size(), cudaMemcpyDeviceToHost));
+            CUDA_OK(cudaMemcpy(dg.data(), dd.p, dg.size() * 8, cudaMemcpyDeviceToHost));
+            CUDA_OK(cudaMemcpy(yg.data(), yd.p, yg.size() * 4, cudaMemcpyDeviceToHost));
+            const std::string what = std::string(dtype_name(t)) + ", k " + std::to_string(k);
+            {  // the gated form (an expert's down-matrix input): silu(x) * m quantized, on the device and here
+                const std::vector<float> m = randn(size_t(R * k), uint64_t(k) * 31 + 3);
+                DevBuf md(m.size() * 4), q2(size_t(R * k)), d2(size_t(R * k / 32) * 8);
+                CUDA_OK(cudaMemcpy(md.p, m.data(), m.size() * 4, cudaMemcpyHostToDevice));
+                cuda::launch_quantize_act(vt, xd.as<float>(), k, R, k, q2.as<int8_t>(), d2.as<float2>(), nullptr,
+                                          md.as<float>(), k);
+                CUDA_OK(cudaDeviceSynchronize());
+                std::vector<int8_t> qg2(size_t(R * k)), qh2(size_t(R * k));
+                std::vector<ActScale> dg2(size_t(R * k / 32)), dh2(size_t(R * k / 32));
+                CUDA_OK(cudaMemcpy(qg2.data(), q2.p, qg2.size(), cudaMemcpyDeviceToHost));
+                CUDA_OK(cudaMemcpy(dg2.data(), d2.p, dg2.size() * 8, cudaMemcpyDeviceToHost));
+                for (int64_t r = 0; r < R; r++)
+                    quantize_act_gpu(vt, x.data() + r * k, k, qh2.data() + r * k, dh2.data() + r * (k / 32),
+                                     m.data() + r * k);
+                ASSERT_EQ(std::memcmp(qh2.data(), qg2.data(), qh2.size()), 0) << what << ", gated";
+                ASSERT_EQ(std::memcmp(dh2.data(), dg2.data(), dh2.size() * 8), 0) << what << ", gated";
+            }
+            for (int64_t r = 0; r < R; r++) {
+                std::vector<int8_t> qh(static_cast<size_t>(k));
+                std::vector<ActScale> dh(static_cast<size_t>(k / 32));
+                quantize_act_gpu(vt, x.data() + r * k, k, qh.data(), dh.data());
+                ASSERT_EQ(std::memcmp(qh.data(), qg.data() + r * k, size_t(k)), 0) << what << ", row " << r;
+                ASSERT_EQ(std::memcmp(dh.data(), dg.data() + r * (k / 32), dh.size() * 8), 0) << what << ", row " << r;
+                for (int64_t j = 0; j < n; j++) {
+                    const float h = mmvq_host_dot(t, w.data() + size_t(j) * rb, k, qh.data(), dh.data());
+                    const float g = yg[size_t(r * n + j)];
+                    ASSERT_EQ(std::memcmp(&h, &g, 4), 0)
+                        << what << ", activation row " << r << ", weight row " << j << ": host " << h << ", GPU " << g;
+                }
+            }
+        }
+    }
+}
+
+// One token through one expert on the host (expert_ffn_host) and through the decode kernels in the order the MoE
+// path launches them (x quantized, gate and up, silu(gate) * up quantized, down): the same bits, for every mat-vec
+// type and the common mix of Q4_K gate and up with a Q6_K down matrix.
+TEST(MmvqHost, ExpertOnTheHostIsTheKernels) {
+    struct Mix {
+        DType gu, down;
+    };
+    std::vector<Mix> mixes{{DType::Q4_K, DType::Q6_K}};
+    for (DType t : {DType::Q8_0, DType::Q4_0, DType::MXFP4, DType::IQ4_XS, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                    DType::IQ2_XXS, DType::IQ1_M})
+        mixes.push_back({t, t});
+    const int64_t E = 512, F = 768;
+    for (const Mix &mx : mixes) {
+        std::vector<std::vector<uint8_t>> host(3);
+        std::vector<std::unique_ptr<DevBuf>> dev;
+        const DType types[3] = {mx.gu, mx.gu, mx.down};
+        const int64_t ks[3] = {E, E, F}, ns[3] = {F, F, E};
+        HostMatrix hm[3];
+        for (int i = 0; i < 3; i++) {
+            const size_t rb = row_bytes(types[i], ks[i]);
+            const std::vector<float> f = randn(size_t(ks[i] * ns[i]), uint64_t(100 + i), 0.05f);
+            host[size_t(i)].resize(rb * size_t(ns[i]));
+            for (int64_t r = 0; r < ns[i]; r++)
+                quantize_row(types[i], f.data() + r * ks[i], host[size_t(i)].data() + size_t(r) * rb, ks[i]);
+            dev.push_back(std::make_unique<DevBuf>(host[size_t(i)].size()));
+            CUDA_OK(cudaMemcpy(dev.back()->p, host[size_t(i)].data(), host[size_t(i)].size(), cudaMemcpyHostToDevice));
+            hm[i] = {types[i], host[size_t(i)].data(), rb, ks[i], ns[i]};
+        }
+        const std::vector<float> x = randn(size_t(E), 7);
+        DevBuf xd(size_t(E) * 4), q(static_cast<size_t>(F)), ds(size_t(F / 32) * 8), g(size_t(F) * 4), u(size_t(F) * 4),
+            y(size_t(E) * 4);
+        CUDA_OK(cudaMemcpy(xd.p, x.data(), size_t(E) * 4, cudaMemcpyHostToDevice));
+        auto matvec = [&](int i, float *out) {
+            cuda::MatmulArgs a;
+            a.type = types[i];
+            a.k = ks[i];
+            a.n = ns[i];
+            a.row_bytes = hm[i].row_bytes;
+            a.xq = q.as<int8_t>();
+            a.xds = ds.as<float2>();
+            a.y = out;
+            a.y_stride = ns[i];
+            a.single = {dev[size_t(i)]->p, 0, 1, 0};
+            cuda::launch_mmvq(a, nullptr);
+        };
+        cuda::launch_quantize_act(dot_act_type(mx.gu), xd.as<float>(), E, 1, E, q.as<int8_t>(), ds.as<float2>(),
+                                  nullptr);
+        matvec(0, g.as<float>());
+        matvec(1, u.as<float>());
+        cuda::launch_quantize_act(dot_act_type(mx.down), g.as<float>(), F, 1, F, q.as<int8_t>(), ds.as<float2>(),
+                                  nullptr, u.as<float>(), F);
+        matvec(2, y.as<float>());
+        CUDA_OK(cudaDeviceSynchronize());
+        std::vector<float> yg(static_cast<size_t>(E)), yh(static_cast<size_t>(E));
+        CUDA_OK(cudaMemcpy(yg.data(), y.p, size_t(E) * 4, cudaMemcpyDeviceToHost));
+        expert_ffn_host(hm[0], hm[1], hm[2], x.data(), yh.data());
+        EXPECT_EQ(std::memcmp(yg.data(), yh.data(), size_t(E) * 4), 0)
+            << dtype_name(mx.gu) << " gate and up, " << dtype_name(mx.down) << " down";
+    }
+}
 
 // ---- norms, RoPE, elementwise -----------------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "backend/cuda/device_common.cuh"
+#include "backend/exact_math.h"
 #include "core/error.h"
 
 namespace strata::cuda {
@@ -37,7 +38,7 @@ __global__ void k_silu_mul(Rows g, Rows u) {
     const int64_t r = blockIdx.y;
     FOR_COLS(c, g.cols) {
         const float v = g.data[r * g.stride + c];
-        g.data[r * g.stride + c] = v / (1.0f + expf(-v)) * u.data[r * u.stride + c];
+        g.data[r * g.stride + c] = exact::silu_mul(v, u.data[r * u.stride + c]);
     }
 }
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "backend/cuda/qv_device.cuh"
+#include "backend/exact_math.h"
 #include "core/error.h"
 
 namespace strata::cuda {
@@ -44,17 +45,19 @@ __global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrid
             const int4 x0 = xp[0], x1 = xp[1];
             const int x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
             const float2 ds = a.xds[xr * n_sub + sb];
+            // Every rounding step spelled out (no contraction left to the compiler), so that the host's copy of this
+            // kernel (backend/cpu/mmvq_host.cpp) gives the same bits.
             float s = 0.0f;
 #pragma unroll
             for (int gi = 0; gi < 4; gi++) {
                 const int dot = __dp4a(w.q[2 * gi + 1], x[2 * gi + 1], __dp4a(w.q[2 * gi], x[2 * gi], 0));
-                s += w.scale[gi] * float(dot);
+                s = __fmaf_rn(w.scale[gi], float(dot), s);
                 if constexpr (QV<T>::k_bias) {
                     const int xs = __dp4a(0x01010101, x[2 * gi + 1], __dp4a(0x01010101, x[2 * gi], 0));
-                    s += w.bias[gi] * float(xs);
+                    s = __fmaf_rn(w.bias[gi], float(xs), s);
                 }
             }
-            acc[t] += ds.x * s + w.off * ds.y;
+            acc[t] = __fadd_rn(acc[t], __fmaf_rn(ds.x, s, __fmul_rn(w.off, ds.y)));
         }
     }
 #pragma unroll
@@ -66,11 +69,12 @@ __global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrid
 }
 
 // Q8_0 / Q8_1 levels and scales as format/quant.h makes them; one warp per 32-element block.
-// silu(x) * m, as k_silu_mul computes it, for quantizing a gated product without storing it first.
+// silu(x) * m, as k_silu_mul computes it (exact_math.h: the same bits on the host), for quantizing a gated product
+// without storing it first.
 __device__ __forceinline__ float act_in(const float *x, int64_t x_stride, const float *m, int64_t m_stride, int64_t r,
                                         int64_t c) {
     const float v = x[r * x_stride + c];
-    return m ? v / (1.0f + expf(-v)) * m[r * m_stride + c] : v;
+    return m ? exact::silu_mul(v, m[r * m_stride + c]) : v;
 }
 
 __global__ void k_quantize_act_q8_0(const float *x, int64_t x_stride, const float *m, int64_t m_stride, int64_t k,
