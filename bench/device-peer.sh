@@ -7,7 +7,8 @@
 # llama.cpp (build 11434, CUDA sm_90) builds beside Strata; then per file: llama-bench all in VRAM and in its best
 # configuration at about 12 GiB (-ncmoe N -lm none, peak GPU memory measured), and strata bench resident and at
 # --vram-budget 12G (4096- and 8192-token chunks), with the A/B rows of the streamed schedule, the LFU cache and
-# next-layer prefetch. Every command's output is in /tmp/peer; main.log holds the table rows. Takes ~18 minutes.
+# next-layer prefetch, and four sequences decoding together against llama-batched-bench. Every command's output is in
+# /tmp/peer; main.log holds the table rows. Takes ~20 minutes.
 L=/tmp/peer; mkdir -p $L
 exec > $L/main.log 2>&1
 source .peer/device.sh env; source scripts/device-env.sh
@@ -45,4 +46,9 @@ STRATA_PREFILL_STREAM_AHEAD=0 strata -m /tmp/n80.gguf -p 16384 --chunk 8192 -n 1
 strata -m /tmp/n80.gguf -p 16 -n 32 -r 2 --vram-budget 12G --routing uniform
 strata -m /tmp/n80.gguf -p 16 -n 32 -r 2 --vram-budget 12G --routing uniform --expert-cache-policy lfu
 STRATA_DECODE_PREFETCH=1 strata -m /tmp/n80.gguf -p 16 -n 32 -r 2 --vram-budget 12G --routing uniform
+# four sequences decoding together at 12 GiB (aggregate t/s), against llama.cpp's batched bench at -ncmoe 40
+strata -m /tmp/n80.gguf -p 16 -n 32 -r 2 --vram-budget 12G --routing uniform --parallel 4
+echo "== llama-batched-bench -ncmoe 40 -npl 4"; bash .peer/device.sh peak /tmp/llama.cpp/build/bin/llama-batched-bench \
+  -m /tmp/n80.gguf -ngl 99 -ncmoe 40 -lm none -fa 1 -t 16 -c 4096 -b 2048 -ub 512 -npp 16 -ntg 32 -npl 1,4 > $L/bb.txt 2>&1
+grep -E "^\||peak" $L/bb.txt
 echo ALL_DONE
