@@ -183,6 +183,10 @@ class Backend {
         uint64_t held = 0, driver = 0, budget = 0;
     };
     virtual bool device_memory(DeviceMemory &) const { return false; }
+    // What a device-to-device copy moves in GB/s (bytes read plus bytes written), timed on the backend's own scratch
+    // the first time it is asked, between passes: the ceiling decoding's weight reads are quoted against. 0 where the
+    // backend has no device memory.
+    virtual double copy_rate_gbs() { return 0.0; }
 
     // ---- ops ----
     virtual void embed(const Weight &tok_embd, const int32_t *ids, Act out) = 0;

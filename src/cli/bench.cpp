@@ -268,16 +268,23 @@ void print_table(const ModelFacts &m, const std::string &budget, const std::stri
                stdout);
 }
 
-// What decoding reads of the weights per token, and the rate that makes at each tgN's speed.
-void print_decode_bytes(uint64_t per_token, const std::vector<TestResult> &results) {
+// What decoding reads of the weights per token, the rate that makes at each tgN's speed, and that rate's share of
+// what a device-to-device copy moves (copy_gbs, 0: not measured).
+void print_decode_bytes(uint64_t per_token, double copy_gbs, const std::vector<TestResult> &results) {
     std::string text;
     for (const TestResult &r : results)
-        if (r.test.n_gen > 0 && r.test.n_seq == 1)  // a pass of several sequences shares what it reads
-            text += strfmt("%s%s %.1f GB/s", text.empty() ? "" : ", ", r.test.name.c_str(),
-                           double(per_token) * mean(rates(r)) / 1e9);
-    if (!text.empty())
-        std::printf("\ndecode reads %s of weights per token (k of the routed experts): %s\n",
-                    format_bytes(per_token).c_str(), text.c_str());
+        if (r.test.n_gen > 0 && r.test.n_seq == 1) {  // a pass of several sequences shares what it reads
+            const double gbs = double(per_token) * mean(rates(r)) / 1e9;
+            text += strfmt("%s%s %.1f GB/s", text.empty() ? "" : ", ", r.test.name.c_str(), gbs);
+            if (copy_gbs > 0) text += strfmt(" (%.1f%%)", 100.0 * gbs / copy_gbs);
+        }
+    if (text.empty()) return;
+    std::printf("\ndecode reads %s of weights per token (k of the routed experts): %s\n",
+                format_bytes(per_token).c_str(), text.c_str());
+    if (copy_gbs > 0)
+        std::printf("(percent of the %.0f GB/s a device-to-device copy moves, read plus written, measured after the "
+                    "runs)\n",
+                    copy_gbs);
 }
 
 void print_cache_summary(const std::vector<TestResult> &results, const std::string &backend) {
@@ -327,7 +334,7 @@ void print_device_memory(const Backend &be) {
 }
 
 json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string &routing, uint64_t per_token,
-                 const PrefetchStats &be_prefetch, int repetitions,
+                 double copy_gbs, const PrefetchStats &be_prefetch, int repetitions,
                  const std::vector<TestResult> &results, const std::string &backend, const Backend &be) {
     json j;
     j["model"] = {{"path", m.path},
@@ -348,6 +355,7 @@ json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string
                                               : json(nullptr);
     }
     j["decode_weight_bytes_per_token"] = per_token;
+    j["device_copy_gb_per_s"] = copy_gbs > 0 ? json(copy_gbs) : json(nullptr);
     j["repetitions"] = repetitions;
     json tests = json::array();
     ExpertCacheStats total;
@@ -366,7 +374,10 @@ json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string
         t["tps_sd"] = stdev(tps);
         t["wall_seconds"] = wall_seconds(r);
         t["expert_cache"] = cache_json(r.cache, wall_seconds(r));
-        if (r.test.n_gen > 0 && r.test.n_seq == 1) t["weight_read_gb_per_s"] = double(per_token) * mean(tps) / 1e9;
+        if (r.test.n_gen > 0 && r.test.n_seq == 1) {
+            t["weight_read_gb_per_s"] = double(per_token) * mean(tps) / 1e9;
+            if (copy_gbs > 0) t["weight_read_share_of_copy"] = double(per_token) * mean(tps) / 1e9 / copy_gbs;
+        }
         tests.push_back(std::move(t));
         total = stats_sum(total, r.cache);
         total_s += wall_seconds(r);
@@ -457,9 +468,11 @@ Run add_bench(CLI::App &app) {
         close_routing_trace(trace, a->routing_trace, *eng);
 
         const ModelFacts m = model_facts(*eng, a->model);
+        const double copy_gbs = eng->backend().copy_rate_gbs();
         if (a->json) {
             std::printf("%s\n",
-                        report_json(m, cfg, routing, decode_weight_bytes(eng->model()), eng->expert_stats().prefetch,
+                        report_json(m, cfg, routing, decode_weight_bytes(eng->model()), copy_gbs,
+                                    eng->expert_stats().prefetch,
                                     a->repetitions, results,
                                     backend, eng->backend())
                             .dump(2)
@@ -467,7 +480,7 @@ Run add_bench(CLI::App &app) {
             return 0;
         }
         print_table(m, cfg.vram_budget ? format_bytes(cfg.vram_budget) : "-", routing, results);
-        print_decode_bytes(decode_weight_bytes(eng->model()), results);
+        print_decode_bytes(decode_weight_bytes(eng->model()), copy_gbs, results);
         const PrefetchStats pf = eng->expert_stats().prefetch;
         if (pf.picks)
             std::printf("\nnext-layer prediction (STRATA_DECODE_PREFETCH): %.1f%% of %llu routed picks predicted, %llu "

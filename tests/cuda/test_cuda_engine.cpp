@@ -363,6 +363,25 @@ TEST_P(CudaEngine, GraphsDoNotChangeABit) {
     EXPECT_EQ(stats_of(*c).graph_launches, 0u);
 }
 
+// The device-to-device copy rate bench quotes decoding against: measured on scratch, no allocation, and the
+// engine decodes as before afterwards.
+TEST_P(CudaEngine, CopyRateIsMeasuredOnScratch) {
+    auto e = make_cuda_engine(path(), config());
+    const int32_t s = e->new_sequence();
+    std::vector<std::vector<float>> before, after;
+    e->decode({{s, prompt_tokens(7, 3), false}}, before);
+    const uint64_t held = stats_of(*e).device_bytes;
+    const double gbs = e->backend().copy_rate_gbs();
+    EXPECT_GT(gbs, 100.0);
+    EXPECT_EQ(e->backend().copy_rate_gbs(), gbs);  // measured once
+    EXPECT_EQ(stats_of(*e).device_bytes, held);
+    e->drop(s);
+    const int32_t s2 = e->new_sequence();
+    e->decode({{s2, prompt_tokens(7, 3), false}}, after);
+    ASSERT_EQ(before[0].size(), after[0].size());
+    EXPECT_EQ(std::memcmp(before[0].data(), after[0].data(), before[0].size() * 4), 0);
+}
+
 TEST_P(CudaEngine, BadRequestsFailAndTheEngineGoesOn) {
     auto e = make_cuda_engine(path(), config());
     const int32_t s = e->new_sequence();

@@ -74,6 +74,8 @@ def test_json(strata_bin, tiny_model):
     for t in d["tests"][2:]:
         assert t["weight_read_gb_per_s"] == pytest.approx(per_token * t["tps_mean"] / 1e9)
     assert "weight_read_gb_per_s" not in d["tests"][0]
+    assert d["device_copy_gb_per_s"] is None  # no device memory on the CPU
+    assert "weight_read_share_of_copy" not in d["tests"][2]
     assert set(d["expert_cache"]) == set(d["tests"][0]["expert_cache"])
 
 

@@ -164,6 +164,36 @@ bool CudaBackend::device_memory(DeviceMemory &out) const {
     return true;
 }
 
+// Half of the first scratch chunk copied onto the other half, after a warm-up copy, five times on the compute stream
+// between passes (scratch holds nothing then); no allocation.
+double CudaBackend::copy_rate_gbs() {
+    if (copy_rate_gbs_ >= 0.0) return copy_rate_gbs_;
+    copy_rate_gbs_ = 0.0;
+    if (capturing_ || chunks_.empty()) return 0.0;
+    const size_t half = std::min<size_t>(chunks_[0].size / 2, size_t(256) << 20) & ~size_t(255);
+    if (half < (size_t(16) << 20)) return 0.0;
+    uint8_t *a = chunks_[0].ptr, *b = a + half;
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    STRATA_CUDA_CHECK(cudaEventCreate(&e0));
+    STRATA_CUDA_CHECK(cudaEventCreate(&e1));
+    const int reps = 5;
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(b, a, half, cudaMemcpyDeviceToDevice, stream_));
+    STRATA_CUDA_CHECK(cudaEventRecord(e0, stream_));
+    for (int i = 0; i < reps; i++)
+        STRATA_CUDA_CHECK(cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, half, cudaMemcpyDeviceToDevice, stream_));
+    STRATA_CUDA_CHECK(cudaEventRecord(e1, stream_));
+    STRATA_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0.0f;
+    STRATA_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    if (ms > 0.0f) copy_rate_gbs_ = 2.0 * double(half) * reps / (double(ms) * 1e-3) / 1e9;
+    // Tables that lay in scratch are gone.
+    seq_pos_rows_ = -1, seq_pos_dev_ = nullptr;
+    tiles_key_.clear(), tiles_dev_ = nullptr;
+    return copy_rate_gbs_;
+}
+
 void *CudaBackend::dev_alloc(size_t bytes, const char *what) {
     bytes = align_up(std::max<size_t>(bytes, 1));
     if (budget_ && dev_bytes_ + bytes > budget_)

@@ -107,6 +107,7 @@ class CudaBackend final : public Backend {
 
     CudaDeviceStats device_stats() const;
     bool device_memory(DeviceMemory &out) const override;
+    double copy_rate_gbs() override;
     cudaStream_t stream() const { return stream_; }
 
   private:
@@ -263,6 +264,7 @@ class CudaBackend final : public Backend {
     int64_t moe_layers_ = 0, resident_layers_ = 0, tables_set_ = 0;
 
     OpProfiler prof_;
+    double copy_rate_gbs_ = -1.0;  // measured once (copy_rate_gbs)
 
     // ---- graphs (cuda_graph.cpp): a decoding pass recorded by stream capture and launched as one graph ----
     bool graphs_on_ = false;           // CudaOptions::graphs, or STRATA_CUDA_GRAPHS where set
