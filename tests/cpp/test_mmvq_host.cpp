@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cpu/mmvq_host.h"
+#include "backend/cpu/vec_dot.h"
 #include "core/fp16.h"
 #include "format/quant.h"
 #include "format/quant_blocks.h"
@@ -89,6 +90,36 @@ TEST(MmvqHost, DotsOfEveryTypeAreTheExactDotWithinRounding) {
             }
         }
     }
+}
+
+// The eight-rows-at-a-time AVX2 form gives the row-by-row form's bits, for every type, row counts that are not a
+// multiple of eight, ranges that start inside a matrix, and large scales.
+TEST(MmvqHost, VectorizedRowsAreTheRowByRowBits) {
+    if (cpu_isa_active() < CpuIsa::avx2) GTEST_SKIP() << "this CPU (or STRATA_CPU_ISA) runs no AVX2";
+    for (DType t : {DType::Q8_0, DType::Q4_0, DType::MXFP4, DType::IQ4_XS, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                    DType::IQ2_XXS, DType::IQ1_M})
+        for (int64_t k : {256, 768, 2048, 2304})
+            for (float wscale : {0.05f, 300.0f}) {
+                const int64_t rows = 21;
+                const size_t rb = row_bytes(t, k);
+                const std::vector<float> wf = normals(size_t(rows * k), uint32_t(k) + 3, wscale);
+                std::vector<uint8_t> w(rb * size_t(rows));
+                for (int64_t r = 0; r < rows; r++) quantize_row(t, wf.data() + r * k, w.data() + size_t(r) * rb, k);
+                const HostMatrix m{t, w.data(), rb, k, rows};
+                const std::vector<float> x = normals(size_t(k), uint32_t(k) + 5, wscale);
+                std::vector<int8_t> q(static_cast<size_t>(k));
+                std::vector<ActScale> ds(size_t(k / 32));
+                quantize_act_gpu(dot_act_type(t), x.data(), k, q.data(), ds.data());
+                for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, rows}, {3, 17}, {5, 6}}) {
+                    std::vector<float> a(size_t(r1 - r0)), b(size_t(r1 - r0));
+                    mmvq_host_rows(m, r0, r1, q.data(), ds.data(), a.data(), true);
+                    mmvq_host_rows(m, r0, r1, q.data(), ds.data(), b.data(), false);
+                    for (int64_t r = 0; r < r1 - r0; r++)
+                        ASSERT_EQ(std::memcmp(&a[size_t(r)], &b[size_t(r)], 4), 0)
+                            << dtype_name(t) << " k " << k << " scale " << wscale << " row " << r0 + r << ": "
+                            << a[size_t(r)] << " vs " << b[size_t(r)];
+                }
+            }
 }
 
 // exact_math.h's e^x (the one the GPU's silu uses, so that the host can reproduce an expert's down-matrix input):

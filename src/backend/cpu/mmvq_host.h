@@ -46,4 +46,9 @@ float host_silu_mul(float v, float m);
 // One weight row of type t (k values) against activations (q, ds) in that layout: the GPU kernel's result.
 float mmvq_host_dot(DType t, const uint8_t *row, int64_t k, const int8_t *q, const ActScale *ds);
 
+// Rows [r0, r1) of m against (q, ds): out[r - r0] = mmvq_host_dot of row r. `vectorized`: eight rows at a time
+// with AVX2 where the CPU runs it (STRATA_CPU_ISA, backend/cpu/vec_dot.h), the same bits; false: row by row.
+void mmvq_host_rows(const HostMatrix &m, int64_t r0, int64_t r1, const int8_t *q, const ActScale *ds, float *out,
+                    bool vectorized = true);
+
 }  // namespace strata
