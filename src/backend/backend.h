@@ -276,6 +276,26 @@ class Backend {
                              const float *weights, int64_t k, Act out) = 0;
     // out[t] += sigmoid(gate . x[t]) * y[t] (gate: x.cols weights): the shared expert's gated contribution.
     virtual void shared_expert_add(Act x, const Weight &gate, Act y, Act out) = 0;
+
+    // ---- decode misses computed on the host (strata/decode_hybrid.h) ----
+    // Whether expert_ffn computes each row of a group of n_rows rows of w exactly as expert_ffn_host
+    // (backend/host/mmvq_host.h) does, so that the host may compute the group instead with the same bits.
+    virtual bool host_computes_like(const ExpertWeights &w, int64_t n_rows) const { return false; }
+    // Expert e's packed matrices in host memory: the backend's pinned host copy where it keeps one, else the file.
+    virtual ExpertSrc expert_host_bytes(const ExpertWeights &w, int32_t e) const {
+        return {w.gate->expert_host(e), w.up->expert_host(e), w.down->expert_host(e)};
+    }
+    // dst rows from host floats (packed), ordered after the ops issued before and before those issued after, without
+    // waiting for the device where the backend can; `host` may be reused on return.
+    virtual void upload_rows(const float *host, Act dst) { upload(host, dst); }
+    // Device timestamps: mark_device() stands for the point in the backend's stream where it is issued;
+    // device_ms(a, b) is the device time between two marks, or a negative value while either is still ahead of the
+    // device (never waits). 0 and -1 where the backend has no device.
+    virtual uint64_t mark_device() { return 0; }
+    virtual double device_ms(uint64_t a, uint64_t b) {
+        (void)a, (void)b;
+        return -1.0;
+    }
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);

@@ -1,6 +1,6 @@
 // Float functions that give the same bits on the host and on the GPU: each is a fixed sequence of correctly
 // rounded steps (+, *, /, fused multiply-add, exact scaling by powers of two), so the CUDA kernels and their host
-// copies (backend/cpu/mmvq_host.cpp) agree wherever they use them. Host files that include this must be compiled
+// copies (backend/host/mmvq_host.cpp) agree wherever they use them. Host files that include this must be compiled
 // with -ffp-contract=off (the steps are written as separate operations, which a contracting compiler may fuse).
 #pragma once
 

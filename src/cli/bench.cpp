@@ -38,7 +38,7 @@ struct BenchTest {
 struct TestResult {
     BenchTest test;
     std::vector<double> seconds;  // one per timed repetition
-    ExpertCacheStats cache;         // expert-cache counters over the timed parts of the repetitions
+    ExpertCacheStats cache;       // expert-cache counters over the timed parts of the repetitions
 };
 
 // "512,4096" -> {512, 4096}; every entry a whole number in [1, k_max_tokens].
@@ -53,10 +53,10 @@ std::vector<int64_t> parse_counts(const std::string &flag, const std::string &s)
         const long long v = item.empty() ? 0 : std::strtoll(item.c_str(), &end, 10);
         if (item.empty() || *end != '\0')
             usage_fail("%s: '%s' is not a token count (expected whole numbers >= 1, comma-separated, e.g. 512,4096)",
-                 flag.c_str(), item.c_str());
+                       flag.c_str(), item.c_str());
         if (v < 1 || v > k_max_tokens)
             usage_fail("%s: %lld is out of range (expected token counts from 1 to %lld)", flag.c_str(), v,
-                 (long long)k_max_tokens);
+                       (long long)k_max_tokens);
         out.push_back(v);
     }
     if (out.empty()) usage_fail("%s: no token counts given (expected e.g. 512,4096)", flag.c_str());
@@ -68,8 +68,9 @@ std::vector<BenchTest> make_tests(const std::vector<int64_t> &prompts, const std
     std::vector<BenchTest> tests;
     for (int64_t p : prompts) tests.push_back({strfmt("pp%lld", (long long)p), p, 0, 1});
     for (int64_t n : gens)
-        tests.push_back({n_seq > 1 ? strfmt("tg%lld x%lld", (long long)n, (long long)n_seq) : strfmt("tg%lld", (long long)n),
-                         1, n, n_seq});
+        tests.push_back(
+            {n_seq > 1 ? strfmt("tg%lld x%lld", (long long)n, (long long)n_seq) : strfmt("tg%lld", (long long)n), 1, n,
+             n_seq});
     return tests;
 }
 
@@ -108,6 +109,10 @@ ExpertCacheStats stats_delta(const ExpertCacheStats &after, const ExpertCacheSta
     d.expert_cache_hits -= before.expert_cache_hits;
     d.expert_cache_misses -= before.expert_cache_misses;
     d.bytes_streamed -= before.bytes_streamed;
+    d.hybrid.host_experts -= before.hybrid.host_experts;
+    d.hybrid.host_bytes -= before.hybrid.host_bytes;
+    d.hybrid.device_misses -= before.hybrid.device_misses;
+    d.hybrid.host_ms -= before.hybrid.host_ms;
     return d;
 }
 
@@ -116,6 +121,12 @@ ExpertCacheStats stats_sum(const ExpertCacheStats &a, const ExpertCacheStats &b)
     s.expert_cache_hits += b.expert_cache_hits;
     s.expert_cache_misses += b.expert_cache_misses;
     s.bytes_streamed += b.bytes_streamed;
+    s.hybrid.host_experts += b.hybrid.host_experts;
+    s.hybrid.host_bytes += b.hybrid.host_bytes;
+    s.hybrid.device_misses += b.hybrid.device_misses;
+    s.hybrid.host_ms += b.hybrid.host_ms;
+    s.hybrid.host_us_per_expert = b.hybrid.host_us_per_expert;
+    s.hybrid.device_us_per_miss = b.hybrid.device_us_per_miss;
     return s;
 }
 
@@ -131,7 +142,8 @@ RunResult run_once(Engine &eng, const BenchTest &t, uint64_t seed) {
     std::vector<SeqInput> step;
     for (int64_t s = 0; s < t.n_seq; s++) {
         seqs.push_back(eng.new_sequence());
-        step.push_back({seqs.back(), bench_tokens(t.n_prompt, eng.n_vocab(), seed + 0x1000003ull * uint64_t(s)), false});
+        step.push_back(
+            {seqs.back(), bench_tokens(t.n_prompt, eng.n_vocab(), seed + 0x1000003ull * uint64_t(s)), false});
     }
     std::vector<std::vector<float>> logits;
     if (t.n_gen > 0) eng.decode(step, logits);
@@ -189,15 +201,19 @@ double wall_seconds(const TestResult &r) {
 }
 
 bool cache_used(const ExpertCacheStats &s) {
-    return s.expert_cache_hits + s.expert_cache_misses + s.bytes_streamed > 0;
+    return s.expert_cache_hits + s.expert_cache_misses + s.bytes_streamed + s.hybrid.host_experts > 0;
 }
 
 json cache_json(const ExpertCacheStats &s, double seconds) {
-    const uint64_t lookups = s.expert_cache_hits + s.expert_cache_misses;
+    // misses computed on the host are misses too: counted apart from those copied in
+    const uint64_t misses = s.expert_cache_misses + s.hybrid.host_experts, lookups = s.expert_cache_hits + misses;
     json j;
     j["hits"] = s.expert_cache_hits;
-    j["misses"] = s.expert_cache_misses;
+    j["misses"] = misses;
+    j["misses_on_host"] = s.hybrid.host_experts;
     j["hit_rate"] = lookups ? json(double(s.expert_cache_hits) / double(lookups)) : json(nullptr);
+    j["cpu_share"] = misses ? json(double(s.hybrid.host_experts) / double(misses)) : json(nullptr);
+    j["host_expert_gb_per_s"] = s.hybrid.host_ms > 0 ? double(s.hybrid.host_bytes) / s.hybrid.host_ms / 1e6 : 0.0;
     j["bytes_streamed"] = s.bytes_streamed;
     j["effective_h2d_gb_per_s"] = seconds > 0 ? double(s.bytes_streamed) / seconds / 1e9 : 0.0;
     return j;
@@ -282,9 +298,10 @@ void print_decode_bytes(uint64_t per_token, double copy_gbs, const std::vector<T
     std::printf("\ndecode reads %s of weights per token (k of the routed experts): %s\n",
                 format_bytes(per_token).c_str(), text.c_str());
     if (copy_gbs > 0)
-        std::printf("(percent of the %.0f GB/s a device-to-device copy moves, read plus written, measured after the "
-                    "runs)\n",
-                    copy_gbs);
+        std::printf(
+            "(percent of the %.0f GB/s a device-to-device copy moves, read plus written, measured after the "
+            "runs)\n",
+            copy_gbs);
 }
 
 void print_cache_summary(const std::vector<TestResult> &results, const std::string &backend) {
@@ -293,10 +310,11 @@ void print_cache_summary(const std::vector<TestResult> &results, const std::stri
         if (!cache_used(r.cache)) continue;
         const json j = cache_json(r.cache, wall_seconds(r));
         rows.push_back({r.test.name, strfmt("%llu", (unsigned long long)r.cache.expert_cache_hits),
-                        strfmt("%llu", (unsigned long long)r.cache.expert_cache_misses),
+                        strfmt("%llu", (unsigned long long)j["misses"].get<uint64_t>()),
                         j["hit_rate"].is_null() ? "-" : strfmt("%.1f%%", 100.0 * j["hit_rate"].get<double>()),
-                        format_bytes(r.cache.bytes_streamed),
-                        strfmt("%.2f", j["effective_h2d_gb_per_s"].get<double>())});
+                        j["cpu_share"].is_null() ? "-" : strfmt("%.1f%%", 100.0 * j["cpu_share"].get<double>()),
+                        format_bytes(r.cache.bytes_streamed), strfmt("%.2f", j["effective_h2d_gb_per_s"].get<double>()),
+                        r.cache.hybrid.host_ms > 0 ? strfmt("%.2f", j["host_expert_gb_per_s"].get<double>()) : "-"});
     }
     std::printf("\n");
     if (rows.empty()) {
@@ -307,12 +325,14 @@ void print_cache_summary(const std::vector<TestResult> &results, const std::stri
         return;
     }
     std::printf(
-        "expert cache over the timed runs (tests where it changed); effective GB/s = bytes streamed "
-        "host-to-device / wall time of the timed runs:\n\n");
-    std::fputs(markdown_table({"test", "hits", "misses", "hit rate", "streamed", "effective GB/s"},
-                              {false, true, true, true, true, true}, rows)
-                   .c_str(),
-               stdout);
+        "expert cache over the timed runs (tests where it changed); on CPU = share of the misses computed on the "
+        "host; effective GB/s = bytes streamed host-to-device / wall time of the timed runs; CPU GB/s = expert bytes "
+        "the host read / its compute time:\n\n");
+    std::fputs(
+        markdown_table({"test", "hits", "misses", "hit rate", "on CPU", "streamed", "effective GB/s", "CPU GB/s"},
+                       {false, true, true, true, true, true, true, true}, rows)
+            .c_str(),
+        stdout);
 }
 
 // Device memory after the runs (GPU backends): Strata's allocations, the driver's count (with the CUDA runtime), the
@@ -350,9 +370,9 @@ json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string
     j["routing"] = routing;
     {
         const PrefetchStats pf = be_prefetch;
-        j["next_layer_prediction"] = pf.picks ? json({{"picks", pf.picks}, {"predicted", pf.predicted},
-                                                      {"prefetched", pf.prefetched}})
-                                              : json(nullptr);
+        j["next_layer_prediction"] =
+            pf.picks ? json({{"picks", pf.picks}, {"predicted", pf.predicted}, {"prefetched", pf.prefetched}})
+                     : json(nullptr);
     }
     j["decode_weight_bytes_per_token"] = per_token;
     j["device_copy_gb_per_s"] = copy_gbs > 0 ? json(copy_gbs) : json(nullptr);
@@ -472,9 +492,7 @@ Run add_bench(CLI::App &app) {
         if (a->json) {
             std::printf("%s\n",
                         report_json(m, cfg, routing, decode_weight_bytes(eng->model()), copy_gbs,
-                                    eng->expert_stats().prefetch,
-                                    a->repetitions, results,
-                                    backend, eng->backend())
+                                    eng->expert_stats().prefetch, a->repetitions, results, backend, eng->backend())
                             .dump(2)
                             .c_str());
             return 0;
@@ -483,10 +501,11 @@ Run add_bench(CLI::App &app) {
         print_decode_bytes(decode_weight_bytes(eng->model()), copy_gbs, results);
         const PrefetchStats pf = eng->expert_stats().prefetch;
         if (pf.picks)
-            std::printf("\nnext-layer prediction (STRATA_DECODE_PREFETCH): %.1f%% of %llu routed picks predicted, %llu "
-                        "experts filled ahead\n",
-                        100.0 * double(pf.predicted) / double(pf.picks), (unsigned long long)pf.picks,
-                        (unsigned long long)pf.prefetched);
+            std::printf(
+                "\nnext-layer prediction (STRATA_DECODE_PREFETCH): %.1f%% of %llu routed picks predicted, %llu "
+                "experts filled ahead\n",
+                100.0 * double(pf.predicted) / double(pf.picks), (unsigned long long)pf.picks,
+                (unsigned long long)pf.prefetched);
         print_cache_summary(results, backend);
         print_device_memory(eng->backend());
         return 0;

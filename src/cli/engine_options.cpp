@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 
 #include "cli/usage.h"
 #include "core/error.h"
@@ -29,6 +30,15 @@ void add_device_options(CLI::App *sub, DeviceOptions &o) {
                     "requested, counts halved every 32 tokens)")
         ->capture_default_str()
         ->check(CLI::IsMember({"lru", "lfu"}));
+    sub->add_option("--cpu-share", o.cpu_share,
+                    "GPU under a budget: the share of each layer's expert-cache misses that decoding computes on the "
+                    "CPU while the others are copied in (same results either way): auto (a cost model of measured "
+                    "times), or a fraction from 0 (none) to 1 (all)")
+        ->capture_default_str();
+    sub->add_option("--cpu-threads", o.cpu_threads,
+                    "Threads for experts computed on the CPU (0: the cores less one, at most 16)")
+        ->capture_default_str()
+        ->check(at_least(0));
 }
 
 void apply_device_options(const DeviceOptions &o, EngineConfig &cfg) {
@@ -40,6 +50,14 @@ void apply_device_options(const DeviceOptions &o, EngineConfig &cfg) {
     cfg.cuda_device = o.gpu;
     cfg.host_mem = o.host_mem == "pinned" ? HostMem::Pinned : o.host_mem == "mmap" ? HostMem::Mmap : HostMem::Auto;
     cfg.expert_cache_policy = parse_slot_policy(o.cache_policy);
+    if (o.cpu_share != "auto") {
+        char *end = nullptr;
+        const double v = std::strtod(o.cpu_share.c_str(), &end);
+        if (o.cpu_share.empty() || *end != '\0' || !(v >= 0.0 && v <= 1.0))
+            usage_fail("--cpu-share: expected auto or a fraction from 0 to 1, got '%s'", o.cpu_share.c_str());
+        cfg.cpu_share = v;
+    }
+    cfg.cpu_threads = o.cpu_threads;
     cfg.log = [](const std::string &line) { std::fprintf(stderr, "%s\n", line.c_str()); };
     if (o.vram_budget.empty()) return;
     uint64_t budget = 0;

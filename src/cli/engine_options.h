@@ -15,8 +15,8 @@ class App;
 namespace strata::cli {
 
 struct DeviceOptions {
-    std::string device = "auto", vram_budget, host_mem = "auto", cache_policy = "lru";
-    int gpu = 0;
+    std::string device = "auto", vram_budget, host_mem = "auto", cache_policy = "lru", cpu_share = "auto";
+    int gpu = 0, cpu_threads = 0;
 };
 
 void add_device_options(CLI::App *sub, DeviceOptions &o);

@@ -31,6 +31,8 @@ Engine::Engine(std::unique_ptr<Model> model, std::unique_ptr<Backend> backend, c
     so.n_ctx = cfg_.n_ctx;
     so.kv_type = cfg_.kv_type;
     so.slot_policy = cfg_.expert_cache_policy;
+    so.hybrid.share = cfg_.cpu_share;
+    so.hybrid.threads = cfg_.cpu_threads;
     so.log = cfg_.log;
     strata_ = std::make_unique<MemoryStrata>(*backend_, *model_, so);
     seq_len_.assign(size_t(cfg_.n_seq_max), -1);

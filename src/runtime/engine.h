@@ -33,6 +33,10 @@ struct EngineConfig {
     bool cuda_graphs = true;       // CUDA: decoding passes as graphs where they can be (see cuda_graph.cpp)
     HostMem host_mem = HostMem::Auto;  // CUDA: the host stratum (STRATA_CUDA_HOST_PINNED=0 acts as mmap)
     SlotPolicy expert_cache_policy = SlotPolicy::Lru;  // CUDA: which expert a full cache gives up (expert_slots.h)
+    // CUDA under a budget: the share of decoding's misses computed on the host (strata/decode_hybrid.h; negative:
+    // the cost model, 0: none), and its threads (0: the cores less one, at most 16)
+    double cpu_share = -1.0;
+    int cpu_threads = 0;
     int n_threads = 0;             // CPU threads (0: all)
     int32_t n_seq_max = 1;         // sequences held at once (rows of the caches)
     int64_t n_ctx = 4096;          // positions per sequence

@@ -453,6 +453,13 @@ Answer Endpoints::metrics(const HttpStats &http) const {
            double(s.backend.expert_cache_misses));
     metric("strata_bytes_streamed_total", "counter", "Weight bytes streamed to the device.",
            double(s.backend.bytes_streamed));
+    metric("strata_expert_misses_on_host_total", "counter",
+           "Expert-cache misses decoding computed on the CPU instead of streaming them (not in the misses above).",
+           double(s.backend.hybrid.host_experts));
+    metric("strata_expert_host_bytes_total", "counter", "Expert bytes the CPU read for the misses it computed.",
+           double(s.backend.hybrid.host_bytes));
+    metric("strata_expert_host_seconds_total", "counter", "Time the CPU spent computing experts.",
+           s.backend.hybrid.host_ms / 1e3);
     metric("strata_prefetch_picks_total", "counter",
            "Routed expert picks with a next-layer prediction (STRATA_DECODE_PREFETCH=1; 0 when off).",
            double(s.backend.prefetch.picks));

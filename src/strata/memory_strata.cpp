@@ -51,15 +51,23 @@ MemoryStrata::MemoryStrata(Backend &be, Model &m, const StrataOptions &o) {
             }
         }
     }
-    if (o.log && !plan_.check_line.empty()) {
-        const bool partial = slots_ && !plan_.all_resident();
-        o.log(plan_.check_line + (partial ? std::string(", expert cache ") + slot_policy_name(o.slot_policy) : "") +
-              be.prepare_note());
-    }
     std::vector<const Weight *> routers(size_t(m.hp.n_layer), nullptr);
     for (int64_t il = 0; il < m.hp.n_layer; il++)
         if (m.layers[size_t(il)].gate_inp.present()) routers[size_t(il)] = &m.layers[size_t(il)].gate_inp;
-    schedule_ = std::make_unique<MoeSchedule>(be, ws.experts, std::move(routers), slots_.get());
+    HybridOptions hy = o.hybrid;
+    hy.on = hy.on && env_switch("STRATA_DECODE_CPU", true);
+    schedule_ = std::make_unique<MoeSchedule>(be, ws.experts, std::move(routers), slots_.get(), hy);
+    if (o.log && !plan_.check_line.empty()) {
+        const bool partial = slots_ && !plan_.all_resident();
+        std::string hybrid;
+        if (schedule_->hybrid_threads() > 0)
+            hybrid = o.hybrid.share >= 0.0
+                         ? strfmt(", %.0f%% of decoding's misses on %d host threads", 100.0 * o.hybrid.share,
+                                  schedule_->hybrid_threads())
+                         : strfmt(", decoding's misses split with %d host threads", schedule_->hybrid_threads());
+        o.log(plan_.check_line + (partial ? std::string(", expert cache ") + slot_policy_name(o.slot_policy) : "") +
+              hybrid + be.prepare_note());
+    }
 }
 
 ExpertCacheStats MemoryStrata::stats() const {
@@ -71,7 +79,10 @@ ExpertCacheStats MemoryStrata::stats() const {
         s.expert_cache_misses = slots_->stats().misses;
         s.bytes_streamed = slots_->stats().bytes_filled;
     }
-    if (schedule_) s.prefetch = schedule_->prefetch_stats();
+    if (schedule_) {
+        s.prefetch = schedule_->prefetch_stats();
+        if (const HybridStats *h = schedule_->hybrid_stats()) s.hybrid = *h, s.hybrid_on = true;
+    }
     return s;
 }
 

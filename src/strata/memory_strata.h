@@ -21,6 +21,7 @@ struct StrataOptions {
     int64_t n_ctx = 4096;
     KvType kv_type = KvType::F16;
     SlotPolicy slot_policy = SlotPolicy::Lru;  // the expert cache's replacement policy (expert_slots.h)
+    HybridOptions hybrid;                      // decoding's misses on the host (decode_hybrid.h)
     std::function<void(const std::string &)> log;  // the check line (nullptr: quiet)
 };
 
@@ -35,6 +36,10 @@ struct ExpertCacheStats {
     uint64_t expert_cache_hits = 0, expert_cache_misses = 0, bytes_streamed = 0;
     // next-layer prefetch (STRATA_DECODE_PREFETCH): routed picks with a prediction, those predicted, experts filled
     PrefetchStats prefetch;
+    // misses computed on the host (decode_hybrid.h): counted apart from expert_cache_misses (those copied in)
+    HybridStats hybrid;
+    bool hybrid_on = false;
+    int hybrid_threads = 0;
 };
 
 class MemoryStrata {

@@ -22,7 +22,8 @@ struct Region {
 
 }  // namespace
 
-RouteGroups group_by_expert(const std::vector<int32_t> &ids, int64_t T, int64_t k, int64_t n_exp) {
+RouteGroups group_by_expert(const std::vector<int32_t> &ids, int64_t T, int64_t k, int64_t n_exp,
+                            const std::vector<int32_t> &last) {
     RouteGroups g;
     g.count.assign(size_t(n_exp), 0);
     g.first.assign(size_t(n_exp), 0);
@@ -30,10 +31,21 @@ RouteGroups group_by_expert(const std::vector<int32_t> &ids, int64_t T, int64_t 
         STRATA_ASSERT(e >= 0 && e < n_exp);
         g.count[size_t(e)]++;
     }
-    for (int32_t e = 0, off = 0; e < n_exp; e++) {
+    std::vector<uint8_t> is_last(static_cast<size_t>(n_exp), 0);
+    for (int32_t e : last) {
+        STRATA_ASSERT(e >= 0 && e < n_exp);
+        is_last[size_t(e)] = 1;
+    }
+    int32_t off = 0;
+    for (int32_t e = 0; e < n_exp; e++) {
+        if (g.count[size_t(e)]) g.used.push_back(e);
+        if (is_last[size_t(e)]) continue;
         g.first[size_t(e)] = off;
         off += g.count[size_t(e)];
-        if (g.count[size_t(e)]) g.used.push_back(e);
+    }
+    for (int32_t e : last) {
+        g.first[size_t(e)] = off;
+        off += g.count[size_t(e)];
     }
     const int64_t M = T * k;
     std::vector<int32_t> fill(static_cast<size_t>(n_exp), 0), row_of(static_cast<size_t>(M));
@@ -64,7 +76,7 @@ RouteGroups group_by_expert(const std::vector<int32_t> &ids, int64_t T, int64_t 
 constexpr int64_t k_decode_max_pairs = 64;
 
 MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::vector<const Weight *> routers,
-                         ExpertSlotTable *slots)
+                         ExpertSlotTable *slots, const HybridOptions &hybrid)
     : be_(be), experts_(std::move(experts)), routers_(std::move(routers)), slots_(slots) {
     STRATA_ASSERT(slots_ || be_.experts_in_place());
     // STRATA_CUDA_SCAN_EVICT=0 keeps least-recently-used eviction for chunks that sweep most experts.
@@ -75,7 +87,15 @@ MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::v
     stream_ahead_ = prefill_stream_ahead();
     prefetch_on_ = env_switch("STRATA_DECODE_PREFETCH", false);
     routers_.resize(experts_.size(), nullptr);
+    // The split needs misses (a partial cache) and a backend that computes experts as the host does.
+    bool host_like = false;
+    for (const ExpertWeights &w : experts_) host_like = host_like || (w.present() && be_.host_computes_like(w, 1));
+    if (hybrid.on && hybrid.share != 0.0 && slots_ && !slots_->all_resident() && host_like)
+        hybrid_ = std::make_unique<DecodeHybrid>(be_, hybrid);
 }
+
+// Passes the hybrid split takes (decode-sized: parallel sequences included).
+constexpr int64_t k_hybrid_max_tokens = 16;
 
 // Decode-sized passes only: a prefill chunk routes to most experts anyway.
 constexpr int64_t k_prefetch_max_tokens = 8;
@@ -133,17 +153,18 @@ void MoeSchedule::predict_next(int64_t il, Act x, const MoeParams &p) {
     prefetch_.prefetched += fills.size();
 }
 
-bool MoeSchedule::streamed_experts(const ExpertWeights &w, const RouteGroups &g, int64_t n_exp, Act xs, Act ys) {
-    const int64_t n_slots = slots_->n_slots(), m = int64_t(g.used.size());
+bool MoeSchedule::streamed_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &used,
+                                   int64_t n_exp, Act xs, Act ys) {
+    const int64_t n_slots = slots_->n_slots(), m = int64_t(used.size());
     if (stream_ahead_ <= 0 || n_slots < 2) return false;
     if (!stream_ahead_set_ && int64_t(g.src_row.size()) <= k_decode_max_pairs) return false;
     // resident experts first (they compute while the first fills run), then the missing ones, each in id order
     std::vector<int32_t> order;
-    for (int32_t e : g.used)
+    for (int32_t e : used)
         if (slots_->slot_of(w.il, e) >= 0) order.push_back(e);
     const int64_t n_hits = int64_t(order.size());
     if (n_hits == m) return false;  // nothing to stream
-    for (int32_t e : g.used)
+    for (int32_t e : used)
         if (slots_->slot_of(w.il, e) < 0) order.push_back(e);
     const bool scan = scan_evict_ && 2 * m >= n_exp;
     // Misses compute in batches of half the lookahead (at least one): fewer launches, fills still ahead.
@@ -189,8 +210,8 @@ bool MoeSchedule::streamed_experts(const ExpertWeights &w, const RouteGroups &g,
         groups.clear();
         for (int64_t x = i; x < j; x++) {
             const int32_t e = order[size_t(x)];
-            groups.push_back({be_.expert_slot(w, slot[size_t(x)]), g.first[size_t(e)], g.count[size_t(e)],
-                              slot[size_t(x)]});
+            groups.push_back(
+                {be_.expert_slot(w, slot[size_t(x)]), g.first[size_t(e)], g.count[size_t(e)], slot[size_t(x)]});
         }
         be_.expert_ffn(w, xs, groups, ys);
         for (int64_t x = i; x < j; x++) slots_->pin(slot[size_t(x)], false);
@@ -199,29 +220,30 @@ bool MoeSchedule::streamed_experts(const ExpertWeights &w, const RouteGroups &g,
     return true;
 }
 
-void MoeSchedule::routed_experts(const ExpertWeights &w, const RouteGroups &g, int64_t n_exp, Act xs, Act ys) {
+void MoeSchedule::routed_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &used,
+                                 int64_t n_exp, Act xs, Act ys) {
     std::vector<ExpertGroup> groups;
     auto group = [&](int32_t e, const ExpertSrc &src, int32_t slot) {
         groups.push_back({src, g.first[size_t(e)], g.count[size_t(e)], slot});
     };
     if (!slots_) {
         Region r(be_, "experts");
-        for (int32_t e : g.used) group(e, be_.expert_in_place(w, e), -1);
+        for (int32_t e : used) group(e, be_.expert_in_place(w, e), -1);
         be_.expert_ffn(w, xs, groups, ys);
         return;
     }
-    if (streamed_experts(w, g, n_exp, xs, ys)) return;
+    if (used.empty() || streamed_experts(w, g, used, n_exp, xs, ys)) return;
     // As many experts at a time as there are slots: with a small cache a layer's experts come in several sets.
     const size_t per_set = size_t(std::max<int64_t>(1, slots_->n_slots()));
-    const bool scan = scan_evict_ && 2 * int64_t(g.used.size()) >= n_exp;
+    const bool scan = scan_evict_ && 2 * int64_t(used.size()) >= n_exp;
     std::vector<int32_t> slot(per_set);
     std::vector<SlotFill> fills;
-    for (size_t s0 = 0; s0 < g.used.size(); s0 += per_set) {
-        const size_t s1 = std::min(g.used.size(), s0 + per_set);
+    for (size_t s0 = 0; s0 < used.size(); s0 += per_set) {
+        const size_t s1 = std::min(used.size(), s0 + per_set);
         {
             Region r(be_, "acquire");
             fills.clear();
-            slots_->acquire(w.il, g.used.data() + s0, int64_t(s1 - s0), slot.data(), scan, fills);
+            slots_->acquire(w.il, used.data() + s0, int64_t(s1 - s0), slot.data(), scan, fills);
             if (!fills.empty()) {
                 try {
                     be_.fill_slots(w, fills, /*ahead=*/false);
@@ -233,9 +255,67 @@ void MoeSchedule::routed_experts(const ExpertWeights &w, const RouteGroups &g, i
         }
         Region r(be_, "experts");
         groups.clear();
-        for (size_t i = s0; i < s1; i++) group(g.used[i], be_.expert_slot(w, slot[i - s0]), slot[i - s0]);
+        for (size_t i = s0; i < s1; i++) group(used[i], be_.expert_slot(w, slot[i - s0]), slot[i - s0]);
         be_.expert_ffn(w, xs, groups, ys);
     }
+}
+
+std::vector<int32_t> MoeSchedule::host_experts(const ExpertWeights &w, const std::vector<int32_t> &ids, int64_t n_exp) {
+    std::vector<int32_t> count(static_cast<size_t>(n_exp), 0);
+    for (int32_t e : ids) count[size_t(e)]++;
+    std::vector<int32_t> misses;  // those the host could take
+    for (int32_t e = 0; e < n_exp; e++)
+        if (count[size_t(e)] > 0 && slots_->slot_of(w.il, e) < 0 && be_.host_computes_like(w, count[size_t(e)]))
+            misses.push_back(e);
+    const int64_t n = hybrid_->split(int64_t(misses.size()));
+    // The host's cost grows with an expert's rows, the bus's does not: the host takes those with the fewest.
+    std::stable_sort(misses.begin(), misses.end(),
+                     [&](int32_t a, int32_t b) { return count[size_t(a)] < count[size_t(b)]; });
+    misses.resize(size_t(n));
+    std::sort(misses.begin(), misses.end());
+    return misses;
+}
+
+void MoeSchedule::hybrid_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &host, Act x,
+                                 int64_t n_exp, Act xs, Act ys) {
+    const int64_t E = x.cols, M = int64_t(g.src_row.size());
+    const int64_t r0 = g.first[size_t(host.front())];  // the host's rows: [r0, M)
+    {
+        Region r(be_, "hybrid/read_x");
+        host_x_.resize(size_t(x.rows * E));
+        be_.download(x, host_x_.data());
+    }
+    std::vector<int32_t> dev;
+    int64_t dev_misses = 0;
+    for (int32_t e : g.used)
+        if (!std::binary_search(host.begin(), host.end(), e)) {
+            dev.push_back(e);
+            dev_misses += slots_->slot_of(w.il, e) < 0;
+        }
+    const uint64_t a = be_.mark_device();
+    routed_experts(w, g, dev, n_exp, xs, ys);
+    const uint64_t b = be_.mark_device();
+    // The host's rows: its experts' inputs gathered, outputs in the same order.
+    Region r(be_, "hybrid/host");
+    host_xs_.resize(size_t((M - r0) * E));
+    host_ys_.resize(size_t((M - r0) * E));
+    for (int64_t i = r0; i < M; i++)
+        std::copy_n(host_x_.data() + g.src_row[size_t(i)] * E, E, host_xs_.data() + (i - r0) * E);
+    std::vector<HostExpertJob> jobs;
+    uint64_t bytes = 0;
+    for (int32_t e : host) {
+        const ExpertSrc src = be_.expert_host_bytes(w, e);
+        const int64_t n_ff = w.gate->ne[1];
+        auto mat = [](const Weight &m, const void *data, int64_t k, int64_t n) {
+            return HostMatrix{m.type, static_cast<const uint8_t *>(data), m.row_bytes, k, n};
+        };
+        const int64_t at = g.first[size_t(e)] - r0;
+        jobs.push_back({mat(*w.gate, src.gate, E, n_ff), mat(*w.up, src.up, E, n_ff), mat(*w.down, src.down, n_ff, E),
+                        host_xs_.data() + at * E, host_ys_.data() + at * E, g.count[size_t(e)]});
+        bytes += w.expert_bytes();
+    }
+    hybrid_->compute(jobs, bytes, dev_misses, a, b);
+    be_.upload_rows(host_ys_.data(), ys.rows_view(r0, M - r0));
 }
 
 void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out) {
@@ -288,11 +368,16 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
         be_.experts_device_routed(w, x, k, ids_be, wts_be, out);
     } else {
         // 3-5. Grouped on the host, experts in sets, combined in expert-id order.
-        const RouteGroups g = group_by_expert(ids, T, k, n_exp);
+        const std::vector<int32_t> host =
+            hybrid_ && T <= k_hybrid_max_tokens ? host_experts(w, ids, n_exp) : std::vector<int32_t>{};
+        const RouteGroups g = group_by_expert(ids, T, k, n_exp, host);
         const int64_t M = T * k;
         Act xs = be_.alloc(M, E), ys = be_.alloc(M, E);
         be_.gather_rows(x, g.src_row, xs);
-        routed_experts(w, g, n_exp, xs, ys);
+        if (host.empty())
+            routed_experts(w, g, g.used, n_exp, xs, ys);
+        else
+            hybrid_experts(w, g, host, x, n_exp, xs, ys);
         be_.moe_combine(ys, g.yrow, g.widx, wts_be, k, out);
     }
     if (prefetch_on_) predict_next(il, x, p);

@@ -25,8 +25,11 @@
 // expert and the next layer's mixer) and pinned until that layer has routed. How often the prediction is right is
 // counted (PrefetchStats) on every backend, slots or not.
 // The results depend only on the routing and the experts' bytes: not on the set sizes, the slots, or the source.
-// Rooms for the schedules to come: a prefill schedule with a staging ring and lookahead, and slots lent to a prompt
-// (prefill_schedule), misses computed on the CPU while others upload and next-layer prefetch (decode_schedule).
+// Hybrid misses (decode_hybrid.h, on where the backend computes experts like the host, STRATA_DECODE_CPU=0 off;
+// passes of at most k_hybrid_max_tokens tokens with misses): some of the misses the backend could compute exactly
+// as the host does are computed on the host instead. Their rows come last in the gathered order (group_by_expert's
+// `last`), so their outputs go up as one block of rows; the combine adds every token's entries in expert-id order
+// as always.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +37,7 @@
 
 #include "backend/backend.h"
 #include "model/forward.h"
+#include "strata/decode_hybrid.h"
 #include "strata/expert_slots.h"
 #include "strata/route_override.h"
 
@@ -42,12 +46,14 @@ namespace strata {
 // A layer's routing grouped by expert: rows of the gathered input sorted by expert (tokens in order within one),
 // and for each token its k entries in expert-id order (the order the reference adds them in).
 struct RouteGroups {
-    std::vector<int32_t> used;                 // experts with at least one row, ascending
-    std::vector<int32_t> first, count;         // per expert: first gathered row, rows
-    std::vector<int64_t> src_row;              // gathered row r = input row src_row[r]
-    std::vector<int32_t> yrow, widx;           // per token t, j < k: gathered row and routing entry, by expert id
+    std::vector<int32_t> used;          // experts with at least one row, ascending
+    std::vector<int32_t> first, count;  // per expert: first gathered row, rows
+    std::vector<int64_t> src_row;       // gathered row r = input row src_row[r]
+    std::vector<int32_t> yrow, widx;    // per token t, j < k: gathered row and routing entry, by expert id
 };
-RouteGroups group_by_expert(const std::vector<int32_t> &ids, int64_t n_tokens, int64_t k, int64_t n_expert);
+// `last` (ascending expert ids): experts whose rows come after every other expert's, in that order.
+RouteGroups group_by_expert(const std::vector<int32_t> &ids, int64_t n_tokens, int64_t k, int64_t n_expert,
+                            const std::vector<int32_t> &last = {});
 
 // Sees each MoE layer's routing as the schedule runs it, in host memory: the k expert ids of each token of the pass
 // in the router's order and the weights the combine applies (the routing-trace writer, runtime/routing_trace.h).
@@ -68,8 +74,11 @@ class MoeSchedule final : public ExpertRunner {
     // experts: per layer index, the layer's routed tensors; routers: per layer index, its router (nullptr: none);
     // slots: the device's slot table (nullptr for a backend that reads experts in place).
     MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::vector<const Weight *> routers,
-                ExpertSlotTable *slots);
+                ExpertSlotTable *slots, const HybridOptions &hybrid = {});
     const PrefetchStats &prefetch_stats() const { return prefetch_; }
+    // The hybrid misses' figures (nullptr: the split is off or does not apply to this backend and plan).
+    const HybridStats *hybrid_stats() const { return hybrid_ ? &hybrid_->stats() : nullptr; }
+    int hybrid_threads() const { return hybrid_ ? hybrid_->threads() : 0; }
     void run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out) override;
     // The routing of every later layer goes to o as well (nullptr: to no one). Reading it back costs a host
     // synchronisation per layer where the routing would otherwise stay on the device; the results do not change.
@@ -79,10 +88,17 @@ class MoeSchedule final : public ExpertRunner {
     bool reads_back() const override { return observer_ != nullptr || override_.active() || prefetch_on_; }
 
   private:
-    // Step 4-5 for one layer: the experts of `g`, in sets the slot table can hold.
-    void routed_experts(const ExpertWeights &w, const RouteGroups &g, int64_t n_expert, Act xs, Act ys);
+    // Step 4-5 for one layer: the experts `used` (ascending, each with rows in `g`), in sets the slot table can hold.
+    void routed_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &used,
+                        int64_t n_expert, Act xs, Act ys);
     // The same, streamed (see the protocol above); false where it does not apply (nothing missing, too few slots).
-    bool streamed_experts(const ExpertWeights &w, const RouteGroups &g, int64_t n_expert, Act xs, Act ys);
+    bool streamed_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &used,
+                          int64_t n_expert, Act xs, Act ys);
+    // The hybrid split: the misses the host takes for this layer (ascending; empty: none).
+    std::vector<int32_t> host_experts(const ExpertWeights &w, const std::vector<int32_t> &ids, int64_t n_expert);
+    // Steps 4-5 with `host`'s experts on the host (their rows last in g).
+    void hybrid_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &host, Act x,
+                        int64_t n_expert, Act xs, Act ys);
     // Next-layer prefetch: scores the prediction made for layer il, then predicts (and prefetches) the next one.
     void score_prediction(int64_t il, const std::vector<int32_t> &ids, int64_t T, int64_t k);
     void predict_next(int64_t il, Act x, const MoeParams &p);
@@ -97,11 +113,13 @@ class MoeSchedule final : public ExpertRunner {
     RoutingObserver *observer_ = nullptr;
     RouteOverride override_;
     int64_t pass_ = -1, last_layer_ = -1;  // passes counted for the override's draws
-    bool prefetch_on_;                      // STRATA_DECODE_PREFETCH
-    int64_t pred_layer_ = -1;               // the layer the prediction is for (-1: none)
-    std::vector<int32_t> pred_ids_;         // its predicted top-k per token
-    std::vector<int32_t> pinned_;           // slots pinned for it
+    bool prefetch_on_;                     // STRATA_DECODE_PREFETCH
+    int64_t pred_layer_ = -1;              // the layer the prediction is for (-1: none)
+    std::vector<int32_t> pred_ids_;        // its predicted top-k per token
+    std::vector<int32_t> pinned_;          // slots pinned for it
     PrefetchStats prefetch_;
+    std::unique_ptr<DecodeHybrid> hybrid_;  // nullptr: every miss copied in
+    std::vector<float> host_x_, host_xs_, host_ys_;
 };
 
 }  // namespace strata

@@ -1,4 +1,4 @@
-// The host copy of the GPU's decode mat-vec (backend/cpu/mmvq_host.h): its activation quantization is the
+// The host copy of the GPU's decode mat-vec (backend/host/mmvq_host.h): its activation quantization is the
 // reference quantizer's (the same int8 values and scale per block as format/quant.h's Q8_0 and Q8_K), and its dot
 // products of every mat-vec type equal the exact dot of the dequantized weights and activations within float
 // rounding. That the GPU gives the same bits is tested on the device (tests/cuda/test_cuda_ops.cpp, MmvqHost).
@@ -9,8 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "backend/cpu/mmvq_host.h"
-#include "backend/cpu/vec_dot.h"
+#include "backend/host/mmvq_host.h"
 #include "core/fp16.h"
 #include "format/quant.h"
 #include "format/quant_blocks.h"
@@ -95,7 +94,7 @@ TEST(MmvqHost, DotsOfEveryTypeAreTheExactDotWithinRounding) {
 // The eight-rows-at-a-time AVX2 form gives the row-by-row form's bits, for every type, row counts that are not a
 // multiple of eight, ranges that start inside a matrix, and large scales.
 TEST(MmvqHost, VectorizedRowsAreTheRowByRowBits) {
-    if (cpu_isa_active() < CpuIsa::avx2) GTEST_SKIP() << "this CPU (or STRATA_CPU_ISA) runs no AVX2";
+    if (!mmvq_host_vectorized()) GTEST_SKIP() << "this CPU (or STRATA_CPU_ISA) runs no AVX2";
     for (DType t : {DType::Q8_0, DType::Q4_0, DType::MXFP4, DType::IQ4_XS, DType::Q4_K, DType::Q5_K, DType::Q6_K,
                     DType::IQ2_XXS, DType::IQ1_M})
         for (int64_t k : {256, 768, 2048, 2304})

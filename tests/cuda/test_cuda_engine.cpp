@@ -15,6 +15,7 @@
 #include <iterator>
 
 #include "../cpp/synth_cache.h"
+#include "backend/host/mmvq_host.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -281,6 +282,59 @@ TEST_P(CudaEngine, SchedulesDoNotChangeABit) {
         ASSERT_EQ(got.size(), ref.size());
         EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "lfu, " << slots << " slots";
     }
+}
+
+// Misses computed on the host (strata/decode_hybrid.h) give the bits of misses copied in and computed on the GPU:
+// every share, the cost model, the split switched off, a small and a tiny cache, one sequence and two decoding
+// together (groups of one and of two rows), against the engine with every expert resident.
+TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
+    const std::vector<int32_t> prompt = prompt_tokens(24, 6);
+    auto two = [&](Engine &e) {  // two sequences, then 5 steps of both in one pass
+        const int32_t a = e.new_sequence(), b = e.new_sequence();
+        std::vector<std::vector<float>> l;
+        e.decode({{a, prompt, false}}, l);
+        e.decode({{b, prompt_tokens(17, 8), false}}, l);
+        std::vector<float> out;
+        for (int i = 0; i < 5; i++) {
+            e.decode({{a, {int32_t((i * 7 + 1) % 250)}, false}, {b, {int32_t((i * 11 + 2) % 250)}, false}}, l);
+            for (const auto &v : l) out.insert(out.end(), v.begin(), v.end());
+        }
+        e.drop(a);
+        e.drop(b);
+        return out;
+    };
+    auto all = make_cuda_engine(path(), config());
+    const std::vector<float> ref = run(*all, prompt), ref2 = two(*all);
+    const bool host_types = mmvq_host_supported(GetParam().expert_type);
+    for (int64_t slots : {5, 2})
+        for (double share : {1.0, 0.5, -1.0, 0.0}) {
+            for (const char *sw : {"1", "0"}) {
+                if (std::strcmp(sw, "0") == 0 && share != 1.0) continue;
+                ::setenv("STRATA_DECODE_CPU", sw, 1);
+                EngineConfig cfg = config();
+                cfg.expert_slots = slots;
+                cfg.cpu_share = share;
+                cfg.cpu_threads = 3;
+                auto e = make_cuda_engine(path(), cfg);
+                ::unsetenv("STRATA_DECODE_CPU");
+                const std::string what = strfmt("%lld slots, share %.1f, STRATA_DECODE_CPU=%s", (long long)slots,
+                                                share, sw);
+                const std::vector<float> got = run(*e, prompt), got2 = two(*e);
+                ASSERT_EQ(got.size(), ref.size());
+                ASSERT_EQ(got2.size(), ref2.size());
+                EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
+                EXPECT_EQ(std::memcmp(got2.data(), ref2.data(), ref2.size() * 4), 0) << what << ", two sequences";
+                const ExpertCacheStats st = e->expert_stats();
+                const bool on = host_types && share != 0.0 && std::strcmp(sw, "1") == 0;
+                EXPECT_EQ(st.hybrid_on, on) << what;
+                if (on && share > 0.0) {
+                    EXPECT_GT(st.hybrid.host_experts, 0u) << what;
+                }
+                if (!on) {
+                    EXPECT_EQ(st.hybrid.host_experts, 0u) << what;
+                }
+            }
+        }
 }
 
 // Decoding passes recorded and launched as CUDA graphs, and graphs replayed without recording the pass again, give

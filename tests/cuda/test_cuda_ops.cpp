@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/mmvq_host.h"
+#include "backend/host/mmvq_host.h"
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/matmul.cuh"
 #include "cuda_test_util.h"
@@ -179,7 +179,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, CudaMatmul, ::testing::ValuesIn(matmul_cases(
            std::to_string(c.t);
 });
 
-// The host copy of the decode mat-vec (backend/cpu/mmvq_host.h) against the kernels bit for bit: the activations'
+// The host copy of the decode mat-vec (backend/host/mmvq_host.h) against the kernels bit for bit: the activations'
 // 8-bit form (k_quantize_act_q8_0 / _q8_k) and every mat-vec type's dot products, one and three activation rows,
 // row lengths with fewer sub-blocks than a warp's lanes, several per lane and a partial turn. This is what lets a
 // decoding expert run on the CPU without changing a bit of the result.

@@ -80,6 +80,7 @@ CudaBackend::CudaBackend(const CudaOptions &o)
     for (cudaEvent_t &e : read_done_) STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&fill_done_, cudaEventDisableTiming));
     for (cudaEvent_t &e : fill_events_) STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    for (cudaEvent_t &e : marks_) STRATA_CUDA_CHECK(cudaEventCreate(&e));
     // per-slot waits where a schedule fills ahead during passes (the streamed one is on unless its switch is 0)
     slot_waits_ = prefill_stream_ahead() > 0 || env_switch("STRATA_DECODE_PREFETCH", false);
     stage_size_ = size_t(4) << 20;
@@ -106,6 +107,8 @@ CudaBackend::~CudaBackend() {
         if (e) cudaEventDestroy(e);
     if (fill_done_) cudaEventDestroy(fill_done_);
     for (cudaEvent_t e : fill_events_)
+        if (e) cudaEventDestroy(e);
+    for (cudaEvent_t e : marks_)
         if (e) cudaEventDestroy(e);
     if (copy_stream_) cudaStreamDestroy(copy_stream_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -277,8 +280,7 @@ void CudaBackend::scratch_release(ScratchMark m) {
     if (tiles_in_scratch_) tiles_key_.clear(), tiles_dev_ = nullptr;
 }
 
-void *CudaBackend::upload(const void *host, size_t bytes, UploadSrc src) {
-    void *dev = scratch_bytes(bytes);
+uint8_t *CudaBackend::stage(const void *host, size_t bytes) {
     const size_t need = align_up(bytes);
     if (stage_used_ + need > stage_size_) {
         // A recorded pass cannot wait for its earlier copies; passes small enough to record upload far less.
@@ -299,9 +301,42 @@ void *CudaBackend::upload(const void *host, size_t bytes, UploadSrc src) {
     uint8_t *h = stage_ + stage_used_;
     std::memcpy(h, host, bytes);
     stage_used_ += need;
+    return h;
+}
+
+void *CudaBackend::upload(const void *host, size_t bytes, UploadSrc src) {
+    void *dev = scratch_bytes(bytes);
+    uint8_t *h = stage(host, bytes);
     if (capturing_) note_upload(h, bytes, src);
     STRATA_CUDA_CHECK(cudaMemcpyAsync(dev, h, bytes, cudaMemcpyHostToDevice, stream_));
     return dev;
+}
+
+void CudaBackend::upload_rows(const float *host, Act dst) {
+    if (dst.rows == 0) return;
+    if (capturing_) fail("internal: an upload inside a recorded pass");
+    const size_t row = size_t(dst.cols) * sizeof(float);
+    const uint8_t *h = stage(host, row * size_t(dst.rows));
+    STRATA_CUDA_CHECK(cudaMemcpy2DAsync(dst.data, size_t(dst.stride) * sizeof(float), h, row, row, size_t(dst.rows),
+                                        cudaMemcpyHostToDevice, stream_));
+}
+
+uint64_t CudaBackend::mark_device() {
+    const uint64_t n = ++n_marks_;
+    STRATA_CUDA_CHECK(cudaEventRecord(marks_[n % k_marks], stream_));
+    return n;
+}
+
+double CudaBackend::device_ms(uint64_t a, uint64_t b) {
+    if (a == 0 || b == 0 || a > n_marks_ || b > n_marks_ || n_marks_ - std::min(a, b) >= uint64_t(k_marks)) return -1.0;
+    for (uint64_t m : {a, b}) {
+        const cudaError_t st = cudaEventQuery(marks_[m % k_marks]);
+        if (st == cudaErrorNotReady) return -1.0;
+        STRATA_CUDA_CHECK(st);
+    }
+    float ms = 0.0f;
+    STRATA_CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[a % k_marks], marks_[b % k_marks]));
+    return double(ms);
 }
 
 void *CudaBackend::upload_pass(const void *host, size_t bytes, bool &in_scratch, UploadSrc src) {

@@ -100,6 +100,11 @@ class CudaBackend final : public Backend {
     void moe_combine(Act ys, const std::vector<int32_t> &yrow, const std::vector<int32_t> &widx, const float *weights,
                      int64_t k, Act out) override;
     void shared_expert_add(Act x, const Weight &gate, Act y, Act out) override;
+    bool host_computes_like(const ExpertWeights &w, int64_t n_rows) const override;
+    ExpertSrc expert_host_bytes(const ExpertWeights &w, int32_t e) const override;
+    void upload_rows(const float *host, Act dst) override;
+    uint64_t mark_device() override;
+    double device_ms(uint64_t a, uint64_t b) override;
 
     size_t recurrent_state_bytes() const override;
     void save_recurrent_state(int32_t seq, void *dst) override;
@@ -136,6 +141,9 @@ class CudaBackend final : public Backend {
     enum class UploadSrc : uint8_t { None, Tokens, SeqPos, Tiles, OutRows };
     // Copies host bytes to fresh scratch through the pinned staging buffer (async, stream-ordered).
     void *upload(const void *host, size_t bytes, UploadSrc src = UploadSrc::None);
+    // Host bytes into the pinned staging buffer, for a copy queued on the compute stream (waits for the stream
+    // only where the buffer has to wrap).
+    uint8_t *stage(const void *host, size_t bytes);
     template <class T>
     const T *upload_vec(const std::vector<T> &v) {
         return static_cast<const T *>(upload(v.data(), v.size() * sizeof(T)));
@@ -265,6 +273,10 @@ class CudaBackend final : public Backend {
 
     OpProfiler prof_;
     double copy_rate_gbs_ = -1.0;  // measured once (copy_rate_gbs)
+    // mark_device(): timing events, mark n recorded into marks_[n % k_marks]
+    static constexpr int k_marks = 128;
+    cudaEvent_t marks_[k_marks] = {};
+    uint64_t n_marks_ = 0;
 
     // ---- graphs (cuda_graph.cpp): a decoding pass recorded by stream capture and launched as one graph ----
     bool graphs_on_ = false;           // CudaOptions::graphs, or STRATA_CUDA_GRAPHS where set

@@ -2,6 +2,7 @@
 // device, and routed experts run grouped by expert from the slots the strata layer names (strata/moe_schedule.h).
 #include <algorithm>
 
+#include "backend/host/mmvq_host.h"
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/moe.cuh"
@@ -240,6 +241,18 @@ bool CudaBackend::device_routing_kernels(const ExpertWeights &w) const {
     for (const Weight *m : {w.gate, w.up, w.down})
         if (!mmvq_supported(m->type) || m->ne[0] % 32 != 0 || dot_act_type(m->type) == DType::F32 ||
             m->ne[0] % dtype_info(dot_act_type(m->type)).block_size != 0)
+            return false;
+    return true;
+}
+
+// The host-grouped expert_ffn runs a group of at most k_mmv_max_rows rows through k_mmvq (activations quantized
+// by launch_quantize_act, silu(gate) * up by launch_silu_mul and quantized again for down): each row the function
+// mmvq_host.h reproduces, where every matrix has a type it knows.
+bool CudaBackend::host_computes_like(const ExpertWeights &w, int64_t n_rows) const {
+    if (n_rows < 1 || n_rows > k_mmv_max_rows || !mmvq_enabled()) return false;
+    for (const Weight *m : {w.gate, w.up, w.down})
+        if (!mmvq_supported(m->type) || !mmvq_host_supported(m->type) || m->ne[0] % 32 != 0 ||
+            dot_act_type(m->type) == DType::F32 || m->ne[0] % dtype_info(dot_act_type(m->type)).block_size != 0)
             return false;
     return true;
 }

@@ -141,6 +141,15 @@ ExpertSrc CudaBackend::expert_slot(const ExpertWeights &w, int32_t slot) const {
     return {s + L.gate_off, s + L.up_off, s + L.down_off};
 }
 
+ExpertSrc CudaBackend::expert_host_bytes(const ExpertWeights &w, int32_t e) const {
+    if (size_t(w.il) < host_copy_.size() && host_copy_[size_t(w.il)].gate) {
+        const HostCopy &hc = host_copy_[size_t(w.il)];
+        return {hc.gate + size_t(e) * w.gate->matrix_bytes(), hc.up + size_t(e) * w.up->matrix_bytes(),
+                hc.down + size_t(e) * w.down->matrix_bytes()};
+    }
+    return {w.gate->expert_host(e), w.up->expert_host(e), w.down->expert_host(e)};
+}
+
 void CudaBackend::fill_slots(const ExpertWeights &w, const std::vector<SlotFill> &fills, bool ahead) {
     STRATA_ASSERT(size_t(w.il) < layouts_.size() && layouts_[size_t(w.il)].bytes > 0);
     if (fills.empty()) return;

@@ -46,7 +46,7 @@ __global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrid
             const int x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
             const float2 ds = a.xds[xr * n_sub + sb];
             // Every rounding step spelled out (no contraction left to the compiler), so that the host's copy of this
-            // kernel (backend/cpu/mmvq_host.cpp) gives the same bits.
+            // kernel (backend/host/mmvq_host.cpp) gives the same bits.
             float s = 0.0f;
 #pragma unroll
             for (int gi = 0; gi < 4; gi++) {

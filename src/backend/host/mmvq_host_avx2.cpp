@@ -3,7 +3,7 @@
 // a rounded product or sum where it has one), so the lanes give the scalar results bit for bit; the integer dot
 // products of each 8-element group are exact in any order. Compiled with -mavx2 -mfma -mf16c and no contraction
 // (CMakeLists.txt); chosen at run time where the CPU has AVX2 (mmvq_host.cpp).
-#include "backend/cpu/mmvq_host_avx2.h"
+#include "backend/host/mmvq_host_avx2.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
@@ -11,7 +11,7 @@
 
 #include <algorithm>
 
-#include "backend/cpu/mmvq_host_impl.h"
+#include "backend/host/mmvq_host_impl.h"
 
 namespace strata::mmvq_detail {
 

@@ -47,7 +47,8 @@ float host_silu_mul(float v, float m);
 float mmvq_host_dot(DType t, const uint8_t *row, int64_t k, const int8_t *q, const ActScale *ds);
 
 // Rows [r0, r1) of m against (q, ds): out[r - r0] = mmvq_host_dot of row r. `vectorized`: eight rows at a time
-// with AVX2 where the CPU runs it (STRATA_CPU_ISA, backend/cpu/vec_dot.h), the same bits; false: row by row.
+// with AVX2 where the CPU runs it (and STRATA_CPU_ISA is not "scalar"), the same bits; false: row by row.
+bool mmvq_host_vectorized();  // whether mmvq_host_rows takes eight rows at a time here
 void mmvq_host_rows(const HostMatrix &m, int64_t r0, int64_t r1, const int8_t *q, const ActScale *ds, float *out,
                     bool vectorized = true);
 

@@ -1,15 +1,15 @@
 // The GPU's decode mat-vec on the host, step for step (mmvq_host.h). Compiled without FMA contraction
 // (CMakeLists.txt): every fused multiply-add here is an explicit std::fma, as every one in k_mmvq is a __fmaf_rn.
-#include "backend/cpu/mmvq_host.h"
+#include "backend/host/mmvq_host.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
-#include "backend/cpu/mmvq_host_avx2.h"
-#include "backend/cpu/mmvq_host_impl.h"
-#include "backend/cpu/vec_dot.h"
+#include "backend/host/mmvq_host_avx2.h"
+#include "backend/host/mmvq_host_impl.h"
 #include "backend/exact_math.h"
 #include "core/error.h"
 #include "core/fp16.h"
@@ -123,11 +123,25 @@ float mmvq_host_dot(DType t, const uint8_t *row, int64_t k, const int8_t *q, con
     return lane[0];
 }
 
+bool mmvq_host_vectorized() {
+    static const bool on = [] {
+        const char *isa = std::getenv("STRATA_CPU_ISA");  // "scalar": row by row, as the CPU backend's kernels
+        if (isa && std::strcmp(isa, "scalar") == 0) return false;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+        return false;
+#endif
+    }();
+    return on;
+}
+
 void mmvq_host_rows(const HostMatrix &m, int64_t r0, int64_t r1, const int8_t *q, const ActScale *ds, float *out,
                     bool vectorized) {
     STRATA_ASSERT(r0 >= 0 && r0 <= r1 && r1 <= m.n && m.k % 32 == 0);
     if (r0 == r1) return;
-    if (vectorized && cpu_isa_active() >= CpuIsa::avx2 &&
+    if (vectorized && mmvq_host_vectorized() &&
         mmvq_detail::mmvq_rows_avx2(m.type, m.data, m.row_bytes, m.k, r0, r1, q, ds, out))
         return;
     for (int64_t r = r0; r < r1; r++) out[r - r0] = mmvq_host_dot(m.type, m.data + size_t(r) * m.row_bytes, m.k, q, ds);

@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "backend/cpu/mmvq_host.h"
+#include "backend/host/mmvq_host.h"
 
 namespace strata::mmvq_detail {
 
