@@ -179,6 +179,71 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, CudaMatmul, ::testing::ValuesIn(matmul_cases(
            std::to_string(c.t);
 });
 
+const DType k_mmvq_types[] = {DType::Q8_0, DType::Q4_0, DType::MXFP4,   DType::IQ4_XS, DType::Q4_K,
+                              DType::Q5_K, DType::Q6_K, DType::IQ2_XXS, DType::IQ1_M};
+
+// Products of one input with several matrices (Backend::matmuls: q, k and v; a GDN layer's projections): at decode
+// sizes the matrices of one mat-vec type share a launch (up to four a launch), and every output row must be what its
+// matrix's own launch (Backend::matmul) gives, bit for bit, and the reference's within the matmul bound. 1, 3 and 8
+// activation rows, matrices of odd sizes beside 512-row ones, more of one type than a launch takes, a type
+// mix (a Q8_0 pair launched together, Q6_K alone), outputs that are column views of a wider matrix (strides).
+TEST(CudaMatmuls, OneLaunchIsTheSeparateLaunches) {
+    auto be = cuda_backend();
+    ThreadPool pool(2);
+    struct Case {
+        std::vector<DType> types;  // one per matrix
+        std::vector<int64_t> n;
+    };
+    std::vector<Case> cases;
+    for (DType t : k_mmvq_types) {
+        cases.push_back({{t, t}, {1000, 512}});
+        cases.push_back({{t, t, t}, {512, 37, 129}});
+        cases.push_back({{t, t, t, t}, {96, 512, 5, 1027}});
+        cases.push_back({{t, t, t, t, t}, {64, 3, 64, 200, 64}});  // a fifth matrix: a second launch, alone
+    }
+    cases.push_back({{DType::Q8_0, DType::Q6_K, DType::Q8_0}, {1000, 512, 37}});
+    uint64_t seed = 4000;
+    for (int64_t k : {512, 2304}) {  // fewer sub-blocks than lanes; several per lane and a partial turn
+        for (const Case &c : cases) {
+            const size_t m = c.n.size();
+            std::vector<HostWeight> hw(m);
+            for (size_t i = 0; i < m; i++) make_weight(hw[i], c.types[i], k, c.n[i], 1, seed++, 0.05f, true);
+            for (int64_t T : {1, 3, 8}) {
+                be->reset_scratch();
+                const std::vector<float> x = randn(size_t(T * k), seed++);
+                Act xd = be->alloc(T, k);
+                put(xd, x, true);
+                int64_t cols = 0;
+                for (int64_t n : c.n) cols += n + 1;
+                Act wide = be->alloc(T, cols);  // every output a column view, one column apart
+                std::vector<Act> fused, sep;
+                std::vector<Backend::MatmulOut> outs;
+                int64_t c0 = 0;
+                for (size_t i = 0; i < m; i++) {
+                    fused.push_back(wide.cols_view(c0, c.n[i]));
+                    c0 += c.n[i] + 1;
+                    sep.push_back(be->alloc(T, c.n[i]));
+                    outs.push_back({&hw[i].w, fused.back()});
+                }
+                be->matmuls(xd, outs);
+                for (size_t i = 0; i < m; i++) be->matmul(hw[i].w, xd, sep[i]);
+                for (size_t i = 0; i < m; i++) {
+                    const std::string what = std::string(dtype_name(c.types[i])) + " k=" + std::to_string(k) +
+                                             " matrix " + std::to_string(i) + " of " + std::to_string(m) + " (" +
+                                             std::to_string(c.n[i]) + " rows), T=" + std::to_string(T);
+                    const std::vector<float> got = get(*be, fused[i]), one = get(*be, sep[i]);
+                    ASSERT_EQ(got.size(), one.size());
+                    EXPECT_EQ(std::memcmp(got.data(), one.data(), got.size() * 4), 0) << what;
+                    std::vector<float> want(size_t(T * c.n[i]));
+                    Act xh{const_cast<float *>(x.data()), T, k, k}, yh{want.data(), T, c.n[i], c.n[i]};
+                    cpu_matmul_reference(pool, hw[i].w, xh, yh);
+                    EXPECT_LE(max_abs_diff(want, got), 2e-5f * std::max(1.0f, max_abs(want))) << what;
+                }
+            }
+        }
+    }
+}
+
 // The host copy of the decode mat-vec (backend/cpu/mmvq_host.h) against the kernels bit for bit: the activations'
 // 8-bit form (k_quantize_act_q8_0 / _q8_k) and every mat-vec type's dot products, one and three activation rows,
 // row lengths with fewer sub-blocks than a warp's lanes, several per lane and a partial turn. This is what lets a

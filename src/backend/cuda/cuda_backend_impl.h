@@ -171,8 +171,11 @@ class CudaBackend final : public Backend {
         const char *name;
     };
     void grouped_matmul(const WeightShape &w, const std::vector<MatmulGroup> &groups, PreparedAct &x, Rows y);
-    // STRATA_CUDA_FUSE=0 undoes the decode fusions (shared input quantization, gate and up in one launch, silu fused
-    // into the down matrices' quantization, q/k norm and rope in one kernel) for A/B checks; results are the same.
+    void quantize(PreparedAct &x, DType vt);  // x.q8 in activation format vt, made unless it is there
+    void matvec_parts(const std::vector<MatmulOut> &outs, PreparedAct &x, std::vector<bool> &done);
+    // STRATA_CUDA_FUSE=0 undoes the decode fusions (shared input quantization, several matrices of one input or gate
+    // and up in one launch, silu fused into the down matrices' quantization, q/k norm and rope in one kernel) for A/B
+    // checks; results are the same.
     static bool fusion_enabled();
 
     // ---- expert slots, the copy stream and the host stratum (cuda_slots.cpp) ----
