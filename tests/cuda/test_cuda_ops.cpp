@@ -4,6 +4,7 @@
 // on how many expert slots there are.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -12,6 +13,7 @@
 #include "backend/cpu/mmvq_host.h"
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/matmul.cuh"
+#include "backend/cuda/moe.cuh"
 #include "cuda_test_util.h"
 #include "format/quant.h"
 
@@ -844,6 +846,128 @@ TEST_P(CudaMoe, MatchesTheCpuAndIgnoresPlacement) {
     EXPECT_GT(placed[1]->stats().expert_cache_misses, 0u);
     EXPECT_GT(placed[2]->stats().bytes_streamed, 0u);
     EXPECT_EQ(placed[0]->stats().expert_cache_misses, 0u);
+}
+
+// The router's mat-vec and top-k in one launch (Backend::route at decode sizes) against the two launches (matmul,
+// route_topk): logits, ids and weights bit for bit, for 128 and 512 experts, top-8 and top-10, renormalised or not,
+// scaled or not, 1..8 tokens, f32, f16 and bf16 routers, one launch after another on one backend (each must leave its
+// block counter at zero for the next). Two experts with the same router row tie (the lower id wins on both), and a
+// token with a NaN routes alike.
+TEST(CudaRouter, OneLaunchIsTheTwoLaunches) {
+    auto be = cuda_backend();
+    ThreadPool pool(2);
+    const int64_t E = 2048;
+    uint64_t seed = 5000;
+    for (DType rt : {DType::F32, DType::F16, DType::BF16}) {
+        for (int64_t ne : {128, 512}) {
+            HostWeight hw;
+            make_weight(hw, rt, E, ne, 1, seed++, 0.05f, false);
+            std::memcpy(hw.bytes.data() + 7 * hw.w.row_bytes, hw.bytes.data() + 3 * hw.w.row_bytes, hw.w.row_bytes);
+            hw.dev = new DevBuf(hw.bytes.size());
+            CUDA_OK(cudaMemcpy(hw.dev->p, hw.bytes.data(), hw.bytes.size(), cudaMemcpyHostToDevice));
+            hw.w.backend = hw.dev->p;
+            struct Pick {
+                int64_t k;
+                bool norm;
+                float scale;
+            };
+            for (const Pick pk :
+                 {Pick{8, true, 0.0f}, Pick{10, false, 0.0f}, Pick{8, false, 2.5f}, Pick{10, true, 1.5f}}) {
+                const MoeParams p{ne, pk.k, pk.norm, pk.scale};
+                for (int64_t T = 1; T <= 8; T++) {
+                    be->reset_scratch();
+                    std::vector<float> x = randn(size_t(T * E), seed++);
+                    if (T == 5) x[size_t(2 * E + 17)] = std::nanf("");
+                    Act xd = be->alloc(T, E);
+                    put(xd, x, true);
+                    Act l1 = be->alloc(T, ne), l2 = be->alloc(T, ne), w1 = be->alloc(T, pk.k), w2 = be->alloc(T, pk.k);
+                    int32_t *i1 = be->alloc_i32(T * pk.k), *i2 = be->alloc_i32(T * pk.k);
+                    be->route(hw.w, xd, p, l1, i1, w1.data);
+                    be->matmul(hw.w, xd, l2);
+                    be->route_topk(l2, p, i2, w2.data);
+                    const std::string what = std::string(dtype_name(rt)) + " " + std::to_string(ne) + " experts, top-" +
+                                             std::to_string(pk.k) + (pk.norm ? " normed" : "") + " scale " +
+                                             std::to_string(pk.scale) + ", T=" + std::to_string(T);
+                    const std::vector<float> lg1 = get(*be, l1), lg2 = get(*be, l2), wt1 = get(*be, w1),
+                                             wt2 = get(*be, w2);
+                    std::vector<int32_t> id1(size_t(T * pk.k)), id2(size_t(T * pk.k));
+                    be->download_i32(i1, T * pk.k, id1.data());
+                    be->download_i32(i2, T * pk.k, id2.data());
+                    ASSERT_EQ(std::memcmp(lg1.data(), lg2.data(), lg1.size() * 4), 0) << what << ": logits";
+                    ASSERT_EQ(id1, id2) << what << ": ids";
+                    ASSERT_EQ(std::memcmp(wt1.data(), wt2.data(), wt1.size() * 4), 0) << what << ": weights";
+                    for (int64_t t = 0; t < T; t++) {
+                        std::vector<int32_t> row(id1.begin() + t * pk.k, id1.begin() + (t + 1) * pk.k);
+                        for (int32_t id : row) ASSERT_TRUE(id >= 0 && id < ne) << what;
+                        std::sort(row.begin(), row.end());
+                        ASSERT_EQ(std::adjacent_find(row.begin(), row.end()), row.end()) << what << ": repeats";
+                    }
+                    if (T != 5) {  // the logits are the reference's, float rounding apart
+                        std::vector<float> want(size_t(T * ne));
+                        Act xh{x.data(), T, E, E}, yh{want.data(), T, ne, ne};
+                        cpu_matmul_reference(pool, hw.w, xh, yh);
+                        EXPECT_LE(max_abs_diff(want, lg1), 2e-5f * std::max(1.0f, max_abs(want))) << what;
+                    }
+                }
+            }
+        }
+    }
+}
+
+// The one-launch router replayed from a CUDA graph: the counter it leaves at zero is what the next replay starts
+// from, so three replays over new inputs give what the two launches give for each.
+TEST(CudaRouter, OneLaunchReplaysFromAGraph) {
+    const int64_t E = 2048, ne = 128, k = 8, T = 2;
+    HostWeight hw;
+    make_weight(hw, DType::F32, E, ne, 1, 77, 0.05f, true);
+    DevBuf xd(size_t(T * E) * 4), l1(size_t(T * ne) * 4), l2(size_t(T * ne) * 4), w1(size_t(T * k) * 4),
+        w2(size_t(T * k) * 4), i1(size_t(T * k) * 4), i2(size_t(T * k) * 4), done(4);
+    CUDA_OK(cudaMemset(done.p, 0, 4));
+    cuda::MatmulArgs a;
+    a.type = DType::F32;
+    a.k = E;
+    a.n = ne;
+    a.row_bytes = hw.w.row_bytes;
+    a.x = xd.as<float>();
+    a.x_stride = E;
+    a.y = l1.as<float>();
+    a.y_stride = ne;
+    a.single = {hw.dev->p, 0, int32_t(T), 0};
+    cudaStream_t st;
+    CUDA_OK(cudaStreamCreate(&st));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
+    cuda::launch_router_fused(a, k, true, 0.0f, i1.as<int32_t>(), w1.as<float>(), done.as<unsigned>(), st);
+    CUDA_OK(cudaStreamEndCapture(st, &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 3; rep++) {
+        const std::vector<float> x = randn(size_t(T * E), 78 + uint64_t(rep));
+        CUDA_OK(cudaMemcpy(xd.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaGraphLaunch(exec, st));
+        cuda::MatmulArgs b = a;
+        b.y = l2.as<float>();
+        cuda::launch_mmv_generic(b, st);
+        cuda::launch_router_topk({l2.as<float>(), T, ne, ne}, k, true, 0.0f, i2.as<int32_t>(), w2.as<float>(), st);
+        CUDA_OK(cudaStreamSynchronize(st));
+        std::vector<float> lg1(size_t(T * ne)), lg2(lg1.size()), wt1(size_t(T * k)), wt2(wt1.size());
+        std::vector<int32_t> id1(size_t(T * k)), id2(id1.size());
+        CUDA_OK(cudaMemcpy(lg1.data(), l1.p, lg1.size() * 4, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(lg2.data(), l2.p, lg2.size() * 4, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(wt1.data(), w1.p, wt1.size() * 4, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(wt2.data(), w2.p, wt2.size() * 4, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(id1.data(), i1.p, id1.size() * 4, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(id2.data(), i2.p, id2.size() * 4, cudaMemcpyDeviceToHost));
+        unsigned left = 1;
+        CUDA_OK(cudaMemcpy(&left, done.p, 4, cudaMemcpyDeviceToHost));
+        EXPECT_EQ(left, 0u) << "replay " << rep;
+        EXPECT_EQ(std::memcmp(lg1.data(), lg2.data(), lg1.size() * 4), 0) << "replay " << rep;
+        EXPECT_EQ(id1, id2) << "replay " << rep;
+        EXPECT_EQ(std::memcmp(wt1.data(), wt2.data(), wt1.size() * 4), 0) << "replay " << rep;
+    }
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+    CUDA_OK(cudaStreamDestroy(st));
 }
 
 // A token whose hidden state holds a NaN routes to k distinct experts of the layer (no expert id out of range, so no

@@ -204,6 +204,32 @@ void CudaBackend::route_topk(Act logits, const MoeParams &p, int32_t *ids, float
     launch_router_topk(rows_of(logits), p.n_expert_used, p.norm_weights, p.weights_scale, ids, weights, stream_);
 }
 
+// At decode sizes the router's mat-vec and the top-k are one launch (moe.cu), each logit and each pick computed as
+// the two launches compute them.
+void CudaBackend::route(const Weight &router, Act x, const MoeParams &p, Act logits, int32_t *ids, float *weights) {
+    STRATA_ASSERT(x.cols == router.ne[0] && logits.cols == router.ne[1] && logits.rows == x.rows);
+    if (!fusion_enabled() || !router_fused_supported(router.type, router.ne[1], router.ne[0], x.rows)) {
+        Backend::route(router, x, p, logits, ids, weights);
+        return;
+    }
+    STRATA_CUDA_OP("router");
+    if (!route_done_) {  // made in the first decoding pass, which runs without a recording (cuda_graph.cpp)
+        route_done_ = static_cast<unsigned *>(dev_alloc(sizeof(unsigned), "routing counter"));
+        STRATA_CUDA_CHECK(cudaMemsetAsync(route_done_, 0, sizeof(unsigned), stream_));
+    }
+    MatmulArgs a;
+    a.type = router.type;
+    a.k = router.ne[0];
+    a.n = router.ne[1];
+    a.row_bytes = router.row_bytes;
+    a.x = x.data;
+    a.x_stride = x.stride;
+    a.y = logits.data;
+    a.y_stride = logits.stride;
+    a.single = MatmulGroup{dev_matrix(router), 0, int32_t(x.rows), 0};
+    launch_router_fused(a, p.n_expert_used, p.norm_weights, p.weights_scale, ids, weights, route_done_, stream_);
+}
+
 void CudaBackend::download_i32(const int32_t *src, int64_t n, int32_t *host) {
     STRATA_CUDA_CHECK(cudaMemcpyAsync(host, src, size_t(n) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -50,6 +50,11 @@ struct MatmulArgs {
 // Generic kernels (every type cuda_can_dequantize accepts).
 void launch_mmv_generic(const MatmulArgs &a, cudaStream_t stream);  // every group <= k_mmv_max_rows rows
 void launch_mm_generic(const MatmulArgs &a, cudaStream_t stream);
+// Few rows and long ones (routers): the generic mat-vec splits each row's k over a block (mmv_split.cuh). The choice
+// follows the matrix's shape only.
+inline bool mmv_split_applies(int64_t n, int64_t k) {
+    return n <= 1024 && k >= 1024;
+}
 
 // Quantized mat-vec kernels (k a multiple of 32); activations from launch_quantize_act.
 bool mmvq_supported(DType t);
