@@ -535,7 +535,8 @@ struct AttentionCase {
 class CudaAttention : public ::testing::TestWithParam<AttentionCase> {};
 
 // Head sizes 64, 128 and 256 take the tiled kernel (decode steps its small tiles, with keys split over blocks where
-// there are too few blocks to fill the GPU), others the one-block-per-row kernel; every case against the CPU.
+// there are too few blocks to fill the GPU; over at most 64 positions the decode kernel, a warp per query vector),
+// others the one-block-per-row kernel; every case against the CPU.
 // Prefill over an f16 cache takes the tensor-core kernel (fp16 hi/lo splits of q and the softmax weights), held to
 // the same bound.
 TEST_P(CudaAttention, PrefillAndDecodeMatchTheCpu) {
@@ -568,22 +569,36 @@ TEST_P(CudaAttention, PrefillAndDecodeMatchTheCpu) {
     }
     uint64_t seed = 100;
     const float scale = 1.0f / std::sqrt(float(hd));
+    auto run = [&](Backend &be, bool dev, const BatchInfo &bi, const std::vector<float> &q, const std::vector<float> &k,
+                   const std::vector<float> &v) {
+        const int64_t T = bi.n_tokens;
+        be.reset_scratch();
+        Act qa = be.alloc(T, qc), ka = be.alloc(T, kvc), va = be.alloc(T, kvc), o = be.alloc(T, qc);
+        put(qa, q, dev);
+        put(ka, k, dev);
+        put(va, v, dev);
+        be.attention(0, qa, ka, va, nh, nkv, hd, scale, bi, o);
+        return get(be, o);
+    };
+    std::vector<float> q, k, v, got;
     for (const BatchInfo &bi : steps) {
         const int64_t T = bi.n_tokens;
-        std::vector<float> q = randn(size_t(T * qc), seed++), k = randn(size_t(T * kvc), seed++),
-                           v = randn(size_t(T * kvc), seed++);
-        auto run = [&](Backend &be, bool dev) {
-            be.reset_scratch();
-            Act qa = be.alloc(T, qc), ka = be.alloc(T, kvc), va = be.alloc(T, kvc), o = be.alloc(T, qc);
-            put(qa, q, dev);
-            put(ka, k, dev);
-            put(va, v, dev);
-            be.attention(0, qa, ka, va, nh, nkv, hd, scale, bi, o);
-            return get(be, o);
-        };
-        const auto want = run(*cpu, false), got = run(*gpu, true);
+        q = randn(size_t(T * qc), seed++), k = randn(size_t(T * kvc), seed++), v = randn(size_t(T * kvc), seed++);
+        const auto want = run(*cpu, false, bi, q, k, v);
+        got = run(*gpu, true, bi, q, k, v);
         EXPECT_LE(max_abs_diff(want, got), 2e-5f * std::max(1.0f, max_abs(want)))
             << kv_type_name(kt) << " step with " << T << " rows";
+    }
+    // Over short contexts (no split of the keys) a decoding row does not depend on the rows beside it: the last
+    // step's second row again, alone (its K and V stored again with the same values), gives the same bits.
+    if (P + 3 <= 64) {
+        BatchInfo one;
+        one.segs = {{0, P + 2, 1, 0}};
+        one.n_tokens = 1;
+        const std::vector<float> q1(q.begin() + qc, q.end()), k1(k.begin() + kvc, k.end()),
+            v1(v.begin() + kvc, v.end());
+        const std::vector<float> alone = run(*gpu, true, one, q1, k1, v1);
+        EXPECT_EQ(std::memcmp(alone.data(), got.data() + qc, size_t(qc) * 4), 0) << kv_type_name(kt) << ": alone";
     }
 }
 
@@ -594,6 +609,11 @@ std::vector<AttentionCase> attention_cases() {
         out.push_back({kt, 128, 16, 2, 700});  // group of 8; decode splits its 700 keys over blocks
         out.push_back({kt, 256, 4, 2, 300});
         out.push_back({kt, 96, 6, 3, 70});  // the untiled kernel
+        // decode steps over at most 64 positions: the decode kernel (30B-A3B's heads; head sizes 64 and 256; no GQA)
+        out.push_back({kt, 128, 32, 4, 3});
+        out.push_back({kt, 64, 8, 2, 40});
+        out.push_back({kt, 256, 4, 2, 52});
+        out.push_back({kt, 128, 4, 4, 20});
     }
     out.push_back({KvType::F16, 128, 4, 4, 1200});  // no GQA, a long prompt
     return out;
