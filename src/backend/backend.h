@@ -239,6 +239,12 @@ class Backend {
     // Softmax over router logits, the top n_expert_used per token (ties to the lower id), renormalised and scaled:
     // ids and weights (logits.rows x k, rank order) in this backend's memory (alloc_i32, alloc).
     virtual void route_topk(Act logits, const MoeParams &p, int32_t *ids, float *weights) = 0;
+    // A layer's routing: logits = x times the router matrix, then route_topk. The default runs the two ops; a backend
+    // may do both in one pass, with the same results (logits included).
+    virtual void route(const Weight &router, Act x, const MoeParams &p, Act logits, int32_t *ids, float *weights) {
+        matmul(router, x, logits);
+        route_topk(logits, p, ids, weights);
+    }
     // Where a backend that reads experts in place (experts_in_place()) reads expert e of a layer.
     virtual bool experts_in_place() const { return false; }
     virtual ExpertSrc expert_in_place(const ExpertWeights &w, int32_t e) const {

@@ -336,8 +336,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
     const bool on_device = slots_ && slots_->all_resident() && be_.device_routing_applies(w, T);
     {
         Region r(be_, "route");
-        be_.matmul(L.gate_inp, x, logits);
-        be_.route_topk(logits, p, ids_be, wts_be);
+        be_.route(L.gate_inp, x, p, logits, ids_be, wts_be);
         if (!on_device || observer_) be_.download_i32(ids_be, T * k, ids.data());
     }
     if (override_.active()) {

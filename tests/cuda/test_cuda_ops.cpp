@@ -4,6 +4,7 @@
 // on how many expert slots there are.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -12,6 +13,7 @@
 #include "backend/host/mmvq_host.h"
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/matmul.cuh"
+#include "backend/cuda/moe.cuh"
 #include "cuda_test_util.h"
 #include "format/quant.h"
 
@@ -178,6 +180,71 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, CudaMatmul, ::testing::ValuesIn(matmul_cases(
     return std::string(dtype_name(c.type)) + "_k" + std::to_string(c.k) + "_n" + std::to_string(c.n) + "_t" +
            std::to_string(c.t);
 });
+
+const DType k_mmvq_types[] = {DType::Q8_0, DType::Q4_0, DType::MXFP4,   DType::IQ4_XS, DType::Q4_K,
+                              DType::Q5_K, DType::Q6_K, DType::IQ2_XXS, DType::IQ1_M};
+
+// Products of one input with several matrices (Backend::matmuls: q, k and v; a GDN layer's projections): at decode
+// sizes the matrices of one mat-vec type share a launch (up to four a launch), and every output row must be what its
+// matrix's own launch (Backend::matmul) gives, bit for bit, and the reference's within the matmul bound. 1, 3 and 8
+// activation rows, matrices of odd sizes beside 512-row ones, more of one type than a launch takes, a type
+// mix (a Q8_0 pair launched together, Q6_K alone), outputs that are column views of a wider matrix (strides).
+TEST(CudaMatmuls, OneLaunchIsTheSeparateLaunches) {
+    auto be = cuda_backend();
+    ThreadPool pool(2);
+    struct Case {
+        std::vector<DType> types;  // one per matrix
+        std::vector<int64_t> n;
+    };
+    std::vector<Case> cases;
+    for (DType t : k_mmvq_types) {
+        cases.push_back({{t, t}, {1000, 512}});
+        cases.push_back({{t, t, t}, {512, 37, 129}});
+        cases.push_back({{t, t, t, t}, {96, 512, 5, 1027}});
+        cases.push_back({{t, t, t, t, t}, {64, 3, 64, 200, 64}});  // a fifth matrix: a second launch, alone
+    }
+    cases.push_back({{DType::Q8_0, DType::Q6_K, DType::Q8_0}, {1000, 512, 37}});
+    uint64_t seed = 4000;
+    for (int64_t k : {512, 2304}) {  // fewer sub-blocks than lanes; several per lane and a partial turn
+        for (const Case &c : cases) {
+            const size_t m = c.n.size();
+            std::vector<HostWeight> hw(m);
+            for (size_t i = 0; i < m; i++) make_weight(hw[i], c.types[i], k, c.n[i], 1, seed++, 0.05f, true);
+            for (int64_t T : {1, 3, 8}) {
+                be->reset_scratch();
+                const std::vector<float> x = randn(size_t(T * k), seed++);
+                Act xd = be->alloc(T, k);
+                put(xd, x, true);
+                int64_t cols = 0;
+                for (int64_t n : c.n) cols += n + 1;
+                Act wide = be->alloc(T, cols);  // every output a column view, one column apart
+                std::vector<Act> fused, sep;
+                std::vector<Backend::MatmulOut> outs;
+                int64_t c0 = 0;
+                for (size_t i = 0; i < m; i++) {
+                    fused.push_back(wide.cols_view(c0, c.n[i]));
+                    c0 += c.n[i] + 1;
+                    sep.push_back(be->alloc(T, c.n[i]));
+                    outs.push_back({&hw[i].w, fused.back()});
+                }
+                be->matmuls(xd, outs);
+                for (size_t i = 0; i < m; i++) be->matmul(hw[i].w, xd, sep[i]);
+                for (size_t i = 0; i < m; i++) {
+                    const std::string what = std::string(dtype_name(c.types[i])) + " k=" + std::to_string(k) +
+                                             " matrix " + std::to_string(i) + " of " + std::to_string(m) + " (" +
+                                             std::to_string(c.n[i]) + " rows), T=" + std::to_string(T);
+                    const std::vector<float> got = get(*be, fused[i]), one = get(*be, sep[i]);
+                    ASSERT_EQ(got.size(), one.size());
+                    EXPECT_EQ(std::memcmp(got.data(), one.data(), got.size() * 4), 0) << what;
+                    std::vector<float> want(size_t(T * c.n[i]));
+                    Act xh{const_cast<float *>(x.data()), T, k, k}, yh{want.data(), T, c.n[i], c.n[i]};
+                    cpu_matmul_reference(pool, hw[i].w, xh, yh);
+                    EXPECT_LE(max_abs_diff(want, got), 2e-5f * std::max(1.0f, max_abs(want))) << what;
+                }
+            }
+        }
+    }
+}
 
 // The host copy of the decode mat-vec (backend/host/mmvq_host.h) against the kernels bit for bit: the activations'
 // 8-bit form (k_quantize_act_q8_0 / _q8_k) and every mat-vec type's dot products, one and three activation rows,
@@ -468,7 +535,8 @@ struct AttentionCase {
 class CudaAttention : public ::testing::TestWithParam<AttentionCase> {};
 
 // Head sizes 64, 128 and 256 take the tiled kernel (decode steps its small tiles, with keys split over blocks where
-// there are too few blocks to fill the GPU), others the one-block-per-row kernel; every case against the CPU.
+// there are too few blocks to fill the GPU; over at most 64 positions the decode kernel, a warp per query vector),
+// others the one-block-per-row kernel; every case against the CPU.
 // Prefill over an f16 cache takes the tensor-core kernel (fp16 hi/lo splits of q and the softmax weights), held to
 // the same bound.
 TEST_P(CudaAttention, PrefillAndDecodeMatchTheCpu) {
@@ -501,22 +569,36 @@ TEST_P(CudaAttention, PrefillAndDecodeMatchTheCpu) {
     }
     uint64_t seed = 100;
     const float scale = 1.0f / std::sqrt(float(hd));
+    auto run = [&](Backend &be, bool dev, const BatchInfo &bi, const std::vector<float> &q, const std::vector<float> &k,
+                   const std::vector<float> &v) {
+        const int64_t T = bi.n_tokens;
+        be.reset_scratch();
+        Act qa = be.alloc(T, qc), ka = be.alloc(T, kvc), va = be.alloc(T, kvc), o = be.alloc(T, qc);
+        put(qa, q, dev);
+        put(ka, k, dev);
+        put(va, v, dev);
+        be.attention(0, qa, ka, va, nh, nkv, hd, scale, bi, o);
+        return get(be, o);
+    };
+    std::vector<float> q, k, v, got;
     for (const BatchInfo &bi : steps) {
         const int64_t T = bi.n_tokens;
-        std::vector<float> q = randn(size_t(T * qc), seed++), k = randn(size_t(T * kvc), seed++),
-                           v = randn(size_t(T * kvc), seed++);
-        auto run = [&](Backend &be, bool dev) {
-            be.reset_scratch();
-            Act qa = be.alloc(T, qc), ka = be.alloc(T, kvc), va = be.alloc(T, kvc), o = be.alloc(T, qc);
-            put(qa, q, dev);
-            put(ka, k, dev);
-            put(va, v, dev);
-            be.attention(0, qa, ka, va, nh, nkv, hd, scale, bi, o);
-            return get(be, o);
-        };
-        const auto want = run(*cpu, false), got = run(*gpu, true);
+        q = randn(size_t(T * qc), seed++), k = randn(size_t(T * kvc), seed++), v = randn(size_t(T * kvc), seed++);
+        const auto want = run(*cpu, false, bi, q, k, v);
+        got = run(*gpu, true, bi, q, k, v);
         EXPECT_LE(max_abs_diff(want, got), 2e-5f * std::max(1.0f, max_abs(want)))
             << kv_type_name(kt) << " step with " << T << " rows";
+    }
+    // Over short contexts (no split of the keys) a decoding row does not depend on the rows beside it: the last
+    // step's second row again, alone (its K and V stored again with the same values), gives the same bits.
+    if (P + 3 <= 64) {
+        BatchInfo one;
+        one.segs = {{0, P + 2, 1, 0}};
+        one.n_tokens = 1;
+        const std::vector<float> q1(q.begin() + qc, q.end()), k1(k.begin() + kvc, k.end()),
+            v1(v.begin() + kvc, v.end());
+        const std::vector<float> alone = run(*gpu, true, one, q1, k1, v1);
+        EXPECT_EQ(std::memcmp(alone.data(), got.data() + qc, size_t(qc) * 4), 0) << kv_type_name(kt) << ": alone";
     }
 }
 
@@ -527,6 +609,11 @@ std::vector<AttentionCase> attention_cases() {
         out.push_back({kt, 128, 16, 2, 700});  // group of 8; decode splits its 700 keys over blocks
         out.push_back({kt, 256, 4, 2, 300});
         out.push_back({kt, 96, 6, 3, 70});  // the untiled kernel
+        // decode steps over at most 64 positions: the decode kernel (30B-A3B's heads; head sizes 64 and 256; no GQA)
+        out.push_back({kt, 128, 32, 4, 3});
+        out.push_back({kt, 64, 8, 2, 40});
+        out.push_back({kt, 256, 4, 2, 52});
+        out.push_back({kt, 128, 4, 4, 20});
     }
     out.push_back({KvType::F16, 128, 4, 4, 1200});  // no GQA, a long prompt
     return out;
@@ -779,6 +866,128 @@ TEST_P(CudaMoe, MatchesTheCpuAndIgnoresPlacement) {
     EXPECT_GT(placed[1]->stats().expert_cache_misses, 0u);
     EXPECT_GT(placed[2]->stats().bytes_streamed, 0u);
     EXPECT_EQ(placed[0]->stats().expert_cache_misses, 0u);
+}
+
+// The router's mat-vec and top-k in one launch (Backend::route at decode sizes) against the two launches (matmul,
+// route_topk): logits, ids and weights bit for bit, for 128 and 512 experts, top-8 and top-10, renormalised or not,
+// scaled or not, 1..8 tokens, f32, f16 and bf16 routers, one launch after another on one backend (each must leave its
+// block counter at zero for the next). Two experts with the same router row tie (the lower id wins on both), and a
+// token with a NaN routes alike.
+TEST(CudaRouter, OneLaunchIsTheTwoLaunches) {
+    auto be = cuda_backend();
+    ThreadPool pool(2);
+    const int64_t E = 2048;
+    uint64_t seed = 5000;
+    for (DType rt : {DType::F32, DType::F16, DType::BF16}) {
+        for (int64_t ne : {128, 512}) {
+            HostWeight hw;
+            make_weight(hw, rt, E, ne, 1, seed++, 0.05f, false);
+            std::memcpy(hw.bytes.data() + 7 * hw.w.row_bytes, hw.bytes.data() + 3 * hw.w.row_bytes, hw.w.row_bytes);
+            hw.dev = new DevBuf(hw.bytes.size());
+            CUDA_OK(cudaMemcpy(hw.dev->p, hw.bytes.data(), hw.bytes.size(), cudaMemcpyHostToDevice));
+            hw.w.backend = hw.dev->p;
+            struct Pick {
+                int64_t k;
+                bool norm;
+                float scale;
+            };
+            for (const Pick pk :
+                 {Pick{8, true, 0.0f}, Pick{10, false, 0.0f}, Pick{8, false, 2.5f}, Pick{10, true, 1.5f}}) {
+                const MoeParams p{ne, pk.k, pk.norm, pk.scale};
+                for (int64_t T = 1; T <= 8; T++) {
+                    be->reset_scratch();
+                    std::vector<float> x = randn(size_t(T * E), seed++);
+                    if (T == 5) x[size_t(2 * E + 17)] = std::nanf("");
+                    Act xd = be->alloc(T, E);
+                    put(xd, x, true);
+                    Act l1 = be->alloc(T, ne), l2 = be->alloc(T, ne), w1 = be->alloc(T, pk.k), w2 = be->alloc(T, pk.k);
+                    int32_t *i1 = be->alloc_i32(T * pk.k), *i2 = be->alloc_i32(T * pk.k);
+                    be->route(hw.w, xd, p, l1, i1, w1.data);
+                    be->matmul(hw.w, xd, l2);
+                    be->route_topk(l2, p, i2, w2.data);
+                    const std::string what = std::string(dtype_name(rt)) + " " + std::to_string(ne) + " experts, top-" +
+                                             std::to_string(pk.k) + (pk.norm ? " normed" : "") + " scale " +
+                                             std::to_string(pk.scale) + ", T=" + std::to_string(T);
+                    const std::vector<float> lg1 = get(*be, l1), lg2 = get(*be, l2), wt1 = get(*be, w1),
+                                             wt2 = get(*be, w2);
+                    std::vector<int32_t> id1(size_t(T * pk.k)), id2(size_t(T * pk.k));
+                    be->download_i32(i1, T * pk.k, id1.data());
+                    be->download_i32(i2, T * pk.k, id2.data());
+                    ASSERT_EQ(std::memcmp(lg1.data(), lg2.data(), lg1.size() * 4), 0) << what << ": logits";
+                    ASSERT_EQ(id1, id2) << what << ": ids";
+                    ASSERT_EQ(std::memcmp(wt1.data(), wt2.data(), wt1.size() * 4), 0) << what << ": weights";
+                    for (int64_t t = 0; t < T; t++) {
+                        std::vector<int32_t> row(id1.begin() + t * pk.k, id1.begin() + (t + 1) * pk.k);
+                        for (int32_t id : row) ASSERT_TRUE(id >= 0 && id < ne) << what;
+                        std::sort(row.begin(), row.end());
+                        ASSERT_EQ(std::adjacent_find(row.begin(), row.end()), row.end()) << what << ": repeats";
+                    }
+                    if (T != 5) {  // the logits are the reference's, float rounding apart
+                        std::vector<float> want(size_t(T * ne));
+                        Act xh{x.data(), T, E, E}, yh{want.data(), T, ne, ne};
+                        cpu_matmul_reference(pool, hw.w, xh, yh);
+                        EXPECT_LE(max_abs_diff(want, lg1), 2e-5f * std::max(1.0f, max_abs(want))) << what;
+                    }
+                }
+            }
+        }
+    }
+}
+
+// The one-launch router replayed from a CUDA graph: the counter it leaves at zero is what the next replay starts
+// from, so three replays over new inputs give what the two launches give for each.
+TEST(CudaRouter, OneLaunchReplaysFromAGraph) {
+    const int64_t E = 2048, ne = 128, k = 8, T = 2;
+    HostWeight hw;
+    make_weight(hw, DType::F32, E, ne, 1, 77, 0.05f, true);
+    DevBuf xd(size_t(T * E) * 4), l1(size_t(T * ne) * 4), l2(size_t(T * ne) * 4), w1(size_t(T * k) * 4),
+        w2(size_t(T * k) * 4), i1(size_t(T * k) * 4), i2(size_t(T * k) * 4), done(4);
+    CUDA_OK(cudaMemset(done.p, 0, 4));
+    cuda::MatmulArgs a;
+    a.type = DType::F32;
+    a.k = E;
+    a.n = ne;
+    a.row_bytes = hw.w.row_bytes;
+    a.x = xd.as<float>();
+    a.x_stride = E;
+    a.y = l1.as<float>();
+    a.y_stride = ne;
+    a.single = {hw.dev->p, 0, int32_t(T), 0};
+    cudaStream_t st;
+    CUDA_OK(cudaStreamCreate(&st));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
+    cuda::launch_router_fused(a, k, true, 0.0f, i1.as<int32_t>(), w1.as<float>(), done.as<unsigned>(), st);
+    CUDA_OK(cudaStreamEndCapture(st, &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 3; rep++) {
+        const std::vector<float> x = randn(size_t(T * E), 78 + uint64_t(rep));
+        CUDA_OK(cudaMemcpy(xd.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaGraphLaunch(exec, st));
+        cuda::MatmulArgs b = a;
+        b.y = l2.as<float>();
+        cuda::launch_mmv_generic(b, st);
+        cuda::launch_router_topk({l2.as<float>(), T, ne, ne}, k, true, 0.0f, i2.as<int32_t>(), w2.as<float>(), st);
+        CUDA_OK(cudaStreamSynchronize(st));
+        std::vector<float> lg1(size_t(T * ne)), lg2(lg1.size()), wt1(size_t(T * k)), wt2(wt1.size());
+        std::vector<int32_t> id1(size_t(T * k)), id2(id1.size());
+        CUDA_OK(cudaMemcpy(lg1.data(), l1.p, lg1.size() * 4, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(lg2.data(), l2.p, lg2.size() * 4, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(wt1.data(), w1.p, wt1.size() * 4, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(wt2.data(), w2.p, wt2.size() * 4, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(id1.data(), i1.p, id1.size() * 4, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(id2.data(), i2.p, id2.size() * 4, cudaMemcpyDeviceToHost));
+        unsigned left = 1;
+        CUDA_OK(cudaMemcpy(&left, done.p, 4, cudaMemcpyDeviceToHost));
+        EXPECT_EQ(left, 0u) << "replay " << rep;
+        EXPECT_EQ(std::memcmp(lg1.data(), lg2.data(), lg1.size() * 4), 0) << "replay " << rep;
+        EXPECT_EQ(id1, id2) << "replay " << rep;
+        EXPECT_EQ(std::memcmp(wt1.data(), wt2.data(), wt1.size() * 4), 0) << "replay " << rep;
+    }
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+    CUDA_OK(cudaStreamDestroy(st));
 }
 
 // A token whose hidden state holds a NaN routes to k distinct experts of the layer (no expert id out of range, so no

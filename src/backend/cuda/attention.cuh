@@ -40,6 +40,14 @@ void launch_flash_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_he
                             float scale, bool small, const AttnTile *tiles_dev, int n_tiles, int n_split, int chunk,
                             float *ws, cudaStream_t stream);
 
+// The decoding kernel for short contexts (flash_decode.cu): the same tiles, every key of a tile's rows in one block
+// (at most k_flash_decode_keys of them, so never split), a warp per query vector; head sizes 64, 128 and 256, tiles
+// of at most k_flash_decode_max_vectors query vectors (rows_per_tile times the GQA group).
+constexpr int k_flash_decode_keys = 64, k_flash_decode_max_vectors = 16;
+bool flash_decode_applies(int64_t head_dim, int64_t group, int rows_per_tile);
+void launch_flash_decode(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                         float scale, const AttnTile *tiles_dev, int n_tiles, int rows_per_tile, cudaStream_t stream);
+
 // Merges the partials of n_split > 1 (written per tile of vectors_per_tile query vectors) into out.
 void launch_flash_merge(Rows out, int64_t head_dim, int vectors_per_tile, int group, int n_kv, const AttnTile *tiles,
                         int n_tiles, int n_split, const float *ws, cudaStream_t stream);

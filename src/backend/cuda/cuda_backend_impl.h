@@ -90,6 +90,7 @@ class CudaBackend final : public Backend {
 
     // MoE steps (cuda_matmul.cpp) and expert slots (cuda_slots.cpp).
     void route_topk(Act logits, const MoeParams &p, int32_t *ids, float *weights) override;
+    void route(const Weight &router, Act x, const MoeParams &p, Act logits, int32_t *ids, float *weights) override;
     ExpertSrc expert_slot(const ExpertWeights &w, int32_t slot) const override;
     void fill_slots(const ExpertWeights &w, const std::vector<SlotFill> &fills, bool ahead) override;
     void set_resident_experts(const ExpertWeights &w, const std::vector<int32_t> &slot_of) override;
@@ -179,8 +180,11 @@ class CudaBackend final : public Backend {
         const char *name;
     };
     void grouped_matmul(const WeightShape &w, const std::vector<MatmulGroup> &groups, PreparedAct &x, Rows y);
-    // STRATA_CUDA_FUSE=0 undoes the decode fusions (shared input quantization, gate and up in one launch, silu fused
-    // into the down matrices' quantization, q/k norm and rope in one kernel) for A/B checks; results are the same.
+    void quantize(PreparedAct &x, DType vt);  // x.q8 in activation format vt, made unless it is there
+    void matvec_parts(const std::vector<MatmulOut> &outs, PreparedAct &x, std::vector<bool> &done);
+    // STRATA_CUDA_FUSE=0 undoes the decode fusions (shared input quantization, several matrices of one input or gate
+    // and up in one launch, silu fused into the down matrices' quantization, q/k norm and rope in one kernel, the
+    // router's mat-vec and top-k in one kernel) for A/B checks; results are the same.
     static bool fusion_enabled();
 
     // ---- expert slots, the copy stream and the host stratum (cuda_slots.cpp) ----
@@ -270,6 +274,8 @@ class CudaBackend final : public Backend {
     // per layer, when every expert is resident: the device table of its experts' matrices (device routing)
     std::vector<const uint8_t *const *> expert_tables_;
     int64_t moe_layers_ = 0, resident_layers_ = 0, tables_set_ = 0;
+
+    unsigned *route_done_ = nullptr;  // the one-launch router's count of finished blocks (zero between launches)
 
     OpProfiler prof_;
     double copy_rate_gbs_ = -1.0;  // measured once (copy_rate_gbs)

@@ -36,6 +36,16 @@ bool CudaBackend::fusion_enabled() {
     return on;
 }
 
+void CudaBackend::quantize(PreparedAct &x, DType vt) {
+    if (x.q8 && x.q8_type == vt) return;
+    int8_t *q = scratch_array<int8_t>(x.rows * x.k);
+    float2 *ds = scratch_array<float2>(x.rows * (x.k / 32));
+    launch_quantize_act(vt, x.src, x.stride, x.rows, x.k, q, ds, stream_);
+    x.q8 = q;
+    x.q8_ds = ds;
+    x.q8_type = vt;
+}
+
 void CudaBackend::grouped_matmul(const WeightShape &w, const std::vector<MatmulGroup> &groups, PreparedAct &x, Rows y) {
     STRATA_ASSERT(x.k == w.k && y.cols == w.n);
     const DType vt = dot_act_type(w.type);
@@ -73,14 +83,7 @@ void CudaBackend::grouped_matmul(const WeightShape &w, const std::vector<MatmulG
         a.x_stride = x.k;
     };
     auto quantized = [&](MatmulArgs &a) {
-        if (!x.q8 || x.q8_type != vt) {
-            int8_t *q = scratch_array<int8_t>(x.rows * x.k);
-            float2 *ds = scratch_array<float2>(x.rows * (x.k / 32));
-            launch_quantize_act(vt, x.src, x.stride, x.rows, x.k, q, ds, stream_);
-            x.q8 = q;
-            x.q8_ds = ds;
-            x.q8_type = vt;
-        }
+        quantize(x, vt);
         a.xq = x.q8;
         a.xds = x.q8_ds;
     };
@@ -135,7 +138,43 @@ void CudaBackend::matmul(const Weight &w, Act x, Act out) {
     matmuls(x, {{&w, out}});
 }
 
-// The input is quantized (or rounded) once per activation format and shared by every product that reads it.
+// Decode-sized inputs: products whose matrices share a mat-vec type (and so the bytes of a row) go out as one launch
+// of up to k_mmvq_max_parts matrices, in the order given; done[i] is set for every product launched here. A product
+// with no partner is left to the plain path.
+void CudaBackend::matvec_parts(const std::vector<MatmulOut> &outs, PreparedAct &x, std::vector<bool> &done) {
+    auto takes = [&](const Weight &w) {
+        const DType vt = dot_act_type(w.type);
+        return mmvq_supported(w.type) && vt != DType::F32 && w.ne[0] % 32 == 0 &&
+               w.ne[0] % dtype_info(vt).block_size == 0;
+    };
+    for (size_t i = 0; i < outs.size(); i++) {
+        if (done[i] || !takes(*outs[i].w)) continue;
+        const Weight &w0 = *outs[i].w;
+        std::vector<size_t> same{i};
+        for (size_t j = i + 1; j < outs.size() && same.size() < size_t(k_mmvq_max_parts); j++)
+            if (!done[j] && outs[j].w->type == w0.type && outs[j].w->row_bytes == w0.row_bytes) same.push_back(j);
+        if (same.size() < 2) continue;
+        MmvqPart parts[k_mmvq_max_parts];
+        for (size_t p = 0; p < same.size(); p++) {
+            const MatmulOut &o = outs[same[p]];
+            STRATA_ASSERT(o.w->ne[0] == x.k && o.out.cols == o.w->ne[1] && o.out.rows == x.rows);
+            parts[p] = MmvqPart{dev_matrix(*o.w), o.w->ne[1], o.out.data, o.out.stride};
+            done[same[p]] = true;
+        }
+        quantize(x, dot_act_type(w0.type));
+        MatmulArgs a;
+        a.type = w0.type;
+        a.k = w0.ne[0];
+        a.row_bytes = w0.row_bytes;
+        a.xq = x.q8;
+        a.xds = x.q8_ds;
+        a.single = MatmulGroup{nullptr, 0, int32_t(x.rows), 0};
+        launch_mmvq_parts(a, parts, int(same.size()), stream_);
+    }
+}
+
+// The input is quantized (or rounded) once per activation format and shared by every product that reads it; at
+// decode sizes products of one mat-vec type share a launch as well.
 void CudaBackend::matmuls(Act x, const std::vector<MatmulOut> &outs) {
     STRATA_CUDA_OP("matmul");
     if (x.rows == 0) return;
@@ -145,7 +184,11 @@ void CudaBackend::matmuls(Act x, const std::vector<MatmulOut> &outs) {
     pa.rows = x.rows;
     pa.k = x.cols;
     pa.stride = x.stride;
-    for (const MatmulOut &o : outs) {
+    std::vector<bool> done(outs.size(), false);
+    if (fusion_enabled() && mmvq_enabled() && x.rows <= k_mmv_max_rows && outs.size() > 1) matvec_parts(outs, pa, done);
+    for (size_t i = 0; i < outs.size(); i++) {
+        if (done[i]) continue;
+        const MatmulOut &o = outs[i];
         if (!fusion_enabled()) pa = PreparedAct{x.data, x.rows, x.cols, x.stride};  // each product its own
         const Weight &w = *o.w;
         STRATA_ASSERT(x.cols == w.ne[0] && o.out.cols == w.ne[1] && o.out.rows == x.rows);
@@ -160,6 +203,32 @@ void CudaBackend::matmuls(Act x, const std::vector<MatmulOut> &outs) {
 
 void CudaBackend::route_topk(Act logits, const MoeParams &p, int32_t *ids, float *weights) {
     launch_router_topk(rows_of(logits), p.n_expert_used, p.norm_weights, p.weights_scale, ids, weights, stream_);
+}
+
+// At decode sizes the router's mat-vec and the top-k are one launch (moe.cu), each logit and each pick computed as
+// the two launches compute them.
+void CudaBackend::route(const Weight &router, Act x, const MoeParams &p, Act logits, int32_t *ids, float *weights) {
+    STRATA_ASSERT(x.cols == router.ne[0] && logits.cols == router.ne[1] && logits.rows == x.rows);
+    if (!fusion_enabled() || !router_fused_supported(router.type, router.ne[1], router.ne[0], x.rows)) {
+        Backend::route(router, x, p, logits, ids, weights);
+        return;
+    }
+    STRATA_CUDA_OP("router");
+    if (!route_done_) {  // made in the first decoding pass, which runs without a recording (cuda_graph.cpp)
+        route_done_ = static_cast<unsigned *>(dev_alloc(sizeof(unsigned), "routing counter"));
+        STRATA_CUDA_CHECK(cudaMemsetAsync(route_done_, 0, sizeof(unsigned), stream_));
+    }
+    MatmulArgs a;
+    a.type = router.type;
+    a.k = router.ne[0];
+    a.n = router.ne[1];
+    a.row_bytes = router.row_bytes;
+    a.x = x.data;
+    a.x_stride = x.stride;
+    a.y = logits.data;
+    a.y_stride = logits.stride;
+    a.single = MatmulGroup{dev_matrix(router), 0, int32_t(x.rows), 0};
+    launch_router_fused(a, p.n_expert_used, p.norm_weights, p.weights_scale, ids, weights, route_done_, stream_);
 }
 
 void CudaBackend::download_i32(const int32_t *src, int64_t n, int32_t *host) {

@@ -21,6 +21,13 @@ bool flash_mma_enabled() {
     return on;
 }
 
+// STRATA_CUDA_FLASH_DECODE=0 keeps decoding over short contexts on the tiled kernel (A/B checks of the decode one;
+// the two round differently).
+bool flash_decode_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_FLASH_DECODE", true);
+    return on;
+}
+
 // STRATA_CUDA_GDN_PARALLEL=0 keeps long runs on the one-block-per-head chunked kernel.
 bool gdn_parallel_enabled() {
     static const bool on = env_switch("STRATA_CUDA_GDN_PARALLEL", true);
@@ -68,6 +75,14 @@ void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int
             rec_ok_ = false;
         rec_attn_ = r;
     }
+    // Decoding over short contexts: a warp per query vector, one launch. The choice follows the split (n_split and
+    // chunk), which a replay recomputes and compares, so a recorded pass never replays with the other kernel.
+    if (small && !mma && n_split == 1 && chunk <= k_flash_decode_keys && flash_decode_enabled() &&
+        flash_decode_applies(head_dim, group, rpt)) {
+        launch_flash_decode(c.kv, rows_of(q), rows_of(out), n_head, n_head_kv, head_dim, scale, attn_tiles(tiles),
+                            int(tiles.size()), rpt, stream_);
+        return;
+    }
     const Mark m = mark();
     const size_t ws_floats =
         mma ? flash_mma_workspace_floats(int(tiles.size()), n_head_kv, int(n_split), head_dim)
@@ -93,11 +108,12 @@ std::vector<AttnTile> CudaBackend::attention_tiles(const BatchInfo &b, int rpt) 
 
 // Too few blocks to fill the GPU (decoding a few sequences): split long key ranges over blocks. Unsplit, the one
 // range is every key of every tile (a fixed bound, not the batch's end, so that the kernels' arguments stay the same
-// from one decoding step to the next and a recorded pass can be replayed).
+// from one decoding step to the next and a recorded pass can be replayed): k_flash_decode_keys while no tile sees
+// more keys (the bound under which decoding takes its own kernel), else 2^30.
 void CudaBackend::attention_split(int64_t n_tiles, int64_t n_head_kv, int64_t max_end, int64_t &n_split,
                                   int64_t &chunk) const {
     const int64_t blocks = n_tiles * n_head_kv, target = 2 * int64_t(prop_.multiProcessorCount);
-    n_split = 1, chunk = int64_t(1) << 30;
+    n_split = 1, chunk = max_end <= k_flash_decode_keys ? k_flash_decode_keys : int64_t(1) << 30;
     if (blocks < target && max_end > 64) {
         n_split = std::min((target + blocks - 1) / blocks, (max_end + 63) / 64);
         chunk = ((max_end + n_split - 1) / n_split + 63) / 64 * 64;

@@ -50,10 +50,27 @@ struct MatmulArgs {
 // Generic kernels (every type cuda_can_dequantize accepts).
 void launch_mmv_generic(const MatmulArgs &a, cudaStream_t stream);  // every group <= k_mmv_max_rows rows
 void launch_mm_generic(const MatmulArgs &a, cudaStream_t stream);
+// Few rows and long ones (routers): the generic mat-vec splits each row's k over a block (mmv_split.cuh). The choice
+// follows the matrix's shape only.
+inline bool mmv_split_applies(int64_t n, int64_t k) {
+    return n <= 1024 && k >= 1024;
+}
 
 // Quantized mat-vec kernels (k a multiple of 32); activations from launch_quantize_act.
 bool mmvq_supported(DType t);
 void launch_mmvq(const MatmulArgs &a, cudaStream_t stream);  // every group <= k_mmv_max_rows rows
+
+// Several matrices of one type and row length times the same activation rows in one mat-vec launch (decode's q, k
+// and v): a's type, k, row_bytes, activations and single group (x rows 0.., y rows 0..) hold for all of them, a's w,
+// n and y are unused. Each output row is computed by the same warp code as launch_mmvq's, so the same bits.
+constexpr int k_mmvq_max_parts = 4;
+struct MmvqPart {
+    const void *w;  // device pointer to the weight matrix (n rows of the shared row_bytes)
+    int64_t n;
+    float *y;
+    int64_t y_stride;
+};
+void launch_mmvq_parts(const MatmulArgs &a, const MmvqPart *parts, int n_parts, cudaStream_t stream);
 
 // Quantized matrix-matrix kernels on the tensor cores (sm_80 and later; k a multiple of 32), same activations and
 // the tile list of launch_mm_generic.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "backend/cuda/mmv_split.cuh"
 #include "backend/cuda/quant_device.cuh"
 #include "core/error.h"
 
@@ -109,30 +110,10 @@ __global__ __launch_bounds__(k_mmv_warps * 32) void k_mmv_generic(MatmulArgs a, 
 
 // Matrices with few rows (routers): a block per weight row and group, its threads over k, so that enough loads are
 // in flight to stream the matrix at memory speed.
-constexpr int k_mmv_split_threads = 256;
-
 template <DType T>
 __global__ __launch_bounds__(k_mmv_split_threads) void k_mmv_split(MatmulArgs a, IqGrids g) {
     __shared__ float red[32];
-    const int64_t n = blockIdx.x;
-    const MatmulGroup grp = a.groups ? a.groups[blockIdx.y] : a.single;
-    const uint8_t *wrow = static_cast<const uint8_t *>(grp.w) + size_t(n) * a.row_bytes;
-    const float *x = a.x + int64_t(grp.x_row0) * a.x_stride;
-    float acc[k_mmv_max_rows];
-#pragma unroll
-    for (int t = 0; t < k_mmv_max_rows; t++) acc[t] = 0.0f;
-#pragma unroll 4
-    for (int64_t k = threadIdx.x; k < a.k; k += k_mmv_split_threads) {
-        const float w = row_elem<T>(wrow, k, g);
-#pragma unroll
-        for (int t = 0; t < k_mmv_max_rows; t++)
-            if (t < grp.n_rows) acc[t] += w * x[t * a.x_stride + k];
-    }
-    for (int t = 0; t < grp.n_rows; t++) {
-        const float s = block_sum(acc[t], red);
-        if (threadIdx.x == 0) a.y[int64_t(grp.y_row0 + t) * a.y_stride + n] = s;
-        __syncthreads();  // red is reused by the next row's sum
-    }
+    mmv_split_row<T>(a, a.groups ? a.groups[blockIdx.y] : a.single, blockIdx.x, g, red);
 }
 
 }  // namespace
@@ -168,8 +149,7 @@ void launch_mmv_generic(const MatmulArgs &a, cudaStream_t stream) {
     if (a.n_groups == 0 || a.n == 0) return;
     STRATA_ASSERT(a.n_groups <= 65535);
     const IqGrids &g = iq_grids();
-    // Few rows and long ones: split each row's k over a block (the choice follows the matrix's shape only).
-    const bool split = a.n <= 1024 && a.k >= 1024;
+    const bool split = mmv_split_applies(a.n, a.k);
     const dim3 grid(split ? unsigned(a.n) : ceil_div(a.n, k_mmv_warps), unsigned(a.n_groups));
     // clang-format off
     switch (a.type) {

@@ -22,12 +22,33 @@ using qv::WSub;
 
 constexpr int k_mmvq_warps = 4;
 
+// The matrices of a launch of several (launch_mmvq_parts), passed by value so that a recorded graph holds them and
+// nothing is uploaded: part p owns the blocks along x from block0[p] to the next part's. n_parts 0: a's own matrix
+// (or its groups along y).
+struct MmvqParts {
+    int32_t n_parts = 0;
+    uint32_t block0[k_mmvq_max_parts] = {};
+    MmvqPart part[k_mmvq_max_parts] = {};
+};
+
 template <DType T>
-__global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrids g) {
+__global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrids g, MmvqParts parts) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    const int64_t n = int64_t(blockIdx.x) * k_mmvq_warps + warp;
-    if (n >= a.n) return;
-    const MatmulGroup grp = a.groups ? a.groups[blockIdx.y] : a.single;
+    MatmulGroup grp = a.groups ? a.groups[blockIdx.y] : a.single;
+    int64_t n_w = a.n, y_stride = a.y_stride;
+    float *y = a.y;
+    uint32_t blk = blockIdx.x;
+    if (parts.n_parts > 0) {  // the part this block's rows are in (static indices: the parts stay in parameters)
+        MmvqPart m = parts.part[0];
+        uint32_t b0 = 0;
+#pragma unroll
+        for (int p = 1; p < k_mmvq_max_parts; p++)
+            if (p < parts.n_parts && blk >= parts.block0[p]) m = parts.part[p], b0 = parts.block0[p];
+        grp.w = m.w, n_w = m.n, y = m.y, y_stride = m.y_stride;
+        blk -= b0;
+    }
+    const int64_t n = int64_t(blk) * k_mmvq_warps + warp;
+    if (n >= n_w) return;
     const int rows = grp.n_rows;
     const uint8_t *wrow = static_cast<const uint8_t *>(grp.w) + size_t(n) * a.row_bytes;
     const int64_t n_sub = a.k / 32;
@@ -64,7 +85,7 @@ __global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrid
     for (int t = 0; t < k_mmv_max_rows; t++) {
         if (t >= rows) break;
         const float s = warp_sum(acc[t]);
-        if (lane == 0) a.y[int64_t(grp.y_row0 + t) * a.y_stride + n] = s;
+        if (lane == 0) y[int64_t(grp.y_row0 + t) * y_stride + n] = s;
     }
 }
 
@@ -151,21 +172,42 @@ bool mmvq_supported(DType t) {
     }
 }
 
-void launch_mmvq(const MatmulArgs &a, cudaStream_t stream) {
-    if (a.n_groups == 0 || a.n == 0) return;
-    STRATA_ASSERT(a.k % 32 == 0 && a.n_groups <= 65535);
+namespace {
+
+void launch(const MatmulArgs &a, const MmvqParts &parts, dim3 grid, cudaStream_t stream) {
     const IqGrids &g = iq_grids();
-    const dim3 grid(ceil_div(a.n, k_mmvq_warps), unsigned(a.n_groups));
     // clang-format off
     switch (a.type) {
 #define X(T_) \
-    case DType::T_: k_mmvq<DType::T_><<<grid, k_mmvq_warps * 32, 0, stream>>>(a, g); break;
+    case DType::T_: k_mmvq<DType::T_><<<grid, k_mmvq_warps * 32, 0, stream>>>(a, g, parts); break;
         X(Q8_0) X(Q4_0) X(MXFP4) X(IQ4_XS) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ2_XXS) X(IQ1_M)
 #undef X
         default: fail("CUDA: no quantized mat-vec kernel for %s", dtype_name(a.type));
     }
     // clang-format on
     STRATA_CUDA_LAUNCH_CHECK("k_mmvq");
+}
+
+}  // namespace
+
+void launch_mmvq(const MatmulArgs &a, cudaStream_t stream) {
+    if (a.n_groups == 0 || a.n == 0) return;
+    STRATA_ASSERT(a.k % 32 == 0 && a.n_groups <= 65535);
+    launch(a, MmvqParts{}, dim3(ceil_div(a.n, k_mmvq_warps), unsigned(a.n_groups)), stream);
+}
+
+void launch_mmvq_parts(const MatmulArgs &a, const MmvqPart *parts, int n_parts, cudaStream_t stream) {
+    STRATA_ASSERT(a.k % 32 == 0 && a.groups == nullptr && n_parts >= 1 && n_parts <= k_mmvq_max_parts);
+    MmvqParts mp;
+    mp.n_parts = n_parts;
+    uint32_t blocks = 0;
+    for (int p = 0; p < n_parts; p++) {
+        mp.block0[p] = blocks;
+        mp.part[p] = parts[p];
+        blocks += ceil_div(parts[p].n, k_mmvq_warps);  // each matrix's rows start a block: its warps as alone
+    }
+    if (blocks == 0 || a.single.n_rows == 0) return;
+    launch(a, mp, dim3(blocks, 1), stream);
 }
 
 void launch_quantize_act(DType vt, const float *x, int64_t x_stride, int64_t rows, int64_t k, int8_t *qs, float2 *ds,

@@ -1,28 +1,32 @@
-// MoE kernels: routing (one warp per token) and the combination of expert outputs.
+// MoE kernels: routing (one warp per token; at decode sizes also with the router's mat-vec in the same launch) and
+// the combination of expert outputs.
 #include "backend/cuda/moe.cuh"
 
 #include <algorithm>
 #include <cfloat>
 
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/mmv_split.cuh"
 #include "core/error.h"
 
 namespace strata::cuda {
 
 namespace {
 
-// Softmax in f32, then k rounds of arg-max over the probabilities (larger wins, ties to the lower id).
-__global__ void k_router_topk(Rows logits, int64_t k, bool norm, float scale, int32_t *ids, float *weights) {
-    extern __shared__ float prob[];
-    const int64_t t = blockIdx.x, ne = logits.cols;
-    const int lane = threadIdx.x;
+// Token t's routing by one warp: softmax in f32, then k rounds of arg-max over the probabilities (larger wins, ties
+// to the lower id). prob: the warp's own logits.cols floats of shared memory. Logits are read from L2 (__ldcg): in the
+// one-launch form other blocks of the same grid wrote them.
+__device__ __forceinline__ void router_topk_token(Rows logits, int64_t t, int64_t k, bool norm, float scale,
+                                                  float *prob, int32_t *ids, float *weights) {
+    const int64_t ne = logits.cols;
+    const int lane = threadIdx.x & 31;
     const float *l = logits.data + t * logits.stride;
     float mx = -INFINITY;
-    for (int64_t e = lane; e < ne; e += 32) mx = fmaxf(mx, l[e]);
+    for (int64_t e = lane; e < ne; e += 32) mx = fmaxf(mx, __ldcg(l + e));
     mx = warp_max(mx);
     float sum = 0.0f;
     for (int64_t e = lane; e < ne; e += 32) {
-        const float v = expf(l[e] - mx);
+        const float v = expf(__ldcg(l + e) - mx);
         prob[e] = v;
         sum += v;
     }
@@ -62,6 +66,36 @@ __global__ void k_router_topk(Rows logits, int64_t k, bool norm, float scale, in
         if (scale != 0.0f)
             for (int64_t j = 0; j < k; j++) weights[t * k + j] *= scale;
     }
+}
+
+__global__ void k_router_topk(Rows logits, int64_t k, bool norm, float scale, int32_t *ids, float *weights) {
+    extern __shared__ float prob[];
+    router_topk_token(logits, blockIdx.x, k, norm, scale, prob, ids, weights);
+}
+
+// The router's mat-vec and top-k in one launch (decode): block n computes logit n of every token exactly as the
+// split mat-vec does, and the block that finishes last ranks them, a warp per token, exactly as k_router_topk does.
+// done counts the finished blocks; the last one sets it back to zero for the next launch (a graph replays it as is).
+template <DType T>
+__global__ __launch_bounds__(k_mmv_split_threads) void k_router_fused(MatmulArgs a, IqGrids g, int64_t k, bool norm,
+                                                                      float scale, int32_t *ids, float *weights,
+                                                                      unsigned *done) {
+    extern __shared__ float prob[];
+    __shared__ float red[32];
+    __shared__ bool last;
+    mmv_split_row<T>(a, a.single, blockIdx.x, g, red);
+    if (threadIdx.x == 0) {
+        __threadfence();  // this block's logits (thread 0 wrote them) reach every block before it is counted
+        last = atomicAdd(done, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const Rows logits{a.y, a.single.n_rows, a.n, a.y_stride};
+    const int warp = threadIdx.x / 32;
+    for (int64_t t = warp; t < logits.rows; t += k_mmv_split_threads / 32)
+        router_topk_token(logits, t, k, norm, scale, prob + warp * logits.cols, ids, weights);
+    if (threadIdx.x == 0) *done = 0;
 }
 
 __global__ void k_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx, const float *weights, int64_t k,
@@ -119,6 +153,38 @@ void launch_router_topk(Rows logits, int64_t k, bool norm, float scale, int32_t 
     if (smem > 48 * 1024) fail("CUDA routing: %lld experts are more than this kernel takes", (long long)logits.cols);
     k_router_topk<<<unsigned(logits.rows), 32, smem, stream>>>(logits, k, norm, scale, ids, weights);
     STRATA_CUDA_LAUNCH_CHECK("k_router_topk");
+}
+
+bool router_fused_supported(DType t, int64_t n_expert, int64_t k_row, int64_t n_tokens) {
+    const bool type = t == DType::F32 || t == DType::F16 || t == DType::BF16;
+    return type && mmv_split_applies(n_expert, k_row) && n_tokens >= 1 && n_tokens <= k_mmv_max_rows &&
+           size_t(k_mmv_split_threads / 32) * size_t(n_expert) * sizeof(float) <= 48 * 1024;
+}
+
+void launch_router_fused(const MatmulArgs &a, int64_t k, bool norm, float scale, int32_t *ids, float *weights,
+                         unsigned *done, cudaStream_t stream) {
+    STRATA_ASSERT(router_fused_supported(a.type, a.n, a.k, a.single.n_rows) && a.groups == nullptr);
+    STRATA_ASSERT(k >= 1 && k <= a.n && a.single.x_row0 == 0 && a.single.y_row0 == 0);
+    const IqGrids &g = iq_grids();
+    const size_t smem = size_t(k_mmv_split_threads / 32) * size_t(a.n) * sizeof(float);  // a warp's probabilities
+    const unsigned grid = unsigned(a.n);
+    switch (a.type) {
+        case DType::F32:
+            k_router_fused<DType::F32>
+                <<<grid, k_mmv_split_threads, smem, stream>>>(a, g, k, norm, scale, ids, weights, done);
+            break;
+        case DType::F16:
+            k_router_fused<DType::F16>
+                <<<grid, k_mmv_split_threads, smem, stream>>>(a, g, k, norm, scale, ids, weights, done);
+            break;
+        case DType::BF16:
+            k_router_fused<DType::BF16>
+                <<<grid, k_mmv_split_threads, smem, stream>>>(a, g, k, norm, scale, ids, weights, done);
+            break;
+        default:
+            fail("CUDA: no one-launch router for %s", dtype_name(a.type));
+    }
+    STRATA_CUDA_LAUNCH_CHECK("k_router_fused");
 }
 
 void launch_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx, const float *weights, int64_t k, Rows out,

@@ -14,6 +14,14 @@ namespace strata::cuda {
 void launch_router_topk(Rows logits, int64_t k, bool norm, float scale, int32_t *ids, float *weights,
                         cudaStream_t stream);
 
+// The router's logits and launch_router_topk's ids and weights in one launch, for decode: a: the router (F32, F16 or
+// BF16, a shape the split mat-vec takes) times a.single's x rows into a.y, as launch_mmv_generic computes them (the
+// same bits), then the top-k as launch_router_topk ranks them (the same bits). done: a device counter at zero, left at
+// zero.
+bool router_fused_supported(DType t, int64_t n_expert, int64_t k_row, int64_t n_tokens);
+void launch_router_fused(const MatmulArgs &a, int64_t k, bool norm, float scale, int32_t *ids, float *weights,
+                         unsigned *done, cudaStream_t stream);
+
 // out[t] = sum over j < k of weights[widx[t k + j]] * ys[yrow[t k + j]]: entries in the order to add them (by
 // expert id), starting from zero.
 void launch_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx, const float *weights, int64_t k, Rows out,

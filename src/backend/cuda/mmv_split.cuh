@@ -1,0 +1,36 @@
+// The split mat-vec's work for one weight row (matrices of few, long rows: routers): a block's threads over k, one
+// fp32 sum per activation row in a fixed order. Shared by the generic mat-vec (matmul_generic.cu) and the router's
+// one-launch form (moe.cu), so that a logit has the same bits from either. Included by .cu files only.
+#pragma once
+
+#include "backend/cuda/matmul.cuh"
+#include "backend/cuda/quant_device.cuh"
+
+namespace strata::cuda {
+
+constexpr int k_mmv_split_threads = 256;
+
+// Row n of grp's weight times its activation rows, into y (thread 0 writes). red: 32 floats of shared memory.
+template <DType T>
+__device__ __forceinline__ void mmv_split_row(const MatmulArgs &a, const MatmulGroup &grp, int64_t n, const IqGrids &g,
+                                              float *red) {
+    const uint8_t *wrow = static_cast<const uint8_t *>(grp.w) + size_t(n) * a.row_bytes;
+    const float *x = a.x + int64_t(grp.x_row0) * a.x_stride;
+    float acc[k_mmv_max_rows];
+#pragma unroll
+    for (int t = 0; t < k_mmv_max_rows; t++) acc[t] = 0.0f;
+#pragma unroll 4
+    for (int64_t k = threadIdx.x; k < a.k; k += k_mmv_split_threads) {
+        const float w = row_elem<T>(wrow, k, g);
+#pragma unroll
+        for (int t = 0; t < k_mmv_max_rows; t++)
+            if (t < grp.n_rows) acc[t] += w * x[t * a.x_stride + k];
+    }
+    for (int t = 0; t < grp.n_rows; t++) {
+        const float s = block_sum(acc[t], red);
+        if (threadIdx.x == 0) a.y[int64_t(grp.y_row0 + t) * a.y_stride + n] = s;
+        __syncthreads();  // red is reused by the next row's sum
+    }
+}
+
+}  // namespace strata::cuda
