@@ -196,6 +196,7 @@ class CudaBackend final : public Backend {
     // Compute waits for the copy-stream fills of the slots these groups read (not for later ones).
     void wait_for_slot_fills(const std::vector<ExpertGroup> &groups);
     bool device_routing_kernels(const ExpertWeights &w) const;  // decode kernels take the layer's expert types
+    bool mat_vec_takes(const ExpertWeights &w) const;  // k_mmvq takes all three of its matrices
     void note_slots_read(const std::vector<ExpertGroup> &groups);  // after expert_ffn: the slots' last reader
 
     CudaOptions opt_;

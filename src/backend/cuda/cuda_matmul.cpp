@@ -2,13 +2,13 @@
 // device, and routed experts run grouped by expert from the slots the strata layer names (strata/moe_schedule.h).
 #include <algorithm>
 
-#include "backend/host/mmvq_host.h"
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/moe.cuh"
-#include "format/quant.h"
+#include "backend/host/mmvq_host.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "format/quant.h"
 
 namespace strata::cuda {
 
@@ -306,7 +306,12 @@ void CudaBackend::expert_ffn(const ExpertWeights &w, Act xs, const std::vector<E
 // group of the same kernel: the same function of the same rows, hence the same bits, with the groups made on the
 // device from the routing and no synchronisation with the host.
 bool CudaBackend::device_routing_kernels(const ExpertWeights &w) const {
-    if (!device_routing_enabled() || !mmvq_enabled()) return false;
+    return device_routing_enabled() && mat_vec_takes(w);
+}
+
+// Every matrix of the expert goes through k_mmvq at decode sizes (an int8 activation form its rows divide into).
+bool CudaBackend::mat_vec_takes(const ExpertWeights &w) const {
+    if (!mmvq_enabled()) return false;
     for (const Weight *m : {w.gate, w.up, w.down})
         if (!mmvq_supported(m->type) || m->ne[0] % 32 != 0 || dot_act_type(m->type) == DType::F32 ||
             m->ne[0] % dtype_info(dot_act_type(m->type)).block_size != 0)
@@ -318,11 +323,9 @@ bool CudaBackend::device_routing_kernels(const ExpertWeights &w) const {
 // by launch_quantize_act, silu(gate) * up by launch_silu_mul and quantized again for down): each row the function
 // mmvq_host.h reproduces, where every matrix has a type it knows.
 bool CudaBackend::host_computes_like(const ExpertWeights &w, int64_t n_rows) const {
-    if (n_rows < 1 || n_rows > k_mmv_max_rows || !mmvq_enabled()) return false;
+    if (n_rows < 1 || n_rows > k_mmv_max_rows || !mat_vec_takes(w)) return false;
     for (const Weight *m : {w.gate, w.up, w.down})
-        if (!mmvq_supported(m->type) || !mmvq_host_supported(m->type) || m->ne[0] % 32 != 0 ||
-            dot_act_type(m->type) == DType::F32 || m->ne[0] % dtype_info(dot_act_type(m->type)).block_size != 0)
-            return false;
+        if (!mmvq_host_supported(m->type)) return false;
     return true;
 }
 

@@ -175,10 +175,11 @@ void CudaBackend::fill_slots(const ExpertWeights &w, const std::vector<SlotFill>
     std::vector<HostStager::Item> staged;
     for (const SlotFill &f : fills) {
         uint8_t *slot = slots_[size_t(f.slot)];
+        const ExpertSrc hs = expert_host_bytes(w, f.expert);  // the pinned copy, or the file
+        const void *srcs[3] = {hs.gate, hs.up, hs.down};
         for (int j = 0; j < 3; j++) {
             const size_t n = mats[j]->matrix_bytes();
-            const uint8_t *src = hc ? (j == 0 ? hc->gate : j == 1 ? hc->up : hc->down) + size_t(f.expert) * n
-                                    : mats[j]->expert_host(f.expert);
+            const uint8_t *src = static_cast<const uint8_t *>(srcs[j]);
             if (!hc && stager_)
                 staged.push_back({slot + offs[j], src, n});
             else

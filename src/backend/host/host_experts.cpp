@@ -42,15 +42,23 @@ int64_t pieces(int64_t n) {
 HostExperts::HostExperts(int n_threads) : pool_(std::max(1, std::min(n_threads, hardware_threads()))) {}
 
 void HostExperts::run(const std::vector<HostExpertJob> &jobs) {
-    rows_.clear();
+    int64_t n_rows = 0;
     for (const HostExpertJob &j : jobs) {
         STRATA_ASSERT(j.gate.k == j.up.k && j.gate.n == j.up.n && j.down.k == j.gate.n && j.n_rows >= 0);
         for (const HostMatrix *m : {&j.gate, &j.up, &j.down})
             if (!mmvq_host_supported(m->type) || m->k % dtype_info(dot_act_type(m->type)).block_size != 0)
                 fail("internal: no host mat-vec in the GPU's order for %s rows of %lld", dtype_name(m->type),
                      (long long)m->k);
-        for (int64_t r = 0; r < j.n_rows; r++) {
-            Row row;
+        n_rows += j.n_rows;
+    }
+    if (n_rows == 0) return;
+    if (int64_t(rows_.size()) < n_rows) rows_.resize(size_t(n_rows));
+    gu_.clear();
+    dn_.clear();
+    int32_t at = 0;
+    for (const HostExpertJob &j : jobs)
+        for (int64_t r = 0; r < j.n_rows; r++, at++) {
+            Row &row = rows_[size_t(at)];
             row.job = &j;
             row.x = j.x + r * j.gate.k;
             row.y = j.y + r * j.down.n;
@@ -58,23 +66,10 @@ void HostExperts::run(const std::vector<HostExpertJob> &jobs) {
             row.dg.resize(size_t(j.gate.k / 32)), row.du.resize(size_t(j.gate.k / 32));
             row.dd.resize(size_t(j.down.k / 32));
             row.g.resize(size_t(j.gate.n)), row.u.resize(size_t(j.gate.n));
-            rows_.push_back(std::move(row));
+            for (int64_t p = 0; p < pieces(j.gate.n); p++)
+                gu_.push_back({at, 0, p * k_piece_rows}), gu_.push_back({at, 1, p * k_piece_rows});
+            for (int64_t p = 0; p < pieces(j.down.n); p++) dn_.push_back({at, 2, p * k_piece_rows});
         }
-    }
-    if (rows_.empty()) return;
-    // pieces of phases 2 and 4, in row order: (row, matrix, first output row)
-    struct Piece {
-        int32_t row;
-        int8_t m;  // 0 gate, 1 up, 2 down
-        int64_t r0;
-    };
-    std::vector<Piece> gu, dn;
-    for (int32_t i = 0; i < int32_t(rows_.size()); i++) {
-        const HostExpertJob &j = *rows_[size_t(i)].job;
-        for (int64_t p = 0; p < pieces(j.gate.n); p++)
-            gu.push_back({i, 0, p * k_piece_rows}), gu.push_back({i, 1, p * k_piece_rows});
-        for (int64_t p = 0; p < pieces(j.down.n); p++) dn.push_back({i, 2, p * k_piece_rows});
-    }
     std::atomic<int64_t> next[4] = {{0}, {0}, {0}, {0}};
     SpinBarrier barrier(pool_.size());
     auto rows = [&](const Piece &p) {
@@ -87,7 +82,6 @@ void HostExperts::run(const std::vector<HostExpertJob> &jobs) {
         float *out = (p.m == 0 ? row.g.data() : p.m == 1 ? row.u.data() : row.y) + p.r0;
         mmvq_host_rows(m, p.r0, r1, q, ds, out);
     };
-    const int64_t n_rows = int64_t(rows_.size());
     pool_.run([&](int, int) {
         for (int64_t i; (i = next[0]++) < n_rows;) {
             Row &row = rows_[size_t(i)];
@@ -96,7 +90,7 @@ void HostExperts::run(const std::vector<HostExpertJob> &jobs) {
             quantize_act_gpu(dot_act_type(j.up.type), row.x, j.up.k, row.qu.data(), row.du.data());
         }
         barrier.wait();
-        for (int64_t i; (i = next[1]++) < int64_t(gu.size());) rows(gu[size_t(i)]);
+        for (int64_t i; (i = next[1]++) < int64_t(gu_.size());) rows(gu_[size_t(i)]);
         barrier.wait();
         for (int64_t i; (i = next[2]++) < n_rows;) {
             Row &row = rows_[size_t(i)];
@@ -105,7 +99,7 @@ void HostExperts::run(const std::vector<HostExpertJob> &jobs) {
                              row.u.data());
         }
         barrier.wait();
-        for (int64_t i; (i = next[3]++) < int64_t(dn.size());) rows(dn[size_t(i)]);
+        for (int64_t i; (i = next[3]++) < int64_t(dn_.size());) rows(dn_[size_t(i)]);
     });
 }
 

@@ -44,8 +44,14 @@ class HostExperts {
         std::vector<ActScale> dg, du, dd;
         std::vector<float> g, u;
     };
+    struct Piece {  // of phases 2 and 4: a row, a matrix (0 gate, 1 up, 2 down), the first output row
+        int32_t row;
+        int8_t m;
+        int64_t r0;
+    };
     ThreadPool pool_;
-    std::vector<Row> rows_;
+    std::vector<Row> rows_;  // kept from call to call with their buffers: no allocation once they are big enough
+    std::vector<Piece> gu_, dn_;
 };
 
 }  // namespace strata
