@@ -246,6 +246,76 @@ TEST(CudaMatmuls, OneLaunchIsTheSeparateLaunches) {
     }
 }
 
+// The tensor-core matmul's forms (matmul.cuh, MmqForm) compute one function: for every type, a single group (the
+// dense matrices of a prompt: Plain, Narrow and Wide) and a tile list of several groups (the experts: Plain and
+// Narrow) give the same bits. Row counts that leave partial 64- and 128-row tiles, a weight-row count that leaves a
+// partial 128-row block, row lengths with a partial k step and several steps.
+TEST(CudaMmq, FormsAreTheSameBits) {
+    for (DType t : k_mmvq_types) {
+        for (int64_t k : {288, 2048}) {
+            if (k % dtype_info(t).block_size != 0 || k % dtype_info(dot_act_type(t)).block_size != 0) continue;
+            const DType vt = dot_act_type(t);
+            const int64_t n = 200, R = 333;
+            const size_t rb = row_bytes(t, k);
+            const std::vector<float> wf = randn(size_t(n * k), uint64_t(k) * 7 + uint64_t(t), 0.05f);
+            std::vector<uint8_t> w(rb * size_t(n));
+            for (int64_t r = 0; r < n; r++) quantize_row(t, wf.data() + r * k, w.data() + size_t(r) * rb, k);
+            const std::vector<float> x = randn(size_t(R * k), uint64_t(k) * 7 + 1);
+            DevBuf wd(w.size()), xd(x.size() * 4), qd(size_t(R * k)), dd(size_t(R * k / 32) * 8), yd(size_t(R * n) * 4);
+            CUDA_OK(cudaMemcpy(wd.p, w.data(), w.size(), cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(xd.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+            cuda::launch_quantize_act(vt, xd.as<float>(), k, R, k, qd.as<int8_t>(), dd.as<float2>(), nullptr);
+            cuda::MatmulArgs a;
+            a.type = t;
+            a.k = k;
+            a.n = n;
+            a.row_bytes = rb;
+            a.xq = qd.as<int8_t>();
+            a.xds = dd.as<float2>();
+            a.y = yd.as<float>();
+            a.y_stride = n;
+            auto run = [&](cuda::MmqForm form) {
+                std::vector<float> y(size_t(R * n));
+                EXPECT_EQ(cudaMemset(yd.p, 0xff, y.size() * 4), cudaSuccess);  // NaN where nothing is written
+                cuda::launch_mmq(a, nullptr, form);
+                EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+                EXPECT_EQ(cudaMemcpy(y.data(), yd.p, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+                return y;
+            };
+            const std::string what = std::string(dtype_name(t)) + ", k " + std::to_string(k);
+            // one group of every row
+            for (int32_t rows : {int32_t(R), int32_t(129), int32_t(64)}) {
+                a.single = {wd.p, 0, rows, 0};
+                a.tiles = nullptr;
+                const std::vector<float> plain = run(cuda::MmqForm::Plain);
+                for (int64_t i = 0; i < int64_t(rows) * n; i++)
+                    ASSERT_FALSE(std::isnan(plain[size_t(i)])) << what << ": output " << i << " not written";
+                for (cuda::MmqForm f : {cuda::MmqForm::Narrow, cuda::MmqForm::Wide, cuda::MmqForm::Auto})
+                    EXPECT_EQ(std::memcmp(plain.data(), run(f).data(), plain.size() * 4), 0)
+                        << what << ", " << rows << " rows, form " << int(f);
+            }
+            // three groups of one matrix at different rows, as the MoE passes them, in 64-row tiles
+            const std::vector<cuda::MatmulGroup> gs = {{wd.p, 0, 70, 0}, {wd.p, 70, 9, 70}, {wd.p, 79, 254, 79}};
+            std::vector<int2> tiles;
+            for (int gi = 0; gi < 3; gi++)
+                for (int32_t r = 0; r < gs[size_t(gi)].n_rows; r += cuda::k_mm_tile_rows) tiles.push_back(int2{gi, r});
+            DevBuf gd(gs.size() * sizeof(cuda::MatmulGroup)), td(tiles.size() * sizeof(int2));
+            CUDA_OK(cudaMemcpy(gd.p, gs.data(), gs.size() * sizeof(cuda::MatmulGroup), cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(td.p, tiles.data(), tiles.size() * sizeof(int2), cudaMemcpyHostToDevice));
+            a.groups = gd.as<cuda::MatmulGroup>();
+            a.n_groups = 3;
+            a.tiles = td.as<int2>();
+            a.n_tiles = int32_t(tiles.size());
+            const std::vector<float> plain = run(cuda::MmqForm::Plain);
+            for (cuda::MmqForm f : {cuda::MmqForm::Narrow, cuda::MmqForm::Wide, cuda::MmqForm::Auto})
+                EXPECT_EQ(std::memcmp(plain.data(), run(f).data(), plain.size() * 4), 0)
+                    << what << ", three groups, form " << int(f);
+            a.groups = nullptr;
+            a.n_groups = 1;
+        }
+    }
+}
+
 // The host copy of the decode mat-vec (backend/host/mmvq_host.h) against the kernels bit for bit: the activations'
 // 8-bit form (k_quantize_act_q8_0 / _q8_k) and every mat-vec type's dot products, one and three activation rows,
 // row lengths with fewer sub-blocks than a warp's lanes, several per lane and a partial turn. This is what lets a

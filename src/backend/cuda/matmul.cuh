@@ -74,8 +74,13 @@ void launch_mmvq_parts(const MatmulArgs &a, const MmvqPart *parts, int n_parts, 
 
 // Quantized matrix-matrix kernels on the tensor cores (sm_80 and later; k a multiple of 32), same activations and
 // the tile list of launch_mm_generic.
+// Forms (mmq.cu), all of the same bits: Plain loads a k step and then computes it, 64 activation rows a block;
+// Narrow and Wide load the next step while computing this one, 64 and 128 rows a block (Wide: a single group only).
+// Auto: Wide for a single group (Plain with STRATA_CUDA_MMQ_WIDE=0), Plain for a tile list (Narrow with
+// STRATA_CUDA_MMQ_PIPE=1).
+enum class MmqForm { Auto, Plain, Narrow, Wide };
 bool mmq_supported(DType t);
-void launch_mmq(const MatmulArgs &a, cudaStream_t stream);
+void launch_mmq(const MatmulArgs &a, cudaStream_t stream, MmqForm form = MmqForm::Auto);
 
 // x rows through the activation format `vt` (F32: a plain copy; Q8_0, Q8_1, Q8_K: quantized and dequantized exactly
 // as format/quant.h does), packed into out (rows x k).
