@@ -373,6 +373,7 @@ json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string
         j["next_layer_prediction"] =
             pf.picks ? json({{"picks", pf.picks}, {"predicted", pf.predicted}, {"prefetched", pf.prefetched}})
                      : json(nullptr);
+        j["next_layer_streamed"] = pf.streamed_next;
     }
     j["decode_weight_bytes_per_token"] = per_token;
     j["device_copy_gb_per_s"] = copy_gbs > 0 ? json(copy_gbs) : json(nullptr);
@@ -506,6 +507,10 @@ Run add_bench(CLI::App &app) {
                 "experts filled ahead\n",
                 100.0 * double(pf.predicted) / double(pf.picks), (unsigned long long)pf.picks,
                 (unsigned long long)pf.prefetched);
+        if (pf.streamed_next)
+            std::printf("\nnext-layer streaming (STRATA_PREFILL_STREAM_NEXT): %llu experts filled ahead of their layer's "
+                        "routing\n",
+                        (unsigned long long)pf.streamed_next);
         print_cache_summary(results, backend);
         print_device_memory(eng->backend());
         return 0;

@@ -86,6 +86,7 @@ MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::v
     stream_ahead_set_ = std::getenv("STRATA_PREFILL_STREAM_AHEAD") != nullptr;
     stream_ahead_ = prefill_stream_ahead();
     prefetch_on_ = env_switch("STRATA_DECODE_PREFETCH", false);
+    stream_next_on_ = env_switch("STRATA_PREFILL_STREAM_NEXT", false);
     routers_.resize(experts_.size(), nullptr);
     // The split needs misses (a partial cache) and a backend that computes experts as the host does.
     bool host_like = false;
@@ -151,6 +152,33 @@ void MoeSchedule::predict_next(int64_t il, Act x, const MoeParams &p) {
     for (int32_t s : slot) slots_->pin(s, true);
     pinned_ = slot;
     prefetch_.prefetched += fills.size();
+}
+
+void MoeSchedule::stream_next(int64_t il, int64_t n_pairs, int64_t n_exp) {
+    if (!stream_next_on_ || !slots_ || slots_->all_resident() || stream_ahead_ <= 0 || slots_->n_slots() < 4) return;
+    if (n_pairs < n_exp || (!stream_ahead_set_ && n_pairs <= k_decode_max_pairs)) return;
+    int64_t nl = il + 1;
+    while (nl < int64_t(experts_.size()) && !experts_[size_t(nl)].present()) nl++;
+    if (nl >= int64_t(experts_.size())) return;
+    const int64_t n_next = experts_[size_t(nl)].gate->ne[2];
+    const int64_t n = std::min<int64_t>(stream_ahead_, slots_->n_slots() / 4);
+    std::vector<int32_t> want;
+    for (int32_t e = 0; e < n_next && int64_t(want.size()) < n; e++)
+        if (slots_->slot_of(nl, e) < 0) want.push_back(e);
+    if (want.empty()) return;
+    Region r(be_, "stream_next");
+    std::vector<int32_t> slot(want.size());
+    std::vector<SlotFill> fills;
+    slots_->acquire(nl, want.data(), int64_t(want.size()), slot.data(), false, fills);
+    try {
+        be_.fill_slots(experts_[size_t(nl)], fills, /*ahead=*/true);
+    } catch (...) {
+        slots_->forget(nl, fills);
+        throw;
+    }
+    for (int32_t s : slot) slots_->pin(s, true);
+    next_pinned_ = std::move(slot);
+    prefetch_.streamed_next += fills.size();
 }
 
 bool MoeSchedule::streamed_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &used,
@@ -326,6 +354,9 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
     if (T == 0) return;
     Region moe(be_, "moe");
     const Backend::ScratchMark mark = be_.scratch_mark();
+    if (slots_)  // what the previous layer streamed ahead for this one is an ordinary slot from here on
+        for (int32_t s : next_pinned_) slots_->pin(s, false);
+    next_pinned_.clear();
 
     // 1-2. Routing, and the device-routed path where it applies.
     Act logits = be_.alloc(T, n_exp);
@@ -377,6 +408,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
             routed_experts(w, g, g.used, n_exp, xs, ys);
         else
             hybrid_experts(w, g, host, x, n_exp, xs, ys);
+        stream_next(il, M, n_exp);
         be_.moe_combine(ys, g.yrow, g.widx, wts_be, k, out);
     }
     if (prefetch_on_) predict_next(il, x, p);

@@ -19,6 +19,12 @@
 // earlier experts compute. The slot table keeps every expert acquired ahead until it has computed (acquire's
 // keep_since); a backend orders each fill after the compute that read the slot before and each compute after the
 // fills of the slots it reads.
+// Next-layer streaming (STRATA_PREFILL_STREAM_NEXT=1, opt-in until measured; streamed passes whose token-expert
+// pairs are at least the experts of a layer, so that most of the next layer's experts will be routed to): after a
+// layer's experts are issued, the first N (the lookahead) of the next MoE layer's experts not in a slot, in the id
+// order its streamed schedule takes its misses in, are filled ahead and pinned until that layer has routed, so the
+// copy stream works through the layer's combine, the shared expert and the next mixer instead of waiting for the
+// next routing. An expert filled so and then not routed to costs its copy, nothing else.
 // Next-layer prefetch (STRATA_DECODE_PREFETCH=1, opt-in until measured; decode-sized passes): after a layer's
 // experts, the next MoE layer's router is applied to this layer's input and its top-k taken as the prediction of the
 // next layer's routing; the predicted experts not in a slot are filled ahead (the copies run during the shared
@@ -67,6 +73,7 @@ class RoutingObserver {
 // were predicted, and the experts filled ahead because of it.
 struct PrefetchStats {
     uint64_t picks = 0, predicted = 0, prefetched = 0;
+    uint64_t streamed_next = 0;  // experts filled ahead by next-layer streaming (prefill)
 };
 
 class MoeSchedule final : public ExpertRunner {
@@ -102,6 +109,8 @@ class MoeSchedule final : public ExpertRunner {
     // Next-layer prefetch: scores the prediction made for layer il, then predicts (and prefetches) the next one.
     void score_prediction(int64_t il, const std::vector<int32_t> &ids, int64_t T, int64_t k);
     void predict_next(int64_t il, Act x, const MoeParams &p);
+    // Next-layer streaming: the next MoE layer's first missing experts filled ahead after layer il's.
+    void stream_next(int64_t il, int64_t n_pairs, int64_t n_expert);
 
     Backend &be_;
     std::vector<ExpertWeights> experts_;
@@ -117,6 +126,8 @@ class MoeSchedule final : public ExpertRunner {
     int64_t pred_layer_ = -1;              // the layer the prediction is for (-1: none)
     std::vector<int32_t> pred_ids_;        // its predicted top-k per token
     std::vector<int32_t> pinned_;          // slots pinned for it
+    bool stream_next_on_;                  // STRATA_PREFILL_STREAM_NEXT
+    std::vector<int32_t> next_pinned_;     // slots filled ahead for the next layer, pinned until it routes
     PrefetchStats prefetch_;
     std::unique_ptr<DecodeHybrid> hybrid_;  // nullptr: every miss copied in
     std::vector<float> host_x_, host_xs_, host_ys_;

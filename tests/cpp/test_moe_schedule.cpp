@@ -271,4 +271,30 @@ TEST_P(MoeScheduleSlots, PrefetchChangesNoBit) {
     ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
 }
 
+// Next-layer streaming (STRATA_PREFILL_STREAM_NEXT=1): the next layer's first missing experts filled ahead and pinned
+// until it routes change no bit, for every lookahead and slot count; every fill is still a miss, and some are made
+// ahead for the next layer.
+TEST_P(MoeScheduleSlots, StreamNextChangesNoBit) {
+    const std::string path = model_path(GetParam());
+    auto in_place = make_cpu_engine(path, config(0));
+    const std::vector<float> ref = run(*in_place);
+    const int64_t n_expert = in_place->hparams().n_expert, k = in_place->hparams().n_expert_used;
+    ::setenv("STRATA_PREFILL_STREAM_NEXT", "1", 1);
+    uint64_t streamed_next = 0;
+    for (const char *ahead : {"1", "4", "64"}) {
+        ::setenv("STRATA_PREFILL_STREAM_AHEAD", ahead, 1);
+        for (int64_t slots : {int64_t(4), k + 1, n_expert / 2, n_expert - 1}) {
+            const SlotRun r = run_on_slots(path, slots);
+            ASSERT_EQ(r.logits.size(), ref.size());
+            EXPECT_EQ(std::memcmp(r.logits.data(), ref.data(), ref.size() * 4), 0)
+                << "ahead " << ahead << ", " << slots << " slots";
+            EXPECT_EQ(r.filled, r.stats.expert_cache_misses) << "ahead " << ahead << ", " << slots << " slots";
+            streamed_next += r.stats.prefetch.streamed_next;
+        }
+    }
+    EXPECT_GT(streamed_next, 0u);
+    ::unsetenv("STRATA_PREFILL_STREAM_NEXT");
+    ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiny, MoeScheduleSlots, ::testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen35moe"));

@@ -246,8 +246,8 @@ TEST_P(CudaEngine, PlacementDoesNotChangeABit) {
 
 // The opt-in schedules on the GPU: misses filled ahead on the copy stream while earlier experts compute
 // (STRATA_PREFILL_STREAM_AHEAD) and the next layer's predicted experts filled ahead and pinned
-// (STRATA_DECODE_PREFETCH), alone and together, and the LFU expert cache give the bits of all experts resident, on
-// few slots.
+// (STRATA_DECODE_PREFETCH), alone and together, the LFU expert cache, and the next layer's first misses streamed
+// ahead (STRATA_PREFILL_STREAM_NEXT) give the bits of all experts resident, on few slots.
 TEST_P(CudaEngine, SchedulesDoNotChangeABit) {
     const std::vector<int32_t> prompt = prompt_tokens(40, 4);
     auto all = make_cuda_engine(path(), config());
@@ -281,6 +281,20 @@ TEST_P(CudaEngine, SchedulesDoNotChangeABit) {
         const std::vector<float> got = run(*e, prompt);
         ASSERT_EQ(got.size(), ref.size());
         EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "lfu, " << slots << " slots";
+    }
+    // next-layer streaming (STRATA_PREFILL_STREAM_NEXT=1): the next layer's first misses filled ahead and pinned
+    for (int64_t slots : {5, 9}) {
+        ::setenv("STRATA_PREFILL_STREAM_AHEAD", "4", 1);
+        ::setenv("STRATA_PREFILL_STREAM_NEXT", "1", 1);
+        EngineConfig cfg = config();
+        cfg.expert_slots = slots;
+        auto e = make_cuda_engine(path(), cfg);
+        const std::vector<float> got = run(*e, prompt);
+        ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
+        ::unsetenv("STRATA_PREFILL_STREAM_NEXT");
+        ASSERT_EQ(got.size(), ref.size());
+        EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "stream next, " << slots << " slots";
+        EXPECT_GT(e->expert_stats().prefetch.streamed_next, 0u) << slots << " slots";
     }
 }
 
