@@ -1,6 +1,6 @@
-// Generic tiled matmul for groups of more than 8 activation rows, every weight type: 64 activation rows x 64 weight
-// rows per block, k in steps of 32; weights are dequantized exactly into shared memory, products summed in fp32 in
-// k order.
+// Generic tiled matmul for groups of more than 8 activation rows, every weight type (a prompt's f32 router among
+// them): 64 activation rows x 64 weight rows per block, 4 x 4 outputs a thread, k in steps of 32; weights are
+// dequantized exactly into shared memory, products summed in fp32 in k order.
 #include "backend/cuda/matmul.cuh"
 
 #include "backend/cuda/quant_device.cuh"
@@ -12,10 +12,14 @@ namespace {
 
 constexpr int BM = k_mm_tile_rows, BN = 64, BK = 32;
 
+// Tiles are stored k-major (xs[k][row], ws[k][n]) so that each thread reads its 4 activation rows and 4 weight rows
+// of a k step as two 16-byte loads; the padding keeps those loads aligned.
+constexpr int PAD = 4;
+
 template <DType T>
 __global__ __launch_bounds__(256) void k_mm_generic(MatmulArgs a, IqGrids g) {
-    __shared__ float xs[BM][BK + 1];
-    __shared__ float ws[BN][BK + 1];
+    __shared__ __align__(16) float xs[BK][BM + PAD];
+    __shared__ __align__(16) float ws[BK][BN + PAD];
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
     int group = 0, row0 = int(blockIdx.x) * BM;
     if (a.tiles) {
@@ -34,6 +38,7 @@ __global__ __launch_bounds__(256) void k_mm_generic(MatmulArgs a, IqGrids g) {
     const bool w_valid = n0 + lr < a.n;
     const uint8_t *wrow = w + size_t(n0 + lr) * a.row_bytes;
 
+    // This thread's outputs: activation rows ty * 4 + i, weight rows tx * 4 + j.
     float acc[4][4];
 #pragma unroll
     for (int i = 0; i < 4; i++)
@@ -44,32 +49,30 @@ __global__ __launch_bounds__(256) void k_mm_generic(MatmulArgs a, IqGrids g) {
 #pragma unroll
         for (int u = 0; u < 8; u++) {
             const int64_t k = k0 + lk + u;
-            xs[lr][lk + u] = x_valid && k < a.k ? xrow[k] : 0.0f;
-            ws[lr][lk + u] = w_valid && k < a.k ? row_elem<T>(wrow, k, g) : 0.0f;
+            xs[lk + u][lr] = x_valid && k < a.k ? xrow[k] : 0.0f;
+            ws[lk + u][lr] = w_valid && k < a.k ? row_elem<T>(wrow, k, g) : 0.0f;
         }
         __syncthreads();
 #pragma unroll 8
         for (int kk = 0; kk < BK; kk++) {
-            float xv[4], wv[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++) xv[i] = xs[ty + 16 * i][kk];
-#pragma unroll
-            for (int j = 0; j < 4; j++) wv[j] = ws[tx + 16 * j][kk];
+            const float4 xv = *reinterpret_cast<const float4 *>(&xs[kk][ty * 4]);
+            const float4 wv = *reinterpret_cast<const float4 *>(&ws[kk][tx * 4]);
+            const float xa[4] = {xv.x, xv.y, xv.z, xv.w}, wa[4] = {wv.x, wv.y, wv.z, wv.w};
 #pragma unroll
             for (int i = 0; i < 4; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) acc[i][j] += xv[i] * wv[j];
+                for (int j = 0; j < 4; j++) acc[i][j] += xa[i] * wa[j];
         }
         __syncthreads();
     }
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const int r = row0 + ty + 16 * i;
+        const int r = row0 + ty * 4 + i;
         if (r >= grp.n_rows) continue;
         float *yr = a.y + int64_t(grp.y_row0 + r) * a.y_stride;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            const int64_t n = n0 + tx + 16 * j;
+            const int64_t n = n0 + tx * 4 + j;
             if (n < a.n) yr[n] = acc[i][j];
         }
     }
