@@ -110,6 +110,7 @@ struct Placement {
     // The host stratum.
     HostTier host = HostTier::none;
     uint64_t host_expert_bytes = 0;  // routed experts in host memory (all of them, by the file)
+    uint64_t host_copy_bytes = 0;    // the same laid out as slots are (the pinned host copy)
     size_t stager_buffer_bytes = 0;  // the stager's buffers and how many (0: none; with HostTier::none, for start-up)
     int stager_buffers = 0;
     CacheShape caches;

@@ -95,6 +95,7 @@ Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShap
         L.bytes = L.down_off + align_up(e.down->matrix_bytes(), a);
         p.slot_bytes = std::max(p.slot_bytes, L.bytes);
         p.host_expert_bytes += uint64_t(e.expert_bytes()) * uint64_t(e.gate->ne[2]);
+        p.host_copy_bytes += uint64_t(L.bytes) * uint64_t(e.gate->ne[2]);
         n_moe_layers++;
     }
     p.n_experts_total = n_moe_layers * hp.n_expert;
@@ -150,10 +151,10 @@ Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShap
         p.host = HostTier::pinned_mapping;
         host = strfmt("host %s pinned mapping", format_bytes(p.host_expert_bytes).c_str());
     } else {
-        const uint64_t need = p.host_expert_bytes + k_plan_host_headroom, avail = dev.host_available_bytes;
+        const uint64_t need = p.host_copy_bytes + k_plan_host_headroom, avail = dev.host_available_bytes;
         if (opt.host_pinned_copy && (!avail || need <= avail)) {
             p.host = HostTier::pinned_copy;
-            host = strfmt("host %s pinned copy", format_bytes(p.host_expert_bytes).c_str());
+            host = strfmt("host %s pinned copy", format_bytes(p.host_copy_bytes).c_str());
         } else {
             if (opt.require_pinned_copy)
                 fail("%s: a pinned host copy of the %s of experts without a slot needs %s of host RAM (headroom "

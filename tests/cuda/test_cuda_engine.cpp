@@ -282,6 +282,17 @@ TEST_P(CudaEngine, SchedulesDoNotChangeABit) {
         ASSERT_EQ(got.size(), ref.size());
         EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "lfu, " << slots << " slots";
     }
+    // fills from the pinned host copy one matrix at a time (STRATA_CUDA_FILL_WHOLE=0) instead of one copy an expert
+    {
+        ::setenv("STRATA_CUDA_FILL_WHOLE", "0", 1);
+        EngineConfig cfg = config();
+        cfg.expert_slots = 5;
+        auto e = make_cuda_engine(path(), cfg);
+        const std::vector<float> got = run(*e, prompt);
+        ::unsetenv("STRATA_CUDA_FILL_WHOLE");
+        ASSERT_EQ(got.size(), ref.size());
+        EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "fills by matrix";
+    }
     // next-layer streaming (STRATA_PREFILL_STREAM_NEXT=1): the next layer's first misses filled ahead and pinned
     for (int64_t slots : {5, 9}) {
         ::setenv("STRATA_PREFILL_STREAM_AHEAD", "4", 1);

@@ -263,11 +263,14 @@ class CudaBackend final : public Backend {
     // expert_ffn waits for its own slots' fills only where the schedule fills ahead during passes (the streamed MoE
     // schedule, next-layer prefetch; both opt-in until measured); else for every fill, as before them
     bool slot_waits_ = false;
-    // the host stratum: per layer the pinned copies of its gate, up and down tensors (every expert, in order)
+    // the host stratum: per layer a pinned copy of every expert in the layout of a slot (gate, up and down at the
+    // slot's offsets, experts `stride` = the layout's bytes apart), so that a fill is one DMA
     struct HostCopy {
-        const uint8_t *gate = nullptr, *up = nullptr, *down = nullptr;
+        const uint8_t *base = nullptr;
+        size_t stride = 0;
     };
     std::vector<HostCopy> host_copy_;
+    bool fill_whole_ = true;  // STRATA_CUDA_FILL_WHOLE: a fill from the host copy is one copy, not one per matrix
     std::vector<void *> host_allocs_;
     std::unique_ptr<HostStager> stager_;
     const uint8_t *pinned_base_ = nullptr;  // the registered mapping, if any

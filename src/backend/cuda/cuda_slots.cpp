@@ -19,7 +19,7 @@
 //     experts do not hold it up: the streamed MoE schedule; only where a schedule fills ahead during passes,
 //     slot_waits_, else it waits for fill_done_ as before); a device-routed pass, and a fill on the compute stream,
 //     wait for fill_done_ (every fill so far).
-//   - Sources: the pinned host copy (one DMA per matrix), the mapped file through the pinned stager (its buffers
+//   - Sources: the pinned host copy (one DMA per expert: laid out as a slot), the mapped file through the pinned stager (its buffers
 //     carry their own events: host_stager.h), the mapped file as it is, or the pinned mapping.
 //   - Fills at start (every expert resident) have finished when set_resident_experts returns.
 #include <unistd.h>
@@ -30,6 +30,7 @@
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "core/units.h"
@@ -58,32 +59,39 @@ void CudaBackend::make_slots(const Placement &plan) {
 // The "pinned where it fits" host stratum: every routed expert copied once into pinned host memory, so that misses
 // are DMA copies at the bus's speed with no CPU work (on the H200 machine, Qwen3-30B-A3B under a 12 GiB budget:
 // pp512 3386 against 2487 t/s through the stager, tg64 105 against 78). Costs start-up time (allocating pinned
-// memory took ~0.5 s per GiB there: 9.5 s for 15.2 GiB of experts) and host RAM, which the plan checked.
+// memory took ~0.5 s per GiB there: 9.5 s for 15.2 GiB of experts) and host RAM, which the plan checked. Each
+// expert is laid out as a slot is (make_slots' layouts), so its fill is one copy of the layout's bytes
+// (STRATA_CUDA_FILL_WHOLE=0: one copy per matrix, as before).
 std::string CudaBackend::pin_host_copy(const WeightSet &ws) {
     const auto t0 = std::chrono::steady_clock::now();
     ThreadPool pool(std::min(8, hardware_threads()));
     host_copy_.assign(ws.experts.size(), {});
+    fill_whole_ = env_switch("STRATA_CUDA_FILL_WHOLE", true);
     uint64_t bytes = 0;
     for (const ExpertWeights &e : ws.experts) {
         if (!e.present()) continue;
-        const Weight *ws3[3] = {e.gate, e.up, e.down};
-        uint8_t *copies[3];
-        for (int j = 0; j < 3; j++) {
-            const Weight &w = *ws3[j];
-            const size_t mb = w.matrix_bytes(), n = size_t(w.ne[2]) * mb;
-            const cudaError_t err = cudaMallocHost(reinterpret_cast<void **>(&copies[j]), n);
-            if (err != cudaSuccess) {
-                cudaGetLastError();
-                fail("CUDA%d: pinning %s of host memory for expert copies failed: %s", device_, format_bytes(n).c_str(),
-                     cudaGetErrorString(err));
-            }
-            host_allocs_.push_back(copies[j]);
-            pool.parallel_for(w.ne[2], 1, [&](int64_t e0, int64_t e1) {
-                for (int64_t x = e0; x < e1; x++) std::memcpy(copies[j] + size_t(x) * mb, w.expert_host(x), mb);
-            });
-            bytes += n;
+        STRATA_ASSERT(size_t(e.il) < layouts_.size() && layouts_[size_t(e.il)].bytes > 0);
+        const ExpertSlotLayout &L = layouts_[size_t(e.il)];
+        const size_t n = size_t(e.gate->ne[2]) * L.bytes;
+        uint8_t *copy = nullptr;
+        const cudaError_t err = cudaMallocHost(reinterpret_cast<void **>(&copy), n);
+        if (err != cudaSuccess) {
+            cudaGetLastError();
+            fail("CUDA%d: pinning %s of host memory for expert copies failed: %s", device_, format_bytes(n).c_str(),
+                 cudaGetErrorString(err));
         }
-        host_copy_[size_t(e.il)] = {copies[0], copies[1], copies[2]};
+        host_allocs_.push_back(copy);
+        const Weight *mats[3] = {e.gate, e.up, e.down};
+        const size_t offs[3] = {L.gate_off, L.up_off, L.down_off};
+        pool.parallel_for(e.gate->ne[2], 1, [&](int64_t x0, int64_t x1) {
+            for (int64_t x = x0; x < x1; x++) {
+                uint8_t *dst = copy + size_t(x) * L.bytes;
+                std::memset(dst, 0, L.bytes);  // the alignment gaps: defined bytes in every copy
+                for (int j = 0; j < 3; j++) std::memcpy(dst + offs[j], mats[j]->expert_host(x), mats[j]->matrix_bytes());
+            }
+        });
+        bytes += n;
+        host_copy_[size_t(e.il)] = {copy, L.bytes};
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return strfmt(" (%s pinned in %.1f s)", format_bytes(bytes).c_str(), secs);
@@ -142,10 +150,11 @@ ExpertSrc CudaBackend::expert_slot(const ExpertWeights &w, int32_t slot) const {
 }
 
 ExpertSrc CudaBackend::expert_host_bytes(const ExpertWeights &w, int32_t e) const {
-    if (size_t(w.il) < host_copy_.size() && host_copy_[size_t(w.il)].gate) {
+    if (size_t(w.il) < host_copy_.size() && host_copy_[size_t(w.il)].base) {
         const HostCopy &hc = host_copy_[size_t(w.il)];
-        return {hc.gate + size_t(e) * w.gate->matrix_bytes(), hc.up + size_t(e) * w.up->matrix_bytes(),
-                hc.down + size_t(e) * w.down->matrix_bytes()};
+        const ExpertSlotLayout &L = layouts_[size_t(w.il)];
+        const uint8_t *b = hc.base + size_t(e) * hc.stride;
+        return {b + L.gate_off, b + L.up_off, b + L.down_off};
     }
     return {w.gate->expert_host(e), w.up->expert_host(e), w.down->expert_host(e)};
 }
@@ -169,12 +178,17 @@ void CudaBackend::fill_slots(const ExpertWeights &w, const std::vector<SlotFill>
     const ExpertSlotLayout &L = layouts_[size_t(w.il)];
     const Weight *mats[3] = {w.gate, w.up, w.down};
     const size_t offs[3] = {L.gate_off, L.up_off, L.down_off};
-    const HostCopy *hc = size_t(w.il) < host_copy_.size() && host_copy_[size_t(w.il)].gate
+    const HostCopy *hc = size_t(w.il) < host_copy_.size() && host_copy_[size_t(w.il)].base
                              ? &host_copy_[size_t(w.il)]
                              : nullptr;
     std::vector<HostStager::Item> staged;
     for (const SlotFill &f : fills) {
         uint8_t *slot = slots_[size_t(f.slot)];
+        if (hc && fill_whole_) {  // the expert as its slot holds it: one copy
+            STRATA_CUDA_CHECK(cudaMemcpyAsync(slot, hc->base + size_t(f.expert) * hc->stride, hc->stride,
+                                              cudaMemcpyHostToDevice, s));
+            continue;
+        }
         const ExpertSrc hs = expert_host_bytes(w, f.expert);  // the pinned copy, or the file
         const void *srcs[3] = {hs.gate, hs.up, hs.down};
         for (int j = 0; j < 3; j++) {
