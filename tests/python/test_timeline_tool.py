@@ -1,0 +1,34 @@
+"""The pass timeline summary (tools/profile/timeline.py) on a hand-made trace: busy time as the union of kernel
+intervals (overlaps counted once), idle gaps, passes cut at the marker, copy-engine busy time and rate."""
+import io
+
+from tools.profile.timeline import read_trace, summarise, union_ns
+
+
+def test_union_counts_overlaps_once():
+    assert union_ns([]) == 0
+    assert union_ns([(0, 10), (5, 15), (20, 30)]) == 25
+    assert union_ns([(0, 10), (2, 3), (10, 12)]) == 12
+
+
+def test_two_passes_of_two_kernels_and_a_copy(tmp_path):
+    f = tmp_path / "t.csv"
+    f.write_text(
+        "kind,name,start_ns,end_ns,stream,graph\n"
+        "kernel,k_embed(int),0,1000,7,1\n"
+        "kernel,k_mmvq<Q4_K>(x),2000,6000,7,1\n"
+        "kernel,k_embed(int),10000,11000,7,1\n"
+        "kernel,k_mmvq<Q4_K>(x),12000,16000,7,1\n"
+        "kernel,k_embed(int),20000,21000,7,1\n"
+        "copy,HtoD 2000,1000,2000,9,0\n"
+        "copy,HtoD 4000,11000,13000,9,0\n")
+    kernels, copies = read_trace(f)
+    assert len(kernels) == 5 and len(copies) == 2
+    out = io.StringIO()
+    summarise(kernels, copies, "embed", 2, out)
+    text = out.getvalue()
+    assert "2 passes: 10.0 us per pass; GPU busy 5.0 us (50.0%), idle 5.0 us" in text
+    assert "kernels per pass 2; mean gap between consecutive kernels 2.00 us" in text
+    # 6000 bytes over two passes, the engine busy 1 + 2 us: 3000 bytes and 1.5 us a pass, 2 GB/s while busy
+    assert "copy engine busy 1.5 us (15.0% of the pass) at 2.00 GB/s while busy" in text
+    assert "| `k_mmvq<Q4_K>` | 1.0 | 4.0 | 80.0% |" in text

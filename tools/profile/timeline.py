@@ -1,0 +1,100 @@
+"""Where a GPU pass's time goes, from the kernel trace of tools/profile/kernel_trace.cpp.
+
+    python -m tools.profile.timeline s.csv --marker embed --passes 16
+
+Passes are cut where a kernel matching --marker (a regular expression on the kernel name: a pass's first kernel,
+e.g. Strata's embedding, llama.cpp's get_rows) starts; the last --passes complete passes are summarised: the pass's
+wall time (first kernel start to the next pass's first start), the GPU's busy time (the union of its kernels'
+intervals), the idle time between kernels, the kernel count and the mean gap from one kernel's end to the next
+one's start, the host-to-device copies (bytes, the time the copy engine was busy, its rate while busy) and the share
+of the pass it was busy; then the kernels by total time over those passes.
+"""
+import argparse
+import csv
+import re
+import sys
+from collections import defaultdict
+
+
+def read_trace(path):
+    """(kernels, copies): kernels [(start, end, name)], copies [(start, end, kind, bytes)], in ns, sorted by start."""
+    kernels, copies = [], []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            s, e = int(row["start_ns"]), int(row["end_ns"])
+            if row["kind"] == "kernel":
+                kernels.append((s, e, row["name"]))
+            else:
+                kind, _, n = row["name"].partition(" ")
+                copies.append((s, e, kind, int(n or 0)))
+    kernels.sort()
+    copies.sort()
+    return kernels, copies
+
+
+def union_ns(intervals):
+    """Total length of the union of [s, e) intervals sorted by s."""
+    total, cur_s, cur_e = 0, None, None
+    for s, e in intervals:
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def clip(intervals, lo, hi):
+    return [(max(s, lo), min(e, hi)) for s, e in intervals if e > lo and s < hi]
+
+
+def summarise(kernels, copies, marker, n_passes, out=sys.stdout):
+    rx = re.compile(marker)
+    starts = [k[0] for k in kernels if rx.search(k[2])]
+    if len(starts) < 2:
+        raise ValueError(f"fewer than two kernels match the marker {marker!r}: no complete pass")
+    bounds = list(zip(starts[:-1], starts[1:]))[-n_passes:]
+    lo, hi = bounds[0][0], bounds[-1][1]
+    ks = [k for k in kernels if lo <= k[0] < hi]
+    n = len(bounds)
+    wall = (hi - lo) / n
+    busy = union_ns([(s, e) for s, e, _ in ks]) / n
+    gaps = [b[0] - a[1] for a, b in zip(ks, ks[1:]) if b[0] >= a[1]]
+    h2d = [(s, e, b) for s, e, kind, b in copies if kind == "HtoD" and e > lo and s < hi]
+    h2d_busy = union_ns(clip([(s, e) for s, e, _ in h2d], lo, hi)) / n
+    h2d_bytes = sum(b for _, _, b in h2d) / n
+    p = lambda *a: print(*a, file=out)
+    p(f"{n} passes: {wall / 1e3:.1f} us per pass; GPU busy {busy / 1e3:.1f} us ({100 * busy / wall:.1f}%), "
+      f"idle {(wall - busy) / 1e3:.1f} us")
+    p(f"kernels per pass {len(ks) / n:.0f}; mean gap between consecutive kernels "
+      f"{(sum(gaps) / len(gaps) / 1e3) if gaps else 0:.2f} us")
+    if h2d:
+        rate = h2d_bytes / h2d_busy if h2d_busy else 0
+        p(f"host-to-device per pass: {h2d_bytes / 2**20:.1f} MiB in {len([1 for _ in h2d]) / n:.0f} copies, copy engine "
+          f"busy {h2d_busy / 1e3:.1f} us ({100 * h2d_busy / wall:.1f}% of the pass) at {rate:.2f} GB/s while busy")
+    by = defaultdict(lambda: [0, 0])
+    for s, e, name in ks:
+        short = re.sub(r"\(.*", "", name)[:80]
+        by[short][0] += 1
+        by[short][1] += e - s
+    p("\n| kernel | per pass | us per pass | share of busy |")
+    p("|---|---:|---:|---:|")
+    for name, (c, t) in sorted(by.items(), key=lambda kv: -kv[1][1])[:25]:
+        p(f"| `{name}` | {c / n:.1f} | {t / n / 1e3:.1f} | {100 * t / n / busy:.1f}% |")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("trace")
+    ap.add_argument("--marker", required=True, help="regular expression on a pass's first kernel")
+    ap.add_argument("--passes", type=int, default=16, help="the last N complete passes (default 16)")
+    a = ap.parse_args(argv)
+    kernels, copies = read_trace(a.trace)
+    summarise(kernels, copies, a.marker, a.passes)
+
+
+if __name__ == "__main__":
+    main()
