@@ -29,12 +29,18 @@ void smooth(double &est, double v) {
 
 DecodeHybrid::DecodeHybrid(Backend &be, const HybridOptions &o) : be_(be), opt_(o), pool_(host_threads(o.threads)) {}
 
-int64_t DecodeHybrid::split(int64_t m) const {
+// The cost model's probe: how often a layer whose model share is none still sends the host one miss.
+constexpr int64_t k_hybrid_probe = 32;
+
+int64_t DecodeHybrid::split(int64_t m) {
     if (m <= 0) return 0;
     if (opt_.share >= 0.0) return std::clamp<int64_t>(int64_t(std::lround(opt_.share * double(m))), 0, m);
     // Until both are measured, half each way; then n with n c = (m - n) g.
     if (c_us_ <= 0.0 || g_us_ <= 0.0) return (m + 1) / 2;
-    return std::clamp<int64_t>(int64_t(std::lround(double(m) * g_us_ / (g_us_ + c_us_))), 0, m);
+    int64_t n = std::clamp<int64_t>(int64_t(std::lround(double(m) * g_us_ / (g_us_ + c_us_))), 0, m);
+    if (n == 0 && m >= 2 && ++since_host_ >= k_hybrid_probe) n = 1;
+    if (n > 0) since_host_ = 0;
+    return n;
 }
 
 void DecodeHybrid::read_device_times() {

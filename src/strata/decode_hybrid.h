@@ -5,7 +5,9 @@
 // Protocol per MoE layer (MoeSchedule::run, after the routing has been read back):
 //   1. split(): how many of the layer's m misses go to the host: a fixed share (--cpu-share), or the cost model:
 //      per-expert host time c and per-expert device time g (copy and compute of a miss), both measured as decoding
-//      runs, so that the host's n * c and the device's (m - n) * g come out even;
+//      runs, so that the host's n * c and the device's (m - n) * g come out even; where that gives the host none,
+//      one miss in every k_hybrid_probe layers still goes to it, so c follows the host as it is now (a first slow
+//      figure, caches cold and threads asleep, would otherwise keep the host out for good);
 //   2. the schedule reads the pass's input rows back, issues the device's experts between two device marks, then
 //      calls compute() for the host's: the pool computes while the device copies and computes its own;
 //   3. the host's outputs go up as rows of the experts' output (Backend::upload_rows), ordered before the combine.
@@ -42,7 +44,7 @@ class DecodeHybrid {
   public:
     DecodeHybrid(Backend &be, const HybridOptions &o);
     // How many of m misses the host takes.
-    int64_t split(int64_t m) const;
+    int64_t split(int64_t m);
     // The host's jobs, timed; `dev_misses` experts the device copies in between marks a and b.
     void compute(const std::vector<HostExpertJob> &jobs, uint64_t bytes, int64_t dev_misses, uint64_t a, uint64_t b);
     const HybridStats &stats() const { return stats_; }
@@ -60,6 +62,7 @@ class DecodeHybrid {
     };
     std::deque<Pending> pending_;
     double c_us_ = 0.0, g_us_ = 0.0;  // smoothed per-expert times (0: not measured yet)
+    int64_t since_host_ = 0;           // layers since the host last took a miss
     HybridStats stats_;
 };
 
