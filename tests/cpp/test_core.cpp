@@ -49,8 +49,11 @@ TEST(DType, TableMatchesFormat) {
 }
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "core/error.h"
+#include "core/spin_pool.h"
 #include "core/threads.h"
 
 TEST(ThreadPool, CoversRangeExactlyOnce) {
@@ -82,6 +85,36 @@ TEST(ThreadPool, PropagatesErrors) {
 #include <cstdlib>
 
 #include "core/env.h"
+
+// Each call runs on exactly its nth threads (the caller and workers 1..nth-1), whatever came before: calls of
+// every width in turn, the workers spinning between them (idle_us long) or asleep (idle_us 0: they sleep at once,
+// so every call has to wake them; and 3 ms between calls, past the 1 ms of the third pool).
+TEST(SpinPool, RunsEachCallOnItsThreadsOnly) {
+    for (int idle_us : {2000, 0, 1000}) {
+        SpinPool pool(4, idle_us);
+        ASSERT_EQ(pool.size(), 4);
+        std::atomic<int> hits[4];
+        for (int rep = 0; rep < 100; rep++) {
+            const int nth = 1 + rep % 5;  // 5: more than the pool, clamped to 4
+            for (auto &h : hits) h.store(0);
+            std::vector<int> seen(4, 0);  // plain writes by each thread, read after run() returns
+            pool.run(nth, [&](int ith, int n) {
+                EXPECT_EQ(n, std::min(nth, 4));
+                hits[ith]++;
+                seen[size_t(ith)] = rep + 1;
+            });
+            for (int i = 0; i < 4; i++) {
+                EXPECT_EQ(hits[i].load(), i < std::min(nth, 4) ? 1 : 0) << "idle " << idle_us << " rep " << rep;
+                EXPECT_EQ(seen[size_t(i)], i < std::min(nth, 4) ? rep + 1 : 0);
+            }
+            if (idle_us == 1000 && rep % 10 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+        }
+    }
+    SpinPool one(1);
+    int calls = 0;
+    one.run(3, [&](int ith, int n) { calls += ith == 0 && n == 1; });
+    EXPECT_EQ(calls, 1);
+}
 
 TEST(EnvSwitch, ZeroIsOffOneIsOnElseTheDefault) {
     const char *name = "STRATA_TEST_ENV_SWITCH";

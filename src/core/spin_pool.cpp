@@ -1,0 +1,100 @@
+// The spinning pool (spin_pool.h; the protocol is there).
+#include "core/spin_pool.h"
+
+#include <algorithm>
+#include <chrono>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace strata {
+
+namespace {
+
+// Spinning on pause instructions: about 10 ns (older cores) to 40 ns (Skylake and later) each, so SpinWait's are a
+// few to some tens of microseconds before it yields, and an idle worker's first k_pause_us.
+constexpr int k_pause_spins = 1024;
+constexpr int64_t k_pause_us = 50;
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+}
+
+int64_t now_us() {
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+}  // namespace
+
+void SpinWait::once() {
+    if (spins_ < k_pause_spins) {
+        spins_++;
+        cpu_relax();
+    } else {
+        std::this_thread::yield();
+    }
+}
+
+SpinPool::SpinPool(int n_threads, int idle_us)
+    : idle_us_(std::max(0, idle_us)), slots_(new Slot[size_t(std::max(1, n_threads))]) {
+    for (int i = 1; i < n_threads; i++) workers_.emplace_back([this, i] { worker(i); });
+}
+
+SpinPool::~SpinPool() {
+    stop_.store(true, std::memory_order_seq_cst);
+    calls_++;
+    for (int i = 1; i < size(); i++) {
+        slots_[size_t(i)].go.store(calls_, std::memory_order_seq_cst);
+        slots_[size_t(i)].go.notify_one();
+    }
+    for (std::thread &t : workers_) t.join();
+}
+
+void SpinPool::worker(int ith) {
+    Slot &slot = slots_[size_t(ith)];
+    uint32_t seen = 0;
+    for (;;) {
+        const int64_t t0 = now_us();
+        int64_t idle = 0;  // microseconds without a call, read every 64 pauses and at every yield
+        for (int spins = 0; slot.go.load(std::memory_order_acquire) == seen; spins++) {
+            if (idle >= k_pause_us || (spins & 63) == 63) idle = now_us() - t0;
+            if (idle >= idle_us_) {
+                slot.sleeping.store(true, std::memory_order_seq_cst);
+                if (slot.go.load(std::memory_order_seq_cst) == seen) slot.go.wait(seen, std::memory_order_seq_cst);
+                slot.sleeping.store(false, std::memory_order_relaxed);
+            } else if (idle < k_pause_us) {
+                cpu_relax();
+            } else {
+                std::this_thread::yield();
+            }
+        }
+        seen = slot.go.load(std::memory_order_acquire);
+        if (stop_.load(std::memory_order_acquire)) return;
+        call_(ctx_, ith, nth_);
+        done_.fetch_add(1, std::memory_order_release);
+    }
+}
+
+void SpinPool::post(int nth, Call call, const void *ctx) {
+    nth = std::clamp(nth, 1, size());
+    if (nth > 1) {
+        call_ = call, ctx_ = ctx, nth_ = nth;
+        done_.store(0, std::memory_order_relaxed);
+        calls_++;
+        for (int i = 1; i < nth; i++) {
+            Slot &s = slots_[size_t(i)];
+            s.go.store(calls_, std::memory_order_seq_cst);
+            if (s.sleeping.load(std::memory_order_seq_cst)) s.go.notify_one();
+        }
+    }
+    call(ctx, 0, nth);
+    for (SpinWait w; done_.load(std::memory_order_acquire) < nth - 1;) w.once();
+}
+
+}  // namespace strata
