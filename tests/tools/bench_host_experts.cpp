@@ -8,8 +8,9 @@
 //
 // Each call runs --jobs experts of --rows input rows each (gate/up dim -> ff, down ff -> dim), taken in turn from
 // --experts distinct copies of the weights (48 of the 30B's, 2.6 MB each: more than a last-level cache, as 48
-// layers are), then the caller sleeps (or spins) --gap-us. Reported per thread count: microseconds per call (mean,
-// median, 90th and 99th percentile, best) and the expert bytes read per call over the median as GB/s.
+// layers are), then the caller sleeps (or spins) --gap-us. Reported per thread count (the pool's, at most the
+// machine's threads, and the ones a call takes, HostExperts::threads_for): microseconds per call (mean, median, 90th
+// and 99th percentile, best) and the expert bytes read per call over the median as GB/s.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -133,21 +134,25 @@ int main(int argc, char **argv) {
         for (int64_t r = 0; r < n_jobs * rows; r++)
             expert_ffn_host(ex[0].m[0], ex[0].m[1], ex[0].m[2], x.data() + r * dim, want.data() + r * dim);
 
-        std::printf("%d calls of %d job(s) x %lld row(s), %s/%s %lldx%lld, %.2f MB of weights a call, %d experts in "
-                    "turn, %s %d us between calls\n",
-                    calls, n_jobs, (long long)rows, dtype_name(gu), dtype_name(dn.value_or(gu)), (long long)dim, (long long)ff,
-                    call_bytes * 1e-6, n_experts, gap_spin ? "spinning" : "sleeping", gap_us);
-        std::printf("%7s %9s %9s %9s %9s %9s %8s\n", "threads", "mean_us", "p50_us", "p90_us", "p99_us", "best_us",
-                    "GB/s");
+        std::printf(
+            "%d calls of %d job(s) x %lld row(s), %s/%s %lldx%lld, %.2f MB of weights a call, %d experts in "
+            "turn, %s %d us between calls\n",
+            calls, n_jobs, (long long)rows, dtype_name(gu), dtype_name(dn.value_or(gu)), (long long)dim, (long long)ff,
+            call_bytes * 1e-6, n_experts, gap_spin ? "spinning" : "sleeping", gap_us);
+        std::printf("%7s %5s %9s %9s %9s %9s %9s %8s\n", "threads", "used", "mean_us", "p50_us", "p90_us", "p99_us",
+                    "best_us", "GB/s");
         for (int t : thread_counts) {
             HostExperts pool(t);
             std::vector<double> us(static_cast<size_t>(calls));
+            int used = 0;
             for (int c = -1; c < calls; c++) {  // call -1: a warm-up, checked against expert_ffn_host
                 std::vector<HostExpertJob> jobs;
                 for (int j = 0; j < n_jobs; j++) {
                     const Expert &e = ex[size_t((std::max(c, 0) * n_jobs + j) % n_experts)];
-                    jobs.push_back({e.m[0], e.m[1], e.m[2], x.data() + j * rows * dim, y.data() + j * rows * dim, rows});
+                    jobs.push_back(
+                        {e.m[0], e.m[1], e.m[2], x.data() + j * rows * dim, y.data() + j * rows * dim, rows});
                 }
+                used = pool.threads_for(jobs);
                 const auto t0 = std::chrono::steady_clock::now();
                 pool.run(jobs);
                 const auto t1 = std::chrono::steady_clock::now();
@@ -167,7 +172,7 @@ int main(int argc, char **argv) {
             double sum = 0.0;
             for (double v : us) sum += v;
             const double p50 = percentile(us, 0.5);
-            std::printf("%7d %9.1f %9.1f %9.1f %9.1f %9.1f %8.2f\n", pool.threads(), sum / double(calls), p50,
+            std::printf("%7d %5d %9.1f %9.1f %9.1f %9.1f %9.1f %8.2f\n", pool.threads(), used, sum / double(calls), p50,
                         percentile(us, 0.9), percentile(us, 0.99), percentile(us, 0.0), call_bytes / p50 * 1e-3);
             std::fflush(stdout);
         }
