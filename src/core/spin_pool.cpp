@@ -65,8 +65,9 @@ void SpinPool::worker(int ith) {
         for (int spins = 0; slot.go.load(std::memory_order_acquire) == seen; spins++) {
             if (idle >= k_pause_us || (spins & 63) == 63) idle = now_us() - t0;
             if (idle >= idle_us_) {
-                slot.sleeping.store(true, std::memory_order_seq_cst);
-                if (slot.go.load(std::memory_order_seq_cst) == seen) slot.go.wait(seen, std::memory_order_seq_cst);
+                slot.sleeping.store(true, std::memory_order_relaxed);
+                std::atomic_thread_fence(std::memory_order_seq_cst);
+                if (slot.go.load(std::memory_order_relaxed) == seen) slot.go.wait(seen, std::memory_order_acquire);
                 slot.sleeping.store(false, std::memory_order_relaxed);
             } else if (idle < k_pause_us) {
                 cpu_relax();
@@ -87,11 +88,12 @@ void SpinPool::post(int nth, Call call, const void *ctx) {
         call_ = call, ctx_ = ctx, nth_ = nth;
         done_.store(0, std::memory_order_relaxed);
         calls_++;
-        for (int i = 1; i < nth; i++) {
-            Slot &s = slots_[size_t(i)];
-            s.go.store(calls_, std::memory_order_seq_cst);
-            if (s.sleeping.load(std::memory_order_seq_cst)) s.go.notify_one();
-        }
+        // Release stores, then one fence before reading the flags (the worker fences between its two steps): the
+        // stores' cache-line transfers overlap instead of each waiting for the one before.
+        for (int i = 1; i < nth; i++) slots_[size_t(i)].go.store(calls_, std::memory_order_release);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        for (int i = 1; i < nth; i++)
+            if (slots_[size_t(i)].sleeping.load(std::memory_order_relaxed)) slots_[size_t(i)].go.notify_one();
     }
     call(ctx, 0, nth);
     for (SpinWait w; done_.load(std::memory_order_acquire) < nth - 1;) w.once();

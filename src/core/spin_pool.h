@@ -4,12 +4,14 @@
 // and fn must not throw (a worker's exception ends the process).
 //
 // Protocol: each worker owns a slot (a cache line of its own) holding a call number `go` and a `sleeping` flag.
-//   1. run(nth, fn): the caller writes the call (fn, nth), zeroes `done_`, then stores a new call number in the
-//      slots of workers 1..nth-1 only, and notifies the `go` of each of them whose `sleeping` it then reads set;
-//      it runs fn(0, nth) itself and spins until `done_` counts nth - 1 (acquire: the workers' writes are seen).
+//   1. run(nth, fn): the caller writes the call (fn, nth), zeroes `done_`, then stores (release) a new call number
+//      in the slots of workers 1..nth-1 only, and after a seq_cst fence notifies the `go` of each of them whose
+//      `sleeping` it reads set; it runs fn(0, nth) itself and spins until `done_` counts nth - 1 (acquire: the
+//      workers' writes are seen).
 //   2. A worker waits for its `go` to change: pause instructions for k_pause_us, then yields, and after idle_us
-//      without a call sets `sleeping`, reads `go` again and waits on it (a futex). Both sides' store-then-read is
-//      sequentially consistent, so either the caller sees `sleeping` or the worker sees the new call: none is lost.
+//      without a call sets `sleeping`, and after a seq_cst fence reads `go` again and waits on it (a futex). The two
+//      fences are ordered one way or the other, so either the caller sees `sleeping` or the worker sees the new
+//      call: none is lost.
 //   3. The worker runs fn(ith, nth), then adds one to `done_` (release).
 // Only the workers a call woke read its fields, and the caller changes them only after all of those counted.
 // The destructor wakes every worker to return and joins them.

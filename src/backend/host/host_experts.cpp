@@ -67,7 +67,7 @@ void HostExperts::run(const std::vector<HostExpertJob> &jobs) {
                 gu_.push_back({at, 0, p * k_piece_rows}), gu_.push_back({at, 1, p * k_piece_rows});
             for (int64_t p = 0; p < pieces(j.down.n); p++) dn_.push_back({at, 2, p * k_piece_rows});
         }
-    for (std::atomic<int64_t> &n : next_) n.store(0, std::memory_order_relaxed);
+    for (Counter &c : next_) c.n.store(0, std::memory_order_relaxed);
     // The pool's post publishes all of the above to the threads it wakes.
     pool_.run(threads_for(jobs), [&](int, int) { work(n_rows); });
 }
@@ -84,14 +84,14 @@ void HostExperts::work(int64_t n_rows) {
         float *out = (p.m == 0 ? row.g.data() : p.m == 1 ? row.u.data() : row.y) + p.r0;
         mmvq_host_rows(m, p.r0, r1, q, ds, out);
     };
-    for (int64_t i; (i = next_[0]++) < n_rows;) {
+    for (int64_t i; (i = next_[0].n++) < n_rows;) {
         Row &row = rows_[size_t(i)];
         const HostExpertJob &j = *row.job;
         quantize_act_gpu(dot_act_type(j.gate.type), row.x, j.gate.k, row.qg.data(), row.dg.data());
         if (!row.same_act) quantize_act_gpu(dot_act_type(j.up.type), row.x, j.up.k, row.qu.data(), row.du.data());
         sync_[size_t(i)].stage.store(1, std::memory_order_release);
     }
-    for (int64_t i; (i = next_[1]++) < int64_t(gu_.size());) {
+    for (int64_t i; (i = next_[1].n++) < int64_t(gu_.size());) {
         const Piece &p = gu_[size_t(i)];
         RowSync &s = sync_[size_t(p.row)];
         wait_stage(s.stage, 1);
@@ -104,7 +104,7 @@ void HostExperts::work(int64_t n_rows) {
             s.stage.store(2, std::memory_order_release);
         }
     }
-    for (int64_t i; (i = next_[2]++) < int64_t(dn_.size());) {
+    for (int64_t i; (i = next_[2].n++) < int64_t(dn_.size());) {
         const Piece &p = dn_[size_t(i)];
         wait_stage(sync_[size_t(p.row)].stage, 2);
         rows(p);

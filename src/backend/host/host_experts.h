@@ -70,7 +70,10 @@ class HostExperts {
     std::unique_ptr<RowSync[]> sync_;  // [n_sync_], reset by each call
     int64_t n_sync_ = 0;
     std::vector<Piece> gu_, dn_;
-    std::atomic<int64_t> next_[3];  // the next piece of each list
+    struct alignas(64) Counter {  // the next piece of a list, a cache line of its own (away from gu_ and dn_)
+        std::atomic<int64_t> n{0};
+    };
+    Counter next_[3];
 };
 
 }  // namespace strata
