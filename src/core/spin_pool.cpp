@@ -12,10 +12,13 @@ namespace strata {
 
 namespace {
 
-// Spinning on pause instructions: about 10 ns (older cores) to 40 ns (Skylake and later) each, so SpinWait's are a
-// few to some tens of microseconds before it yields, and an idle worker's first k_pause_us.
-constexpr int k_pause_spins = 1024;
+// A SpinWait's pauses before it yields (about 10 ns each on older cores, 40 on Skylake and later), and how long an
+// idle worker pauses before it yields.
+constexpr int k_pause_spins = 64;
 constexpr int64_t k_pause_us = 50;
+
+// The state in a slot's `go`, under the call number.
+constexpr uint32_t k_posted = 1, k_running = 2, k_let_off = 3;
 
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -50,7 +53,7 @@ SpinPool::~SpinPool() {
     stop_.store(true, std::memory_order_seq_cst);
     calls_++;
     for (int i = 1; i < size(); i++) {
-        slots_[size_t(i)].go.store(calls_, std::memory_order_seq_cst);
+        slots_[size_t(i)].go.store(calls_ << 2, std::memory_order_seq_cst);
         slots_[size_t(i)].go.notify_one();
     }
     for (std::thread &t : workers_) t.join();
@@ -62,12 +65,13 @@ void SpinPool::worker(int ith) {
     for (;;) {
         const int64_t t0 = now_us();
         int64_t idle = 0;  // microseconds without a call, read every 64 pauses and at every yield
-        for (int spins = 0; slot.go.load(std::memory_order_acquire) == seen; spins++) {
+        uint32_t go;
+        for (int spins = 0; (go = slot.go.load(std::memory_order_acquire)) == seen; spins++) {
             if (idle >= k_pause_us || (spins & 63) == 63) idle = now_us() - t0;
             if (idle >= idle_us_) {
                 slot.sleeping.store(true, std::memory_order_relaxed);
                 std::atomic_thread_fence(std::memory_order_seq_cst);
-                if (slot.go.load(std::memory_order_relaxed) == seen) slot.go.wait(seen, std::memory_order_acquire);
+                if (slot.go.load(std::memory_order_relaxed) == seen) slot.go.wait(seen, std::memory_order_relaxed);
                 slot.sleeping.store(false, std::memory_order_relaxed);
             } else if (idle < k_pause_us) {
                 cpu_relax();
@@ -75,8 +79,15 @@ void SpinPool::worker(int ith) {
                 std::this_thread::yield();
             }
         }
-        seen = slot.go.load(std::memory_order_acquire);
         if (stop_.load(std::memory_order_acquire)) return;
+        if ((go & 3) != k_posted) {  // let off: the call went on without this thread
+            seen = go;
+            continue;
+        }
+        const uint32_t running = (go & ~3u) | k_running;
+        // Failing: let off meanwhile, or already the next call (let off from this one); seen stays, so look again.
+        if (!slot.go.compare_exchange_strong(go, running, std::memory_order_acquire)) continue;
+        seen = running;
         call_(ctx_, ith, nth_);
         done_.fetch_add(1, std::memory_order_release);
     }
@@ -84,19 +95,30 @@ void SpinPool::worker(int ith) {
 
 void SpinPool::post(int nth, Call call, const void *ctx) {
     nth = std::clamp(nth, 1, size());
-    if (nth > 1) {
-        call_ = call, ctx_ = ctx, nth_ = nth;
-        done_.store(0, std::memory_order_relaxed);
-        calls_++;
-        // Release stores, then one fence before reading the flags (the worker fences between its two steps): the
-        // stores' cache-line transfers overlap instead of each waiting for the one before.
-        for (int i = 1; i < nth; i++) slots_[size_t(i)].go.store(calls_, std::memory_order_release);
-        std::atomic_thread_fence(std::memory_order_seq_cst);
-        for (int i = 1; i < nth; i++)
-            if (slots_[size_t(i)].sleeping.load(std::memory_order_relaxed)) slots_[size_t(i)].go.notify_one();
+    if (nth == 1) {
+        call(ctx, 0, 1);
+        return;
     }
+    call_ = call, ctx_ = ctx, nth_ = nth;
+    done_.store(0, std::memory_order_relaxed);
+    calls_++;
+    const uint32_t posted = (calls_ << 2) | k_posted;
+    // Release stores, then one fence before reading the flags (the worker fences between its two steps): the stores'
+    // cache-line transfers overlap instead of each waiting for the one before.
+    for (int i = 1; i < nth; i++) slots_[size_t(i)].go.store(posted, std::memory_order_release);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    for (int i = 1; i < nth; i++)
+        if (slots_[size_t(i)].sleeping.load(std::memory_order_relaxed)) slots_[size_t(i)].go.notify_one();
     call(ctx, 0, nth);
-    for (SpinWait w; done_.load(std::memory_order_acquire) < nth - 1;) w.once();
+    int running = 0;  // workers that started: to wait for; the others are let off
+    for (int i = 1; i < nth; i++) {
+        std::atomic<uint32_t> &go = slots_[size_t(i)].go;
+        uint32_t expect = posted;
+        if (go.load(std::memory_order_relaxed) != posted ||
+            !go.compare_exchange_strong(expect, (posted & ~3u) | k_let_off, std::memory_order_relaxed))
+            running++;
+    }
+    for (SpinWait w; done_.load(std::memory_order_acquire) < running;) w.once();
 }
 
 }  // namespace strata

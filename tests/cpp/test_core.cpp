@@ -50,6 +50,7 @@ TEST(DType, TableMatchesFormat) {
 
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <thread>
 
 #include "core/error.h"
@@ -86,26 +87,36 @@ TEST(ThreadPool, PropagatesErrors) {
 
 #include "core/env.h"
 
-// Each call runs on exactly its nth threads (the caller and workers 1..nth-1), whatever came before: calls of
-// every width in turn, the workers spinning between them (idle_us long) or asleep (idle_us 0: they sleep at once,
-// so every call has to wake them; and 3 ms between calls, past the 1 ms of the third pool).
-TEST(SpinPool, RunsEachCallOnItsThreadsOnly) {
+// A call runs on the caller and on those of its nth - 1 workers that start before the caller's part is done, each at
+// most once, never on the others, and returns after all of those are done (their plain writes seen). Calls of every
+// width in turn; the workers spinning between calls (idle_us 2000), asleep (idle_us 0: asleep at once, every call
+// has to wake them), or asleep now and then (3 ms between some calls of the third pool). A caller that waits in its
+// part for the others to arrive gets all of them.
+TEST(SpinPool, RunsACallOnItsThreadsOnly) {
     for (int idle_us : {2000, 0, 1000}) {
         SpinPool pool(4, idle_us);
         ASSERT_EQ(pool.size(), 4);
-        std::atomic<int> hits[4];
-        for (int rep = 0; rep < 100; rep++) {
-            const int nth = 1 + rep % 5;  // 5: more than the pool, clamped to 4
-            for (auto &h : hits) h.store(0);
-            std::vector<int> seen(4, 0);  // plain writes by each thread, read after run() returns
+        for (int rep = 0; rep < 200; rep++) {
+            const int nth = 1 + rep % 5, used = std::min(nth, 4);  // 5: more than the pool, clamped to 4
+            const bool wait_for_all = rep % 2 == 1;
+            std::atomic<int> hits[4] = {0, 0, 0, 0}, arrived{0};
+            std::vector<int> wrote(4, 0);  // plain writes by each thread, read after run() returns
             pool.run(nth, [&](int ith, int n) {
-                EXPECT_EQ(n, std::min(nth, 4));
+                EXPECT_EQ(n, used);
                 hits[ith]++;
-                seen[size_t(ith)] = rep + 1;
+                arrived++;
+                if (ith == 0 && wait_for_all)
+                    while (arrived.load() < used) std::this_thread::yield();
+                wrote[size_t(ith)] = rep + 1;
             });
+            EXPECT_EQ(hits[0].load(), 1);
             for (int i = 0; i < 4; i++) {
-                EXPECT_EQ(hits[i].load(), i < std::min(nth, 4) ? 1 : 0) << "idle " << idle_us << " rep " << rep;
-                EXPECT_EQ(seen[size_t(i)], i < std::min(nth, 4) ? rep + 1 : 0);
+                const std::string what = "idle " + std::to_string(idle_us) + " rep " + std::to_string(rep);
+                if (i >= used || wait_for_all) {
+                    EXPECT_EQ(hits[i].load(), i < used ? 1 : 0) << what;
+                }
+                EXPECT_LE(hits[i].load(), 1) << what;
+                EXPECT_EQ(wrote[size_t(i)], hits[i].load() ? rep + 1 : 0) << what;
             }
             if (idle_us == 1000 && rep % 10 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
         }

@@ -3,10 +3,11 @@
 //
 // Protocol of run(): one call of a spinning pool (core/spin_pool.h: its workers are still awake when decoding calls
 // again a layer later) on one thread per k_pieces_per_thread pieces of the work, at most the pool (threads_for); the
-// others are not woken. The caller lays the call out (rows, pieces, each row's stage 0 and countdown), which the
-// pool's post publishes; then each thread takes pieces of three lists in turn, each list by an atomic counter. No
-// barrier: a piece waits only for its own row's stage, set (release) by the thread that ends the stage before and
-// read (acquire) by the pieces that need it:
+// others are not woken, and a woken one that starts only after the caller has found every list taken is let off.
+// The caller lays the call out (rows, pieces, each row's stage 0 and countdown), which the pool's post publishes;
+// then each thread takes pieces of three lists in turn, each list by an atomic counter. No barrier: a piece waits
+// only for its own row's stage, set (release) by the thread that ends the stage before and read (acquire) by the
+// pieces that need it:
 //   1. a row: its input quantized for the gate and the up matrix (once where both take the same layout); stage 1;
 //   2. 64 output rows of a row's gate or up, after its stage 1; the thread whose piece ends the row's countdown of
 //      gate and up pieces (acq_rel: it sees the others' outputs) quantizes silu(gate) * up for the down matrix;
