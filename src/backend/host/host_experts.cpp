@@ -12,7 +12,8 @@ namespace strata {
 namespace {
 
 constexpr int64_t k_piece_rows = 64;
-// A thread is worth waking for about two pieces: fewer, and its start costs more than it takes off the call.
+// One thread per two pieces at most: with fewer, its start (about a microsecond awake, tens asleep) weighs against
+// its share. A guess, for bench_host_experts to check on the GPU machine's host.
 constexpr int64_t k_pieces_per_thread = 2;
 
 int64_t pieces(int64_t n) {
