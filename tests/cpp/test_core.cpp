@@ -49,8 +49,12 @@ TEST(DType, TableMatchesFormat) {
 }
 
 #include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
 
 #include "core/error.h"
+#include "core/spin_pool.h"
 #include "core/threads.h"
 
 TEST(ThreadPool, CoversRangeExactlyOnce) {
@@ -82,6 +86,46 @@ TEST(ThreadPool, PropagatesErrors) {
 #include <cstdlib>
 
 #include "core/env.h"
+
+// A call runs on the caller and on those of its nth - 1 workers that start before the caller's part is done, each at
+// most once, never on the others, and returns after all of those are done (their plain writes seen). Calls of every
+// width in turn; the workers spinning between calls (idle_us 2000), asleep (idle_us 0: asleep at once, every call
+// has to wake them), or asleep now and then (3 ms between some calls of the third pool). A caller that waits in its
+// part for the others to arrive gets all of them.
+TEST(SpinPool, RunsACallOnItsThreadsOnly) {
+    for (int idle_us : {2000, 0, 1000}) {
+        SpinPool pool(4, idle_us);
+        ASSERT_EQ(pool.size(), 4);
+        for (int rep = 0; rep < 200; rep++) {
+            const int nth = 1 + rep % 5, used = std::min(nth, 4);  // 5: more than the pool, clamped to 4
+            const bool wait_for_all = rep % 2 == 1;
+            std::atomic<int> hits[4] = {0, 0, 0, 0}, arrived{0};
+            std::vector<int> wrote(4, 0);  // plain writes by each thread, read after run() returns
+            pool.run(nth, [&](int ith, int n) {
+                EXPECT_EQ(n, used);
+                hits[ith]++;
+                arrived++;
+                if (ith == 0 && wait_for_all)
+                    while (arrived.load() < used) std::this_thread::yield();
+                wrote[size_t(ith)] = rep + 1;
+            });
+            EXPECT_EQ(hits[0].load(), 1);
+            for (int i = 0; i < 4; i++) {
+                const std::string what = "idle " + std::to_string(idle_us) + " rep " + std::to_string(rep);
+                if (i >= used || wait_for_all) {
+                    EXPECT_EQ(hits[i].load(), i < used ? 1 : 0) << what;
+                }
+                EXPECT_LE(hits[i].load(), 1) << what;
+                EXPECT_EQ(wrote[size_t(i)], hits[i].load() ? rep + 1 : 0) << what;
+            }
+            if (idle_us == 1000 && rep % 10 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+        }
+    }
+    SpinPool one(1);
+    int calls = 0;
+    one.run(3, [&](int ith, int n) { calls += ith == 0 && n == 1; });
+    EXPECT_EQ(calls, 1);
+}
 
 TEST(EnvSwitch, ZeroIsOffOneIsOnElseTheDefault) {
     const char *name = "STRATA_TEST_ENV_SWITCH";

@@ -18,11 +18,11 @@ struct Expert {
     HostMatrix m[3];
 };
 
-Expert make_expert(DType gu, DType dn, int64_t E, int64_t F, uint32_t seed) {
+Expert make_expert(DType g, DType u, DType dn, int64_t E, int64_t F, uint32_t seed) {
     Expert x;
     std::mt19937 rng(seed);
     std::normal_distribution<float> nd(0.0f, 0.05f);
-    const DType types[3] = {gu, gu, dn};
+    const DType types[3] = {g, u, dn};
     const int64_t ks[3] = {E, E, F}, ns[3] = {F, F, E};
     for (int i = 0; i < 3; i++) {
         const size_t rb = row_bytes(types[i], ks[i]);
@@ -35,6 +35,26 @@ Expert make_expert(DType gu, DType dn, int64_t E, int64_t F, uint32_t seed) {
         x.m[i] = {types[i], x.bytes[i].data(), rb, ks[i], ns[i]};
     }
     return x;
+}
+
+Expert make_expert(DType gu, DType dn, int64_t E, int64_t F, uint32_t seed) {
+    return make_expert(gu, gu, dn, E, F, seed);
+}
+
+std::vector<float> gaussian(size_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd;
+    std::vector<float> v(n);
+    for (float &f : v) f = nd(rng);
+    return v;
+}
+
+// expert_ffn_host's outputs for n_rows rows of x.
+std::vector<float> reference(const Expert &e, const std::vector<float> &x, int64_t n_rows) {
+    const int64_t E = e.m[0].k;
+    std::vector<float> y(size_t(n_rows * E));
+    for (int64_t r = 0; r < n_rows; r++) expert_ffn_host(e.m[0], e.m[1], e.m[2], x.data() + r * E, y.data() + r * E);
+    return y;
 }
 
 }  // namespace
@@ -75,4 +95,26 @@ TEST(HostExperts, AreTheOneExpertFormBitForBit) {
     }
     HostExperts pool(2);
     pool.run({});  // nothing to do
+}
+
+// A call takes threads by its pieces (two each): a small one leaves the pool's other workers out, a big one takes
+// them all, and either way the bits are expert_ffn_host's; small and big calls alternate on one pool, the gate and
+// the up matrix with different activation layouts in one of them. (The pool has at most the machine's threads.)
+TEST(HostExperts, TakeThreadsByTheWorkSameBits) {
+    HostExperts pool(4);
+    const Expert small = make_expert(DType::Q8_0, DType::Q8_0, 64, 64, 4);  // one piece each of gate, up, down
+    const Expert big = make_expert(DType::Q8_0, DType::Q4_K, DType::Q6_K, 256, 512, 5);  // 8 + 8 pieces, then 4
+    const std::vector<float> xs = gaussian(64, 6), xb = gaussian(2 * 256, 7);
+    const std::vector<float> want_s = reference(small, xs, 1), want_b = reference(big, xb, 2);
+    const std::vector<HostExpertJob> probe_s = {{small.m[0], small.m[1], small.m[2], xs.data(), nullptr, 1}};
+    const std::vector<HostExpertJob> probe_b = {{big.m[0], big.m[1], big.m[2], xb.data(), nullptr, 2}};
+    EXPECT_EQ(pool.threads_for(probe_s), 1);
+    EXPECT_EQ(pool.threads_for(probe_b), pool.threads());
+    for (int rep = 0; rep < 20; rep++) {
+        std::vector<float> ys(want_s.size(), -1.0f), yb(want_b.size(), -1.0f);
+        pool.run({{small.m[0], small.m[1], small.m[2], xs.data(), ys.data(), 1}});
+        EXPECT_EQ(std::memcmp(ys.data(), want_s.data(), ys.size() * 4), 0) << "small, rep " << rep;
+        pool.run({{big.m[0], big.m[1], big.m[2], xb.data(), yb.data(), 2}});
+        EXPECT_EQ(std::memcmp(yb.data(), want_b.data(), yb.size() * 4), 0) << "big, rep " << rep;
+    }
 }

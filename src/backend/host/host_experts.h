@@ -1,22 +1,30 @@
 // Experts computed on the host with the GPU's decode arithmetic (mmvq_host.h), spread over a pool of threads: the
 // CPU half of decoding's hybrid misses (strata/decode_hybrid.h).
 //
-// Protocol of run(): one job of the pool per call, every thread taking part; four phases, each a shared list of
-// pieces taken by an atomic counter, with a spinning barrier between them (a condition variable's wake-up is tens
-// of microseconds, a whole phase can be less):
-//   1. each row's input quantized for the gate and the up matrix;
-//   2. gate and up, 64 output rows a piece;
-//   3. each row's silu(gate) * up quantized for the down matrix;
-//   4. down, 64 output rows a piece.
-// Each output value is written by one piece only, so the results do not depend on the threads or the order.
+// Protocol of run(): one call of a spinning pool (core/spin_pool.h: its workers are still awake when decoding calls
+// again a layer later) on one thread per k_pieces_per_thread pieces of the work, at most the pool (threads_for); the
+// others are not woken, and a woken one that starts only after the caller has found every list taken is let off.
+// The caller lays the call out (rows, pieces, each row's stage 0 and countdown), which the pool's post publishes;
+// then each thread takes pieces of three lists in turn, each list by an atomic counter. No barrier: a piece waits
+// only for its own row's stage, set (release) by the thread that ends the stage before and read (acquire) by the
+// pieces that need it:
+//   1. a row: its input quantized for the gate and the up matrix (once where both take the same layout); stage 1;
+//   2. 64 output rows of a row's gate or up, after its stage 1; the thread whose piece ends the row's countdown of
+//      gate and up pieces (acq_rel: it sees the others' outputs) quantizes silu(gate) * up for the down matrix;
+//      stage 2;
+//   3. 64 output rows of a row's down, after its stage 2.
+// A thread reaches a list only when the one before is all taken, so a stage it waits for is in the hands of a
+// thread already working on it: nothing waits in a cycle. Each output value is written by one piece only, with the
+// same code whatever the threads, so the results depend neither on their number nor on their order.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/host/mmvq_host.h"
-#include "core/threads.h"
+#include "core/spin_pool.h"
 
 namespace strata {
 
@@ -32,6 +40,8 @@ class HostExperts {
   public:
     explicit HostExperts(int n_threads);
     int threads() const { return pool_.size(); }
+    // The threads run() takes for these jobs: one per two pieces of its longest list, at most threads().
+    int threads_for(const std::vector<HostExpertJob> &jobs) const;
     // Every job's outputs, as expert_ffn_host computes them row by row.
     void run(const std::vector<HostExpertJob> &jobs);
 
@@ -40,18 +50,31 @@ class HostExperts {
         const HostExpertJob *job;
         const float *x;
         float *y;
+        bool same_act;  // gate and up take the same activation layout: qu, du unused, qg and dg serve both
         std::vector<int8_t> qg, qu, qd;
         std::vector<ActScale> dg, du, dd;
         std::vector<float> g, u;
     };
-    struct Piece {  // of phases 2 and 4: a row, a matrix (0 gate, 1 up, 2 down), the first output row
+    struct alignas(64) RowSync {          // a row's progress in a call, a cache line of its own
+        std::atomic<int32_t> stage{0};    // 0, then 1 (input quantized), then 2 (down's input quantized)
+        std::atomic<int32_t> gu_left{0};  // gate and up pieces not done yet
+    };
+    struct Piece {  // of lists 2 and 3: a row, a matrix (0 gate, 1 up, 2 down), the first output row
         int32_t row;
         int8_t m;
         int64_t r0;
     };
-    ThreadPool pool_;
+    void work(int64_t n_rows);  // one thread's part of a call
+
+    SpinPool pool_;
     std::vector<Row> rows_;  // kept from call to call with their buffers: no allocation once they are big enough
+    std::unique_ptr<RowSync[]> sync_;  // [n_sync_], reset by each call
+    int64_t n_sync_ = 0;
     std::vector<Piece> gu_, dn_;
+    struct alignas(64) Counter {  // the next piece of a list, a cache line of its own (away from gu_ and dn_)
+        std::atomic<int64_t> n{0};
+    };
+    Counter next_[3];
 };
 
 }  // namespace strata

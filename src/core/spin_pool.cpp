@@ -1,0 +1,124 @@
+// The spinning pool (spin_pool.h; the protocol is there).
+#include "core/spin_pool.h"
+
+#include <algorithm>
+#include <chrono>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace strata {
+
+namespace {
+
+// A SpinWait's pauses before it yields (about 10 ns each on older cores, 40 on Skylake and later), and how long an
+// idle worker pauses before it yields.
+constexpr int k_pause_spins = 64;
+constexpr int64_t k_pause_us = 50;
+
+// The state in a slot's `go`, under the call number.
+constexpr uint32_t k_posted = 1, k_running = 2, k_let_off = 3;
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+}
+
+int64_t now_us() {
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+}  // namespace
+
+void SpinWait::once() {
+    if (spins_ < k_pause_spins) {
+        spins_++;
+        cpu_relax();
+    } else {
+        std::this_thread::yield();
+    }
+}
+
+SpinPool::SpinPool(int n_threads, int idle_us)
+    : idle_us_(std::max(0, idle_us)), slots_(new Slot[size_t(std::max(1, n_threads))]) {
+    for (int i = 1; i < n_threads; i++) workers_.emplace_back([this, i] { worker(i); });
+}
+
+SpinPool::~SpinPool() {
+    stop_.store(true, std::memory_order_seq_cst);
+    calls_++;
+    for (int i = 1; i < size(); i++) {
+        slots_[size_t(i)].go.store(calls_ << 2, std::memory_order_seq_cst);
+        slots_[size_t(i)].go.notify_one();
+    }
+    for (std::thread &t : workers_) t.join();
+}
+
+void SpinPool::worker(int ith) {
+    Slot &slot = slots_[size_t(ith)];
+    uint32_t seen = 0;
+    for (;;) {
+        const int64_t t0 = now_us();
+        int64_t idle = 0;  // microseconds without a call, read every 64 pauses and at every yield
+        uint32_t go;
+        for (int spins = 0; (go = slot.go.load(std::memory_order_acquire)) == seen; spins++) {
+            if (idle >= k_pause_us || (spins & 63) == 63) idle = now_us() - t0;
+            if (idle >= idle_us_) {
+                slot.sleeping.store(true, std::memory_order_relaxed);
+                std::atomic_thread_fence(std::memory_order_seq_cst);
+                if (slot.go.load(std::memory_order_relaxed) == seen) slot.go.wait(seen, std::memory_order_relaxed);
+                slot.sleeping.store(false, std::memory_order_relaxed);
+            } else if (idle < k_pause_us) {
+                cpu_relax();
+            } else {
+                std::this_thread::yield();
+            }
+        }
+        if (stop_.load(std::memory_order_acquire)) return;
+        if ((go & 3) != k_posted) {  // let off: the call went on without this thread
+            seen = go;
+            continue;
+        }
+        const uint32_t running = (go & ~3u) | k_running;
+        // Failing: let off meanwhile, or already the next call (let off from this one); seen stays, so look again.
+        if (!slot.go.compare_exchange_strong(go, running, std::memory_order_acquire)) continue;
+        seen = running;
+        call_(ctx_, ith, nth_);
+        done_.fetch_add(1, std::memory_order_release);
+    }
+}
+
+void SpinPool::post(int nth, Call call, const void *ctx) {
+    nth = std::clamp(nth, 1, size());
+    if (nth == 1) {
+        call(ctx, 0, 1);
+        return;
+    }
+    call_ = call, ctx_ = ctx, nth_ = nth;
+    done_.store(0, std::memory_order_relaxed);
+    calls_++;
+    const uint32_t posted = (calls_ << 2) | k_posted;
+    // Release stores, then one fence before reading the flags (the worker fences between its two steps): the stores'
+    // cache-line transfers overlap instead of each waiting for the one before.
+    for (int i = 1; i < nth; i++) slots_[size_t(i)].go.store(posted, std::memory_order_release);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    for (int i = 1; i < nth; i++)
+        if (slots_[size_t(i)].sleeping.load(std::memory_order_relaxed)) slots_[size_t(i)].go.notify_one();
+    call(ctx, 0, nth);
+    int running = 0;  // workers that started: to wait for; the others are let off
+    for (int i = 1; i < nth; i++) {
+        std::atomic<uint32_t> &go = slots_[size_t(i)].go;
+        uint32_t expect = posted;
+        if (go.load(std::memory_order_relaxed) != posted ||
+            !go.compare_exchange_strong(expect, (posted & ~3u) | k_let_off, std::memory_order_relaxed))
+            running++;
+    }
+    for (SpinWait w; done_.load(std::memory_order_acquire) < running;) w.once();
+}
+
+}  // namespace strata
