@@ -368,7 +368,8 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
     {
         Region r(be_, "route");
         be_.route(L.gate_inp, x, p, logits, ids_be, wts_be);
-        if (!on_device || observer_) be_.download_i32(ids_be, T * k, ids.data());
+        // an override replaces the ids (its draws), so only the logits come back for it
+        if ((!on_device || observer_) && !override_.active()) be_.download_i32(ids_be, T * k, ids.data());
     }
     if (override_.active()) {
         // the draws, with the weights the router gives them, in place of the router's choice

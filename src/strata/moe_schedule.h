@@ -90,8 +90,12 @@ class MoeSchedule final : public ExpertRunner {
     // The routing of every later layer goes to o as well (nullptr: to no one). Reading it back costs a host
     // synchronisation per layer where the routing would otherwise stay on the device; the results do not change.
     void set_observer(RoutingObserver *o) { observer_ = o; }
-    // Later layers route by o's draws instead of the router's choice (benchmarks; o.kind == Model: the router).
-    void set_route_override(const RouteOverride &o) { override_ = o; }
+    // Later layers route by o's draws instead of the router's choice (benchmarks; o.kind == Model: the router). The
+    // draws' passes count from here, so the same calls after the same override draw the same experts.
+    void set_route_override(const RouteOverride &o) {
+        override_ = o;
+        pass_ = last_layer_ = -1;
+    }
     bool reads_back() const override { return observer_ != nullptr || override_.active() || prefetch_on_; }
 
   private:

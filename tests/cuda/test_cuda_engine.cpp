@@ -22,6 +22,7 @@
 #include "cuda_test_util.h"
 #include "synth/synth.h"
 #include "runtime/engine.h"
+#include "strata/route_override.h"
 #include "runtime/perplexity.h"
 #include "tokenizer/tokenizer.h"
 
@@ -360,6 +361,35 @@ TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
                 }
             }
         }
+}
+
+// A benchmark's routing override (strata bench --routing uniform / zipf) on the GPU: the same draws and so the same
+// bits whatever the budget and whether misses run on the host, and the router's choice again once it is lifted.
+TEST_P(CudaEngine, RouteOverrideGivesTheSameBitsOnEveryBudget) {
+    const std::vector<int32_t> prompt = prompt_tokens(24, 9);
+    auto all = make_cuda_engine(path(), config());
+    const std::vector<float> model_ref = run(*all, prompt);
+    for (const char *kind : {"uniform", "zipf:1.1"}) {
+        const RouteOverride o = parse_route_override(kind);
+        all->set_route_override(o);
+        const std::vector<float> ref = run(*all, prompt);
+        EXPECT_NE(std::memcmp(ref.data(), model_ref.data(), ref.size() * 4), 0) << kind << ": the draws changed nothing";
+        for (int64_t slots : {5, 2})
+            for (double share : {0.0, 0.5}) {
+                EngineConfig cfg = config();
+                cfg.expert_slots = slots;
+                cfg.cpu_share = share;
+                auto e = make_cuda_engine(path(), cfg);
+                e->set_route_override(o);
+                const std::vector<float> got = run(*e, prompt);
+                ASSERT_EQ(got.size(), ref.size());
+                EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0)
+                    << kind << ", " << slots << " slots, share " << share;
+            }
+        all->set_route_override(RouteOverride{});
+        const std::vector<float> back = run(*all, prompt);
+        EXPECT_EQ(std::memcmp(back.data(), model_ref.data(), back.size() * 4), 0) << kind << ": lifted";
+    }
 }
 
 // Decoding passes recorded and launched as CUDA graphs, and graphs replayed without recording the pass again, give
