@@ -12,9 +12,11 @@ namespace strata {
 namespace {
 
 constexpr int64_t k_piece_rows = 64;
-// One thread per two pieces at most: with fewer, its start (about a microsecond awake, tens asleep) weighs against
-// its share. A guess, for bench_host_experts to check on the GPU machine's host.
-constexpr int64_t k_pieces_per_thread = 2;
+// One thread per four pieces at most: with fewer, its start (about a microsecond awake, tens asleep) and its share
+// of the memory bus weigh against its share of the work. Measured on the H200 machine's 16-core host
+// (bench_host_experts, one row of a 30B Q4_K expert, 32 pieces of down): 131 us a call on 8 threads, 271 on 12,
+// 367 on 16 (bench/RESULTS.md).
+constexpr int64_t k_pieces_per_thread = 4;
 
 int64_t pieces(int64_t n) {
     return (n + k_piece_rows - 1) / k_piece_rows;

@@ -40,7 +40,7 @@ class HostExperts {
   public:
     explicit HostExperts(int n_threads);
     int threads() const { return pool_.size(); }
-    // The threads run() takes for these jobs: one per two pieces of its longest list, at most threads().
+    // The threads run() takes for these jobs: one per four pieces of its longest list, at most threads().
     int threads_for(const std::vector<HostExpertJob> &jobs) const;
     // Every job's outputs, as expert_ffn_host computes them row by row.
     void run(const std::vector<HostExpertJob> &jobs);
