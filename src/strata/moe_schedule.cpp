@@ -140,18 +140,22 @@ void MoeSchedule::predict_next(int64_t il, Act x, const MoeParams &p) {
         if (slots_->slot_of(nl, e) < 0 && std::find(want.begin(), want.end(), e) == want.end()) want.push_back(e);
     want.resize(std::min<size_t>(want.size(), size_t(slots_->n_slots() / 2)));
     if (want.empty()) return;
-    std::vector<int32_t> slot(want.size());
+    prefetch_.prefetched += fill_ahead_pinned(nl, want, pinned_);
+}
+
+uint64_t MoeSchedule::fill_ahead_pinned(int64_t il, const std::vector<int32_t> &experts, std::vector<int32_t> &pinned) {
+    std::vector<int32_t> slot(experts.size());
     std::vector<SlotFill> fills;
-    slots_->acquire(nl, want.data(), int64_t(want.size()), slot.data(), false, fills);
+    slots_->acquire(il, experts.data(), int64_t(experts.size()), slot.data(), false, fills);
     try {
-        be_.fill_slots(experts_[size_t(nl)], fills, /*ahead=*/true);
+        be_.fill_slots(experts_[size_t(il)], fills, /*ahead=*/true);
     } catch (...) {
-        slots_->forget(nl, fills);
+        slots_->forget(il, fills);
         throw;
     }
     for (int32_t s : slot) slots_->pin(s, true);
-    pinned_ = slot;
-    prefetch_.prefetched += fills.size();
+    pinned = std::move(slot);
+    return fills.size();
 }
 
 void MoeSchedule::stream_next(int64_t il, int64_t n_pairs, int64_t n_exp) {
@@ -167,18 +171,7 @@ void MoeSchedule::stream_next(int64_t il, int64_t n_pairs, int64_t n_exp) {
         if (slots_->slot_of(nl, e) < 0) want.push_back(e);
     if (want.empty()) return;
     Region r(be_, "stream_next");
-    std::vector<int32_t> slot(want.size());
-    std::vector<SlotFill> fills;
-    slots_->acquire(nl, want.data(), int64_t(want.size()), slot.data(), false, fills);
-    try {
-        be_.fill_slots(experts_[size_t(nl)], fills, /*ahead=*/true);
-    } catch (...) {
-        slots_->forget(nl, fills);
-        throw;
-    }
-    for (int32_t s : slot) slots_->pin(s, true);
-    next_pinned_ = std::move(slot);
-    prefetch_.streamed_next += fills.size();
+    prefetch_.streamed_next += fill_ahead_pinned(nl, want, next_pinned_);
 }
 
 bool MoeSchedule::streamed_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &used,

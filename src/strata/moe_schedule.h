@@ -115,6 +115,9 @@ class MoeSchedule final : public ExpertRunner {
     void predict_next(int64_t il, Act x, const MoeParams &p);
     // Next-layer streaming: the next MoE layer's first missing experts filled ahead after layer il's.
     void stream_next(int64_t il, int64_t n_pairs, int64_t n_expert);
+    // Layer il's `experts` (none in a slot) acquired, filled on the copy stream and pinned (their slots into
+    // `pinned`); the number of fills.
+    uint64_t fill_ahead_pinned(int64_t il, const std::vector<int32_t> &experts, std::vector<int32_t> &pinned);
 
     Backend &be_;
     std::vector<ExpertWeights> experts_;
