@@ -184,6 +184,37 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, CudaMatmul, ::testing::ValuesIn(matmul_cases(
 const DType k_mmvq_types[] = {DType::Q8_0, DType::Q4_0, DType::MXFP4,   DType::IQ4_XS, DType::Q4_K,
                               DType::Q5_K, DType::Q6_K, DType::IQ2_XXS, DType::IQ1_M};
 
+// n random weight rows of type t and R random activation rows of length k, the activations quantized on the device
+// for t's mat-vec format, and the args of their product as one group of all R rows into yd (R x n).
+struct QuantizedProduct {
+    DType t;
+    int64_t k, n, R;
+    size_t rb;
+    std::vector<uint8_t> w;
+    std::vector<float> x;
+    DevBuf wd, xd, qd, dd, yd;
+    cuda::MatmulArgs a;
+    QuantizedProduct(DType t_, int64_t k_, int64_t n_, int64_t R_, uint64_t w_seed, uint64_t x_seed)
+        : t(t_), k(k_), n(n_), R(R_), rb(row_bytes(t_, k_)), w(rb * size_t(n_)), x(randn(size_t(R_ * k_), x_seed)),
+          wd(w.size()), xd(x.size() * 4), qd(size_t(R_ * k_)), dd(size_t(R_ * k_ / 32) * 8), yd(size_t(R_ * n_) * 4) {
+        const std::vector<float> wf = randn(size_t(n * k), w_seed, 0.05f);
+        for (int64_t r = 0; r < n; r++) quantize_row(t, wf.data() + r * k, w.data() + size_t(r) * rb, k);
+        EXPECT_EQ(cudaMemcpy(wd.p, w.data(), w.size(), cudaMemcpyHostToDevice), cudaSuccess);
+        EXPECT_EQ(cudaMemcpy(xd.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        cuda::launch_quantize_act(dot_act_type(t), xd.as<float>(), k, R, k, qd.as<int8_t>(), dd.as<float2>(),
+                                  nullptr);
+        a.type = t;
+        a.k = k;
+        a.n = n;
+        a.row_bytes = rb;
+        a.xq = qd.as<int8_t>();
+        a.xds = dd.as<float2>();
+        a.y = yd.as<float>();
+        a.y_stride = n;
+        a.single = {wd.p, 0, int32_t(R), 0};
+    }
+};
+
 // Products of one input with several matrices (Backend::matmuls: q, k and v; a GDN layer's projections): at decode
 // sizes the matrices of one mat-vec type share a launch (up to four a launch), and every output row must be what its
 // matrix's own launch (Backend::matmul) gives, bit for bit, and the reference's within the matmul bound. 1, 3 and 8
@@ -254,26 +285,10 @@ TEST(CudaMmq, FormsAreTheSameBits) {
     for (DType t : k_mmvq_types) {
         for (int64_t k : {288, 2048}) {
             if (k % dtype_info(t).block_size != 0 || k % dtype_info(dot_act_type(t)).block_size != 0) continue;
-            const DType vt = dot_act_type(t);
             const int64_t n = 200, R = 333;
-            const size_t rb = row_bytes(t, k);
-            const std::vector<float> wf = randn(size_t(n * k), uint64_t(k) * 7 + uint64_t(t), 0.05f);
-            std::vector<uint8_t> w(rb * size_t(n));
-            for (int64_t r = 0; r < n; r++) quantize_row(t, wf.data() + r * k, w.data() + size_t(r) * rb, k);
-            const std::vector<float> x = randn(size_t(R * k), uint64_t(k) * 7 + 1);
-            DevBuf wd(w.size()), xd(x.size() * 4), qd(size_t(R * k)), dd(size_t(R * k / 32) * 8), yd(size_t(R * n) * 4);
-            CUDA_OK(cudaMemcpy(wd.p, w.data(), w.size(), cudaMemcpyHostToDevice));
-            CUDA_OK(cudaMemcpy(xd.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
-            cuda::launch_quantize_act(vt, xd.as<float>(), k, R, k, qd.as<int8_t>(), dd.as<float2>(), nullptr);
-            cuda::MatmulArgs a;
-            a.type = t;
-            a.k = k;
-            a.n = n;
-            a.row_bytes = rb;
-            a.xq = qd.as<int8_t>();
-            a.xds = dd.as<float2>();
-            a.y = yd.as<float>();
-            a.y_stride = n;
+            QuantizedProduct qp(t, k, n, R, uint64_t(k) * 7 + uint64_t(t), uint64_t(k) * 7 + 1);
+            cuda::MatmulArgs &a = qp.a;
+            DevBuf &wd = qp.wd, &yd = qp.yd;
             auto run = [&](cuda::MmqForm form) {
                 std::vector<float> y(size_t(R * n));
                 EXPECT_EQ(cudaMemset(yd.p, 0xff, y.size() * 4), cudaSuccess);  // NaN where nothing is written
@@ -326,26 +341,12 @@ TEST(MmvqHost, IsTheKernelBitForBit) {
         for (int64_t k : {256, 768, 2048, 2304}) {
             const DType vt = dot_act_type(t);
             const int64_t n = 37, R = 3;
-            const size_t rb = row_bytes(t, k);
-            const std::vector<float> wf = randn(size_t(n * k), uint64_t(k) * 31 + 1, 0.05f);
-            std::vector<uint8_t> w(rb * size_t(n));
-            for (int64_t r = 0; r < n; r++) quantize_row(t, wf.data() + r * k, w.data() + size_t(r) * rb, k);
-            const std::vector<float> x = randn(size_t(R * k), uint64_t(k) * 31 + 2);
-            DevBuf wd(w.size()), xd(x.size() * 4), qd(size_t(R * k)), dd(size_t(R * k / 32) * 8), yd(size_t(R * n) * 4);
-            CUDA_OK(cudaMemcpy(wd.p, w.data(), w.size(), cudaMemcpyHostToDevice));
-            CUDA_OK(cudaMemcpy(xd.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
-            cuda::launch_quantize_act(vt, xd.as<float>(), k, R, k, qd.as<int8_t>(), dd.as<float2>(), nullptr);
-            cuda::MatmulArgs a;
-            a.type = t;
-            a.k = k;
-            a.n = n;
-            a.row_bytes = rb;
-            a.xq = qd.as<int8_t>();
-            a.xds = dd.as<float2>();
-            a.y = yd.as<float>();
-            a.y_stride = n;
-            a.single = {wd.p, 0, int32_t(R), 0};
-            cuda::launch_mmvq(a, nullptr);
+            QuantizedProduct qp(t, k, n, R, uint64_t(k) * 31 + 1, uint64_t(k) * 31 + 2);
+            const size_t rb = qp.rb;
+            const std::vector<uint8_t> &w = qp.w;
+            const std::vector<float> &x = qp.x;
+            DevBuf &xd = qp.xd, &qd = qp.qd, &dd = qp.dd, &yd = qp.yd;
+            cuda::launch_mmvq(qp.a, nullptr);
             CUDA_OK(cudaDeviceSynchronize());
             std::vector<int8_t> qg(size_t(R * k));
             std::vector<ActScale> dg(size_t(R * k / 32));
