@@ -19,7 +19,7 @@
 // earlier experts compute. The slot table keeps every expert acquired ahead until it has computed (acquire's
 // keep_since); a backend orders each fill after the compute that read the slot before and each compute after the
 // fills of the slots it reads.
-// Next-layer streaming (STRATA_PREFILL_STREAM_NEXT=1, opt-in until measured; streamed passes whose token-expert
+// Next-layer streaming (STRATA_PREFILL_STREAM_NEXT=1, opt-in: no gain on the H200; streamed passes whose token-expert
 // pairs are at least the experts of a layer, so that most of the next layer's experts will be routed to): after a
 // layer's experts are issued, the first N (the lookahead) of the next MoE layer's experts not in a slot, in the id
 // order its streamed schedule takes its misses in, are filled ahead and pinned until that layer has routed, so the
