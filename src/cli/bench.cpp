@@ -508,9 +508,10 @@ Run add_bench(CLI::App &app) {
                 100.0 * double(pf.predicted) / double(pf.picks), (unsigned long long)pf.picks,
                 (unsigned long long)pf.prefetched);
         if (pf.streamed_next)
-            std::printf("\nnext-layer streaming (STRATA_PREFILL_STREAM_NEXT): %llu experts filled ahead of their layer's "
-                        "routing\n",
-                        (unsigned long long)pf.streamed_next);
+            std::printf(
+                "\nnext-layer streaming (STRATA_PREFILL_STREAM_NEXT): %llu experts filled ahead of their layer's "
+                "routing\n",
+                (unsigned long long)pf.streamed_next);
         print_cache_summary(results, backend);
         print_device_memory(eng->backend());
         return 0;

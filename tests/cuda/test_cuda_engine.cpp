@@ -373,7 +373,8 @@ TEST_P(CudaEngine, RouteOverrideGivesTheSameBitsOnEveryBudget) {
         const RouteOverride o = parse_route_override(kind);
         all->set_route_override(o);
         const std::vector<float> ref = run(*all, prompt);
-        EXPECT_NE(std::memcmp(ref.data(), model_ref.data(), ref.size() * 4), 0) << kind << ": the draws changed nothing";
+        EXPECT_NE(std::memcmp(ref.data(), model_ref.data(), ref.size() * 4), 0)
+            << kind << ": the draws changed nothing";
         for (int64_t slots : {5, 2})
             for (double share : {0.0, 0.5}) {
                 EngineConfig cfg = config();

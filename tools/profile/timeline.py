@@ -73,8 +73,8 @@ def summarise(kernels, copies, marker, n_passes, out=sys.stdout):
       f"{(sum(gaps) / len(gaps) / 1e3) if gaps else 0:.2f} us")
     if h2d:
         rate = h2d_bytes / h2d_busy if h2d_busy else 0
-        p(f"host-to-device per pass: {h2d_bytes / 2**20:.1f} MiB in {len([1 for _ in h2d]) / n:.0f} copies, copy engine "
-          f"busy {h2d_busy / 1e3:.1f} us ({100 * h2d_busy / wall:.1f}% of the pass) at {rate:.2f} GB/s while busy")
+        p(f"host-to-device per pass: {h2d_bytes / 2**20:.1f} MiB in {len(h2d) / n:.0f} copies, copy engine busy "
+          f"{h2d_busy / 1e3:.1f} us ({100 * h2d_busy / wall:.1f}% of the pass) at {rate:.2f} GB/s while busy")
     by = defaultdict(lambda: [0, 0])
     for s, e, name in ks:
         short = re.sub(r"\(.*", "", name)[:80]

@@ -19,8 +19,8 @@
 //     experts do not hold it up: the streamed MoE schedule; only where a schedule fills ahead during passes,
 //     slot_waits_, else it waits for fill_done_ as before); a device-routed pass, and a fill on the compute stream,
 //     wait for fill_done_ (every fill so far).
-//   - Sources: the pinned host copy (one DMA per expert: laid out as a slot), the mapped file through the pinned stager (its buffers
-//     carry their own events: host_stager.h), the mapped file as it is, or the pinned mapping.
+//   - Sources: the pinned host copy (one DMA per expert: laid out as a slot), the mapped file through the pinned
+//     stager (its buffers carry their own events: host_stager.h), the mapped file as it is, or the pinned mapping.
 //   - Fills at start (every expert resident) have finished when set_resident_experts returns.
 #include <unistd.h>
 
@@ -87,7 +87,8 @@ std::string CudaBackend::pin_host_copy(const WeightSet &ws) {
             for (int64_t x = x0; x < x1; x++) {
                 uint8_t *dst = copy + size_t(x) * L.bytes;
                 std::memset(dst, 0, L.bytes);  // the alignment gaps: defined bytes in every copy
-                for (int j = 0; j < 3; j++) std::memcpy(dst + offs[j], mats[j]->expert_host(x), mats[j]->matrix_bytes());
+                for (int j = 0; j < 3; j++)
+                    std::memcpy(dst + offs[j], mats[j]->expert_host(x), mats[j]->matrix_bytes());
             }
         });
         bytes += n;
