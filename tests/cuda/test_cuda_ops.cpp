@@ -11,9 +11,11 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/host/mmvq_host.h"
+#include "backend/cuda/attention.cuh"
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/moe.cuh"
+#include "core/fp16.h"
 #include "cuda_test_util.h"
 #include "format/quant.h"
 
@@ -329,6 +331,95 @@ TEST(CudaMmq, FormsAreTheSameBits) {
             a.n_groups = 1;
         }
     }
+}
+
+// The short-context decode attention's split form (parts of k_flash_decode_part_keys positions, merged) against its
+// one-block form and a double-precision reference: within rounding, for f16 and f32 caches, head sizes 64 and 128,
+// a GQA group of 8, positions inside the first part, on a part boundary, and the last position the kernel takes; and
+// a vector's result the same bits whether its tile is launched alone or beside others.
+TEST(CudaFlashDecode, SplitFormIsTheOneBlockForm) {
+    for (KvType kt : {KvType::F16, KvType::F32})
+        for (int64_t D : {64, 128}) {
+            const int64_t n_kv = 4, group = 8, n_head = n_kv * group, n_ctx = 64, n_seq = 3, cols = n_kv * D;
+            const size_t rb = kv_row_bytes(kt, cols);
+            std::vector<float> kf = randn(size_t(n_seq * n_ctx * cols), uint64_t(D) + 1),
+                               vf = randn(size_t(n_seq * n_ctx * cols), uint64_t(D) + 2);
+            std::vector<uint8_t> kb(rb * size_t(n_seq * n_ctx)), vb(kb.size());
+            for (int64_t r = 0; r < n_seq * n_ctx; r++)
+                for (int64_t i = 0; i < cols; i++) {
+                    float &a = kf[size_t(r * cols + i)], &b = vf[size_t(r * cols + i)];
+                    if (kt == KvType::F16) {
+                        const uint16_t ha = f32_to_f16(a), hb = f32_to_f16(b);
+                        a = f16_to_f32(ha), b = f16_to_f32(hb);
+                        std::memcpy(kb.data() + size_t(r) * rb + size_t(i) * 2, &ha, 2);
+                        std::memcpy(vb.data() + size_t(r) * rb + size_t(i) * 2, &hb, 2);
+                    } else {
+                        std::memcpy(kb.data() + size_t(r) * rb + size_t(i) * 4, &a, 4);
+                        std::memcpy(vb.data() + size_t(r) * rb + size_t(i) * 4, &b, 4);
+                    }
+                }
+            // one query row per sequence, at positions 5, 8 (a part's first) and 63
+            const std::vector<int32_t> pos = {5, 8, 63};
+            const int64_t T = int64_t(pos.size());
+            const std::vector<float> q = randn(size_t(T * n_head * D), uint64_t(D) + 3);
+            std::vector<cuda::AttnTile> tiles;
+            for (int32_t r = 0; r < int32_t(T); r++) tiles.push_back({r, 1, r, pos[size_t(r)]});
+            DevBuf kd(kb.size()), vd(vb.size()), qd(q.size() * 4), od(q.size() * 4), o2(q.size() * 4),
+                td(tiles.size() * sizeof(cuda::AttnTile)),
+                ws(cuda::flash_decode_workspace_floats(int(T), n_kv, group, 1, D) * 4);
+            CUDA_OK(cudaMemcpy(kd.p, kb.data(), kb.size(), cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(vd.p, vb.data(), vb.size(), cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(qd.p, q.data(), q.size() * 4, cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(td.p, tiles.data(), tiles.size() * sizeof(cuda::AttnTile), cudaMemcpyHostToDevice));
+            const cuda::KvCacheView c{kt, kd.as<uint8_t>(), vd.as<uint8_t>(), rb, n_ctx, cols};
+            const float scale = 1.0f / std::sqrt(float(D));
+            const cuda::Rows qr{qd.as<float>(), T, n_head * D, n_head * D}, orow{od.as<float>(), T, n_head * D, n_head * D},
+                o2row{o2.as<float>(), T, n_head * D, n_head * D};
+            cuda::launch_flash_decode(c, qr, orow, n_head, n_kv, D, scale, td.as<cuda::AttnTile>(), int(T), 1, nullptr);
+            cuda::launch_flash_decode(c, qr, o2row, n_head, n_kv, D, scale, td.as<cuda::AttnTile>(), int(T), 1, nullptr,
+                                      ws.as<float>());
+            CUDA_OK(cudaDeviceSynchronize());
+            std::vector<float> one(q.size()), split(q.size());
+            CUDA_OK(cudaMemcpy(one.data(), od.p, one.size() * 4, cudaMemcpyDeviceToHost));
+            CUDA_OK(cudaMemcpy(split.data(), o2.p, split.size() * 4, cudaMemcpyDeviceToHost));
+            const std::string what = std::string(kt == KvType::F16 ? "f16" : "f32") + " cache, head size " +
+                                     std::to_string(D);
+            for (int64_t r = 0; r < T; r++)
+                for (int64_t h = 0; h < n_head; h++) {
+                    const int64_t kvh = h / group, p = pos[size_t(r)];
+                    std::vector<double> sc(size_t(p + 1));
+                    double mx = -1e300;
+                    for (int64_t j = 0; j <= p; j++) {
+                        double d = 0;
+                        for (int64_t i = 0; i < D; i++)
+                            d += double(q[size_t((r * n_head + h) * D + i)]) *
+                                 double(kf[size_t((r * n_ctx + j) * cols + kvh * D + i)]);
+                        sc[size_t(j)] = d * scale;
+                        mx = std::max(mx, sc[size_t(j)]);
+                    }
+                    double l = 0;
+                    for (double &x : sc) l += (x = std::exp(x - mx));
+                    for (int64_t i = 0; i < D; i++) {
+                        double o = 0;
+                        for (int64_t j = 0; j <= p; j++)
+                            o += sc[size_t(j)] * double(vf[size_t((r * n_ctx + j) * cols + kvh * D + i)]);
+                        const size_t at = size_t((r * n_head + h) * D + i);
+                        const double want = o / l;
+                        ASSERT_NEAR(split[at], want, 2e-5 * std::max(1.0, std::fabs(want)))
+                            << what << ", row " << r << " head " << h << " dim " << i;
+                        ASSERT_NEAR(split[at], one[at], 2e-5 * std::max(1.0f, std::fabs(one[at])))
+                            << what << ", row " << r << " head " << h << " dim " << i;
+                    }
+                }
+            // the last row's tile alone: the same bits
+            cuda::launch_flash_decode(c, qr, o2row, n_head, n_kv, D, scale, td.as<cuda::AttnTile>() + 2, 1, 1, nullptr,
+                                      ws.as<float>());
+            CUDA_OK(cudaDeviceSynchronize());
+            std::vector<float> alone(q.size());
+            CUDA_OK(cudaMemcpy(alone.data(), o2.p, alone.size() * 4, cudaMemcpyDeviceToHost));
+            const size_t row2 = size_t(2 * n_head * D);
+            EXPECT_EQ(std::memcmp(alone.data() + row2, split.data() + row2, size_t(n_head * D) * 4), 0) << what;
+        }
 }
 
 // The host copy of the decode mat-vec (backend/host/mmvq_host.h) against the kernels bit for bit: the activations'

@@ -43,10 +43,16 @@ void launch_flash_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_he
 // The decoding kernel for short contexts (flash_decode.cu): the same tiles, every key of a tile's rows in one block
 // (at most k_flash_decode_keys of them, so never split), a warp per query vector; head sizes 64, 128 and 256, tiles
 // of at most k_flash_decode_max_vectors query vectors (rows_per_tile times the GQA group).
-constexpr int k_flash_decode_keys = 64, k_flash_decode_max_vectors = 16;
+// With a workspace (flash_decode_workspace_floats), the split form: each vector's keys in parts of
+// k_flash_decode_part_keys positions, a block per part, then a merge (other bits than the one-block form, within the
+// op tests' bound; a vector's result still depends on its own q and keys only).
+constexpr int k_flash_decode_keys = 64, k_flash_decode_max_vectors = 16, k_flash_decode_part_keys = 8;
 bool flash_decode_applies(int64_t head_dim, int64_t group, int rows_per_tile);
+size_t flash_decode_workspace_floats(int n_tiles, int64_t n_head_kv, int64_t group, int rows_per_tile,
+                                     int64_t head_dim);
 void launch_flash_decode(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-                         float scale, const AttnTile *tiles_dev, int n_tiles, int rows_per_tile, cudaStream_t stream);
+                         float scale, const AttnTile *tiles_dev, int n_tiles, int rows_per_tile, cudaStream_t stream,
+                         float *ws = nullptr);
 
 // Merges the partials of n_split > 1 (written per tile of vectors_per_tile query vectors) into out.
 void launch_flash_merge(Rows out, int64_t head_dim, int vectors_per_tile, int group, int n_kv, const AttnTile *tiles,

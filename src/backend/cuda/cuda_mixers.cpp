@@ -27,6 +27,11 @@ bool flash_decode_enabled() {
     static const bool on = env_switch("STRATA_CUDA_FLASH_DECODE", true);
     return on;
 }
+// STRATA_CUDA_FLASH_DECODE_SPLIT=1: the short-context decode kernel in its split form (opt-in until measured).
+bool flash_decode_split_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_FLASH_DECODE_SPLIT", false);
+    return on;
+}
 
 // STRATA_CUDA_GDN_PARALLEL=0 keeps long runs on the one-block-per-head chunked kernel.
 bool gdn_parallel_enabled() {
@@ -79,8 +84,14 @@ void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int
     // chunk), which a replay recomputes and compares, so a recorded pass never replays with the other kernel.
     if (small && !mma && n_split == 1 && chunk <= k_flash_decode_keys && flash_decode_enabled() &&
         flash_decode_applies(head_dim, group, rpt)) {
+        const Mark m = mark();
+        float *ws = flash_decode_split_enabled()
+                        ? scratch_array<float>(int64_t(
+                              flash_decode_workspace_floats(int(tiles.size()), n_head_kv, group, rpt, head_dim)))
+                        : nullptr;
         launch_flash_decode(c.kv, rows_of(q), rows_of(out), n_head, n_head_kv, head_dim, scale, attn_tiles(tiles),
-                            int(tiles.size()), rpt, stream_);
+                            int(tiles.size()), rpt, stream_, ws);
+        release(m);
         return;
     }
     const Mark m = mark();

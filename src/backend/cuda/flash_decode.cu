@@ -1,7 +1,8 @@
-// Decoding attention over short contexts (at most k_flash_decode_keys positions, so the keys are never split over
-// blocks and nothing is merged): a block per tile and KV head, a warp per query vector (a row times a head of its GQA
-// group), lanes over the head's dimensions, the scores of several keys summed across the warp together, and an online
-// softmax in fp32. The tiled kernel (flash_attention.cu) gives such a step one warp per scheduler and long serial
+// Decoding attention over short contexts (at most k_flash_decode_keys positions): a block per tile and KV head, a
+// warp per query vector (a row times a head of its GQA group), lanes over the head's dimensions, the scores of several
+// keys summed across the warp together, and an online softmax in fp32. Split form (a workspace given, opt-in with
+// STRATA_CUDA_FLASH_DECODE_SPLIT=1): each vector's keys in parts of k_flash_decode_part_keys positions, a one-warp
+// block per part, so a step of a few sequences runs on many SMs instead of one per KV head, and a merge. The tiled kernel (flash_attention.cu) gives such a step one warp per scheduler and long serial
 // chains per thread (a 128-long dot product, the products with V); here a warp's chain is a few butterflies per group
 // of keys. Warps share nothing, so a vector's result depends on its own q and keys only, never on which rows share
 // its tile or block.
@@ -43,33 +44,23 @@ __device__ __forceinline__ void load_row(const uint8_t *base, size_t row_bytes, 
     }
 }
 
+// One query vector's online softmax over keys [p_begin, p_end] (inclusive; empty when p_end < p_begin), KB keys a
+// step from p_begin: the running max m, the sum l and the unnormalised output o (R values a lane).
 template <KvType KT, int D>
-__global__ __launch_bounds__(k_flash_decode_max_vectors * 32) void k_flash_decode(KvCacheView c, Rows q, Rows out,
-                                                                                  int group, float scale,
-                                                                                  const AttnTile *tiles) {
+__device__ __forceinline__ void attend(const uint8_t *kb, const uint8_t *vb, size_t row_bytes, int col, const float *qv,
+                                       float scale, int p_begin, int p_end, float &m, float &l, float *o) {
     constexpr int R = D / 32;
     constexpr int KB = D <= 128 ? 8 : 4;  // keys per step: their K and V rows are loaded together
-    const AttnTile t = tiles[blockIdx.x];
-    const int kvh = blockIdx.y, v = threadIdx.x / 32, lane = threadIdx.x & 31;
-    if (v >= t.n_rows * group) return;
-    const int64_t row = t.row0 + v / group, head = int64_t(kvh) * group + v % group;
-    const int pos = t.pos0 + v / group;  // the vector sees keys 0..pos
-    const int col = kvh * D + lane * R;
-    const uint8_t *kb = c.k + size_t(t.seq) * size_t(c.n_ctx) * c.row_bytes;
-    const uint8_t *vb = c.v + size_t(t.seq) * size_t(c.n_ctx) * c.row_bytes;
-
-    float qv[R], o[R];
-    const float *qp = q.data + row * q.stride + head * D + lane * R;
+    m = -INFINITY, l = 0.0f;
 #pragma unroll
-    for (int r = 0; r < R; r++) qv[r] = qp[r], o[r] = 0.0f;
-    float m = -INFINITY, l = 0.0f;
-    for (int p0 = 0; p0 <= pos; p0 += KB) {
+    for (int r = 0; r < R; r++) o[r] = 0.0f;
+    for (int p0 = p_begin; p0 <= p_end; p0 += KB) {
         float kr[KB][R], vr[KB][R];
 #pragma unroll
         for (int j = 0; j < KB; j++) {
-            if (p0 + j <= pos) {
-                load_row<KT, R>(kb, c.row_bytes, p0 + j, col, kr[j]);
-                load_row<KT, R>(vb, c.row_bytes, p0 + j, col, vr[j]);
+            if (p0 + j <= p_end) {
+                load_row<KT, R>(kb, row_bytes, p0 + j, col, kr[j]);
+                load_row<KT, R>(vb, row_bytes, p0 + j, col, vr[j]);
             } else {
 #pragma unroll
                 for (int r = 0; r < R; r++) kr[j][r] = vr[j][r] = 0.0f;
@@ -90,7 +81,7 @@ __global__ __launch_bounds__(k_flash_decode_max_vectors * 32) void k_flash_decod
         float tmax = -INFINITY;
 #pragma unroll
         for (int j = 0; j < KB; j++) {
-            s[j] = p0 + j <= pos ? s[j] * scale : -INFINITY;
+            s[j] = p0 + j <= p_end ? s[j] * scale : -INFINITY;
             tmax = fmaxf(tmax, s[j]);
         }
         const float m_new = fmaxf(m, tmax);
@@ -108,14 +99,122 @@ __global__ __launch_bounds__(k_flash_decode_max_vectors * 32) void k_flash_decod
         }
         m = m_new;
     }
-    float *dst = out.data + row * out.stride + head * D + lane * R;
+}
+
+// Where query vector v of a tile reads and writes: its row, head, position and the lane's first column.
+struct Vec {
+    int64_t row, head;
+    int pos, col;
+};
+__device__ __forceinline__ Vec vec_of(const AttnTile &t, int kvh, int v, int group, int D, int lane) {
+    const int R = D / 32;
+    return {t.row0 + v / group, int64_t(kvh) * group + v % group, t.pos0 + v / group, kvh * D + lane * R};
+}
+
+template <KvType KT, int D>
+__global__ __launch_bounds__(k_flash_decode_max_vectors * 32) void k_flash_decode(KvCacheView c, Rows q, Rows out,
+                                                                                  int group, float scale,
+                                                                                  const AttnTile *tiles) {
+    constexpr int R = D / 32;
+    const AttnTile t = tiles[blockIdx.x];
+    const int kvh = blockIdx.y, v = threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (v >= t.n_rows * group) return;
+    const Vec x = vec_of(t, kvh, v, group, D, lane);  // the vector sees keys 0..pos
+    const uint8_t *kb = c.k + size_t(t.seq) * size_t(c.n_ctx) * c.row_bytes;
+    const uint8_t *vb = c.v + size_t(t.seq) * size_t(c.n_ctx) * c.row_bytes;
+    float qv[R], o[R], m, l;
+    const float *qp = q.data + x.row * q.stride + x.head * D + lane * R;
+#pragma unroll
+    for (int r = 0; r < R; r++) qv[r] = qp[r];
+    attend<KT, D>(kb, vb, c.row_bytes, x.col, qv, scale, 0, x.pos, m, l, o);
+    float *dst = out.data + x.row * out.stride + x.head * D + lane * R;
+#pragma unroll
+    for (int r = 0; r < R; r++) dst[r] = o[r] / l;
+}
+
+// The split form: a one-warp block per (tile, KV head and vector, part); part s takes keys [s P, s P + P) of the
+// vector's 0..pos (P = k_flash_decode_part_keys) and writes {m, l, o} to the workspace; k_flash_decode_merge
+// combines the parts in order. The parts' bounds are fixed positions, so a vector's result depends on its q and
+// keys only, never on its batch.
+constexpr int k_parts = k_flash_decode_keys / k_flash_decode_part_keys;
+
+template <int D, class F>
+__device__ __forceinline__ F *part_at(F *ws, int tile, int kvh_v, int n_kvv, int s) {
+    return ws + ((size_t(tile) * size_t(n_kvv) + size_t(kvh_v)) * k_parts + size_t(s)) * size_t(D + 2);
+}
+
+template <KvType KT, int D>
+__global__ __launch_bounds__(32) void k_flash_decode_part(KvCacheView c, Rows q, int group, int vectors, float scale,
+                                                          const AttnTile *tiles, float *ws) {
+    constexpr int R = D / 32;
+    const AttnTile t = tiles[blockIdx.x];
+    const int kvh = int(blockIdx.y) / vectors, v = int(blockIdx.y) % vectors, s = blockIdx.z, lane = threadIdx.x;
+    if (v >= t.n_rows * group) return;
+    const Vec x = vec_of(t, kvh, v, group, D, lane);
+    const uint8_t *kb = c.k + size_t(t.seq) * size_t(c.n_ctx) * c.row_bytes;
+    const uint8_t *vb = c.v + size_t(t.seq) * size_t(c.n_ctx) * c.row_bytes;
+    float qv[R], o[R], m, l;
+    const float *qp = q.data + x.row * q.stride + x.head * D + lane * R;
+#pragma unroll
+    for (int r = 0; r < R; r++) qv[r] = qp[r];
+    const int p_begin = s * k_flash_decode_part_keys;
+    attend<KT, D>(kb, vb, c.row_bytes, x.col, qv, scale, p_begin, min(x.pos, p_begin + k_flash_decode_part_keys - 1), m,
+                  l, o);
+    float *w = part_at<D>(ws, blockIdx.x, blockIdx.y, gridDim.y, s);
+    if (lane == 0) w[0] = m, w[1] = l;
+#pragma unroll
+    for (int r = 0; r < R; r++) w[2 + lane * R + r] = o[r];
+}
+
+template <int D>
+__global__ __launch_bounds__(32) void k_flash_decode_merge(Rows out, int group, int vectors, const AttnTile *tiles,
+                                                           const float *ws) {
+    constexpr int R = D / 32;
+    const AttnTile t = tiles[blockIdx.x];
+    const int kvh = int(blockIdx.y) / vectors, v = int(blockIdx.y) % vectors, lane = threadIdx.x;
+    if (v >= t.n_rows * group) return;
+    const Vec x = vec_of(t, kvh, v, group, D, lane);
+    float mx = -INFINITY;
+    for (int s = 0; s < k_parts; s++)
+        mx = fmaxf(mx, part_at<D>(ws, blockIdx.x, blockIdx.y, gridDim.y, s)[0]);
+    float o[R], l = 0.0f;
+#pragma unroll
+    for (int r = 0; r < R; r++) o[r] = 0.0f;
+    for (int s = 0; s < k_parts; s++) {
+        const float *w = part_at<D>(ws, blockIdx.x, blockIdx.y, gridDim.y, s);
+        if (w[0] == -INFINITY) continue;  // a part past the vector's position, or one that saw no finite score
+        const float f = expf(w[0] - mx);
+        l += w[1] * f;
+#pragma unroll
+        for (int r = 0; r < R; r++) o[r] += w[2 + lane * R + r] * f;
+    }
+    float *dst = out.data + x.row * out.stride + x.head * D + lane * R;
 #pragma unroll
     for (int r = 0; r < R; r++) dst[r] = o[r] / l;
 }
 
 template <int D>
 void launch_dim(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, float scale, const AttnTile *tiles,
-                int n_tiles, int vectors, cudaStream_t stream) {
+                int n_tiles, int vectors, float *ws, cudaStream_t stream) {
+    if (ws) {
+        const dim3 grid{unsigned(n_tiles), unsigned(n_kv * vectors), unsigned(k_parts)};
+        switch (c.type) {
+            case KvType::F32:
+                k_flash_decode_part<KvType::F32, D><<<grid, 32, 0, stream>>>(c, q, group, vectors, scale, tiles, ws);
+                break;
+            case KvType::F16:
+                k_flash_decode_part<KvType::F16, D><<<grid, 32, 0, stream>>>(c, q, group, vectors, scale, tiles, ws);
+                break;
+            case KvType::Q8_0:
+                k_flash_decode_part<KvType::Q8_0, D><<<grid, 32, 0, stream>>>(c, q, group, vectors, scale, tiles, ws);
+                break;
+        }
+        STRATA_CUDA_LAUNCH_CHECK("k_flash_decode_part");
+        k_flash_decode_merge<D><<<dim3{unsigned(n_tiles), unsigned(n_kv * vectors)}, 32, 0, stream>>>(out, group, vectors,
+                                                                                                     tiles, ws);
+        STRATA_CUDA_LAUNCH_CHECK("k_flash_decode_merge");
+        return;
+    }
     const dim3 grid{unsigned(n_tiles), unsigned(n_kv)};
     const unsigned threads = unsigned(vectors) * 32;
     switch (c.type) {
@@ -134,13 +233,20 @@ void launch_dim(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, flo
 
 }  // namespace
 
+size_t flash_decode_workspace_floats(int n_tiles, int64_t n_head_kv, int64_t group, int rows_per_tile,
+                                     int64_t head_dim) {
+    return size_t(n_tiles) * size_t(n_head_kv) * size_t(group * rows_per_tile) * size_t(k_parts) *
+           size_t(head_dim + 2);
+}
+
 bool flash_decode_applies(int64_t head_dim, int64_t group, int rows_per_tile) {
     return (head_dim == 64 || head_dim == 128 || head_dim == 256) && group >= 1 && rows_per_tile >= 1 &&
            group * rows_per_tile <= k_flash_decode_max_vectors;
 }
 
 void launch_flash_decode(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-                         float scale, const AttnTile *tiles_dev, int n_tiles, int rows_per_tile, cudaStream_t stream) {
+                         float scale, const AttnTile *tiles_dev, int n_tiles, int rows_per_tile, cudaStream_t stream,
+                         float *ws) {
     if (n_tiles == 0) return;
     STRATA_ASSERT(n_head % n_head_kv == 0 && n_head_kv <= 65535);
     const int group = int(n_head / n_head_kv), n_kv = int(n_head_kv);
@@ -148,11 +254,11 @@ void launch_flash_decode(const KvCacheView &c, Rows q, Rows out, int64_t n_head,
     const int vectors = group * rows_per_tile;
     switch (head_dim) {
         case 64:
-            return launch_dim<64>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, vectors, stream);
+            return launch_dim<64>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, vectors, ws, stream);
         case 128:
-            return launch_dim<128>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, vectors, stream);
+            return launch_dim<128>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, vectors, ws, stream);
         case 256:
-            return launch_dim<256>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, vectors, stream);
+            return launch_dim<256>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, vectors, ws, stream);
         default:
             fail("CUDA attention: no decode kernel for head size %lld", (long long)head_dim);
     }
