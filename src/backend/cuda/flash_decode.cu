@@ -111,6 +111,20 @@ __device__ __forceinline__ Vec vec_of(const AttnTile &t, int kvh, int v, int gro
     return {t.row0 + v / group, int64_t(kvh) * group + v % group, t.pos0 + v / group, kvh * D + lane * R};
 }
 
+// Vector x of sequence seq over keys [p_begin, p_end]: its q read, then attend.
+template <KvType KT, int D>
+__device__ __forceinline__ void attend_vec(const KvCacheView &c, int seq, const Rows &q, const Vec &x, int lane,
+                                           float scale, int p_begin, int p_end, float &m, float &l, float *o) {
+    constexpr int R = D / 32;
+    const uint8_t *kb = c.k + size_t(seq) * size_t(c.n_ctx) * c.row_bytes;
+    const uint8_t *vb = c.v + size_t(seq) * size_t(c.n_ctx) * c.row_bytes;
+    float qv[R];
+    const float *qp = q.data + x.row * q.stride + x.head * D + lane * R;
+#pragma unroll
+    for (int r = 0; r < R; r++) qv[r] = qp[r];
+    attend<KT, D>(kb, vb, c.row_bytes, x.col, qv, scale, p_begin, p_end, m, l, o);
+}
+
 template <KvType KT, int D>
 __global__ __launch_bounds__(k_flash_decode_max_vectors * 32) void k_flash_decode(KvCacheView c, Rows q, Rows out,
                                                                                   int group, float scale,
@@ -120,13 +134,8 @@ __global__ __launch_bounds__(k_flash_decode_max_vectors * 32) void k_flash_decod
     const int kvh = blockIdx.y, v = threadIdx.x / 32, lane = threadIdx.x & 31;
     if (v >= t.n_rows * group) return;
     const Vec x = vec_of(t, kvh, v, group, D, lane);  // the vector sees keys 0..pos
-    const uint8_t *kb = c.k + size_t(t.seq) * size_t(c.n_ctx) * c.row_bytes;
-    const uint8_t *vb = c.v + size_t(t.seq) * size_t(c.n_ctx) * c.row_bytes;
-    float qv[R], o[R], m, l;
-    const float *qp = q.data + x.row * q.stride + x.head * D + lane * R;
-#pragma unroll
-    for (int r = 0; r < R; r++) qv[r] = qp[r];
-    attend<KT, D>(kb, vb, c.row_bytes, x.col, qv, scale, 0, x.pos, m, l, o);
+    float o[R], m, l;
+    attend_vec<KT, D>(c, t.seq, q, x, lane, scale, 0, x.pos, m, l, o);
     float *dst = out.data + x.row * out.stride + x.head * D + lane * R;
 #pragma unroll
     for (int r = 0; r < R; r++) dst[r] = o[r] / l;
@@ -151,15 +160,10 @@ __global__ __launch_bounds__(32) void k_flash_decode_part(KvCacheView c, Rows q,
     const int kvh = int(blockIdx.y) / vectors, v = int(blockIdx.y) % vectors, s = blockIdx.z, lane = threadIdx.x;
     if (v >= t.n_rows * group) return;
     const Vec x = vec_of(t, kvh, v, group, D, lane);
-    const uint8_t *kb = c.k + size_t(t.seq) * size_t(c.n_ctx) * c.row_bytes;
-    const uint8_t *vb = c.v + size_t(t.seq) * size_t(c.n_ctx) * c.row_bytes;
-    float qv[R], o[R], m, l;
-    const float *qp = q.data + x.row * q.stride + x.head * D + lane * R;
-#pragma unroll
-    for (int r = 0; r < R; r++) qv[r] = qp[r];
+    float o[R], m, l;
     const int p_begin = s * k_flash_decode_part_keys;
-    attend<KT, D>(kb, vb, c.row_bytes, x.col, qv, scale, p_begin, min(x.pos, p_begin + k_flash_decode_part_keys - 1), m,
-                  l, o);
+    attend_vec<KT, D>(c, t.seq, q, x, lane, scale, p_begin, min(x.pos, p_begin + k_flash_decode_part_keys - 1), m, l,
+                      o);
     float *w = part_at<D>(ws, blockIdx.x, blockIdx.y, gridDim.y, s);
     if (lane == 0) w[0] = m, w[1] = l;
 #pragma unroll
