@@ -1,12 +1,20 @@
 // Prefill attention on the tensor cores (mma.sync m16n8k16, fp16 inputs, fp32 accumulation: sm_80 and later). A block
 // of four warps takes 64 query vectors that share one KV head (rows of one sequence times the heads of their GQA
-// group, as in flash_attention.cu); each warp owns 16 of them. Per tile of N keys the K tile (row-major) and the V
-// tile (transposed) of an f16 cache are staged in shared memory as they are, S = Q K^T comes out of the MMAs in
+// group, as in flash_attention.cu); each warp owns 16 of them. Per tile of N keys, S = Q K^T comes out of the MMAs in
 // fp32, the online softmax runs on the accumulator fragments (each thread holds two rows), and P is the A operand of
 // O += P V. fp16 inputs without losing fp32's precision: q (pre-scaled) and the softmax weights are each split into
 // an fp16 part and an fp16 remainder (x = hi + lo to about 2^-22) and both parts go through the MMA, so the result
 // is the fp32 kernel's to within accumulation order. Splits over keys write the same partials as
 // flash_attention.cu and are merged there.
+//
+// Memory protocol of a block (one K and one V buffer in shared memory, both filled by cp.async, row-major as the
+// cache holds them; the MMAs' operands come out of them through ldmatrix, V's transposed on the way):
+//   K(0) in flight; then per tile t:
+//     wait for K(t), barrier (K(t) visible; every warp is past O += P V(t-1), so V's buffer is free)
+//     V(t) in flight;  S = Q K(t)^T
+//     barrier (every warp is past reading K(t)); K(t+1) in flight
+//     mask, online softmax;  wait for V(t), barrier;  O += P V(t)
+// so V(t) arrives while S is computed and K(t+1) while the softmax and P V(t) run.
 #include <cuda_fp16.h>
 
 #include "backend/cuda/attention.cuh"
@@ -22,8 +30,8 @@ constexpr int k_warps = 4, k_threads = 32 * k_warps, M = 16 * k_warps;
 template <int D>
 struct MmaCfg {
     static constexpr int N = D <= 128 ? 64 : 16;  // keys per tile (within 99 KiB of shared memory for sm_86..120)
-    static constexpr int QP = D + 8, VP = N + 8;   // pitches in halves (rows 4 banks apart)
-    static constexpr size_t smem = sizeof(__half) * size_t(2 * M * QP + N * QP + D * VP);
+    static constexpr int P = D + 8;               // pitch in halves of every tile (rows 4 banks apart)
+    static constexpr size_t smem = sizeof(__half) * size_t(2 * M * P + 2 * N * P);
 };
 
 __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -34,6 +42,38 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return uint32_t(__cvta_generic_to_shared(p));
+}
+
+// Four 8x8 matrices of halves; lane i names row i % 8 of matrix i / 8.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __half *row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(row)));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __half *row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(row)));
+}
+
+// 16 bytes from global to shared memory, asynchronously; zeros where !valid (src is then not read).
+__device__ __forceinline__ void cp_async16(__half *dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 // hi = fp16(a, b) and lo = fp16 of what hi left out.
 __device__ __forceinline__ void split_half2(float a, float b, uint32_t &hi, uint32_t &lo) {
     const __half2 h = __floats2half2_rn(a, b);
@@ -42,30 +82,18 @@ __device__ __forceinline__ void split_half2(float a, float b, uint32_t &hi, uint
     lo = *reinterpret_cast<const uint32_t *>(&r);
 }
 
-__device__ __forceinline__ uint32_t ld_smem_u32(const __half *p) {
-    return *reinterpret_cast<const uint32_t *>(p);
-}
-
-// Rows [k0, k0 + N) of K (into Ks, row-major) and V (into Vt, transposed) of an f16 cache, zeros past k_hi.
+// Rows [k0, k0 + N) of one head's columns of an f16 cache into a tile (row-major), zeros past k_hi; asynchronous.
 template <int D>
-__device__ __forceinline__ void stage_kv(const uint8_t *kb, const uint8_t *vb, size_t row_bytes, int col0, int k0,
-                                         int k_hi, __half *Ks, __half *Vt, int tid) {
+__device__ __forceinline__ void stage_rows(const uint8_t *base, size_t row_bytes, int col0, int k0, int k_hi,
+                                           __half *tile, int tid) {
     using C = MmaCfg<D>;
-    constexpr int N = C::N, QP = C::QP, VP = C::VP;
-    constexpr int CPR = D / 8, NC = N * CPR;  // 16-byte pieces of 8 halves
-#pragma unroll 4
+    constexpr int CPR = D / 8, NC = C::N * CPR;  // 16-byte pieces of 8 halves
+#pragma unroll
     for (int i = tid; i < NC; i += k_threads) {
         const int kk = i / CPR, ch = i % CPR, p = k0 + kk;
-        uint4 kr = make_uint4(0, 0, 0, 0), vr = kr;
-        if (p < k_hi) {
-            const size_t off = size_t(p) * row_bytes + size_t(col0 + ch * 8) * 2;
-            kr = *reinterpret_cast<const uint4 *>(kb + off);
-            vr = *reinterpret_cast<const uint4 *>(vb + off);
-        }
-        *reinterpret_cast<uint4 *>(Ks + kk * QP + ch * 8) = kr;
-        const __half *vh = reinterpret_cast<const __half *>(&vr);
-#pragma unroll
-        for (int e = 0; e < 8; e++) Vt[(ch * 8 + e) * VP + kk] = vh[e];
+        const bool valid = p < k_hi;
+        const uint8_t *src = base + size_t(valid ? p : k0) * row_bytes + size_t(col0 + ch * 8) * 2;
+        cp_async16(tile + kk * C::P + ch * 8, src, valid);
     }
 }
 
@@ -74,23 +102,30 @@ __global__ __launch_bounds__(k_threads) void k_flash_mma(KvCacheView c, Rows q, 
                                                          float scale, const AttnTile *tiles, int n_split, int chunk,
                                                          float *ws) {
     using C = MmaCfg<D>;
-    constexpr int N = C::N, QP = C::QP, VP = C::VP, NT = N / 8, DT = D / 8;
+    constexpr int N = C::N, P = C::P, NT = N / 8, DT = D / 8;
     extern __shared__ uint4 smem_u4[];
-    __half *Qs = reinterpret_cast<__half *>(smem_u4), *Ql = Qs + M * QP, *Ks = Ql + M * QP, *Vt = Ks + N * QP;
+    __half *Qs = reinterpret_cast<__half *>(smem_u4), *Ql = Qs + M * P, *Ks = Ql + M * P, *Vs = Ks + N * P;
 
     const AttnTile t = tiles[blockIdx.x];
     const int kvh = blockIdx.y, split = blockIdx.z;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, quad = lane % 4, qr = lane / 4;
     const int n_vec = t.n_rows * group;
+    const int key_end = t.pos0 + t.n_rows;
+    const int k_lo = split * chunk, k_hi = min(key_end, k_lo + chunk);
+    const uint8_t *kb = c.k + (size_t(t.seq) * size_t(c.n_ctx)) * c.row_bytes;
+    const uint8_t *vb = c.v + (size_t(t.seq) * size_t(c.n_ctx)) * c.row_bytes;
+    const int col0 = kvh * D;
 
+    if (k_lo < k_hi) stage_rows<D>(kb, c.row_bytes, col0, k_lo, k_hi, Ks, tid);
+    cp_async_commit();
     for (int i = tid; i < M * D; i += k_threads) {
         const int v = i / D, d = i % D;
         float val = 0.0f;
         if (v < n_vec)
             val = scale * q.data[int64_t(t.row0 + v / group) * q.stride + int64_t(kvh * group + v % group) * D + d];
         const __half h = __float2half_rn(val);
-        Qs[v * QP + d] = h;
-        Ql[v * QP + d] = __float2half_rn(val - __half2float(h));
+        Qs[v * P + d] = h;
+        Ql[v * P + d] = __float2half_rn(val - __half2float(h));
     }
 
     // This thread's two rows of the warp's 16: vectors warp*16 + qr and + 8.
@@ -100,49 +135,63 @@ __global__ __launch_bounds__(k_threads) void k_flash_mma(KvCacheView c, Rows q, 
         const int v = warp * 16 + qr + 8 * h;
         pos[h] = v < n_vec ? t.pos0 + v / group : -1;
     }
-    const int key_end = t.pos0 + t.n_rows;
-    const int k_lo = split * chunk, k_hi = min(key_end, k_lo + chunk);
-    const uint8_t *kb = c.k + (size_t(t.seq) * size_t(c.n_ctx)) * c.row_bytes;
-    const uint8_t *vb = c.v + (size_t(t.seq) * size_t(c.n_ctx)) * c.row_bytes;
-    const int col0 = kvh * D;
-
     float o[DT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int j = 0; j < DT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-    const __half *qw = Qs + (warp * 16 + qr) * QP + 2 * quad, *qlw = Ql + (warp * 16 + qr) * QP + 2 * quad;
+
+    // ldmatrix row addresses of this lane: the A operand (rows of the warp's 16, k halves 0-7 / 8-15), K as the B
+    // operand of S (keys j*8.., dims kk*16 / +8, two j at a time) and V transposed as the B operand of P V (keys
+    // kk*16 / +8, dims j*8.., two j at a time).
+    const int mi = lane / 8, ri = lane % 8;
+    const __half *qa = Qs + (warp * 16 + ri + 8 * (mi % 2)) * P + 8 * (mi / 2);
+    const __half *qla = qa + M * P;
+    const __half *ka = Ks + (ri + 8 * (mi / 2)) * P + 8 * (mi % 2);
+    const __half *va = Vs + (ri + 8 * (mi % 2)) * P + 8 * (mi / 2);
 
     for (int k0 = k_lo; k0 < k_hi; k0 += N) {
-        __syncthreads();  // the previous tile is no longer read (and Q is written before the first)
-        stage_kv<D>(kb, vb, c.row_bytes, col0, k0, k_hi, Ks, Vt, tid);
+        cp_async_wait<0>();
         __syncthreads();
+        stage_rows<D>(vb, c.row_bytes, col0, k0, k_hi, Vs, tid);
+        cp_async_commit();
 
         float s[NT][4];
 #pragma unroll
         for (int j = 0; j < NT; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
-            const uint32_t a[4] = {ld_smem_u32(qw + kk * 16), ld_smem_u32(qw + 8 * QP + kk * 16),
-                                   ld_smem_u32(qw + kk * 16 + 8), ld_smem_u32(qw + 8 * QP + kk * 16 + 8)};
-            const uint32_t al[4] = {ld_smem_u32(qlw + kk * 16), ld_smem_u32(qlw + 8 * QP + kk * 16),
-                                    ld_smem_u32(qlw + kk * 16 + 8), ld_smem_u32(qlw + 8 * QP + kk * 16 + 8)};
+            uint32_t a[4], al[4];
+            ldmatrix_x4(a, qa + kk * 16);
+            ldmatrix_x4(al, qla + kk * 16);
 #pragma unroll
-            for (int j = 0; j < NT; j++) {
-                const __half *kr = Ks + (j * 8 + qr) * QP + kk * 16 + 2 * quad;
-                const uint32_t b0 = ld_smem_u32(kr), b1 = ld_smem_u32(kr + 8);
-                mma16816(s[j], al, b0, b1);
-                mma16816(s[j], a, b0, b1);
+            for (int j = 0; j < NT; j += 2) {
+                uint32_t b[4];
+                ldmatrix_x4(b, ka + j * 8 * P + kk * 16);
+                mma16816(s[j], al, b[0], b[1]);
+                mma16816(s[j], a, b[0], b[1]);
+                mma16816(s[j + 1], al, b[2], b[3]);
+                mma16816(s[j + 1], a, b[2], b[3]);
             }
         }
+        __syncthreads();  // every warp is past K(t)
+        if (k0 + N < k_hi) stage_rows<D>(kb, c.row_bytes, col0, k0 + N, k_hi, Ks, tid);
+        cp_async_commit();
 
         float tmax[2] = {-INFINITY, -INFINITY};
+        if (k0 + N <= t.pos0 + 1 && k0 + N <= k_hi) {  // every key of the tile is visible to every row
 #pragma unroll
-        for (int j = 0; j < NT; j++)
+            for (int j = 0; j < NT; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int h = e / 2, p = k0 + j * 8 + 2 * quad + (e & 1);
-                s[j][e] = p < k_hi && p <= pos[h] ? s[j][e] : -INFINITY;
-                tmax[h] = fmaxf(tmax[h], s[j][e]);
-            }
+                for (int e = 0; e < 4; e++) tmax[e / 2] = fmaxf(tmax[e / 2], pos[e / 2] >= 0 ? s[j][e] : -INFINITY);
+        } else {
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int h = e / 2, p = k0 + j * 8 + 2 * quad + (e & 1);
+                    s[j][e] = p < k_hi && p <= pos[h] ? s[j][e] : -INFINITY;
+                    tmax[h] = fmaxf(tmax[h], s[j][e]);
+                }
+        }
         float corr[2];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -170,6 +219,8 @@ __global__ __launch_bounds__(k_threads) void k_flash_mma(KvCacheView c, Rows q, 
             o[j][2] *= corr[1];
             o[j][3] *= corr[1];
         }
+        cp_async_wait<1>();  // V(t); K(t+1) may still be in flight
+        __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < N / 16; kk++) {
             uint32_t a[4], al[4];
@@ -178,15 +229,17 @@ __global__ __launch_bounds__(k_threads) void k_flash_mma(KvCacheView c, Rows q, 
             split_half2(s[2 * kk + 1][0], s[2 * kk + 1][1], a[2], al[2]);
             split_half2(s[2 * kk + 1][2], s[2 * kk + 1][3], a[3], al[3]);
 #pragma unroll
-            for (int j = 0; j < DT; j++) {
-                const __half *vr = Vt + (j * 8 + qr) * VP + kk * 16 + 2 * quad;
-                const uint32_t b0 = ld_smem_u32(vr), b1 = ld_smem_u32(vr + 8);
-                mma16816(o[j], al, b0, b1);
-                mma16816(o[j], a, b0, b1);
+            for (int j = 0; j < DT; j += 2) {
+                uint32_t b[4];
+                ldmatrix_x4_trans(b, va + kk * 16 * P + j * 8);
+                mma16816(o[j], al, b[0], b[1]);
+                mma16816(o[j], a, b[0], b[1]);
+                mma16816(o[j + 1], al, b[2], b[3]);
+                mma16816(o[j + 1], a, b[2], b[3]);
             }
         }
     }
-
+    cp_async_wait<0>();
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         l[h] += __shfl_xor_sync(k_full_mask, l[h], 1);
