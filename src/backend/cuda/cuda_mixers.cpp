@@ -27,9 +27,10 @@ bool flash_decode_enabled() {
     static const bool on = env_switch("STRATA_CUDA_FLASH_DECODE", true);
     return on;
 }
-// STRATA_CUDA_FLASH_DECODE_SPLIT=1: the short-context decode kernel in its split form (opt-in until measured).
+// STRATA_CUDA_FLASH_DECODE_SPLIT=0 runs the short-context decode kernel in its one-block form (the split form: 1.16x
+// on the 30B-A3B's resident tg128, bench/RESULTS.md).
 bool flash_decode_split_enabled() {
-    static const bool on = env_switch("STRATA_CUDA_FLASH_DECODE_SPLIT", false);
+    static const bool on = env_switch("STRATA_CUDA_FLASH_DECODE_SPLIT", true);
     return on;
 }
 

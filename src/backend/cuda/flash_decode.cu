@@ -1,8 +1,9 @@
 // Decoding attention over short contexts (at most k_flash_decode_keys positions): a block per tile and KV head, a
 // warp per query vector (a row times a head of its GQA group), lanes over the head's dimensions, the scores of several
-// keys summed across the warp together, and an online softmax in fp32. Split form (a workspace given, opt-in with
-// STRATA_CUDA_FLASH_DECODE_SPLIT=1): each vector's keys in parts of k_flash_decode_part_keys positions, a one-warp
-// block per part, so a step of a few sequences runs on many SMs instead of one per KV head, and a merge. The tiled kernel (flash_attention.cu) gives such a step one warp per scheduler and long serial
+// keys summed across the warp together, and an online softmax in fp32. Split form (a workspace given; the default,
+// STRATA_CUDA_FLASH_DECODE_SPLIT=0 for the one-block form): each vector's keys in parts of k_flash_decode_part_keys
+// positions, a one-warp block per part, so a step of a few sequences runs on many SMs instead of one per KV head, and
+// a merge. The tiled kernel (flash_attention.cu) gives such a step one warp per scheduler and long serial
 // chains per thread (a 128-long dot product, the products with V); here a warp's chain is a few butterflies per group
 // of keys. Warps share nothing, so a vector's result depends on its own q and keys only, never on which rows share
 // its tile or block.
