@@ -22,8 +22,9 @@
 //     is given back or moved).
 //   - replay_pass(), called by forward() before any op: a graph with the batch's key, replayable, of the current
 //     generation, whose attention split the batch gets too, and token ids inside the vocabulary and positions
-//     inside the context (else the ops run, and they raise the errors): the staging bytes are rewritten from the
-//     batch, the graph launched, waited for, and its pinned logit rows copied to the caller.
+//     inside the context (else the ops run, and they raise the errors): every noted staging range is rewritten
+//     from the batch (passes run op by op since the recording stage their own uploads in the same buffer), the
+//     graph launched, waited for, and its pinned logit rows copied to the caller.
 //
 // Rules that keep a recorded pass valid: nothing in it synchronises with the host or reads device results on the
 // host (the eligibility below, and upload() refusing to wrap its staging buffer while recording); host data it
@@ -149,6 +150,7 @@ bool CudaBackend::replay_pass(const BatchInfo &b, const PassIo &io) {
     // The previous pass's copies out of the staging buffer are done (its download or replay waited for it).
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
     const std::vector<int2> sp = seq_pos_table(b);
+    std::vector<int32_t> rows32(io.out_rows->begin(), io.out_rows->end());
     for (const StagedUpload &u : g->uploads) {
         const void *from = nullptr;
         size_t bytes = 0;
@@ -156,7 +158,8 @@ bool CudaBackend::replay_pass(const BatchInfo &b, const PassIo &io) {
             case UploadSrc::Tokens: from = io.tokens, bytes = size_t(b.n_tokens) * 4; break;
             case UploadSrc::SeqPos: from = sp.data(), bytes = sp.size() * sizeof(int2); break;
             case UploadSrc::Tiles: from = tiles.data(), bytes = tiles.size() * sizeof(AttnTile); break;
-            case UploadSrc::OutRows: continue;  // part of the key
+            // part of the key, yet rewritten too: a pass between replays may have staged other bytes there
+            case UploadSrc::OutRows: from = rows32.data(), bytes = rows32.size() * 4; break;
             case UploadSrc::None: fail("internal: a replayed pass with an unknown upload");
         }
         STRATA_ASSERT(bytes == u.bytes);
