@@ -42,6 +42,16 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Two accumulators' products with an fp16 hi/lo A operand: B fragments b[0..1] for c0, b[2..3] for c1 (one ldmatrix.x4);
+// the remainder first, then the fp16 part, as every accumulator sums.
+__device__ __forceinline__ void mma_hi_lo_x2(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4],
+                                             const uint32_t (&al)[4], const uint32_t (&b)[4]) {
+    mma16816(c0, al, b[0], b[1]);
+    mma16816(c0, a, b[0], b[1]);
+    mma16816(c1, al, b[2], b[3]);
+    mma16816(c1, a, b[2], b[3]);
+}
+
 __device__ __forceinline__ uint32_t smem_addr(const void *p) {
     return uint32_t(__cvta_generic_to_shared(p));
 }
@@ -166,10 +176,7 @@ __global__ __launch_bounds__(k_threads) void k_flash_mma(KvCacheView c, Rows q, 
             for (int j = 0; j < NT; j += 2) {
                 uint32_t b[4];
                 ldmatrix_x4(b, ka + j * 8 * P + kk * 16);
-                mma16816(s[j], al, b[0], b[1]);
-                mma16816(s[j], a, b[0], b[1]);
-                mma16816(s[j + 1], al, b[2], b[3]);
-                mma16816(s[j + 1], a, b[2], b[3]);
+                mma_hi_lo_x2(s[j], s[j + 1], a, al, b);
             }
         }
         __syncthreads();  // every warp is past K(t)
@@ -232,10 +239,7 @@ __global__ __launch_bounds__(k_threads) void k_flash_mma(KvCacheView c, Rows q, 
             for (int j = 0; j < DT; j += 2) {
                 uint32_t b[4];
                 ldmatrix_x4_trans(b, va + kk * 16 * P + j * 8);
-                mma16816(o[j], al, b[0], b[1]);
-                mma16816(o[j], a, b[0], b[1]);
-                mma16816(o[j + 1], al, b[2], b[3]);
-                mma16816(o[j + 1], a, b[2], b[3]);
+                mma_hi_lo_x2(o[j], o[j + 1], a, al, b);
             }
         }
     }
