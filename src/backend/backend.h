@@ -265,6 +265,13 @@ class Backend {
     // These experts of a layer stay in these slots for good (slot_of[e]): a backend may then route decode-sized
     // passes over them without the host (experts_device_routed).
     virtual void set_resident_experts(const ExpertWeights &w, const std::vector<int32_t> &slot_of) {}
+    // The experts' input rows of layer w.il: xs row i = x row rows[i] (the pass's rows in expert order). A backend
+    // may keep them in the form its expert kernels read instead (the CUDA backend: quantized once per token, the
+    // int8 rows gathered); xs is then only for expert_ffn of the same layer, until the scratch is released. The
+    // default gathers them.
+    virtual void gather_expert_input(const ExpertWeights &w, Act x, const std::vector<int64_t> &rows, Act xs) {
+        gather_rows(x, rows, xs);
+    }
     // ys rows of each group = down(silu(gate(xs rows)) * up(xs rows)) with the group's expert. Every group's result
     // depends only on its rows and its expert's bytes.
     virtual void expert_ffn(const ExpertWeights &w, Act xs, const std::vector<ExpertGroup> &groups, Act ys) = 0;

@@ -509,7 +509,7 @@ Run add_bench(CLI::App &app) {
                 (unsigned long long)pf.prefetched);
         if (pf.streamed_next)
             std::printf(
-                "\nnext-layer streaming (STRATA_PREFILL_STREAM_NEXT): %llu experts filled ahead of their layer's "
+                "\nfull prefill schedule (STRATA_PREFILL_SCHEDULE): %llu experts filled ahead of their layer's "
                 "routing\n",
                 (unsigned long long)pf.streamed_next);
         print_cache_summary(results, backend);

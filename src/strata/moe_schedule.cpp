@@ -3,6 +3,7 @@
 #include "strata/moe_schedule.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/env.h"
 #include "core/error.h"
@@ -72,6 +73,14 @@ RouteGroups group_by_expert(const std::vector<int32_t> &ids, int64_t T, int64_t 
     return g;
 }
 
+PrefillSchedule prefill_schedule_from_env() {
+    const char *e = std::getenv("STRATA_PREFILL_SCHEDULE");
+    if (!e || !*e || std::strcmp(e, "auto") == 0) return PrefillSchedule::Auto;
+    if (std::strcmp(e, "routed") == 0 || std::strcmp(e, "0") == 0) return PrefillSchedule::Routed;
+    if (std::strcmp(e, "full") == 0) return PrefillSchedule::Full;
+    fail("STRATA_PREFILL_SCHEDULE=%s: expected routed, full or auto", e);
+}
+
 // The passes the streamed schedule leaves alone unless its switch is set (decode-sized: up to 8 tokens of top-8).
 constexpr int64_t k_decode_max_pairs = 64;
 
@@ -86,7 +95,8 @@ MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::v
     stream_ahead_set_ = std::getenv("STRATA_PREFILL_STREAM_AHEAD") != nullptr;
     stream_ahead_ = prefill_stream_ahead();
     prefetch_on_ = env_switch("STRATA_DECODE_PREFETCH", false);
-    stream_next_on_ = env_switch("STRATA_PREFILL_STREAM_NEXT", false);
+    schedule_ = prefill_schedule_from_env();
+    ring_ = env_count("STRATA_PREFILL_RING", -1);
     routers_.resize(experts_.size(), nullptr);
     // The split needs misses (a partial cache) and a backend that computes experts as the host does.
     bool host_like = false;
@@ -140,13 +150,14 @@ void MoeSchedule::predict_next(int64_t il, Act x, const MoeParams &p) {
         if (slots_->slot_of(nl, e) < 0 && std::find(want.begin(), want.end(), e) == want.end()) want.push_back(e);
     want.resize(std::min<size_t>(want.size(), size_t(slots_->n_slots() / 2)));
     if (want.empty()) return;
-    prefetch_.prefetched += fill_ahead_pinned(nl, want, pinned_);
+    prefetch_.prefetched += fill_ahead_pinned(nl, want, pinned_, false);
 }
 
-uint64_t MoeSchedule::fill_ahead_pinned(int64_t il, const std::vector<int32_t> &experts, std::vector<int32_t> &pinned) {
+uint64_t MoeSchedule::fill_ahead_pinned(int64_t il, const std::vector<int32_t> &experts, std::vector<int32_t> &pinned,
+                                        bool scan) {
     std::vector<int32_t> slot(experts.size());
     std::vector<SlotFill> fills;
-    slots_->acquire(il, experts.data(), int64_t(experts.size()), slot.data(), false, fills);
+    slots_->acquire(il, experts.data(), int64_t(experts.size()), slot.data(), scan, fills);
     try {
         be_.fill_slots(experts_[size_t(il)], fills, /*ahead=*/true);
     } catch (...) {
@@ -158,20 +169,25 @@ uint64_t MoeSchedule::fill_ahead_pinned(int64_t il, const std::vector<int32_t> &
     return fills.size();
 }
 
-void MoeSchedule::stream_next(int64_t il, int64_t n_pairs, int64_t n_exp) {
-    if (!stream_next_on_ || !slots_ || slots_->all_resident() || stream_ahead_ <= 0 || slots_->n_slots() < 4) return;
-    if (n_pairs < n_exp || (!stream_ahead_set_ && n_pairs <= k_decode_max_pairs)) return;
+void MoeSchedule::stream_next(int64_t il, int64_t T, int64_t k, double share) {
+    if (schedule_ == PrefillSchedule::Routed || !slots_ || slots_->all_resident() || stream_ahead_ <= 0 ||
+        slots_->n_slots() < 4)
+        return;
+    if (!stream_ahead_set_ && T * k <= k_decode_max_pairs) return;
     int64_t nl = il + 1;
     while (nl < int64_t(experts_.size()) && !experts_[size_t(nl)].present()) nl++;
     if (nl >= int64_t(experts_.size())) return;
     const int64_t n_next = experts_[size_t(nl)].gate->ne[2];
-    const int64_t n = std::min<int64_t>(stream_ahead_, slots_->n_slots() / 4);
+    // auto: full where this layer's routing reached at least 90% of its experts (the next is taken to be alike)
+    if (schedule_ == PrefillSchedule::Auto && share < 0.9) return;
+    const int64_t n = std::min<int64_t>(ring_ >= 0 ? ring_ : slots_->n_slots() / 4, slots_->n_slots() - 1);
     std::vector<int32_t> want;
     for (int32_t e = 0; e < n_next && int64_t(want.size()) < n; e++)
         if (slots_->slot_of(nl, e) < 0) want.push_back(e);
     if (want.empty()) return;
     Region r(be_, "stream_next");
-    prefetch_.streamed_next += fill_ahead_pinned(nl, want, next_pinned_);
+    const bool scan = scan_evict_ && 2.0 * share >= 1.0;
+    prefetch_.streamed_next += fill_ahead_pinned(nl, want, next_pinned_, scan);
 }
 
 bool MoeSchedule::streamed_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &used,
@@ -397,12 +413,12 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
         const RouteGroups g = group_by_expert(ids, T, k, n_exp, host);
         const int64_t M = T * k;
         Act xs = be_.alloc(M, E), ys = be_.alloc(M, E);
-        be_.gather_rows(x, g.src_row, xs);
+        be_.gather_expert_input(w, x, g.src_row, xs);
         if (host.empty())
             routed_experts(w, g, g.used, n_exp, xs, ys);
         else
             hybrid_experts(w, g, host, x, n_exp, xs, ys);
-        stream_next(il, M, n_exp);
+        stream_next(il, T, k, double(g.used.size()) / double(n_exp));
         be_.moe_combine(ys, g.yrow, g.widx, wts_be, k, out);
     }
     if (prefetch_on_) predict_next(il, x, p);

@@ -271,30 +271,54 @@ TEST_P(MoeScheduleSlots, PrefetchChangesNoBit) {
     ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
 }
 
-// Next-layer streaming (STRATA_PREFILL_STREAM_NEXT=1): the next layer's first missing experts filled ahead and pinned
-// until it routes change no bit, for every lookahead and slot count; every fill is still a miss, and some are made
-// ahead for the next layer.
-TEST_P(MoeScheduleSlots, StreamNextChangesNoBit) {
+// The full schedule (STRATA_PREFILL_SCHEDULE=full): the next layer's missing experts filled ahead and pinned until
+// it routes change no bit, for every lookahead, ring and slot count; every fill is still a miss, and some are made
+// ahead for the next layer; routed makes none (auto: whichever its estimate picks for these chunks).
+TEST_P(MoeScheduleSlots, FullScheduleChangesNoBit) {
     const std::string path = model_path(GetParam());
     auto in_place = make_cpu_engine(path, config(0));
     const std::vector<float> ref = run(*in_place);
     const int64_t n_expert = in_place->hparams().n_expert, k = in_place->hparams().n_expert_used;
-    ::setenv("STRATA_PREFILL_STREAM_NEXT", "1", 1);
-    uint64_t streamed_next = 0;
-    for (const char *ahead : {"1", "4", "64"}) {
-        ::setenv("STRATA_PREFILL_STREAM_AHEAD", ahead, 1);
-        for (int64_t slots : {int64_t(4), k + 1, n_expert / 2, n_expert - 1}) {
-            const SlotRun r = run_on_slots(path, slots);
-            ASSERT_EQ(r.logits.size(), ref.size());
-            EXPECT_EQ(std::memcmp(r.logits.data(), ref.data(), ref.size() * 4), 0)
-                << "ahead " << ahead << ", " << slots << " slots";
-            EXPECT_EQ(r.filled, r.stats.expert_cache_misses) << "ahead " << ahead << ", " << slots << " slots";
-            streamed_next += r.stats.prefetch.streamed_next;
+    for (const char *schedule : {"full", "routed", "auto"}) {
+        ::setenv("STRATA_PREFILL_SCHEDULE", schedule, 1);
+        uint64_t streamed_next = 0;
+        for (const char *ring : {"", "1", "1000"}) {
+            if (*ring) ::setenv("STRATA_PREFILL_RING", ring, 1);
+            for (const char *ahead : {"1", "4", "64"}) {
+                ::setenv("STRATA_PREFILL_STREAM_AHEAD", ahead, 1);
+                for (int64_t slots : {int64_t(4), k + 1, n_expert / 2, n_expert - 1}) {
+                    const SlotRun r = run_on_slots(path, slots);
+                    ASSERT_EQ(r.logits.size(), ref.size());
+                    EXPECT_EQ(std::memcmp(r.logits.data(), ref.data(), ref.size() * 4), 0)
+                        << schedule << ", ring " << ring << ", ahead " << ahead << ", " << slots << " slots";
+                    EXPECT_EQ(r.filled, r.stats.expert_cache_misses)
+                        << schedule << ", ring " << ring << ", ahead " << ahead << ", " << slots << " slots";
+                    streamed_next += r.stats.prefetch.streamed_next;
+                }
+            }
+            ::unsetenv("STRATA_PREFILL_RING");
+        }
+        if (std::strcmp(schedule, "full") == 0) {
+            EXPECT_GT(streamed_next, 0u);
+        } else if (std::strcmp(schedule, "routed") == 0) {
+            EXPECT_EQ(streamed_next, 0u);
         }
     }
-    EXPECT_GT(streamed_next, 0u);
-    ::unsetenv("STRATA_PREFILL_STREAM_NEXT");
+    ::unsetenv("STRATA_PREFILL_SCHEDULE");
     ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
+}
+
+// A schedule that does not exist is refused at start, by name.
+TEST(MoeSchedule, UnknownPrefillScheduleIsRefused) {
+    ::setenv("STRATA_PREFILL_SCHEDULE", "sideways", 1);
+    try {
+        (void)prefill_schedule_from_env();
+        ADD_FAILURE() << "no error";
+    } catch (const Error &e) {
+        EXPECT_NE(std::string(e.what()).find("STRATA_PREFILL_SCHEDULE=sideways"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("routed, full or auto"), std::string::npos) << e.what();
+    }
+    ::unsetenv("STRATA_PREFILL_SCHEDULE");
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, MoeScheduleSlots, ::testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen35moe"));

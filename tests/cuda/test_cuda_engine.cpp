@@ -247,8 +247,9 @@ TEST_P(CudaEngine, PlacementDoesNotChangeABit) {
 
 // The opt-in schedules on the GPU: misses filled ahead on the copy stream while earlier experts compute
 // (STRATA_PREFILL_STREAM_AHEAD) and the next layer's predicted experts filled ahead and pinned
-// (STRATA_DECODE_PREFETCH), alone and together, the LFU expert cache, and the next layer's first misses streamed
-// ahead (STRATA_PREFILL_STREAM_NEXT) give the bits of all experts resident, on few slots.
+// (STRATA_DECODE_PREFETCH), alone and together, the LFU expert cache, and the full schedule's next-layer fills
+// (STRATA_PREFILL_SCHEDULE=full, rings of 1 expert and the default) give the bits of all experts resident, on few
+// slots.
 TEST_P(CudaEngine, SchedulesDoNotChangeABit) {
     const std::vector<int32_t> prompt = prompt_tokens(40, 4);
     auto all = make_cuda_engine(path(), config());
@@ -294,19 +295,41 @@ TEST_P(CudaEngine, SchedulesDoNotChangeABit) {
         ASSERT_EQ(got.size(), ref.size());
         EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "fills by matrix";
     }
-    // next-layer streaming (STRATA_PREFILL_STREAM_NEXT=1): the next layer's first misses filled ahead and pinned
-    for (int64_t slots : {5, 9}) {
-        ::setenv("STRATA_PREFILL_STREAM_AHEAD", "4", 1);
-        ::setenv("STRATA_PREFILL_STREAM_NEXT", "1", 1);
+    // the full schedule (STRATA_PREFILL_SCHEDULE=full): the next layer's misses filled ahead and pinned
+    for (const char *ring : {"", "1"})
+        for (int64_t slots : {5, 9}) {
+            ::setenv("STRATA_PREFILL_STREAM_AHEAD", "4", 1);
+            ::setenv("STRATA_PREFILL_SCHEDULE", "full", 1);
+            if (*ring) ::setenv("STRATA_PREFILL_RING", ring, 1);
+            EngineConfig cfg = config();
+            cfg.expert_slots = slots;
+            auto e = make_cuda_engine(path(), cfg);
+            const std::vector<float> got = run(*e, prompt);
+            ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
+            ::unsetenv("STRATA_PREFILL_SCHEDULE");
+            ::unsetenv("STRATA_PREFILL_RING");
+            ASSERT_EQ(got.size(), ref.size());
+            EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0)
+                << "full schedule, ring " << ring << ", " << slots << " slots";
+            EXPECT_GT(e->expert_stats().prefetch.streamed_next, 0u) << slots << " slots";
+        }
+}
+
+// The experts' input quantized once per token with the int8 rows gathered (the default where gate and up read int8
+// activations) gives the bits of the float rows gathered and quantized in each expert_ffn
+// (STRATA_CUDA_EXPERT_Q8_GATHER=0), every expert resident and on few slots.
+TEST_P(CudaEngine, QuantizedExpertInputChangesNoBit) {
+    const std::vector<int32_t> prompt = prompt_tokens(40, 4);
+    for (int64_t slots : {0, 5}) {
         EngineConfig cfg = config();
         cfg.expert_slots = slots;
-        auto e = make_cuda_engine(path(), cfg);
-        const std::vector<float> got = run(*e, prompt);
-        ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
-        ::unsetenv("STRATA_PREFILL_STREAM_NEXT");
-        ASSERT_EQ(got.size(), ref.size());
-        EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "stream next, " << slots << " slots";
-        EXPECT_GT(e->expert_stats().prefetch.streamed_next, 0u) << slots << " slots";
+        auto once = make_cuda_engine(path(), cfg);
+        ::setenv("STRATA_CUDA_EXPERT_Q8_GATHER", "0", 1);
+        auto each = make_cuda_engine(path(), cfg);
+        ::unsetenv("STRATA_CUDA_EXPERT_Q8_GATHER");
+        const std::vector<float> a = run(*once, prompt), b = run(*each, prompt);
+        ASSERT_EQ(a.size(), b.size());
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << slots << " slots";
     }
 }
 

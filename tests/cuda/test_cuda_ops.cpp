@@ -282,10 +282,11 @@ TEST(CudaMatmuls, OneLaunchIsTheSeparateLaunches) {
 // The tensor-core matmul's forms (matmul.cuh, MmqForm) compute one function: for every type, a single group (the
 // dense matrices of a prompt: Plain, Narrow and Wide) and a tile list of several groups (the experts: Plain and
 // Narrow) give the same bits. Row counts that leave partial 64- and 128-row tiles, a weight-row count that leaves a
-// partial 128-row block, row lengths with a partial k step and several steps.
+// partial 128-row block, row lengths with a partial k step and several steps (Q8_0's Wide form copies rows of whole
+// words: k 320 and 2048, a partial and whole last step; k 288 is read a block a thread).
 TEST(CudaMmq, FormsAreTheSameBits) {
     for (DType t : k_mmvq_types) {
-        for (int64_t k : {288, 2048}) {
+        for (int64_t k : {288, 320, 2048}) {
             if (k % dtype_info(t).block_size != 0 || k % dtype_info(dot_act_type(t)).block_size != 0) continue;
             const int64_t n = 200, R = 333;
             QuantizedProduct qp(t, k, n, R, uint64_t(k) * 7 + uint64_t(t), uint64_t(k) * 7 + 1);

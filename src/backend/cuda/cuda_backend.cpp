@@ -83,6 +83,7 @@ CudaBackend::CudaBackend(const CudaOptions &o)
     for (cudaEvent_t &e : marks_) STRATA_CUDA_CHECK(cudaEventCreate(&e));
     // per-slot waits where a schedule fills ahead during passes (the streamed one is on unless its switch is 0)
     slot_waits_ = prefill_stream_ahead() > 0 || env_switch("STRATA_DECODE_PREFETCH", false);
+    q8_gather_ = env_switch("STRATA_CUDA_EXPERT_Q8_GATHER", true);
     stage_size_ = size_t(4) << 20;
     STRATA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void **>(&stage_), stage_size_));
     iq_grids();
@@ -253,6 +254,7 @@ Act CudaBackend::alloc(int64_t rows, int64_t cols) {
 
 void CudaBackend::reset_scratch() {
     if (capturing_) drop_capture();  // a pass left without end_pass or abort_pass
+    expert_input_ = {};              // in the scratch being reset
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
     prof_.step();
     if (chunks_.size() > 1) {

@@ -94,6 +94,7 @@ class CudaBackend final : public Backend {
     ExpertSrc expert_slot(const ExpertWeights &w, int32_t slot) const override;
     void fill_slots(const ExpertWeights &w, const std::vector<SlotFill> &fills, bool ahead) override;
     void set_resident_experts(const ExpertWeights &w, const std::vector<int32_t> &slot_of) override;
+    void gather_expert_input(const ExpertWeights &w, Act x, const std::vector<int64_t> &rows, Act xs) override;
     void expert_ffn(const ExpertWeights &w, Act xs, const std::vector<ExpertGroup> &groups, Act ys) override;
     bool device_routing_applies(const ExpertWeights &w, int64_t n_tokens) const override;
     void experts_device_routed(const ExpertWeights &w, Act x, int64_t k, const int32_t *ids, const float *weights,
@@ -173,6 +174,17 @@ class CudaBackend final : public Backend {
         const int8_t *q8 = nullptr;
         const float2 *q8_ds = nullptr;
     };
+    // STRATA_CUDA_EXPERT_Q8_GATHER=0 (read when the backend is made): the experts' input rows gathered as floats and
+    // quantized in each expert_ffn instead.
+    bool q8_gather_ = true;
+    // gather_expert_input's rows kept quantized: xs (never written) stands for them in expert_ffn of that layer.
+    struct ExpertInput {
+        const float *xs = nullptr;
+        int64_t il = -1, rows = 0, k = 0;
+        DType type = DType::F32;
+        const int8_t *q8 = nullptr;
+        const float2 *ds = nullptr;
+    } expert_input_;
     struct WeightShape {
         DType type;
         int64_t k, n;

@@ -29,6 +29,7 @@ bool device_routing_enabled() {
     static const bool on = env_switch("STRATA_CUDA_DEVICE_ROUTING", true);
     return on;
 }
+
 }  // namespace
 
 bool CudaBackend::fusion_enabled() {
@@ -250,6 +251,40 @@ void CudaBackend::upload_i32(const int32_t *host, int64_t n, int32_t *dst) {
     STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, h, size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
 }
 
+// Where gate and up read one int8 activation form through the quantized kernels at every group size, the pass's
+// rows are quantized once (launch_quantize_act: row by row, so a gathered row gets the bits its token's row gets)
+// and the int8 rows gathered, instead of gathering k float rows per token and quantizing them again in each
+// expert_ffn. xs is left unwritten: every kernel expert_ffn runs on it reads the int8 form.
+void CudaBackend::gather_expert_input(const ExpertWeights &w, Act x, const std::vector<int64_t> &rows, Act xs) {
+    expert_input_ = {};
+    const int64_t E = x.cols, M = int64_t(rows.size());
+    const DType vt = dot_act_type(w.gate->type);
+    auto int8_everywhere = [&](const Weight &m) {
+        return mmvq_enabled() && mmq_enabled() && mmvq_supported(m.type) && mmq_supported(m.type) &&
+               dot_act_type(m.type) == vt;
+    };
+    const bool q8 = q8_gather_ && vt != DType::F32 && E % 32 == 0 && E % dtype_info(vt).block_size == 0 &&
+                    int8_everywhere(*w.gate) && int8_everywhere(*w.up) && M > 0;
+    if (!q8) {
+        gather_rows(x, rows, xs);
+        return;
+    }
+    STRATA_CUDA_OP("gather_rows");
+    STRATA_ASSERT(xs.rows == M && xs.cols == E);
+    std::vector<int32_t> r32(rows.size());
+    for (size_t i = 0; i < rows.size(); i++) {
+        STRATA_ASSERT(rows[i] >= 0 && rows[i] < x.rows);
+        r32[i] = int32_t(rows[i]);
+    }
+    int8_t *xq = scratch_array<int8_t>(x.rows * E);
+    float2 *xds = scratch_array<float2>(x.rows * (E / 32));
+    launch_quantize_act(vt, x.data, x.stride, x.rows, E, xq, xds, stream_);
+    int8_t *q = scratch_array<int8_t>(M * E);
+    float2 *ds = scratch_array<float2>(M * (E / 32));
+    launch_gather_q8(xq, xds, E, static_cast<const int32_t *>(upload(r32.data(), r32.size() * 4)), M, q, ds, stream_);
+    expert_input_ = {xs.data, w.il, M, E, vt, q, ds};
+}
+
 // Each expert's rows as one group, through the mat-vec kernel when it has at most k_mmv_max_rows of them: gate and
 // up over the groups' rows (the input quantized once for both), silu(gate) * up, down into the groups' rows of ys.
 // Only the rows the groups cover are prepared, and activations are quantized row by row, so a call over a set of the
@@ -276,6 +311,13 @@ void CudaBackend::expert_ffn(const ExpertWeights &w, Act xs, const std::vector<E
     px.rows = xv.rows;
     px.k = E;
     px.stride = xv.stride;
+    const ExpertInput &in = expert_input_;
+    if (in.xs && in.xs == xs.data && in.il == w.il && in.rows == xs.rows && in.k == E) {
+        // the rows gather_expert_input kept quantized (its conditions make every gate and up kernel read them)
+        px.q8_type = in.type;
+        px.q8 = in.q8 + r0 * E;
+        px.q8_ds = in.ds + r0 * (E / 32);
+    }
     const std::string gname(w.gate->name), uname(w.up->name), dname(w.down->name);
     const WeightShape gw{w.gate->type, E, n_ff, w.gate->row_bytes, gname.c_str()};
     const WeightShape uw{w.up->type, E, n_ff, w.up->row_bytes, uname.c_str()};

@@ -15,6 +15,14 @@
 //     weight tile unpacked once for twice the rows.
 // Every output element sums its sub-blocks in k order with the same code (mmq_step), so every form gives the same
 // bits (the choice and its switches: launch_mmq).
+// A k step's tiles in shared memory: weights unpacked to int8 rows, activation rows, weight scales per row and
+// sub-block, the activations' {d, d * sum} sub-block-major (a thread's two rows in one 16-byte load). Weights come
+// from global memory one sub-block a thread through the type's unpacking (QV<T>::load), except in the Wide form of
+// Q8_0 rows of whole 4-byte words (k a multiple of 64; STRATA_CUDA_MMQ_COALESCED=0 turns it off): there a k step's
+// rows are copied as they are into shared memory by cp.async, word i of the step by thread i % 256 (a warp's copies
+// one run of bytes: its 34-byte blocks are only 2-byte aligned, and read a block a thread they took 17 two-byte loads
+// each, scattered over the warp), then split into the tiles, half a row a thread; the next step's copies run while
+// the tensor cores work on this one.
 #include "backend/cuda/matmul.cuh"
 
 #include "backend/cuda/qv_device.cuh"
@@ -38,9 +46,12 @@ static_assert(k_mm_tile_rows == 64, "the tile list's rows are the narrow form's"
 // Types whose scale changes every 16 elements (the others have one scale per 32-element sub-block).
 template <DType T>
 constexpr bool k_per16 = T == DType::Q6_K || T == DType::IQ1_M;
+// Types with an offset term (the min of Q4_K and Q5_K; every other type's unpacking sets off = 0).
+template <DType T>
+constexpr bool k_off = T == DType::Q4_K || T == DType::Q5_K;
 
 __device__ __forceinline__ void mma_k32(int c[4], const int a[4], const int b[2]) {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};\n"
         : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
@@ -48,7 +59,7 @@ __device__ __forceinline__ void mma_k32(int c[4], const int a[4], const int b[2]
 }
 
 __device__ __forceinline__ void mma_k16(int c[4], int a0, int a1, int b0) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
                  : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
                  : "r"(a0), "r"(a1), "r"(b0));
 }
@@ -89,14 +100,23 @@ struct Tiles {
     uint8_t xq[MT * ROW_BYTES];
     float2 wsc[MW][MS];
     float woff[MW][MS];
-    float2 xds[MT][MS];
+    float2 xds[MS][MT];
 };
 
-// What one thread loads of a k step: PW weight units, PX 16-byte pieces of activations, PD activation scales.
-template <int MT>
+// Q8_0 rows copied as words (COAL): a k step is MS blocks of 34 bytes a row, PR words a thread.
+constexpr int Q8_BLOCK = 34;
+constexpr int Q8_WORDS = MS * Q8_BLOCK / 4;  // a row's words in a k step
+constexpr int PR = MW * Q8_WORDS / THREADS;
+static_assert(MW * Q8_WORDS % THREADS == 0, "a k step's Q8_0 words split evenly over the threads");
+static_assert(MS == 4 && THREADS == 2 * MW, "the split: half a row's k step (two blocks) a thread");
+
+// What one thread loads of a k step: PW weight units (none where COAL copies the weights), PX 16-byte pieces of
+// activations, PD activation scales.
+template <int MT, bool COAL>
 struct Loads {
-    static constexpr int PW = MW * MS / THREADS, PX = MT * MS * 2 / THREADS, PD = (MT * MS + THREADS - 1) / THREADS;
-    WUnit w[PW];
+    static constexpr int PW = COAL ? 0 : MW * MS / THREADS, PX = MT * MS * 2 / THREADS,
+                         PD = (MT * MS + THREADS - 1) / THREADS;
+    WUnit w[COAL ? 1 : PW];
     int4 x[PX];
     float2 d[PD];
 };
@@ -108,12 +128,12 @@ struct Where {
     int64_t x_row;  // the block's first activation row in xq / xds
 };
 
-template <DType T, int MT>
-__device__ __forceinline__ void load_step(const MatmulArgs &a, const Where &at, int64_t s0, Loads<MT> &l,
+template <DType T, int MT, bool COAL>
+__device__ __forceinline__ void load_step(const MatmulArgs &a, const Where &at, int64_t s0, Loads<MT, COAL> &l,
                                           const IqGrids &g) {
     const int tid = threadIdx.x;
 #pragma unroll
-    for (int p = 0; p < Loads<MT>::PW; p++) {
+    for (int p = 0; p < Loads<MT, COAL>::PW; p++) {
         const int i = tid + p * THREADS, r = i / MS, s = i % MS;
         WUnit &u = l.w[p];
         if (at.n0 + r < a.n && s0 + s < at.n_sub) {
@@ -126,7 +146,7 @@ __device__ __forceinline__ void load_step(const MatmulArgs &a, const Where &at, 
         }
     }
 #pragma unroll
-    for (int p = 0; p < Loads<MT>::PX; p++) {
+    for (int p = 0; p < Loads<MT, COAL>::PX; p++) {
         const int i = tid + p * THREADS, r = i / (MS * 2), c = i % (MS * 2);
         const int64_t s = s0 + c / 2;
         l.x[p] = r < at.n_tok && s < at.n_sub
@@ -134,18 +154,18 @@ __device__ __forceinline__ void load_step(const MatmulArgs &a, const Where &at, 
                      : make_int4(0, 0, 0, 0);
     }
 #pragma unroll
-    for (int p = 0; p < Loads<MT>::PD; p++) {
+    for (int p = 0; p < Loads<MT, COAL>::PD; p++) {
         const int i = tid + p * THREADS, r = i / MS, s = i % MS;
         l.d[p] = i < MT * MS && r < at.n_tok && s0 + s < at.n_sub ? a.xds[(at.x_row + r) * at.n_sub + s0 + s]
                                                                    : make_float2(0.0f, 0.0f);
     }
 }
 
-template <int MT>
-__device__ __forceinline__ void store_step(const Loads<MT> &l, Tiles<MT> &sm) {
+template <int MT, bool COAL>
+__device__ __forceinline__ void store_step(const Loads<MT, COAL> &l, Tiles<MT> &sm) {
     const int tid = threadIdx.x;
 #pragma unroll
-    for (int p = 0; p < Loads<MT>::PW; p++) {
+    for (int p = 0; p < Loads<MT, COAL>::PW; p++) {
         const int i = tid + p * THREADS, r = i / MS, s = i % MS;
         const WUnit &u = l.w[p];
         int4 *dst = reinterpret_cast<int4 *>(sm.wq + r * ROW_BYTES + s * 32);
@@ -155,18 +175,76 @@ __device__ __forceinline__ void store_step(const Loads<MT> &l, Tiles<MT> &sm) {
         sm.woff[r][s] = u.off;
     }
 #pragma unroll
-    for (int p = 0; p < Loads<MT>::PX; p++) {
+    for (int p = 0; p < Loads<MT, COAL>::PX; p++) {
         const int i = tid + p * THREADS, r = i / (MS * 2), c = i % (MS * 2);
         *reinterpret_cast<int4 *>(sm.xq + r * ROW_BYTES + c * 16) = l.x[p];
     }
 #pragma unroll
-    for (int p = 0; p < Loads<MT>::PD; p++) {
+    for (int p = 0; p < Loads<MT, COAL>::PD; p++) {
         const int i = tid + p * THREADS;
-        if (i < MT * MS) sm.xds[i / MS][i % MS] = l.d[p];
+        if (i < MT * MS) sm.xds[i % MS][i / MS] = l.d[p];
     }
 }
 
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(uint32_t(__cvta_generic_to_shared(dst))),
+                 "l"(src), "r"(valid ? 4 : 0));
+}
+
+// COAL: a k step of Q8_0 rows into `raw` as they are (row r at r * 4 * Q8_WORDS), by cp.async in one group; zeros
+// past the matrix's rows and a partial last step's end (n_sub is even, so the step ends on a word).
+__device__ __forceinline__ void copy_q8_step(const MatmulArgs &a, const Where &at, int64_t s0, uint8_t *raw) {
+    const int tid = threadIdx.x;
+    const int64_t words = min(int64_t(Q8_WORDS), (at.n_sub - s0) * Q8_BLOCK / 4);
+    const uint8_t *base = at.w + size_t(at.n0) * a.row_bytes + size_t(s0) * Q8_BLOCK;
+#pragma unroll 4  // fully unrolled, the 17 addresses stay live across the k loop and spill
+    for (int p = 0; p < PR; p++) {
+        const int i = tid + p * THREADS, r = i / Q8_WORDS, c = i - r * Q8_WORDS;
+        const bool ok = at.n0 + r < a.n && c < words;
+        cp_async4(raw + 4 * i, ok ? base + size_t(r) * a.row_bytes + 4 * c : at.w, ok);
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+// COAL: the copied step into the tiles, once every thread's copies have landed. Thread t takes half of row t / 2:
+// words W[0..16] of it hold blocks 2h and 2h + 1 (h = t % 2), {d, q[0..31]} at bytes 0 and 34: the first block's
+// values are 2 bytes into a word (W[n] and W[n + 1] shifted), the second's whole words.
+template <int MT>
+__device__ __forceinline__ void split_q8_step(const uint8_t *raw, Tiles<MT> &sm) {
+    asm volatile("cp.async.wait_group 0;\n" ::);
+    __syncthreads();
+    const int r = threadIdx.x >> 1, h = threadIdx.x & 1;
+    const uint32_t *w = reinterpret_cast<const uint32_t *>(raw) + r * Q8_WORDS + h * (Q8_WORDS / 2);
+    uint32_t W[Q8_WORDS / 2];
+#pragma unroll
+    for (int n = 0; n < Q8_WORDS / 2; n++) W[n] = w[n];
+    int q0[8], q1[8];
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+        q0[n] = int(__byte_perm(W[n], W[n + 1], 0x5432));
+        q1[n] = int(W[9 + n]);
+    }
+    const float d0 = f16_to_f32(uint16_t(W[0] & 0xffffu)), d1 = f16_to_f32(uint16_t(W[8] >> 16));
+    int4 *dst = reinterpret_cast<int4 *>(sm.wq + r * ROW_BYTES + 2 * h * 32);
+    dst[0] = make_int4(q0[0], q0[1], q0[2], q0[3]);
+    dst[1] = make_int4(q0[4], q0[5], q0[6], q0[7]);
+    dst[2] = make_int4(q1[0], q1[1], q1[2], q1[3]);
+    dst[3] = make_int4(q1[4], q1[5], q1[6], q1[7]);
+    sm.wsc[r][2 * h] = make_float2(d0, d0);
+    sm.wsc[r][2 * h + 1] = make_float2(d1, d1);
+    sm.woff[r][2 * h] = 0.0f;
+    sm.woff[r][2 * h + 1] = 0.0f;
+}
+
+// Dynamic shared memory of the COAL form: its tiles and the copied step.
+template <int MT>
+constexpr size_t coal_smem = sizeof(Tiles<MT>) + size_t(MW) * Q8_WORDS * 4;
+
+extern __shared__ __align__(16) uint8_t mmq_dyn_smem[];
+
 // The MMAs of one k step into a warp's accumulators (weight rows [ww, ww + 32), activation rows [wt, wt + 8 J)).
+// Each accumulator adds its sub-blocks in k order: y += dx * (scale * dot) + off * (dx * sum q), the offset term only
+// for the types that have one (k_off).
 template <DType T, int MT, int J>
 __device__ __forceinline__ void mmq_step(const Tiles<MT> &sm, int ww, int wt, float (&acc)[2][J][4]) {
     const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
@@ -192,41 +270,61 @@ __device__ __forceinline__ void mmq_step(const Tiles<MT> &sm, int ww, int wt, fl
         for (int i = 0; i < 2; i++) {
             const int rA = ww + 16 * i + gid, rB = rA + 8;
             const float2 scA = sm.wsc[rA][s], scB = sm.wsc[rB][s];
-            const float offA = sm.woff[rA][s], offB = sm.woff[rB][s];
+            const float offA = k_off<T> ? sm.woff[rA][s] : 0.0f, offB = k_off<T> ? sm.woff[rB][s] : 0.0f;
 #pragma unroll
             for (int j = 0; j < J; j++) {
-                const int tA = wt + 8 * j + 2 * tig;
-                const float2 dA = sm.xds[tA][s], dB = sm.xds[tA + 1][s];
+                // {dx, dx * sum} of activation rows tA and tA + 1
+                const float4 d = *reinterpret_cast<const float4 *>(&sm.xds[s][wt + 8 * j + 2 * tig]);
+                const float2 dA = make_float2(d.x, d.y), dB = make_float2(d.z, d.w);
+                float sA0, sA1, sB0, sB1;  // scale * dot for the fragment's four elements
                 if constexpr (k_per16<T>) {
                     int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
                     mma_k16(lo, af[i][0], af[i][1], bf[j][0]);
                     mma_k16(hi, af[i][2], af[i][3], bf[j][1]);
-                    const float sA0 = scA.x * float(lo[0]) + scA.y * float(hi[0]);
-                    const float sA1 = scA.x * float(lo[1]) + scA.y * float(hi[1]);
-                    const float sB0 = scB.x * float(lo[2]) + scB.y * float(hi[2]);
-                    const float sB1 = scB.x * float(lo[3]) + scB.y * float(hi[3]);
+                    sA0 = scA.x * float(lo[0]) + scA.y * float(hi[0]);
+                    sA1 = scA.x * float(lo[1]) + scA.y * float(hi[1]);
+                    sB0 = scB.x * float(lo[2]) + scB.y * float(hi[2]);
+                    sB1 = scB.x * float(lo[3]) + scB.y * float(hi[3]);
+                } else {
+                    int c[4] = {0, 0, 0, 0};
+                    mma_k32(c, af[i], bf[j]);
+                    sA0 = scA.x * float(c[0]);
+                    sA1 = scA.x * float(c[1]);
+                    sB0 = scB.x * float(c[2]);
+                    sB1 = scB.x * float(c[3]);
+                }
+                if constexpr (k_off<T>) {
                     acc[i][j][0] += dA.x * sA0 + offA * dA.y;
                     acc[i][j][1] += dB.x * sA1 + offA * dB.y;
                     acc[i][j][2] += dA.x * sB0 + offB * dA.y;
                     acc[i][j][3] += dB.x * sB1 + offB * dB.y;
                 } else {
-                    int c[4] = {0, 0, 0, 0};
-                    mma_k32(c, af[i], bf[j]);
-                    acc[i][j][0] += dA.x * (scA.x * float(c[0])) + offA * dA.y;
-                    acc[i][j][1] += dB.x * (scA.x * float(c[1])) + offA * dB.y;
-                    acc[i][j][2] += dA.x * (scB.x * float(c[2])) + offB * dA.y;
-                    acc[i][j][3] += dB.x * (scB.x * float(c[3])) + offB * dB.y;
+                    acc[i][j][0] = __fmaf_rn(dA.x, sA0, acc[i][j][0]);
+                    acc[i][j][1] = __fmaf_rn(dB.x, sA1, acc[i][j][1]);
+                    acc[i][j][2] = __fmaf_rn(dA.x, sB0, acc[i][j][2]);
+                    acc[i][j][3] = __fmaf_rn(dB.x, sB1, acc[i][j][3]);
                 }
             }
         }
     }
 }
 
-// PIPE: the next k step's loads issued before this step's MMAs (registers), stored after them.
-template <DType T, int MT, bool PIPE>
+// PIPE: the next k step's loads issued before this step's MMAs (registers), stored after them. COAL: Q8_0 rows
+// read as words (load_step).
+template <DType T, int MT, bool PIPE, bool COAL>
 __global__ __launch_bounds__(THREADS) void k_mmq(MatmulArgs a, IqGrids g) {
+    static_assert(!COAL || T == DType::Q8_0, "only Q8_0 rows are read as words");
     constexpr int J = MT / 16;  // 8-row activation tiles per warp
-    __shared__ __align__(16) Tiles<MT> sm;
+    Tiles<MT> *smp;
+    uint8_t *raw = nullptr;  // COAL: the copied k step
+    if constexpr (COAL) {
+        smp = reinterpret_cast<Tiles<MT> *>(mmq_dyn_smem);
+        raw = mmq_dyn_smem + sizeof(Tiles<MT>);
+    } else {
+        __shared__ __align__(16) Tiles<MT> tiles;
+        smp = &tiles;
+    }
+    Tiles<MT> &sm = *smp;
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31;
     const int gid = lane >> 2, tig = lane & 3;
@@ -250,22 +348,31 @@ __global__ __launch_bounds__(THREADS) void k_mmq(MatmulArgs a, IqGrids g) {
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
 
-    Loads<MT> l;
+    // fetch: a k step's loads issued (COAL: the weights' copies); put: stored into the tiles (COAL: once copied).
+    Loads<MT, COAL> l;
+    auto fetch = [&](int64_t s0) {
+        if constexpr (COAL) copy_q8_step(a, at, s0, raw);
+        load_step<T, MT, COAL>(a, at, s0, l, g);
+    };
+    auto put = [&] {
+        if constexpr (COAL) split_q8_step<MT>(raw, sm);
+        store_step<MT, COAL>(l, sm);
+    };
     if constexpr (PIPE) {
-        load_step<T, MT>(a, at, 0, l, g);
-        store_step<MT>(l, sm);
+        fetch(0);
+        put();
     }
     for (int64_t s0 = 0; s0 < at.n_sub; s0 += MS) {
         if constexpr (!PIPE) {
-            load_step<T, MT>(a, at, s0, l, g);
-            store_step<MT>(l, sm);
+            fetch(s0);
+            put();
         }
         __syncthreads();
         const bool more = PIPE && s0 + MS < at.n_sub;
-        if (more) load_step<T, MT>(a, at, s0 + MS, l, g);
+        if (more) fetch(s0 + MS);
         mmq_step<T, MT, J>(sm, ww, wt, acc);
         __syncthreads();
-        if (more) store_step<MT>(l, sm);
+        if (more) put();
     }
 
     // C fragment: element e of tile (i, j) is weight row ww + 16 i + gid (+ 8 for e >= 2), activation row
@@ -292,15 +399,39 @@ bool pipe_enabled() {
     static const bool on = env_switch("STRATA_CUDA_MMQ_PIPE", false);
     return on;
 }
+// STRATA_CUDA_MMQ_COALESCED=0: Q8_0 rows read a sub-block a thread like the other types.
+bool coalesced_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_MMQ_COALESCED", true);
+    return on;
+}
+
+// Q8_0 rows that are whole 4-byte words (and start on one) can be copied as words (the Wide form only).
+bool q8_words(const MatmulArgs &a) {
+    if (a.type != DType::Q8_0 || a.row_bytes % 4 != 0 || !coalesced_enabled()) return false;
+    if (a.groups) return true;  // a list's weights: slots and resident tensors, placed 256-byte aligned, whole rows in
+    return reinterpret_cast<uintptr_t>(a.single.w) % 4 == 0;
+}
 
 template <int MT, bool PIPE>
 void launch_form(const MatmulArgs &a, int64_t n_tiles, cudaStream_t stream) {
     const IqGrids &g = iq_grids();
     const dim3 grid(unsigned(n_tiles), ceil_div(a.n, MW));
+    if constexpr (MT == k_wide_rows && PIPE) {
+        if (q8_words(a)) {
+            static const bool attr = [] {
+                return cudaFuncSetAttribute(k_mmq<DType::Q8_0, MT, true, true>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            int(coal_smem<MT>)) == cudaSuccess;
+            }();
+            if (!attr) fail("CUDA mmq: %zu bytes of shared memory per block are not available", coal_smem<MT>);
+            k_mmq<DType::Q8_0, MT, true, true><<<grid, THREADS, coal_smem<MT>, stream>>>(a, g);
+            return;
+        }
+    }
     // clang-format off
     switch (a.type) {
 #define X(T_) \
-    case DType::T_: k_mmq<DType::T_, MT, PIPE><<<grid, THREADS, 0, stream>>>(a, g); break;
+    case DType::T_: k_mmq<DType::T_, MT, PIPE, false><<<grid, THREADS, 0, stream>>>(a, g); break;
         X(Q8_0) X(Q4_0) X(MXFP4) X(IQ4_XS) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ2_XXS) X(IQ1_M)
 #undef X
         default: fail("CUDA: no quantized matrix kernel for %s", dtype_name(a.type));

@@ -143,6 +143,18 @@ __global__ void k_shared_expert_add(Rows x, const float *w, Rows y, Rows out) {
         out.data[t * out.stride + c] += gate * y.data[t * y.stride + c];
 }
 
+// A block per gathered row (and slice of 65535 of them: grid y): its int8 values 16 bytes a thread, then its scales.
+__global__ void k_gather_q8(const int8_t *q, const float2 *ds, int64_t k, const int32_t *rows, int8_t *q_out,
+                            float2 *ds_out) {
+    const int64_t i = int64_t(blockIdx.y) * 65535 + blockIdx.x, src = rows[i];
+    const int4 *qs = reinterpret_cast<const int4 *>(q + src * k);
+    int4 *qd = reinterpret_cast<int4 *>(q_out + i * k);
+    for (int64_t c = threadIdx.x; c < k / 16; c += blockDim.x) qd[c] = qs[c];
+    const float2 *dsrc = ds + src * (k / 32);
+    float2 *dd = ds_out + i * (k / 32);
+    for (int64_t c = threadIdx.x; c < k / 32; c += blockDim.x) dd[c] = dsrc[c];
+}
+
 }  // namespace
 
 void launch_router_topk(Rows logits, int64_t k, bool norm, float scale, int32_t *ids, float *weights,
@@ -206,6 +218,21 @@ void launch_moe_pair_groups(const int32_t *ids, int64_t n_tokens, int64_t k, con
     k_moe_pair_groups<<<ceil_div(n_tokens * k, 64), 64, 0, stream>>>(ids, n_tokens, k, table, gate, up, down, yrow,
                                                                      widx);
     STRATA_CUDA_LAUNCH_CHECK("k_moe_pair_groups");
+}
+
+void launch_gather_q8(const int8_t *q, const float2 *ds, int64_t k, const int32_t *rows, int64_t n, int8_t *q_out,
+                      float2 *ds_out, cudaStream_t stream) {
+    if (n == 0) return;
+    STRATA_ASSERT(k % 32 == 0 && reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
+                  reinterpret_cast<uintptr_t>(q_out) % 16 == 0);
+    // whole slices of 65535 rows in one launch (grid y), the rest in another
+    const int64_t full = n / 65535, rest = n % 65535;
+    if (full) k_gather_q8<<<dim3(65535, unsigned(full)), 128, 0, stream>>>(q, ds, k, rows, q_out, ds_out);
+    if (rest)
+        k_gather_q8<<<dim3(unsigned(rest), 1), 128, 0, stream>>>(q, ds, k, rows + full * 65535,
+                                                                 q_out + full * 65535 * k,
+                                                                 ds_out + full * 65535 * (k / 32));
+    STRATA_CUDA_LAUNCH_CHECK("k_gather_q8");
 }
 
 void launch_shared_expert_add(Rows x, const float *w, Rows y, Rows out, cudaStream_t stream) {

@@ -36,6 +36,11 @@ void launch_moe_pair_groups(const int32_t *ids, int64_t n_tokens, int64_t k, con
                             MatmulGroup *gate, MatmulGroup *up, MatmulGroup *down, int32_t *yrow, int32_t *widx,
                             cudaStream_t stream);
 
+// Rows of quantized activations (k int8 values and k / 32 {d, d * sum} a row, k a multiple of 32): row i of
+// (q_out, ds_out) = row rows[i] of (q, ds), for n rows.
+void launch_gather_q8(const int8_t *q, const float2 *ds, int64_t k, const int32_t *rows, int64_t n, int8_t *q_out,
+                      float2 *ds_out, cudaStream_t stream);
+
 // out[t] += sigmoid(w . x[t]) * y[t] (w: x.cols floats on the device).
 void launch_shared_expert_add(Rows x, const float *w, Rows y, Rows out, cudaStream_t stream);
 
