@@ -29,7 +29,6 @@ bool device_routing_enabled() {
     static const bool on = env_switch("STRATA_CUDA_DEVICE_ROUTING", true);
     return on;
 }
-
 }  // namespace
 
 bool CudaBackend::fusion_enabled() {
