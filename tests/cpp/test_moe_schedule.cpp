@@ -308,6 +308,35 @@ TEST_P(MoeScheduleSlots, FullScheduleChangesNoBit) {
     ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
 }
 
+// auto takes the full schedule after a layer whose routing reached at least 90% of its experts and only then: a
+// 23-token prompt in one pass reaches every expert of these 8-expert layers (fills ahead), passes of one or two
+// tokens (at most 2 k of the experts) never do; the bits are those of experts read in place either way.
+TEST_P(MoeScheduleSlots, AutoFillsAheadAfterLayersThatReachedTheirExperts) {
+    const std::string path = model_path(GetParam());
+    ::setenv("STRATA_PREFILL_STREAM_AHEAD", "4", 1);  // every pass streamed, so the rule alone decides
+    for (bool whole_prompt : {true, false}) {
+        EngineConfig cfg = config(0);
+        cfg.n_batch = whole_prompt ? 64 : 2;
+        auto in_place = make_cpu_engine(path, cfg);
+        const int64_t n_expert = in_place->hparams().n_expert, k = in_place->hparams().n_expert_used;
+        ASSERT_LE(2 * k, n_expert * 9 / 10) << "two tokens must not reach 90% of the experts";
+        const std::vector<float> ref = run(*in_place);
+        cfg.expert_slots = n_expert;
+        auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
+        auto e = std::make_unique<Engine>(load_model(path), std::move(be), cfg);
+        const std::vector<float> got = run(*e);
+        ASSERT_EQ(got.size(), ref.size());
+        EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0)
+            << (whole_prompt ? "one pass" : "2-token passes");
+        if (whole_prompt) {
+            EXPECT_GT(e->expert_stats().prefetch.streamed_next, 0u);
+        } else {
+            EXPECT_EQ(e->expert_stats().prefetch.streamed_next, 0u);
+        }
+    }
+    ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
+}
+
 // A schedule that does not exist is refused at start, by name.
 TEST(MoeSchedule, UnknownPrefillScheduleIsRefused) {
     ::setenv("STRATA_PREFILL_SCHEDULE", "sideways", 1);
