@@ -8,7 +8,8 @@
 # configuration at about 12 GiB (-ncmoe N -lm none, peak GPU memory measured), and strata bench resident and at
 # --vram-budget 12G (4096- and 8192-token chunks), with the A/B rows of the streamed schedule, the LFU cache and
 # next-layer prefetch, and four sequences decoding together against llama-batched-bench. Every command's output is in
-# /tmp/peer; main.log holds the table rows. Takes ~20 minutes.
+# /tmp/peer; main.log holds the table rows. Takes ~20 minutes, more than one device call may run (600 s):
+# bench/device-round.sh is the one-call subset.
 L=/tmp/peer; mkdir -p $L
 exec > $L/main.log 2>&1
 source .peer/device.sh env; source scripts/device-env.sh
