@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# In a device call after starting a bench/device-*.sh script in the background: e.g.
+# poll.sh LOG [MAX_S]: print LOG as it grows until it says ALL_DONE or MAX_S (default 540) pass. In a device call,
+# after starting a bench/device-*.sh script in the background, e.g.
 #   setsid nohup bash bench/device-round.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/round/main.log 570
-# poll.sh LOG [MAX_S]: print LOG as it grows until it says ALL_DONE or MAX_S (default 540) pass.
 log=$1; max=${2:-540}; t=0; n=0
 while [ $t -lt $max ]; do
   if [ -f "$log" ]; then
