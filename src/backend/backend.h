@@ -265,13 +265,24 @@ class Backend {
     // These experts of a layer stay in these slots for good (slot_of[e]): a backend may then route decode-sized
     // passes over them without the host (experts_device_routed).
     virtual void set_resident_experts(const ExpertWeights &w, const std::vector<int32_t> &slot_of) {}
-    // The experts' input rows of layer w.il: xs row i = x row rows[i] (the pass's rows in expert order). A backend
-    // may keep them in the form its expert kernels read instead (the CUDA backend: quantized once per token, the
-    // int8 rows gathered); xs is then only for expert_ffn of the same layer, until the scratch is released. The
-    // default gathers them.
-    virtual void gather_expert_input(const ExpertWeights &w, Act x, const std::vector<int64_t> &rows, Act xs) {
+    // The experts' input rows of layer w.il, in scratch: row i = x row rows[i] (the pass's rows in expert order). A
+    // backend may keep them in the form its expert kernels read instead (the CUDA backend: quantized once per
+    // token, the int8 rows gathered, and no float rows at all); the Act returned is then only for expert_ffn of
+    // the same layer, until the scratch is released. The default allocates and gathers them.
+    virtual Act gather_expert_input(const ExpertWeights &w, Act x, const std::vector<int64_t> &rows) {
+        (void)w;
+        Act xs = alloc(int64_t(rows.size()), x.cols);
         gather_rows(x, rows, xs);
+        return xs;
     }
+    // A prompt loan (placement.h): the memory of expert slots [first, first + n) serves as scratch, before the
+    // backend's own, from the next pass until end_loan(); the slot table has taken those slots out of the cache.
+    // The backend orders the loan after every fill and read of those slots so far, and the fills after end_loan()
+    // after every pass that used them. A backend without slot memory ignores both.
+    virtual void begin_loan(int32_t first, int32_t n) { (void)first, (void)n; }
+    virtual void end_loan() {}
+    // How many times a pass's scratch outgrew what the plan gave (each time an allocation at run time).
+    virtual uint64_t scratch_overflows() const { return 0; }
     // ys rows of each group = down(silu(gate(xs rows)) * up(xs rows)) with the group's expert. Every group's result
     // depends only on its rows and its expert's bytes.
     virtual void expert_ffn(const ExpertWeights &w, Act xs, const std::vector<ExpertGroup> &groups, Act ys) = 0;

@@ -69,6 +69,9 @@ struct DeviceFacts {
     bool runtime_estimated = false;  // the driver's count could not be read: runtime_bytes is an assumption
     uint64_t host_available_bytes = 0;  // host RAM available now (0: unknown)
     size_t align = 256;                 // allocations are rounded up to this
+    // Expert types (gate and up alike) whose input rows the backend gathers only in an int8 form, no float rows
+    // (Backend::gather_expert_input): the plan's scratch for a pass counts them so.
+    std::vector<DType> int8_expert_input_types;
 };
 
 // Where the experts that are not resident come from when a slot is filled.
@@ -98,6 +101,12 @@ struct Placement {
     uint64_t pass_table_bytes = 0;  // per-pass tables (rows' sequences and positions, attention tiles)
     uint64_t misc_bytes = 0;        // small tables (rope, i-quant grids, expert pointer tables), rounding
     int64_t chunk_tokens = 0;       // the most tokens in one forward pass
+    // Prompt loans (with a partial expert cache): passes of at most resident_chunk_tokens run on the resident
+    // scratch; a bigger one (up to chunk_tokens) runs on the memory of the top loan_slots expert slots, lent to it
+    // for the call and refilled after (loan_slots 0: no loans, scratch_bytes is for chunk_tokens).
+    int64_t resident_chunk_tokens = 0;
+    int64_t loan_slots = 0;
+    int64_t requested_chunk_tokens = 0;  // what was asked for (chunk_tokens is less where no loan could hold it)
     int64_t download_cols = 0;      // the widest rows a pass downloads (the logits)
     // Pinned host memory for one pass's small uploads (routing groups and rows, tiles, positions), so that a prompt
     // chunk never waits for its own earlier copies or grows the buffer mid-pass.

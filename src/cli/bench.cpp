@@ -471,7 +471,8 @@ Run add_bench(CLI::App &app) {
         std::unique_ptr<Engine> eng = make_engine(a->model, cfg);
         const std::string backend = eng->backend().name();
         std::fprintf(stderr, "strata: %s on %s, context %lld, chunk %lld, %d repetition%s\n",
-                     eng->hparams().arch_name.c_str(), backend.c_str(), (long long)cfg.n_ctx, (long long)cfg.n_batch,
+                     eng->hparams().arch_name.c_str(), backend.c_str(), (long long)cfg.n_ctx,
+                     (long long)std::min(cfg.n_batch, std::max<int64_t>(eng->plan().chunk_tokens, 1)),
                      a->repetitions, a->repetitions == 1 ? "" : "s");
 
         if (route.active()) {
@@ -513,6 +514,14 @@ Run add_bench(CLI::App &app) {
                 "routing\n",
                 (unsigned long long)pf.streamed_next);
         print_cache_summary(results, backend);
+        const ExpertCacheStats st = eng->expert_stats();
+        if (st.loans)
+            std::printf("\nprompt loans: %llu, each %lld expert slots lent as scratch to passes of %lld-%lld tokens\n",
+                        (unsigned long long)st.loans, (long long)st.loan_slots,
+                        (long long)eng->plan().resident_chunk_tokens + 1, (long long)eng->plan().chunk_tokens);
+        if (const uint64_t n = eng->backend().scratch_overflows())
+            std::printf("\nscratch outgrew the plan %llu times (each an allocation during a pass)\n",
+                        (unsigned long long)n);
         print_device_memory(eng->backend());
         return 0;
     };

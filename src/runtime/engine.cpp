@@ -24,6 +24,7 @@ Engine::Engine(std::unique_ptr<Model> model, std::unique_ptr<Backend> backend, c
     so.plan.expert_slots = cfg_.expert_slots;
     so.plan.scratch_bytes = cfg_.scratch_bytes;
     so.plan.chunk_tokens = cfg_.n_batch;
+    so.plan.loan_floor_slots = cfg_.loan_floor_slots;
     so.plan = plan_options_from_env(so.plan);
     if (cfg_.host_mem == HostMem::Mmap) so.plan.host_pinned_copy = false;
     if (cfg_.host_mem == HostMem::Pinned) so.plan.host_pinned_copy = so.plan.require_pinned_copy = true;
@@ -168,7 +169,22 @@ void Engine::decode(const std::vector<SeqInput> &inputs, std::vector<std::vector
     for (size_t i = 0; i < inputs.size(); i++)
         logits[i].resize(size_t((inputs[i].all_logits ? int64_t(inputs[i].tokens.size()) : 1) * n_vocab_));
 
-    // Pack the remaining tokens of each input into passes of at most n_batch tokens, in input order.
+    // Pack the remaining tokens of each input into passes of at most n_batch tokens (fewer where the plan's chunk is
+    // smaller), in input order. A pass bigger than the resident scratch holds runs on a prompt loan, kept for the
+    // rest of the call and ended (its slots refilled) before returning.
+    const Placement &plan = strata_->plan();
+    const int64_t pass_max = plan.chunk_tokens > 0 ? std::min(cfg_.n_batch, plan.chunk_tokens) : cfg_.n_batch;
+    struct EndLoan {
+        MemoryStrata &s;
+        bool ok = false;
+        ~EndLoan() {
+            if (ok) return;
+            try {
+                s.end_loan();
+            } catch (...) {  // the call's own error is the one to report
+            }
+        }
+    } end_loan{*strata_};
     std::vector<size_t> done(inputs.size(), 0);
     size_t next = 0;
     while (next < inputs.size()) {
@@ -180,10 +196,10 @@ void Engine::decode(const std::vector<SeqInput> &inputs, std::vector<std::vector
             int64_t row_in_logits;
         };
         std::vector<Dest> dests;
-        for (size_t i = next; i < inputs.size() && b.n_tokens < cfg_.n_batch; i++) {
+        for (size_t i = next; i < inputs.size() && b.n_tokens < pass_max; i++) {
             const SeqInput &in = inputs[i];
             const int64_t remaining = int64_t(in.tokens.size() - done[i]);
-            const int64_t n = std::min(remaining, cfg_.n_batch - b.n_tokens);
+            const int64_t n = std::min(remaining, pass_max - b.n_tokens);
             BatchSeg s;
             s.seq = in.seq;
             s.pos0 = seq_len_[size_t(in.seq)];
@@ -207,6 +223,7 @@ void Engine::decode(const std::vector<SeqInput> &inputs, std::vector<std::vector
         if (out_rows.size() <= 16 && pass_logits_.size() < out_floats) pass_logits_.resize(out_floats);
         if (out_rows.size() > 16) many.resize(out_floats);
         float *out = out_rows.size() <= 16 ? pass_logits_.data() : many.data();
+        if (b.n_tokens > plan.resident_chunk_tokens) strata_->begin_loan();
         try {
             forward(*model_, *backend_, strata_->moe(), tokens.data(), b, out_rows, out, tracer_);
         } catch (...) {
@@ -225,6 +242,8 @@ void Engine::decode(const std::vector<SeqInput> &inputs, std::vector<std::vector
         }
         while (next < inputs.size() && done[next] == inputs[next].tokens.size()) next++;
     }
+    end_loan.ok = true;
+    strata_->end_loan();
 }
 
 void prefault_weights(const Model &m, int n_threads, const std::function<void(uint64_t, uint64_t)> &progress) {

@@ -30,6 +30,7 @@ struct EngineConfig {
     uint64_t vram_budget = 0;      // bytes of device memory the CUDA backend may use (0: what is free)
     int64_t expert_slots = 0;      // CUDA: at most this many expert slots (0: as many as the budget allows)
     uint64_t scratch_bytes = 0;    // CUDA: scratch allocated at start (0: the plan's estimate for n_batch; tests)
+    int64_t loan_floor_slots = -1;  // slots a prompt loan leaves in the cache (-1: the plan's default; tests)
     bool cuda_graphs = true;       // CUDA: decoding passes as graphs where they can be (see cuda_graph.cpp)
     HostMem host_mem = HostMem::Auto;  // CUDA: the host stratum (STRATA_CUDA_HOST_PINNED=0 acts as mmap)
     SlotPolicy expert_cache_policy = SlotPolicy::Lru;  // CUDA: which expert a full cache gives up (expert_slots.h)

@@ -25,6 +25,7 @@ ExpertSlotTable::ExpertSlotTable(std::vector<int64_t> n_expert, std::vector<size
         n_total_ += n_expert[il];
     }
     slots_.resize(size_t(n_slots));
+    n_avail_ = n_slots;
     for (int32_t s = 0; s < int32_t(n_slots); s++) push_back(s);
     if (policy_ == SlotPolicy::Lfu) {
         counts_.resize(n_expert.size());
@@ -58,7 +59,8 @@ void ExpertSlotTable::count(int64_t il, int32_t e) {
                 for (double &c : layer) c /= step_;
             step_ = 1.0;
             by_rank_.clear();
-            for (int32_t s = 0; s < int32_t(slots_.size()); s++) by_rank_.insert({rank_of(s), s});
+            for (int32_t s = 0; s < int32_t(slots_.size()); s++)
+                if (!slots_[size_t(s)].lent) by_rank_.insert({rank_of(s), s});
         }
     }
     requests_++;
@@ -109,6 +111,63 @@ void ExpertSlotTable::push_back(int32_t s) {
     else
         lru_head_ = s;
     lru_tail_ = s;
+}
+
+void ExpertSlotTable::push_front(int32_t s) {
+    Slot &x = slots_[size_t(s)];
+    x.prev = -1;
+    x.next = lru_head_;
+    if (lru_head_ >= 0)
+        slots_[size_t(lru_head_)].prev = s;
+    else
+        lru_tail_ = s;
+    lru_head_ = s;
+}
+
+std::vector<std::pair<int32_t, int32_t>> ExpertSlotTable::lend(int64_t n) {
+    STRATA_ASSERT(n >= 0 && n <= n_avail_ && !all_resident_);
+    std::vector<std::pair<int32_t, int32_t>> held;
+    for (int64_t i = n_avail_ - n; i < n_avail_; i++) {
+        const int32_t s = int32_t(i);
+        Slot &x = slots_[size_t(i)];
+        STRATA_ASSERT(!x.pinned && !x.lent);
+        if (policy_ == SlotPolicy::Lfu) by_rank_.erase({rank_of(s), s});
+        if (x.layer >= 0) {
+            held.push_back({x.layer, x.expert});
+            table_[size_t(x.layer)][size_t(x.expert)] = -1;
+            x.layer = x.expert = -1;
+        }
+        unlink(s);
+        x.lent = true;
+    }
+    n_avail_ -= n;
+    return held;
+}
+
+void ExpertSlotTable::end_loan() {
+    for (size_t i = size_t(n_avail_); i < slots_.size(); i++) {
+        const int32_t s = int32_t(i);
+        slots_[i].lent = false;
+        slots_[i].call = 0;
+        push_front(s);
+        if (policy_ == SlotPolicy::Lfu) {
+            last_use_[i] = 0;
+            by_rank_.insert({rank_of(s), s});
+        }
+    }
+    n_avail_ = int64_t(slots_.size());
+}
+
+bool ExpertSlotTable::fill_empty(int64_t il, int32_t e, std::vector<SlotFill> &fills) {
+    STRATA_ASSERT(il >= 0 && size_t(il) < table_.size() && e >= 0 && size_t(e) < table_[size_t(il)].size());
+    STRATA_ASSERT(table_[size_t(il)][size_t(e)] < 0);
+    const int32_t s = victim(false, ++calls_);  // an empty slot comes first under either policy
+    if (s < 0 || slots_[size_t(s)].layer >= 0) return false;
+    assign(s, il, e);
+    touch(s);
+    fills.push_back({s, e});
+    stats_.bytes_filled += expert_bytes_[size_t(il)];
+    return true;
 }
 
 void ExpertSlotTable::assign(int32_t slot, int64_t il, int32_t e) {

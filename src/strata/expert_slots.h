@@ -57,7 +57,17 @@ class ExpertSlotTable {
     // Fills acquire() asked for that did not happen (the copy failed): those slots hold nothing now.
     void forget(int64_t il, const std::vector<SlotFill> &fills);
 
-    int64_t n_slots() const { return int64_t(slots_.size()); }
+    // A prompt loan (placement.h): the top n slots, [n_slots() - n, n_slots()), leave the cache (none may be pinned);
+    // what they held is forgotten and returned as (layer, expert) pairs. n_slots() counts only the slots left until
+    // end_loan(), which gives them back empty, the first victims of either policy.
+    std::vector<std::pair<int32_t, int32_t>> lend(int64_t n);
+    void end_loan();
+    int64_t n_lent() const { return int64_t(slots_.size()) - n_avail_; }
+    // An empty slot for expert e of layer il, which must not be in one (after a loan: the slots given back): the
+    // fill goes to `fills` and counts as traffic, not as a miss. False where no slot is empty.
+    bool fill_empty(int64_t il, int32_t e, std::vector<SlotFill> &fills);
+
+    int64_t n_slots() const { return n_avail_; }
     int64_t n_experts_total() const { return n_total_; }
     bool all_resident() const { return all_resident_; }
     int32_t slot_of(int64_t il, int32_t e) const { return table_[size_t(il)][size_t(e)]; }  // -1: none
@@ -70,10 +80,12 @@ class ExpertSlotTable {
         int32_t prev = -1, next = -1;  // recency list: head = least recently used
         uint64_t call = 0;             // the acquire() that last touched it
         bool pinned = false;
+        bool lent = false;  // out of the cache for a prompt loan
     };
     void assign(int32_t slot, int64_t il, int32_t e);
     void unlink(int32_t s);
-    void push_back(int32_t s);  // most recently used
+    void push_back(int32_t s);   // most recently used
+    void push_front(int32_t s);  // least recently used
     void touch(int32_t s);      // most recently used, and for LFU its rank updated
     int32_t victim(bool scan, uint64_t call) const;
     void count(int64_t il, int32_t e);  // LFU: one request of expert e of layer il
@@ -83,6 +95,7 @@ class ExpertSlotTable {
     std::vector<std::vector<int32_t>> table_;  // [layer][expert] -> slot, -1: not resident
     std::vector<size_t> expert_bytes_;
     std::vector<Slot> slots_;
+    int64_t n_avail_ = 0;  // slots not lent
     int64_t n_total_ = 0;
     int32_t lru_head_ = -1, lru_tail_ = -1;
     bool all_resident_ = false;

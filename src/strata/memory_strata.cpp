@@ -2,6 +2,9 @@
 #include "strata/memory_strata.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
 #include <string>
 
 #include "core/env.h"
@@ -13,11 +16,19 @@ PlanOptions plan_options_from_env(PlanOptions o) {
     o.host_pinned_copy = env_switch("STRATA_CUDA_HOST_PINNED", true);
     o.stager = env_switch("STRATA_CUDA_STAGER", true);
     o.pin_mapping = env_switch("STRATA_CUDA_PIN", false);
+    o.prompt_loan = env_switch("STRATA_PROMPT_LOAN", true);
     return o;
 }
 
-MemoryStrata::MemoryStrata(Backend &be, Model &m, const StrataOptions &o) {
+MemoryStrata::MemoryStrata(Backend &be, Model &m, const StrataOptions &o) : be_(be) {
     WeightSet ws = weight_set(m);
+    experts_ = ws.experts;
+    if (const char *r = std::getenv("STRATA_LOAN_REFILL"); r && *r) {
+        if (std::strcmp(r, "last") == 0)
+            refill_last_ = true;
+        else if (std::strcmp(r, "before") != 0)
+            fail("STRATA_LOAN_REFILL=%s: expected before or last", r);
+    }
     const CacheShape caches = cache_shape(m.hp, o.n_seqs, o.n_ctx, o.kv_type);
     const DeviceFacts dev = be.device_facts();
     plan_ = plan_placement(ws, m.hp, caches, dev, o.plan);
@@ -70,9 +81,63 @@ MemoryStrata::MemoryStrata(Backend &be, Model &m, const StrataOptions &o) {
     }
 }
 
+void MemoryStrata::begin_loan() {
+    if (lent_ || plan_.loan_slots <= 0 || !slots_) return;
+    const int64_t n = plan_.loan_slots, first = slots_->n_slots() - n;
+    loan_held_ = slots_->lend(n);
+    try {
+        be_.begin_loan(int32_t(first), int32_t(n));
+    } catch (...) {
+        slots_->end_loan();
+        throw;
+    }
+    lent_ = true;
+    loans_++;
+}
+
+void MemoryStrata::end_loan() {
+    if (!lent_) return;
+    lent_ = false;
+    be_.end_loan();
+    slots_->end_loan();
+    // What goes back into the returned slots: (layer, expert) pairs not in a slot, in order of preference.
+    std::vector<std::pair<int32_t, int32_t>> want;
+    if (refill_last_) {
+        const std::vector<std::vector<int32_t>> &rows = schedule_->last_rows();
+        std::vector<std::pair<int32_t, std::pair<int32_t, int32_t>>> ranked;  // (-rows, (layer, expert))
+        for (size_t il = 0; il < rows.size(); il++)
+            for (size_t e = 0; e < rows[il].size(); e++)
+                if (rows[il][e] > 0) ranked.push_back({-rows[il][e], {int32_t(il), int32_t(e)}});
+        std::sort(ranked.begin(), ranked.end());
+        for (const auto &r : ranked) want.push_back(r.second);
+    } else {
+        want = std::move(loan_held_);
+    }
+    loan_held_.clear();
+    std::map<int32_t, std::vector<SlotFill>> fills;  // by layer
+    int64_t left = plan_.loan_slots;
+    for (const auto &[il, e] : want) {
+        if (left == 0) break;
+        if (slots_->slot_of(il, e) >= 0) continue;
+        if (!slots_->fill_empty(il, e, fills[il])) break;
+        left--;
+    }
+    for (auto &[il, f] : fills) {
+        if (f.empty()) continue;
+        try {
+            be_.fill_slots(experts_[size_t(il)], f, /*ahead=*/true);
+        } catch (...) {
+            slots_->forget(il, f);
+            throw;
+        }
+    }
+}
+
 ExpertCacheStats MemoryStrata::stats() const {
     ExpertCacheStats s;
     s.n_slots = plan_.n_slots;
+    s.loans = loans_;
+    s.loan_slots = plan_.loan_slots;
     s.n_experts = plan_.n_experts_total;
     if (slots_) {
         s.expert_cache_hits = slots_->stats().hits;

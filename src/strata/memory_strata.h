@@ -40,6 +40,8 @@ struct ExpertCacheStats {
     HybridStats hybrid;
     bool hybrid_on = false;
     int hybrid_threads = 0;
+    uint64_t loans = 0;      // prompt loans made (placement.h)
+    int64_t loan_slots = 0;  // slots each one borrows
 };
 
 class MemoryStrata {
@@ -55,8 +57,25 @@ class MemoryStrata {
     ExpertCacheStats stats() const;
     const ExpertSlotTable *slots() const { return slots_.get(); }
 
+    // Prompt loans (placement.h): passes of more than plan().resident_chunk_tokens tokens run between begin_loan()
+    // and end_loan(). begin_loan takes the plan's top loan_slots slots out of the cache (their experts forgotten)
+    // and gives their memory to the backend as scratch; end_loan gives them back and refills them, on the copy
+    // stream, with STRATA_LOAN_REFILL's choice: "before" (default) what they held before the loan, "last" the
+    // experts with the most rows in the last prompt pass that are not in a slot. Both do nothing where there is no
+    // loan (begin_loan: or one is on already).
+    void begin_loan();
+    void end_loan();
+    bool loan_on() const { return lent_; }
+    uint64_t loans() const { return loans_; }
+
   private:
     Placement plan_;
+    Backend &be_;
+    std::vector<ExpertWeights> experts_;
+    bool lent_ = false;
+    uint64_t loans_ = 0;
+    bool refill_last_ = false;                              // STRATA_LOAN_REFILL=last
+    std::vector<std::pair<int32_t, int32_t>> loan_held_;  // (layer, expert) the lent slots held
     std::unique_ptr<ExpertSlotTable> slots_;
     std::unique_ptr<MoeSchedule> schedule_;
 };

@@ -412,8 +412,11 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
             hybrid_ && T <= k_hybrid_max_tokens ? host_experts(w, ids, n_exp) : std::vector<int32_t>{};
         const RouteGroups g = group_by_expert(ids, T, k, n_exp, host);
         const int64_t M = T * k;
-        Act xs = be_.alloc(M, E), ys = be_.alloc(M, E);
-        be_.gather_expert_input(w, x, g.src_row, xs);
+        if (M > k_decode_max_pairs) {
+            last_rows_.resize(experts_.size());
+            last_rows_[size_t(il)] = g.count;
+        }
+        const Act xs = be_.gather_expert_input(w, x, g.src_row), ys = be_.alloc(M, E);
         if (host.empty())
             routed_experts(w, g, g.used, n_exp, xs, ys);
         else

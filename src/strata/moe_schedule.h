@@ -108,6 +108,8 @@ class MoeSchedule final : public ExpertRunner {
         pass_ = last_layer_ = -1;
     }
     bool reads_back() const override { return observer_ != nullptr || override_.active() || prefetch_on_; }
+    // Per layer index, each expert's rows in the last prefill-sized pass that grouped on the host (empty: none yet).
+    const std::vector<std::vector<int32_t>> &last_rows() const { return last_rows_; }
 
   private:
     // Step 4-5 for one layer: the experts `used` (ascending, each with rows in `g`), in sets the slot table can hold.
@@ -152,6 +154,7 @@ class MoeSchedule final : public ExpertRunner {
     PrefetchStats prefetch_;
     std::unique_ptr<DecodeHybrid> hybrid_;  // nullptr: every miss copied in
     std::vector<float> host_x_, host_xs_, host_ys_;
+    std::vector<std::vector<int32_t>> last_rows_;
 };
 
 }  // namespace strata

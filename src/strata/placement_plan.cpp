@@ -17,7 +17,7 @@ size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 }  // namespace
 
-uint64_t scratch_estimate(const HParams &hp, int64_t chunk_tokens) {
+uint64_t scratch_estimate(const HParams &hp, int64_t chunk_tokens, bool int8_rows) {
     const uint64_t align = 256;
     const uint64_t T = uint64_t(std::max<int64_t>(chunk_tokens, 1)), E = uint64_t(hp.n_embd);
     const uint64_t q_cols = uint64_t(hp.n_head * hp.head_dim_k), kv = uint64_t(hp.n_head_kv * hp.head_dim_k);
@@ -33,8 +33,17 @@ uint64_t scratch_estimate(const HParams &hp, int64_t chunk_tokens) {
     }
     const uint64_t M = T * uint64_t(hp.n_expert_used), F = uint64_t(std::max(hp.n_ff_exp, hp.n_ff_shexp));
     const uint64_t K = std::max({E, F, q_cols, d_inner});
+    // The MoE step (strata/moe_schedule.h) holds the router's logits, ids and weights, the gathered input rows (int8
+    // rows with their scales for the pass's T rows and the M gathered ones, or M float rows) and the experts'
+    // output rows to the end; in between, either one expert set's temporaries (gate and up outputs of its rows, the
+    // down input's int8 form or float round trip, and the gathered rows' where they are floats) or the shared
+    // expert's (its gate and up outputs, output, the input's int8 form). An int8 form takes 1.25 bytes a value
+    // (scales included), a form and a round trip 5.
+    const uint64_t rows_in = int8_rows ? 5 * (M + T) * E / 4 + 4 * M : 4 * M * E;
+    const uint64_t set_tmp = 8 * M * F + 5 * M * F + (int8_rows ? 0 : 5 * M * E);
+    const uint64_t shared_tmp = 4 * T * (2 * F + E) + 5 * T * E;
     const uint64_t moe_tmp =
-        4 * (T * uint64_t(hp.n_expert) + 2 * M + M * (3 * E + 4 * F) + T * (3 * F + E)) + M * (E + F) * 2 + 5 * M * K;
+        4 * T * uint64_t(hp.n_expert) + 8 * M + rows_in + 4 * M * E + std::max(set_tmp, shared_tmp) + 64 * align;
     // the delta rule's workspace: 16 chunks of 64 tokens of prepared matrices per v-head (gdn_parallel.cu)
     const uint64_t d_v = n_v ? d_inner / n_v : 0;
     const uint64_t gdn_tmp = 4 * (T * (conv + 2 * n_v) + conv * uint64_t(hp.ssm_conv_kernel) +
@@ -114,15 +123,69 @@ Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShap
 
     for (size_t il = 0; il < caches.layers.size(); il++)
         p.cache_bytes += align_up(caches.first_bytes(il), a) + align_up(caches.second_bytes(il), a);
-    p.scratch_bytes = align_up(opt.scratch_bytes ? opt.scratch_bytes : scratch_estimate(hp, opt.chunk_tokens), a);
+    // The experts' input rows int8 only where every layer's gate and up have one type the backend gathers so.
+    bool int8_rows = hp.n_embd % 256 == 0;
+    for (const ExpertWeights &e : ws.experts)
+        if (e.present())
+            int8_rows = int8_rows && e.gate->type == e.up->type &&
+                        std::find(dev.int8_expert_input_types.begin(), dev.int8_expert_input_types.end(),
+                                  e.gate->type) != dev.int8_expert_input_types.end();
+    auto scratch_for = [&](int64_t chunk) {
+        return uint64_t(align_up(opt.scratch_bytes ? opt.scratch_bytes : scratch_estimate(hp, chunk, int8_rows), a));
+    };
+    p.requested_chunk_tokens = p.resident_chunk_tokens = opt.chunk_tokens;
+    p.scratch_bytes = scratch_for(opt.chunk_tokens);
     // The pass tables (rows' sequences and positions, attention tiles) and the small rest: i-quant and rope tables,
     // expert tables, rounding.
     p.pass_table_bytes = align_up(size_t(16) << 10, a) + align_up(size_t(opt.chunk_tokens) * (8 + 2 * 16), a);
     p.misc_bytes = p.pass_table_bytes + (uint64_t(4) << 20);
     p.stage_bytes = stage_estimate(hp, opt.chunk_tokens);
-    const uint64_t resident = p.weight_bytes + p.cache_bytes + p.scratch_bytes + p.misc_bytes;
+    uint64_t resident = p.weight_bytes + p.cache_bytes + p.scratch_bytes + p.misc_bytes;
     const int64_t min_slots =
         p.n_experts_total ? std::min<int64_t>(p.n_experts_total, std::max<int64_t>(hp.n_expert_used, 1)) : 0;
+    // A prompt loan, where the whole chunk's scratch kept resident would leave the cache partial: scratch for
+    // k_loan_resident_chunk tokens resident, the cache the rest, and bigger passes on borrowed slots, as big as a
+    // loan can be while the floor of slots stays in the cache.
+    auto slots_with = [&](uint64_t res) -> int64_t {
+        if (res > budget || !p.slot_bytes) return -1;
+        int64_t n = int64_t(std::min<uint64_t>(uint64_t(p.n_experts_total), (budget - res) / p.slot_bytes));
+        if (opt.expert_slots > 0) n = std::min(n, opt.expert_slots);
+        return n;
+    };
+    if (opt.prompt_loan && p.n_experts_total > 0 && opt.chunk_tokens > k_loan_resident_chunk) {
+        const uint64_t small = scratch_for(k_loan_resident_chunk), res_small = resident - p.scratch_bytes + small;
+        const int64_t n_full = slots_with(resident), n_small = slots_with(res_small);
+        if (n_full < p.n_experts_total && n_small >= min_slots && n_small < p.n_experts_total) {
+            const int64_t floor = std::max<int64_t>(
+                min_slots, opt.loan_floor_slots >= 0 ? opt.loan_floor_slots : k_loan_floor_layers * hp.n_expert);
+            const uint64_t lendable = n_small > floor ? uint64_t(n_small - floor) * p.slot_bytes : 0;
+            auto fits = [&](int64_t c) { return scratch_for(c) <= lendable; };
+            int64_t chunk = 0;
+            if (fits(opt.chunk_tokens)) {
+                chunk = opt.chunk_tokens;
+            } else {  // the largest multiple of 256 tokens that fits (the estimate grows with the chunk)
+                int64_t lo = k_loan_resident_chunk / 256, hi = opt.chunk_tokens / 256 + 1;  // fits(lo) unknown
+                while (hi - lo > 1) {
+                    const int64_t mid = (lo + hi) / 2;
+                    (fits(mid * 256) ? lo : hi) = mid;
+                }
+                if (lo * 256 > k_loan_resident_chunk && fits(lo * 256)) chunk = lo * 256;
+            }
+            if (chunk > 0 || n_full < min_slots) {
+                p.scratch_bytes = small;
+                p.resident_chunk_tokens = p.chunk_tokens = k_loan_resident_chunk;
+                resident = res_small;
+                if (chunk > 0) {
+                    p.chunk_tokens = chunk;
+                    p.loan_slots = int64_t((scratch_for(chunk) + p.slot_bytes - 1) / p.slot_bytes);
+                }
+            }
+        } else if (n_full < min_slots) {  // the whole chunk's scratch does not fit at all: smaller chunks, no loan
+            p.scratch_bytes = small;
+            p.resident_chunk_tokens = p.chunk_tokens = k_loan_resident_chunk;
+            resident = res_small;
+        }
+    }
     const uint64_t minimum = resident + uint64_t(min_slots) * p.slot_bytes;
     const std::string what = given ? std::string("--vram-budget") : "the free memory of " + dev.name;
     if (minimum > budget)
@@ -132,12 +195,11 @@ Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShap
             "give at least %s",
             what.c_str(), format_bytes(given ? given : budget).c_str(),
             format_bytes(resident).c_str(), format_bytes(p.weight_bytes).c_str(), format_bytes(p.cache_bytes).c_str(),
-            (long long)opt.chunk_tokens, format_bytes(p.scratch_bytes).c_str(), (long long)min_slots,
+            (long long)p.resident_chunk_tokens, format_bytes(p.scratch_bytes).c_str(), (long long)min_slots,
             format_bytes(p.slot_bytes).c_str(), format_bytes(runtime_total).c_str(),
             format_bytes(minimum + (given ? runtime_total : 0)).c_str());
-    p.n_slots = p.slot_bytes ? int64_t(std::min<uint64_t>(uint64_t(p.n_experts_total), (budget - resident) / p.slot_bytes))
-                             : 0;
-    if (opt.expert_slots > 0) p.n_slots = std::min(p.n_slots, opt.expert_slots);
+    p.n_slots = p.slot_bytes ? slots_with(resident) : 0;
+    STRATA_ASSERT(p.loan_slots < p.n_slots || p.loan_slots == 0);
     p.budget_bytes = budget;
     p.budget_total_bytes = given ? given : budget + runtime_total;
 
@@ -187,8 +249,15 @@ Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShap
         dev.name.c_str(), format_bytes(p.weight_bytes + p.cache_bytes + p.scratch_bytes).c_str(), (long long)p.n_slots,
         format_bytes(uint64_t(p.n_slots) * p.slot_bytes).c_str(), pct, host.c_str(), kv_type_name(caches.kv_type),
         caches.n_seqs, (long long)caches.n_ctx, format_bytes(p.cache_bytes).c_str(),
-        format_bytes(p.scratch_bytes).c_str(), (long long)opt.chunk_tokens, runtime_note.c_str(),
+        format_bytes(p.scratch_bytes).c_str(), (long long)p.resident_chunk_tokens, runtime_note.c_str(),
         format_bytes(p.budget_total_bytes).c_str());
+    if (p.loan_slots > 0)
+        p.check_line += strfmt("; prompt loan: passes of %lld-%lld tokens borrow %lld slots (%s)",
+                               (long long)p.resident_chunk_tokens + 1, (long long)p.chunk_tokens,
+                               (long long)p.loan_slots, format_bytes(uint64_t(p.loan_slots) * p.slot_bytes).c_str());
+    if (p.chunk_tokens < opt.chunk_tokens)
+        p.check_line += strfmt("; chunks of %lld tokens, not the %lld asked: no loan holds more under this budget",
+                               (long long)p.chunk_tokens, (long long)opt.chunk_tokens);
     return p;
 }
 

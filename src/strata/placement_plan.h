@@ -17,6 +17,11 @@ struct PlanOptions {
     int64_t expert_slots = 0;    // at most this many expert slots (0: as many as the budget allows)
     uint64_t scratch_bytes = 0;  // scratch to plan (0: the estimate for chunk_tokens; tests plan less)
     int64_t chunk_tokens = 512;  // the most tokens in one forward pass
+    // Prompt loans (STRATA_PROMPT_LOAN=0: off): with a partial expert cache, scratch for passes of up to
+    // k_loan_resident_chunk tokens stays resident and bigger passes borrow expert slots (placement.h); where no loan
+    // holds chunk_tokens, the chunk shrinks to the largest one that fits.
+    bool prompt_loan = true;
+    int64_t loan_floor_slots = -1;  // slots a loan leaves in the cache (-1: k_loan_floor_layers layers' worth; tests)
     // The host stratum: a pinned copy of the experts where host RAM allows (else the mapped file), copied through
     // a pinned stager (else as it is), or the mapping itself pinned instead (opt-in).
     bool host_pinned_copy = true;
@@ -31,6 +36,11 @@ struct PlanOptions {
 // memory grown for a kernel that needs more), and host RAM left free beside a pinned copy of the experts.
 constexpr uint64_t k_plan_runtime_margin = uint64_t(64) << 20;
 constexpr uint64_t k_plan_host_headroom = uint64_t(4) << 30;
+// Prompt loans: passes of at most this many tokens run on resident scratch (decoding, parallel sequences, short
+// prompts), and a loan leaves the cache at least k_loan_floor_layers layers' worth of experts (the streamed
+// schedule's lookahead and the full schedule's ring work in what is left).
+constexpr int64_t k_loan_resident_chunk = 512;
+constexpr int64_t k_loan_floor_layers = 2;
 
 // The plan for a model's weights and caches on a device. For a backend without device memory (the CPU) a plan with
 // device = false that places nothing. Throws strata::Error when the budget cannot hold the resident stratum and the
@@ -40,7 +50,8 @@ Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShap
 
 // The scratch one forward pass of `chunk_tokens` tokens takes (activations of a layer, the largest op's
 // temporaries, the logits of one slice), with a margin.
-uint64_t scratch_estimate(const HParams &hp, int64_t chunk_tokens);
+// int8_rows: the experts' gathered input rows are int8 only (DeviceFacts::int8_expert_input_types).
+uint64_t scratch_estimate(const HParams &hp, int64_t chunk_tokens, bool int8_rows = false);
 // The pinned host staging a pass of `chunk_tokens` tokens uploads through (routing tables, rows, positions).
 uint64_t stage_estimate(const HParams &hp, int64_t chunk_tokens);
 

@@ -95,6 +95,9 @@ const std::vector<Preset> &presets() {
         {"tiny-qwen3moe", qwen3moe(256, 2, 4, 2, 64, 8, 2, 256, 512)},
         {"tiny-qwen3next", qwen3next(Arch::QWEN3NEXT, 256, 4, 0, 4, 2, 64, 2, 4, 64, 8, 2, 256, 256, 512)},
         {"tiny-qwen35moe", qwen3next(Arch::QWEN35MOE, 256, 4, 1, 4, 2, 64, 2, 4, 64, 8, 2, 256, 256, 512)},
+        // experts large beside a pass's activations, as in released models, at a size tests can write: prompt
+        // loans (placement.h) hold real passes on it
+        {"small-qwen3next", qwen3next(Arch::QWEN3NEXT, 512, 4, 0, 4, 2, 64, 2, 4, 64, 128, 2, 1024, 256, 512)},
         {"qwen3-30b-a3b", qwen3moe(2048, 48, 32, 4, 128, 128, 8, 768, 151936)},
         {"qwen3-235b-a22b", qwen3moe(4096, 94, 64, 4, 128, 128, 8, 1536, 151936)},
         {"qwen3-next-80b-a3b",

@@ -12,6 +12,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "runtime/engine.h"
+#include "strata/placement_plan.h"
 #include "synth_cache.h"
 
 using namespace strata;
@@ -93,9 +94,23 @@ class HostSlotBackend final : public Backend {
         }
     }
     void expert_ffn(const ExpertWeights &w, Act xs, const std::vector<ExpertGroup> &groups, Act ys) override {
-        for (const ExpertGroup &g : groups) EXPECT_GE(g.slot, 0);
+        for (const ExpertGroup &g : groups) {
+            EXPECT_GE(g.slot, 0);
+            if (lent_n_) {
+                EXPECT_TRUE(g.slot < lent_first_ || g.slot >= lent_first_ + lent_n_) << "lent slot " << g.slot;
+            }
+        }
         cpu_->expert_ffn(w, xs, groups, ys);
     }
+    // A loan's slots are scribbled over, as a pass's scratch would: an expert read from one would show in the logits.
+    void begin_loan(int32_t first, int32_t n) override {
+        EXPECT_EQ(lent_n_, 0);
+        lent_first_ = first, lent_n_ = n;
+        std::memset(memory_.data() + size_t(first) * slot_bytes_, 0x5a, size_t(n) * slot_bytes_);
+        loans_++;
+    }
+    void end_loan() override { lent_n_ = 0; }
+    uint64_t loans() const { return loans_; }
     void moe_combine(Act ys, const std::vector<int32_t> &yrow, const std::vector<int32_t> &widx, const float *weights,
                      int64_t k, Act out) override {
         cpu_->moe_combine(ys, yrow, widx, weights, k, out);
@@ -113,6 +128,8 @@ class HostSlotBackend final : public Backend {
     size_t slot_bytes_ = 0;
     std::vector<uint8_t> memory_;
     uint64_t filled_ = 0, ahead_fills_ = 0;
+    int32_t lent_first_ = 0, lent_n_ = 0;
+    uint64_t loans_ = 0;
 };
 
 std::string model_path(const std::string &preset) {
@@ -347,6 +364,91 @@ TEST(MoeSchedule, UnknownPrefillScheduleIsRefused) {
         EXPECT_NE(std::string(e.what()).find("STRATA_PREFILL_SCHEDULE=sideways"), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find("routed, full or auto"), std::string::npos) << e.what();
     }
+    ::unsetenv("STRATA_PREFILL_SCHEDULE");
+}
+
+namespace {
+
+// A prompt of 1100 tokens in passes of up to 1024 (both on a loan, kept for the call), then three decoded tokens
+// and another prompt of 600 (a loan again): every logit, concatenated.
+std::vector<float> run_long(Engine &e) {
+    const int32_t s = e.new_sequence();
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 1100; i++) prompt.push_back(int32_t((i * 37 + 11) % e.n_vocab()));
+    std::vector<std::vector<float>> lg;
+    e.decode({{s, prompt, true}}, lg);
+    std::vector<float> all = lg[0];
+    for (int t = 0; t < 3; t++) {
+        e.decode({{s, {int32_t((t * 53 + 5) % e.n_vocab())}, false}}, lg);
+        all.insert(all.end(), lg[0].begin(), lg[0].end());
+    }
+    prompt.resize(600);
+    e.decode({{s, prompt, true}}, lg);
+    all.insert(all.end(), lg[0].begin(), lg[0].end());
+    return all;
+}
+
+EngineConfig long_config() {
+    EngineConfig c;
+    c.n_batch = 1024;
+    c.n_ctx = 1800;
+    return c;
+}
+
+}  // namespace
+
+// Prompt loans (placement.h): passes over 512 tokens run while the top slots are lent (and scribbled over), under
+// either policy, both refills and both prefill schedules, and give the bits of experts read in place; no expert is
+// read from a lent slot; STRATA_PROMPT_LOAN=0 makes none.
+TEST_P(MoeScheduleSlots, PromptLoansChangeNoBit) {
+    const std::string path = model_path(GetParam());
+    auto in_place = make_cpu_engine(path, long_config());
+    const std::vector<float> ref = run_long(*in_place);
+    const int64_t n_expert = in_place->hparams().n_expert, k = in_place->hparams().n_expert_used;
+    int64_t n_moe = 0;
+    for (int64_t il = 0; il < in_place->hparams().n_layer; il++) n_moe += in_place->model().layers[size_t(il)].gate_inp.present();
+    const int64_t total = n_moe * n_expert;
+    // the slot size, to plan a loan of three slots (the host backend's scratch is its own; the plan only sizes it)
+    size_t slot_bytes = 0;
+    {
+        EngineConfig c = long_config();
+        c.expert_slots = total - 1;
+        slot_bytes = Engine(load_model(path), std::make_unique<HostSlotBackend>(uint64_t(1) << 34), c).plan().slot_bytes;
+    }
+    ASSERT_GT(slot_bytes, 0u);
+    for (const char *loan : {"1", "0"})
+        for (SlotPolicy policy : {SlotPolicy::Lru, SlotPolicy::Lfu})
+            for (const char *refill : {"before", "last"})
+                for (const char *schedule : {"routed", "full"}) {
+                    ::setenv("STRATA_PROMPT_LOAN", loan, 1);
+                    ::setenv("STRATA_LOAN_REFILL", refill, 1);
+                    ::setenv("STRATA_PREFILL_SCHEDULE", schedule, 1);
+                    auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
+                    HostSlotBackend *hb = be.get();
+                    EngineConfig c = long_config();
+                    c.expert_slots = std::max<int64_t>(k + 4, total / 2);
+                    c.loan_floor_slots = k + 1;
+                    c.scratch_bytes = 3 * slot_bytes;
+                    c.expert_cache_policy = policy;
+                    Engine e(load_model(path), std::move(be), c);
+                    const std::string what = std::string("loan ") + loan + ", " + slot_policy_name(policy) +
+                                             ", refill " + refill + ", " + schedule + ": " + e.plan().check_line;
+                    const std::vector<float> got = run_long(e);
+                    ASSERT_EQ(got.size(), ref.size());
+                    EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
+                    const ExpertCacheStats st = e.expert_stats();
+                    if (loan[0] == '1') {
+                        EXPECT_EQ(e.plan().loan_slots, 3) << what;
+                        EXPECT_EQ(e.plan().resident_chunk_tokens, k_loan_resident_chunk) << what;
+                        EXPECT_EQ(st.loans, 2u) << what;
+                        EXPECT_EQ(hb->loans(), 2u) << what;
+                    } else {
+                        EXPECT_EQ(e.plan().loan_slots, 0) << what;
+                        EXPECT_EQ(hb->loans(), 0u) << what;
+                    }
+                }
+    ::unsetenv("STRATA_PROMPT_LOAN");
+    ::unsetenv("STRATA_LOAN_REFILL");
     ::unsetenv("STRATA_PREFILL_SCHEDULE");
 }
 

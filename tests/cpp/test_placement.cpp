@@ -18,6 +18,7 @@
 #include "strata/memory_strata.h"
 #include "strata/moe_schedule.h"
 #include "strata/placement_plan.h"
+#include "synth/synth.h"
 #include "synth_cache.h"
 
 using namespace strata;
@@ -506,4 +507,137 @@ TEST(ExpertSlotTable, PinnedSlotsAreNoVictims) {
     fills.clear();
     t.acquire(0, last, 1, &s7, false, fills);
     EXPECT_EQ(s7, s6);
+}
+
+// A prompt loan takes the top slots out of the cache under either policy: their experts are forgotten (and named),
+// no request gets one while lent, and they come back empty, the first to be filled.
+TEST(ExpertSlotTable, LentSlotsLeaveTheCacheAndComeBackEmpty) {
+    for (SlotPolicy policy : {SlotPolicy::Lru, SlotPolicy::Lfu}) {
+        ExpertSlotTable t({8, 8}, {100, 100}, 6, policy, 0);
+        std::vector<SlotFill> fills;
+        int32_t s[6];
+        const int32_t all[6] = {0, 1, 2, 3, 4, 5};
+        t.acquire(0, all, 6, s, false, fills);
+        const std::vector<std::pair<int32_t, int32_t>> held = t.lend(2);
+        EXPECT_EQ(t.n_slots(), 4);
+        EXPECT_EQ(t.n_lent(), 2);
+        ASSERT_EQ(held.size(), 2u);
+        for (const auto &[il, e] : held) {
+            EXPECT_EQ(il, 0);
+            EXPECT_EQ(t.slot_of(0, e), -1);
+        }
+        // requests of another layer cycle through the four slots left, never a lent one
+        for (int round = 0; round < 3; round++)
+            for (int32_t e = 0; e < 8; e++) {
+                int32_t got;
+                fills.clear();
+                t.acquire(1, &e, 1, &got, false, fills);
+                EXPECT_LT(got, 4) << slot_policy_name(policy);
+            }
+        t.end_loan();
+        EXPECT_EQ(t.n_slots(), 6);
+        EXPECT_EQ(t.n_lent(), 0);
+        // the returned slots are filled first, and only those
+        fills.clear();
+        EXPECT_TRUE(t.fill_empty(0, held[0].second, fills));
+        EXPECT_TRUE(t.fill_empty(0, held[1].second, fills));
+        ASSERT_EQ(fills.size(), 2u);
+        EXPECT_GE(std::min(fills[0].slot, fills[1].slot), 4);
+        EXPECT_NE(fills[0].slot, fills[1].slot);
+        int32_t other = 7;
+        while (t.slot_of(0, other) >= 0) other--;
+        EXPECT_FALSE(t.fill_empty(0, other, fills)) << "no empty slot is left";
+        EXPECT_EQ(fills.size(), 2u);
+    }
+}
+
+namespace {
+
+// The tensors of a preset's shapes without a file: every layer's routed experts (Q4_K) and one dense Q8_0 matrix a
+// layer of about its attention's size, plus the embeddings; pointers distinct, never read.
+struct FakeWeights {
+    std::vector<Weight> w;
+    WeightSet ws;
+    HParams hp;
+    CacheShape caches;
+};
+std::unique_ptr<FakeWeights> fake_weights(const std::string &preset) {
+    auto f = std::make_unique<FakeWeights>();
+    f->hp = synth_hparams(preset);
+    const HParams &hp = f->hp;
+    const int64_t E = hp.n_embd, F = hp.n_ff_exp, L = hp.n_layer;
+    f->w.reserve(size_t(4 * L + 2));
+    static uint8_t base[1];
+    auto add = [&](DType t, int64_t k, int64_t n, int64_t ne2) -> Weight * {
+        Weight x;
+        x.name = "fake";
+        x.type = t;
+        x.ne[0] = k, x.ne[1] = n, x.ne[2] = ne2;
+        x.row_bytes = size_t(k / dtype_info(t).block_size) * dtype_info(t).block_bytes;
+        x.expert_stride = x.matrix_bytes();
+        x.host = base + f->w.size();  // distinct, never read
+        f->w.push_back(x);
+        return &f->w.back();
+    };
+    f->ws.matrices.push_back(add(DType::Q8_0, E, hp.n_vocab, 1));
+    f->ws.matrices.push_back(add(DType::Q8_0, E, hp.n_vocab, 1));
+    f->ws.experts.resize(size_t(L));
+    for (int64_t il = 0; il < L; il++) {
+        f->ws.matrices.push_back(add(DType::Q8_0, E, 4 * E, 1));
+        ExpertWeights &x = f->ws.experts[size_t(il)];
+        x.il = il;
+        x.gate = add(DType::Q4_K, E, F, hp.n_expert);
+        x.up = add(DType::Q4_K, E, F, hp.n_expert);
+        x.down = add(DType::Q4_K, F, E, hp.n_expert);
+    }
+    f->caches = cache_shape(hp, 1, 32768, KvType::F16);
+    return f;
+}
+
+}  // namespace
+
+// Prompt loans on the real presets' shapes under a 12 GiB budget: the resident scratch is for 512-token passes,
+// bigger passes borrow the top slots, the cache keeps its floor, the loan holds the chunk's scratch, and a chunk no
+// loan can hold shrinks to the largest that fits. Without loans (the switch) the whole chunk's scratch is resident.
+TEST(PlacementPlan, PromptLoansLendSlotsToBigPasses) {
+    for (const char *preset : {"qwen3-30b-a3b", "qwen3-next-80b-a3b"}) {
+        const auto f = fake_weights(preset);
+        const DeviceFacts d = device(140 * GiB);
+        for (int64_t chunk : {int64_t(512), int64_t(4096), int64_t(16384), int64_t(32768)}) {
+            PlanOptions o;
+            o.vram_budget = 12 * GiB;
+            o.chunk_tokens = chunk;
+            const Placement p = plan_placement(f->ws, f->hp, f->caches, d, o);
+            SCOPED_TRACE(std::string(preset) + ", chunk " + std::to_string(chunk) + ": " + p.check_line);
+            std::printf("%s chunk %lld: %s\n", preset, (long long)chunk, p.check_line.c_str());
+            EXPECT_FALSE(p.all_resident());
+            EXPECT_EQ(p.resident_chunk_tokens, std::min<int64_t>(chunk, k_loan_resident_chunk));
+            EXPECT_EQ(p.scratch_bytes, (scratch_estimate(f->hp, p.resident_chunk_tokens) + 255) / 256 * 256);
+            if (chunk <= k_loan_resident_chunk) {
+                EXPECT_EQ(p.loan_slots, 0);
+                continue;
+            }
+            ASSERT_GT(p.loan_slots, 0);
+            EXPECT_LE(p.chunk_tokens, chunk);
+            EXPECT_GT(p.chunk_tokens, k_loan_resident_chunk);
+            EXPECT_GE(uint64_t(p.loan_slots) * p.slot_bytes, scratch_estimate(f->hp, p.chunk_tokens));
+            EXPECT_GE(p.n_slots - p.loan_slots, k_loan_floor_layers * f->hp.n_expert);
+            if (p.chunk_tokens < chunk) {  // the next size up would not have fitted
+                EXPECT_GT(scratch_estimate(f->hp, p.chunk_tokens + 256),
+                          uint64_t(p.n_slots - k_loan_floor_layers * f->hp.n_expert) * p.slot_bytes);
+                EXPECT_NE(p.check_line.find("not the " + std::to_string(chunk) + " asked"), std::string::npos);
+            }
+            EXPECT_NE(p.check_line.find("prompt loan"), std::string::npos);
+            // the switch off: the chunk's scratch resident, fewer slots
+            o.prompt_loan = false;
+            try {
+                const Placement q = plan_placement(f->ws, f->hp, f->caches, d, o);
+                EXPECT_EQ(q.loan_slots, 0);
+                EXPECT_EQ(q.chunk_tokens, chunk);
+                EXPECT_LT(q.n_slots, p.n_slots);
+            } catch (const Error &) {  // the chunk's scratch alone is more than the budget
+                EXPECT_GE(scratch_estimate(f->hp, chunk), 8 * GiB);
+            }
+        }
+    }
 }

@@ -637,6 +637,66 @@ TEST(CudaEngineLongPass, MoreTokenExpertPairsThanAGridRow) {
     EXPECT_EQ(std::memcmp(slotted.data(), whole.data(), whole.size() * 4), 0) << "4 expert slots";
 }
 
+// Prompt loans (placement.h) on a model whose experts are large beside a pass's activations: passes of up to 2048
+// tokens run on borrowed slots with no allocation past the plan, the bits of every expert resident (the same
+// packing), loans on and off (STRATA_PROMPT_LOAN=0), both refills, the routed and the full schedule.
+TEST(CudaEngineLoan, PromptLoansChangeNoBitAndAllocateNothing) {
+    const std::string path = model_path("small-qwen3next", DType::Q4_K, DType::Q8_0);
+    std::vector<int32_t> prompt = prompt_tokens(1500, 3);
+    auto config = [&](int64_t slots) {
+        EngineConfig cfg;
+        cfg.n_threads = 2;
+        cfg.n_ctx = 4096;
+        cfg.n_batch = 2048;
+        cfg.expert_slots = slots;
+        cfg.loan_floor_slots = 16;
+        return cfg;
+    };
+    auto run = [&](Engine &e) {
+        const int32_t s = e.new_sequence();
+        std::vector<std::vector<float>> l;
+        e.decode({{s, prompt, true}}, l);
+        std::vector<float> out = l[0];
+        for (int i = 0; i < 4; i++) {
+            e.decode({{s, {int32_t((i * 13 + 3) % 250)}, false}}, l);
+            out.insert(out.end(), l[0].begin(), l[0].end());
+        }
+        e.decode({{s, std::vector<int32_t>(prompt.begin(), prompt.begin() + 700), true}}, l);
+        out.insert(out.end(), l[0].begin(), l[0].end());
+        return out;
+    };
+    auto all = make_cuda_engine(path, config(0));
+    const int64_t total = all->expert_stats().n_experts;
+    const std::vector<float> ref = run(*all);
+    for (const char *loan : {"1", "0"})
+        for (const char *refill : {"before", "last"})
+            for (const char *schedule : {"routed", "full"}) {
+                if (loan[0] == '0' && std::strcmp(refill, "last") == 0) continue;
+                ::setenv("STRATA_PROMPT_LOAN", loan, 1);
+                ::setenv("STRATA_LOAN_REFILL", refill, 1);
+                ::setenv("STRATA_PREFILL_SCHEDULE", schedule, 1);
+                auto e = make_cuda_engine(path, config(total / 2));
+                const std::string what = std::string("loan ") + loan + ", refill " + refill + ", " + schedule +
+                                         ": " + e->plan().check_line;
+                const std::vector<float> got = run(*e);
+                ::unsetenv("STRATA_PROMPT_LOAN");
+                ::unsetenv("STRATA_LOAN_REFILL");
+                ::unsetenv("STRATA_PREFILL_SCHEDULE");
+                ASSERT_EQ(got.size(), ref.size()) << what;
+                EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
+                EXPECT_EQ(e->backend().scratch_overflows(), 0u) << what;
+                EXPECT_EQ(e->plan().chunk_tokens, 2048) << what;
+                const ExpertCacheStats st = e->expert_stats();
+                EXPECT_GT(st.expert_cache_misses, 0u) << what;
+                if (loan[0] == '1') {
+                    EXPECT_GT(e->plan().loan_slots, 0) << what;
+                    EXPECT_EQ(st.loans, 2u) << what;
+                } else {
+                    EXPECT_EQ(st.loans, 0u) << what;
+                }
+            }
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiny, CudaEngine,
                          ::testing::Values(Case{"tiny-qwen3moe", DType::F32, DType::F32},
                                            Case{"tiny-qwen3next", DType::F32, DType::F32},

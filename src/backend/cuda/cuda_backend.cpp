@@ -107,6 +107,7 @@ CudaBackend::~CudaBackend() {
     for (cudaEvent_t e : read_done_)
         if (e) cudaEventDestroy(e);
     if (fill_done_) cudaEventDestroy(fill_done_);
+    if (loan_done_) cudaEventDestroy(loan_done_);
     for (cudaEvent_t e : fill_events_)
         if (e) cudaEventDestroy(e);
     for (cudaEvent_t e : marks_)
@@ -151,6 +152,11 @@ DeviceFacts CudaBackend::device_facts() {
     f.runtime_bytes = f.runtime_estimated ? k_runtime_estimate : *process - tracked;
     f.host_available_bytes = host_available_bytes();
     f.align = k_align;
+    for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
+                    DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ2_XXS, DType::IQ2_XS, DType::IQ3_XXS,
+                    DType::IQ1_S, DType::IQ4_NL, DType::IQ3_S, DType::IQ2_S, DType::IQ4_XS, DType::IQ1_M,
+                    DType::TQ1_0, DType::TQ2_0, DType::MXFP4})
+        if (expert_input_int8(t)) f.int8_expert_input_types.push_back(t);
     return f;
 }
 
@@ -241,6 +247,7 @@ void *CudaBackend::scratch_bytes(size_t bytes) {
     // Past the planned arena: one more chunk (reset_scratch folds the chunks into one).
     const size_t size = std::max(bytes, size_t(64) << 20);
     chunks_.push_back({static_cast<uint8_t *>(dev_alloc(size, "scratch")), size});
+    scratch_overflows_++;
     graph_gen_++;
     cur_chunk_ = chunks_.size() - 1;
     cur_off_ = bytes;
@@ -257,11 +264,13 @@ void CudaBackend::reset_scratch() {
     expert_input_ = {};              // in the scratch being reset
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
     prof_.step();
-    if (chunks_.size() > 1) {
+    // Chunks added past the plan are folded into one (a loan's borrowed chunk stays first, as it is).
+    const size_t own0 = !chunks_.empty() && chunks_.front().borrowed ? 1 : 0;
+    if (chunks_.size() > own0 + 1) {
         size_t total = 0;
-        for (const Chunk &c : chunks_) total += c.size;
-        for (const Chunk &c : chunks_) dev_free(c.ptr);
-        chunks_.clear();
+        for (size_t i = own0; i < chunks_.size(); i++) total += chunks_[i].size;
+        for (size_t i = own0; i < chunks_.size(); i++) dev_free(chunks_[i].ptr);
+        chunks_.resize(own0);
         graph_gen_++;
         chunks_.push_back({static_cast<uint8_t *>(dev_alloc(total, "scratch")), total});
     }
@@ -273,6 +282,32 @@ void CudaBackend::reset_scratch() {
     seq_pos_dev_ = nullptr;
     tiles_key_.clear();
     tiles_dev_ = nullptr;
+}
+
+// A prompt loan (backend.h): slots [first, first + n) are one allocation (make_slots keeps the plan's lendable
+// slots together), put first in the scratch list. Compute waits for every fill issued so far (a fill may still be
+// writing one of them); every earlier read of them is on the compute stream, before the pass that writes them.
+void CudaBackend::begin_loan(int32_t first, int32_t n) {
+    STRATA_ASSERT(n > 0 && first >= 0 && size_t(first) + size_t(n) <= slots_.size());
+    STRATA_ASSERT(chunks_.empty() || !chunks_.front().borrowed);
+    for (int32_t i = 1; i < n; i++)
+        STRATA_ASSERT(slots_[size_t(first + i)] == slots_[size_t(first)] + size_t(i) * slot_bytes_);
+    wait_for_fills();
+    reset_scratch();
+    chunks_.insert(chunks_.begin(), Chunk{slots_[size_t(first)], size_t(n) * slot_bytes_, true});
+    graph_gen_++;
+}
+
+// The loan's end: the copy stream waits for the compute that used the borrowed slots as scratch before any fill
+// (the slot table hands them out empty from here on).
+void CudaBackend::end_loan() {
+    if (chunks_.empty() || !chunks_.front().borrowed) return;
+    if (!loan_done_) STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&loan_done_, cudaEventDisableTiming));
+    STRATA_CUDA_CHECK(cudaEventRecord(loan_done_, stream_));
+    STRATA_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, loan_done_, 0));
+    chunks_.erase(chunks_.begin());
+    graph_gen_++;
+    reset_scratch();
 }
 
 void CudaBackend::scratch_release(ScratchMark m) {

@@ -51,6 +51,9 @@ class CudaBackend final : public Backend {
     Act alloc(int64_t rows, int64_t cols) override;
     int32_t *alloc_i32(int64_t n) override { return scratch_array<int32_t>(n); }
     void reset_scratch() override;
+    void begin_loan(int32_t first, int32_t n) override;
+    void end_loan() override;
+    uint64_t scratch_overflows() const override { return scratch_overflows_; }
     ScratchMark scratch_mark() override { return {cur_chunk_, cur_off_}; }
     void scratch_release(ScratchMark m) override;
     void download(const Act &src, float *host) override;
@@ -94,7 +97,9 @@ class CudaBackend final : public Backend {
     ExpertSrc expert_slot(const ExpertWeights &w, int32_t slot) const override;
     void fill_slots(const ExpertWeights &w, const std::vector<SlotFill> &fills, bool ahead) override;
     void set_resident_experts(const ExpertWeights &w, const std::vector<int32_t> &slot_of) override;
-    void gather_expert_input(const ExpertWeights &w, Act x, const std::vector<int64_t> &rows, Act xs) override;
+    Act gather_expert_input(const ExpertWeights &w, Act x, const std::vector<int64_t> &rows) override;
+    // Experts of type t (gate and up) have their input rows gathered in int8 only (DeviceFacts).
+    bool expert_input_int8(DType t) const;
     void expert_ffn(const ExpertWeights &w, Act xs, const std::vector<ExpertGroup> &groups, Act ys) override;
     bool device_routing_applies(const ExpertWeights &w, int64_t n_tokens) const override;
     void experts_device_routed(const ExpertWeights &w, Act x, int64_t k, const int32_t *ids, const float *weights,
@@ -125,6 +130,7 @@ class CudaBackend final : public Backend {
     struct Chunk {
         uint8_t *ptr;
         size_t size;
+        bool borrowed = false;  // a prompt loan's slots (first in the list while it lasts; never freed here)
     };
     struct Mark {
         size_t chunk, offset;
@@ -177,7 +183,8 @@ class CudaBackend final : public Backend {
     // STRATA_CUDA_EXPERT_Q8_GATHER=0 (read when the backend is made): the experts' input rows gathered as floats and
     // quantized in each expert_ffn instead.
     bool q8_gather_ = true;
-    // gather_expert_input's rows kept quantized: xs (never written) stands for them in expert_ffn of that layer.
+    // gather_expert_input's rows kept quantized: xs (its int8 rows, no floats) stands for them in expert_ffn of that
+    // layer.
     struct ExpertInput {
         const float *xs = nullptr;
         int64_t il = -1, rows = 0, k = 0;
@@ -224,6 +231,8 @@ class CudaBackend final : public Backend {
 
     std::vector<Chunk> chunks_;
     size_t cur_chunk_ = 0, cur_off_ = 0;
+    uint64_t scratch_overflows_ = 0;  // allocations past the plan's scratch (a new chunk each)
+    cudaEvent_t loan_done_ = nullptr;  // recorded on the compute stream when a loan ends (the copy stream waits)
 
     uint8_t *stage_ = nullptr;  // pinned host staging for uploads
     size_t stage_size_ = 0, stage_used_ = 0;

@@ -254,22 +254,24 @@ void CudaBackend::upload_i32(const int32_t *host, int64_t n, int32_t *dst) {
 // rows are quantized once (launch_quantize_act: row by row, so a gathered row gets the bits its token's row gets)
 // and the int8 rows gathered, instead of gathering k float rows per token and quantizing them again in each
 // expert_ffn. xs is left unwritten: every kernel expert_ffn runs on it reads the int8 form.
-void CudaBackend::gather_expert_input(const ExpertWeights &w, Act x, const std::vector<int64_t> &rows, Act xs) {
+bool CudaBackend::expert_input_int8(DType t) const {
+    return q8_gather_ && mmvq_enabled() && mmq_enabled() && mmvq_supported(t) && mmq_supported(t) &&
+           dot_act_type(t) != DType::F32;
+}
+
+Act CudaBackend::gather_expert_input(const ExpertWeights &w, Act x, const std::vector<int64_t> &rows) {
     expert_input_ = {};
     const int64_t E = x.cols, M = int64_t(rows.size());
     const DType vt = dot_act_type(w.gate->type);
-    auto int8_everywhere = [&](const Weight &m) {
-        return mmvq_enabled() && mmq_enabled() && mmvq_supported(m.type) && mmq_supported(m.type) &&
-               dot_act_type(m.type) == vt;
-    };
-    const bool q8 = q8_gather_ && vt != DType::F32 && E % 32 == 0 && E % dtype_info(vt).block_size == 0 &&
-                    int8_everywhere(*w.gate) && int8_everywhere(*w.up) && M > 0;
+    const bool q8 = vt != DType::F32 && E % 32 == 0 && E % dtype_info(vt).block_size == 0 &&
+                    expert_input_int8(w.gate->type) && expert_input_int8(w.up->type) &&
+                    dot_act_type(w.up->type) == vt && M > 0;
     if (!q8) {
+        Act xs = alloc(M, E);
         gather_rows(x, rows, xs);
-        return;
+        return xs;
     }
     STRATA_CUDA_OP("gather_rows");
-    STRATA_ASSERT(xs.rows == M && xs.cols == E);
     std::vector<int32_t> r32(rows.size());
     for (size_t i = 0; i < rows.size(); i++) {
         STRATA_ASSERT(rows[i] >= 0 && rows[i] < x.rows);
@@ -281,7 +283,11 @@ void CudaBackend::gather_expert_input(const ExpertWeights &w, Act x, const std::
     int8_t *q = scratch_array<int8_t>(M * E);
     float2 *ds = scratch_array<float2>(M * (E / 32));
     launch_gather_q8(xq, xds, E, static_cast<const int32_t *>(upload(r32.data(), r32.size() * 4)), M, q, ds, stream_);
+    // No float rows: the Act names the int8 rows (its data their start; E bytes a row are E / 4 floats), and
+    // expert_ffn reads only those.
+    const Act xs{reinterpret_cast<float *>(q), M, E, E / 4};
     expert_input_ = {xs.data, w.il, M, E, vt, q, ds};
+    return xs;
 }
 
 // Each expert's rows as one group, through the mat-vec kernel when it has at most k_mmv_max_rows of them: gate and
@@ -305,17 +311,19 @@ void CudaBackend::expert_ffn(const ExpertWeights &w, Act xs, const std::vector<E
     const Mark m = mark();
     Act g = alloc(r1 - r0, n_ff), u = alloc(r1 - r0, n_ff);
     PreparedAct px;
-    const Act xv = xs.rows_view(r0, r1 - r0);
-    px.src = xv.data;
-    px.rows = xv.rows;
+    px.rows = r1 - r0;
     px.k = E;
-    px.stride = xv.stride;
     const ExpertInput &in = expert_input_;
     if (in.xs && in.xs == xs.data && in.il == w.il && in.rows == xs.rows && in.k == E) {
-        // the rows gather_expert_input kept quantized (its conditions make every gate and up kernel read them)
+        // the rows gather_expert_input kept quantized (its conditions make every gate and up kernel read them;
+        // there are no float rows)
         px.q8_type = in.type;
         px.q8 = in.q8 + r0 * E;
         px.q8_ds = in.ds + r0 * (E / 32);
+    } else {
+        const Act xv = xs.rows_view(r0, r1 - r0);
+        px.src = xv.data;
+        px.stride = xv.stride;
     }
     const std::string gname(w.gate->name), uname(w.up->name), dname(w.down->name);
     const WeightShape gw{w.gate->type, E, n_ff, w.gate->row_bytes, gname.c_str()};
