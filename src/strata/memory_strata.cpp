@@ -84,6 +84,7 @@ MemoryStrata::MemoryStrata(Backend &be, Model &m, const StrataOptions &o) : be_(
 void MemoryStrata::begin_loan() {
     if (lent_ || plan_.loan_slots <= 0 || !slots_) return;
     const int64_t n = plan_.loan_slots, first = slots_->n_slots() - n;
+    schedule_->release_pins();
     loan_held_ = slots_->lend(n);
     try {
         be_.begin_loan(int32_t(first), int32_t(n));

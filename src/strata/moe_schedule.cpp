@@ -127,6 +127,15 @@ void MoeSchedule::score_prediction(int64_t il, const std::vector<int32_t> &ids, 
     pred_layer_ = -1;
 }
 
+void MoeSchedule::release_pins() {
+    if (!slots_) return;
+    for (int32_t s : next_pinned_) slots_->pin(s, false);
+    for (int32_t s : pinned_) slots_->pin(s, false);
+    next_pinned_.clear();
+    pinned_.clear();
+    pred_layer_ = -1;
+}
+
 void MoeSchedule::predict_next(int64_t il, Act x, const MoeParams &p) {
     const int64_t T = x.rows, k = p.n_expert_used;
     int64_t nl = il + 1;

@@ -108,6 +108,8 @@ class MoeSchedule final : public ExpertRunner {
         pass_ = last_layer_ = -1;
     }
     bool reads_back() const override { return observer_ != nullptr || override_.active() || prefetch_on_; }
+    // Unpins what was filled ahead for a layer not yet run (a pass that threw leaves such pins behind).
+    void release_pins();
     // Per layer index, each expert's rows in the last prefill-sized pass that grouped on the host (empty: none yet).
     const std::vector<std::vector<int32_t>> &last_rows() const { return last_rows_; }
 
