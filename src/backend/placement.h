@@ -106,7 +106,6 @@ struct Placement {
     // for the call and refilled after (loan_slots 0: no loans, scratch_bytes is for chunk_tokens).
     int64_t resident_chunk_tokens = 0;
     int64_t loan_slots = 0;
-    int64_t requested_chunk_tokens = 0;  // what was asked for (chunk_tokens is less where no loan could hold it)
     int64_t download_cols = 0;      // the widest rows a pass downloads (the logits)
     // Pinned host memory for one pass's small uploads (routing groups and rows, tiles, positions), so that a prompt
     // chunk never waits for its own earlier copies or grows the buffer mid-pass.

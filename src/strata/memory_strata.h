@@ -65,8 +65,6 @@ class MemoryStrata {
     // loan (begin_loan: or one is on already).
     void begin_loan();
     void end_loan();
-    bool loan_on() const { return lent_; }
-    uint64_t loans() const { return loans_; }
 
   private:
     Placement plan_;

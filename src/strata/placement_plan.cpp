@@ -133,7 +133,7 @@ Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShap
     auto scratch_for = [&](int64_t chunk) {
         return uint64_t(align_up(opt.scratch_bytes ? opt.scratch_bytes : scratch_estimate(hp, chunk, int8_rows), a));
     };
-    p.requested_chunk_tokens = p.resident_chunk_tokens = opt.chunk_tokens;
+    p.resident_chunk_tokens = opt.chunk_tokens;
     p.scratch_bytes = scratch_for(opt.chunk_tokens);
     // The pass tables (rows' sequences and positions, attention tiles) and the small rest: i-quant and rope tables,
     // expert tables, rounding.
