@@ -3,6 +3,7 @@
 // computed above this layer, by a pure function (strata/placement_plan.h); a backend only carries it out.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -106,6 +107,14 @@ struct Placement {
     // for the call and refilled after (loan_slots 0: no loans, scratch_bytes is for chunk_tokens).
     int64_t resident_chunk_tokens = 0;
     int64_t loan_slots = 0;
+    // What a pass of fewer tokens borrows: loan_steps[i] slots for passes of up to (i + 1) * 256 tokens (the
+    // scratch such a pass needs), so that a shorter prompt leaves more of the cache in place.
+    std::vector<int64_t> loan_steps;
+    int64_t loan_slots_for(int64_t tokens) const {
+        if (loan_slots <= 0 || tokens <= resident_chunk_tokens) return 0;
+        const size_t i = size_t((tokens + 255) / 256 - 1);
+        return i < loan_steps.size() ? std::min(loan_steps[i], loan_slots) : loan_slots;
+    }
     int64_t download_cols = 0;      // the widest rows a pass downloads (the logits)
     // Pinned host memory for one pass's small uploads (routing groups and rows, tiles, positions), so that a prompt
     // chunk never waits for its own earlier copies or grows the buffer mid-pass.

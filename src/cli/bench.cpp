@@ -516,9 +516,11 @@ Run add_bench(CLI::App &app) {
         print_cache_summary(results, backend);
         const ExpertCacheStats st = eng->expert_stats();
         if (st.loans)
-            std::printf("\nprompt loans: %llu, each %lld expert slots lent as scratch to passes of %lld-%lld tokens\n",
-                        (unsigned long long)st.loans, (long long)st.loan_slots,
-                        (long long)eng->plan().resident_chunk_tokens + 1, (long long)eng->plan().chunk_tokens);
+            std::printf(
+                "\nprompt loans: %llu, %.0f expert slots lent on average (at most %lld) as scratch to passes of "
+                "%lld-%lld tokens\n",
+                (unsigned long long)st.loans, double(st.loaned_slots) / double(st.loans), (long long)st.loan_slots,
+                (long long)eng->plan().resident_chunk_tokens + 1, (long long)eng->plan().chunk_tokens);
         if (const uint64_t n = eng->backend().scratch_overflows())
             std::printf("\nscratch outgrew the plan %llu times (each an allocation during a pass)\n",
                         (unsigned long long)n);

@@ -223,7 +223,8 @@ void Engine::decode(const std::vector<SeqInput> &inputs, std::vector<std::vector
         if (out_rows.size() <= 16 && pass_logits_.size() < out_floats) pass_logits_.resize(out_floats);
         if (out_rows.size() > 16) many.resize(out_floats);
         float *out = out_rows.size() <= 16 ? pass_logits_.data() : many.data();
-        if (b.n_tokens > plan.resident_chunk_tokens) strata_->begin_loan();
+        // the first pass is the call's largest: every one but the last has pass_max tokens
+        if (b.n_tokens > plan.resident_chunk_tokens) strata_->begin_loan(b.n_tokens);
         try {
             forward(*model_, *backend_, strata_->moe(), tokens.data(), b, out_rows, out, tracer_);
         } catch (...) {

@@ -29,6 +29,7 @@ MemoryStrata::MemoryStrata(Backend &be, Model &m, const StrataOptions &o) : be_(
         else if (std::strcmp(r, "before") != 0)
             fail("STRATA_LOAN_REFILL=%s: expected before or last", r);
     }
+    loan_sized_ = env_switch("STRATA_LOAN_SIZED", true);
     const CacheShape caches = cache_shape(m.hp, o.n_seqs, o.n_ctx, o.kv_type);
     const DeviceFacts dev = be.device_facts();
     plan_ = plan_placement(ws, m.hp, caches, dev, o.plan);
@@ -81,9 +82,13 @@ MemoryStrata::MemoryStrata(Backend &be, Model &m, const StrataOptions &o) : be_(
     }
 }
 
-void MemoryStrata::begin_loan() {
-    if (lent_ || plan_.loan_slots <= 0 || !slots_) return;
-    const int64_t n = plan_.loan_slots, first = slots_->n_slots() - n;
+void MemoryStrata::begin_loan(int64_t tokens) {
+    if (lent_ || !slots_) return;
+    const int64_t n = loan_sized_                            ? plan_.loan_slots_for(tokens)
+                      : tokens > plan_.resident_chunk_tokens ? plan_.loan_slots
+                                                             : 0;
+    const int64_t first = slots_->n_slots() - n;
+    if (n <= 0) return;
     schedule_->release_pins();
     loan_held_ = slots_->lend(n);
     try {
@@ -93,7 +98,9 @@ void MemoryStrata::begin_loan() {
         throw;
     }
     lent_ = true;
+    lent_n_ = n;
     loans_++;
+    loaned_slots_ += uint64_t(n);
 }
 
 void MemoryStrata::end_loan() {
@@ -116,7 +123,7 @@ void MemoryStrata::end_loan() {
     }
     loan_held_.clear();
     std::map<int32_t, std::vector<SlotFill>> fills;  // by layer
-    int64_t left = plan_.loan_slots;
+    int64_t left = lent_n_;
     for (const auto &[il, e] : want) {
         if (left == 0) break;
         if (slots_->slot_of(il, e) >= 0) continue;
@@ -139,6 +146,7 @@ ExpertCacheStats MemoryStrata::stats() const {
     s.n_slots = plan_.n_slots;
     s.loans = loans_;
     s.loan_slots = plan_.loan_slots;
+    s.loaned_slots = loaned_slots_;
     s.n_experts = plan_.n_experts_total;
     if (slots_) {
         s.expert_cache_hits = slots_->stats().hits;

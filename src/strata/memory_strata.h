@@ -20,8 +20,8 @@ struct StrataOptions {
     int32_t n_seqs = 1;
     int64_t n_ctx = 4096;
     KvType kv_type = KvType::F16;
-    SlotPolicy slot_policy = SlotPolicy::Lru;  // the expert cache's replacement policy (expert_slots.h)
-    HybridOptions hybrid;                      // decoding's misses on the host (decode_hybrid.h)
+    SlotPolicy slot_policy = SlotPolicy::Lru;      // the expert cache's replacement policy (expert_slots.h)
+    HybridOptions hybrid;                          // decoding's misses on the host (decode_hybrid.h)
     std::function<void(const std::string &)> log;  // the check line (nullptr: quiet)
 };
 
@@ -40,8 +40,9 @@ struct ExpertCacheStats {
     HybridStats hybrid;
     bool hybrid_on = false;
     int hybrid_threads = 0;
-    uint64_t loans = 0;      // prompt loans made (placement.h)
-    int64_t loan_slots = 0;  // slots each one borrows
+    uint64_t loans = 0;         // prompt loans made (placement.h)
+    int64_t loan_slots = 0;     // the most slots one borrows
+    uint64_t loaned_slots = 0;  // slots they borrowed, summed
 };
 
 class MemoryStrata {
@@ -58,12 +59,13 @@ class MemoryStrata {
     const ExpertSlotTable *slots() const { return slots_.get(); }
 
     // Prompt loans (placement.h): passes of more than plan().resident_chunk_tokens tokens run between begin_loan()
-    // and end_loan(). begin_loan takes the plan's top loan_slots slots out of the cache (their experts forgotten)
-    // and gives their memory to the backend as scratch; end_loan gives them back and refills them, on the copy
+    // and end_loan(). begin_loan(tokens) takes the top plan().loan_slots_for(tokens) slots out of the cache (their
+    // experts forgotten; tokens: the call's largest pass; STRATA_LOAN_SIZED=0: plan().loan_slots whatever the
+    // pass) and gives their memory to the backend as scratch; end_loan gives them back and refills them, on the copy
     // stream, with STRATA_LOAN_REFILL's choice: "before" (default) what they held before the loan, "last" the
     // experts with the most rows in the last prompt pass that are not in a slot. Both do nothing where there is no
     // loan (begin_loan: or one is on already).
-    void begin_loan();
+    void begin_loan(int64_t tokens);
     void end_loan();
 
   private:
@@ -71,8 +73,10 @@ class MemoryStrata {
     Backend &be_;
     std::vector<ExpertWeights> experts_;
     bool lent_ = false;
-    uint64_t loans_ = 0;
-    bool refill_last_ = false;                              // STRATA_LOAN_REFILL=last
+    uint64_t loans_ = 0, loaned_slots_ = 0;
+    int64_t lent_n_ = 0;                                  // slots the loan on now borrowed
+    bool refill_last_ = false;                            // STRATA_LOAN_REFILL=last
+    bool loan_sized_ = true;                              // STRATA_LOAN_SIZED=0: every loan borrows plan().loan_slots
     std::vector<std::pair<int32_t, int32_t>> loan_held_;  // (layer, expert) the lent slots held
     std::unique_ptr<ExpertSlotTable> slots_;
     std::unique_ptr<MoeSchedule> schedule_;

@@ -177,7 +177,12 @@ Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShap
                 resident = res_small;
                 if (chunk > 0) {
                     p.chunk_tokens = chunk;
-                    p.loan_slots = int64_t((scratch_for(chunk) + p.slot_bytes - 1) / p.slot_bytes);
+                    auto slots_for = [&](int64_t t) {
+                        return int64_t((scratch_for(t) + p.slot_bytes - 1) / p.slot_bytes);
+                    };
+                    p.loan_slots = slots_for(chunk);
+                    for (int64_t t = 256; t < chunk; t += 256) p.loan_steps.push_back(slots_for(t));
+                    p.loan_steps.push_back(p.loan_slots);
                 }
             }
         } else if (n_full < min_slots) {  // the whole chunk's scratch does not fit at all: smaller chunks, no loan
@@ -252,7 +257,7 @@ Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShap
         format_bytes(p.scratch_bytes).c_str(), (long long)p.resident_chunk_tokens, runtime_note.c_str(),
         format_bytes(p.budget_total_bytes).c_str());
     if (p.loan_slots > 0)
-        p.check_line += strfmt("; prompt loan: passes of %lld-%lld tokens borrow %lld slots (%s)",
+        p.check_line += strfmt("; prompt loan: passes of %lld-%lld tokens borrow up to %lld slots (%s)",
                                (long long)p.resident_chunk_tokens + 1, (long long)p.chunk_tokens,
                                (long long)p.loan_slots, format_bytes(uint64_t(p.loan_slots) * p.slot_bytes).c_str());
     if (p.chunk_tokens < opt.chunk_tokens)

@@ -622,6 +622,21 @@ TEST(PlacementPlan, PromptLoansLendSlotsToBigPasses) {
             EXPECT_GT(p.chunk_tokens, k_loan_resident_chunk);
             EXPECT_GE(uint64_t(p.loan_slots) * p.slot_bytes, scratch_estimate(f->hp, p.chunk_tokens));
             EXPECT_GE(p.n_slots - p.loan_slots, k_loan_floor_layers * f->hp.n_expert);
+            // a shorter pass borrows what its own scratch needs: no more, never less, never more than the chunk's
+            EXPECT_EQ(p.loan_slots_for(k_loan_resident_chunk), 0);
+            EXPECT_EQ(p.loan_slots_for(p.chunk_tokens), p.loan_slots);
+            int64_t before = 0;
+            for (int64_t t = k_loan_resident_chunk + 1; t <= p.chunk_tokens; t += 97) {
+                const int64_t n = p.loan_slots_for(t);
+                EXPECT_GE(uint64_t(n) * p.slot_bytes, scratch_estimate(f->hp, t)) << t;
+                EXPECT_LT(uint64_t(n - 1) * p.slot_bytes, scratch_estimate(f->hp, (t + 255) / 256 * 256)) << t;
+                EXPECT_GE(n, before) << t;
+                EXPECT_LE(n, p.loan_slots) << t;
+                before = n;
+            }
+            if (p.chunk_tokens >= 4096) {
+                EXPECT_LT(p.loan_slots_for(1024), p.loan_slots);
+            }
             if (p.chunk_tokens < chunk) {  // the next size up would not have fitted
                 EXPECT_GT(scratch_estimate(f->hp, p.chunk_tokens + 256),
                           uint64_t(p.n_slots - k_loan_floor_layers * f->hp.n_expert) * p.slot_bytes);

@@ -639,7 +639,8 @@ TEST(CudaEngineLongPass, MoreTokenExpertPairsThanAGridRow) {
 
 // Prompt loans (placement.h) on a model whose experts are large beside a pass's activations: passes of up to 2048
 // tokens run on borrowed slots with no allocation past the plan, the bits of every expert resident (the same
-// packing), loans on and off (STRATA_PROMPT_LOAN=0), both refills, the routed and the full schedule.
+// packing), loans on and off (STRATA_PROMPT_LOAN=0), sized to the pass or not (STRATA_LOAN_SIZED=0), both refills,
+// the routed and the full schedule. The 700-token prompt borrows what its pass needs, the 1500-token one the most.
 TEST(CudaEngineLoan, PromptLoansChangeNoBitAndAllocateNothing) {
     const std::string path = model_path("small-qwen3next", DType::Q4_K, DType::Q8_0);
     std::vector<int32_t> prompt = prompt_tokens(1500, 3);
@@ -668,11 +669,13 @@ TEST(CudaEngineLoan, PromptLoansChangeNoBitAndAllocateNothing) {
     auto all = make_cuda_engine(path, config(0));
     const int64_t total = all->expert_stats().n_experts;
     const std::vector<float> ref = run(*all);
-    for (const char *loan : {"1", "0"})
+    for (const char *loan : {"1", "0", "unsized"})
         for (const char *refill : {"before", "last"})
             for (const char *schedule : {"routed", "full"}) {
-                if (loan[0] == '0' && std::strcmp(refill, "last") == 0) continue;
-                ::setenv("STRATA_PROMPT_LOAN", loan, 1);
+                if (loan[0] != '1' && std::strcmp(refill, "last") == 0) continue;
+                const bool sized = std::strcmp(loan, "unsized") != 0;
+                ::setenv("STRATA_PROMPT_LOAN", sized ? loan : "1", 1);
+                ::setenv("STRATA_LOAN_SIZED", sized ? "1" : "0", 1);
                 ::setenv("STRATA_LOAN_REFILL", refill, 1);
                 ::setenv("STRATA_PREFILL_SCHEDULE", schedule, 1);
                 auto e = make_cuda_engine(path, config(total / 2));
@@ -680,6 +683,7 @@ TEST(CudaEngineLoan, PromptLoansChangeNoBitAndAllocateNothing) {
                                          ": " + e->plan().check_line;
                 const std::vector<float> got = run(*e);
                 ::unsetenv("STRATA_PROMPT_LOAN");
+                ::unsetenv("STRATA_LOAN_SIZED");
                 ::unsetenv("STRATA_LOAN_REFILL");
                 ::unsetenv("STRATA_PREFILL_SCHEDULE");
                 ASSERT_EQ(got.size(), ref.size()) << what;
@@ -688,9 +692,13 @@ TEST(CudaEngineLoan, PromptLoansChangeNoBitAndAllocateNothing) {
                 EXPECT_EQ(e->plan().chunk_tokens, 2048) << what;
                 const ExpertCacheStats st = e->expert_stats();
                 EXPECT_GT(st.expert_cache_misses, 0u) << what;
-                if (loan[0] == '1') {
-                    EXPECT_GT(e->plan().loan_slots, 0) << what;
+                if (loan[0] != '0') {
+                    const Placement &p = e->plan();
+                    EXPECT_GT(p.loan_slots, 0) << what;
                     EXPECT_EQ(st.loans, 2u) << what;
+                    EXPECT_EQ(st.loaned_slots, uint64_t(sized ? p.loan_slots_for(1500) + p.loan_slots_for(700)
+                                                              : 2 * p.loan_slots))
+                        << what;
                 } else {
                     EXPECT_EQ(st.loans, 0u) << what;
                 }
