@@ -705,6 +705,45 @@ TEST(CudaEngineLoan, PromptLoansChangeNoBitAndAllocateNothing) {
             }
 }
 
+// Small uploads by a kernel reading the pinned staging buffer, or by the copy engine (STRATA_CUDA_UPLOAD_KERNEL=0):
+// the same bits, all experts resident and on half the slots (fills ahead on the copy stream), prompt passes and
+// decoding steps (replayed as graphs) alike.
+TEST(CudaEngineUploads, KernelOrCopyEngineGiveTheSameBits) {
+    const std::string path = model_path("small-qwen3next", DType::Q4_K, DType::Q8_0);
+    const std::vector<int32_t> prompt = prompt_tokens(1200, 5);
+    auto run = [&](const char *kernel, int64_t slots) {
+        ::setenv("STRATA_CUDA_UPLOAD_KERNEL", kernel, 1);
+        EngineConfig cfg;
+        cfg.n_threads = 2;
+        cfg.n_ctx = 2048;
+        cfg.n_batch = 1024;
+        cfg.expert_slots = slots;
+        auto e = make_cuda_engine(path, cfg);
+        ::unsetenv("STRATA_CUDA_UPLOAD_KERNEL");
+        const int32_t s = e->new_sequence();
+        std::vector<std::vector<float>> l;
+        e->decode({{s, prompt, true}}, l);
+        std::vector<float> out = l[0];
+        for (int i = 0; i < 6; i++) {
+            e->decode({{s, {int32_t((i * 29 + 11) % 250)}, false}}, l);
+            out.insert(out.end(), l[0].begin(), l[0].end());
+        }
+        if (slots > 0) EXPECT_GT(e->expert_stats().expert_cache_misses, 0u);
+        return out;
+    };
+    const std::vector<float> ref = run("0", 0);
+    EngineConfig small;
+    small.n_ctx = 64;
+    const int64_t total = make_cuda_engine(path, small)->expert_stats().n_experts;
+    for (const char *kernel : {"1", "0"})
+        for (int64_t slots : {int64_t(0), total / 2}) {
+            const std::vector<float> got = run(kernel, slots);
+            ASSERT_EQ(got.size(), ref.size());
+            EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0)
+                << "STRATA_CUDA_UPLOAD_KERNEL=" << kernel << ", " << slots << " slots";
+        }
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiny, CudaEngine,
                          ::testing::Values(Case{"tiny-qwen3moe", DType::F32, DType::F32},
                                            Case{"tiny-qwen3next", DType::F32, DType::F32},

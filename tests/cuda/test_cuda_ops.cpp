@@ -13,6 +13,7 @@
 #include "backend/host/mmvq_host.h"
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/dequant.cuh"
+#include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/moe.cuh"
 #include "core/fp16.h"
@@ -540,6 +541,40 @@ TEST(MmvqHost, ExpertOnTheHostIsTheKernels) {
         EXPECT_EQ(std::memcmp(yg.data(), yh.data(), size_t(E) * 4), 0)
             << dtype_name(mx.gu) << " gate and up, " << dtype_name(mx.down) << " down";
     }
+}
+
+// ---- uploads ---------------------------------------------------------------------------------------------------
+
+// The SMs' copy out of mapped pinned memory: every byte of every row where it belongs, nothing outside the rows
+// touched, for the 16-, 4- and 1-byte forms (offsets and sizes that allow each), one row or several with a pitch.
+TEST(CudaUpload, KernelCopyFromPinnedMemoryIsExact) {
+    constexpr size_t k_host = 1 << 16, k_dev = 1 << 17;
+    uint8_t *host = nullptr, *host_dev = nullptr;
+    CUDA_OK(cudaHostAlloc(reinterpret_cast<void **>(&host), k_host, cudaHostAllocMapped));
+    CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void **>(&host_dev), host, 0));
+    for (size_t i = 0; i < k_host; i++) host[i] = uint8_t(i * 131 + 7);
+    DevBuf dev(k_dev);
+    struct Case {
+        size_t src_off, dst_off, row, rows, pitch;
+    };
+    const Case cases[] = {{0, 0, 16, 1, 16},      {0, 0, 163840 / 4, 1, 163840 / 4}, {256, 512, 12288, 1, 12288},
+                          {4, 8, 7256, 1, 7256},  {3, 5, 17, 1, 17},                 {0, 0, 1, 1, 1},
+                          {0, 64, 4096, 7, 8192}, {16, 32, 48, 100, 112},            {4, 4, 12, 33, 20},
+                          {1, 2, 3, 9, 7}};
+    std::vector<uint8_t> got(k_dev), want(k_dev);
+    for (const Case &c : cases) {
+        CUDA_OK(cudaMemset(dev.p, 0xA5, k_dev));
+        cuda::launch_copy_from_host(dev.as<uint8_t>() + c.dst_off, c.pitch, host_dev + c.src_off, c.row, c.rows,
+                                    nullptr);
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaMemcpy(got.data(), dev.p, k_dev, cudaMemcpyDeviceToHost));
+        std::fill(want.begin(), want.end(), uint8_t(0xA5));
+        for (size_t r = 0; r < c.rows; r++)
+            std::memcpy(want.data() + c.dst_off + r * c.pitch, host + c.src_off + r * c.row, c.row);
+        EXPECT_EQ(got, want) << "source +" << c.src_off << ", destination +" << c.dst_off << ", " << c.rows << " x "
+                             << c.row << " bytes, pitch " << c.pitch;
+    }
+    CUDA_OK(cudaFreeHost(host));
 }
 
 // ---- norms, RoPE, elementwise -----------------------------------------------------------------------------------

@@ -12,6 +12,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dequant.cuh"
+#include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/driver_memory.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -84,8 +85,8 @@ CudaBackend::CudaBackend(const CudaOptions &o)
     // per-slot waits where a schedule fills ahead during passes (the streamed one is on unless its switch is 0)
     slot_waits_ = prefill_stream_ahead() > 0 || env_switch("STRATA_DECODE_PREFETCH", false);
     q8_gather_ = env_switch("STRATA_CUDA_EXPERT_Q8_GATHER", true);
-    stage_size_ = size_t(4) << 20;
-    STRATA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void **>(&stage_), stage_size_));
+    upload_kernel_ = env_switch("STRATA_CUDA_UPLOAD_KERNEL", true);
+    alloc_stage(size_t(4) << 20);
     iq_grids();
 }
 
@@ -328,11 +329,8 @@ uint8_t *CudaBackend::stage(const void *host, size_t bytes) {
         STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
         stage_used_ = 0;
         if (need > stage_size_) {
-            STRATA_CUDA_CHECK(cudaFreeHost(stage_));
-            stage_ = nullptr;
             graph_gen_++;
-            stage_size_ = std::max(need, 2 * stage_size_);
-            STRATA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void **>(&stage_), stage_size_));
+            alloc_stage(std::max(need, 2 * stage_size_));
         }
     }
     uint8_t *h = stage_ + stage_used_;
@@ -341,11 +339,28 @@ uint8_t *CudaBackend::stage(const void *host, size_t bytes) {
     return h;
 }
 
+void CudaBackend::alloc_stage(size_t bytes) {
+    if (stage_) STRATA_CUDA_CHECK(cudaFreeHost(stage_));
+    stage_ = stage_dev_ = nullptr;
+    stage_size_ = 0;
+    STRATA_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&stage_), bytes, cudaHostAllocMapped));
+    stage_size_ = bytes;
+    STRATA_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void **>(&stage_dev_), stage_, 0));
+}
+
+void CudaBackend::copy_up(void *dst, size_t pitch, const uint8_t *staged, size_t row, size_t rows) {
+    STRATA_ASSERT(staged >= stage_ && staged + row * rows <= stage_ + stage_size_);
+    if (upload_kernel_)
+        cuda::launch_copy_from_host(dst, pitch, stage_dev_ + (staged - stage_), row, rows, stream_);
+    else
+        STRATA_CUDA_CHECK(cudaMemcpy2DAsync(dst, pitch, staged, row, row, rows, cudaMemcpyHostToDevice, stream_));
+}
+
 void *CudaBackend::upload(const void *host, size_t bytes, UploadSrc src) {
     void *dev = scratch_bytes(bytes);
     uint8_t *h = stage(host, bytes);
     if (capturing_) note_upload(h, bytes, src);
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(dev, h, bytes, cudaMemcpyHostToDevice, stream_));
+    copy_up(dev, bytes, h, bytes, 1);
     return dev;
 }
 
@@ -354,8 +369,7 @@ void CudaBackend::upload_rows(const float *host, Act dst) {
     if (capturing_) fail("internal: an upload inside a recorded pass");
     const size_t row = size_t(dst.cols) * sizeof(float);
     const uint8_t *h = stage(host, row * size_t(dst.rows));
-    STRATA_CUDA_CHECK(cudaMemcpy2DAsync(dst.data, size_t(dst.stride) * sizeof(float), h, row, row, size_t(dst.rows),
-                                        cudaMemcpyHostToDevice, stream_));
+    copy_up(dst.data, size_t(dst.stride) * sizeof(float), h, row, size_t(dst.rows));
 }
 
 uint64_t CudaBackend::mark_device() {
@@ -387,7 +401,7 @@ void *CudaBackend::upload_pass(const void *host, size_t bytes, bool &in_scratch,
     std::memcpy(h, host, bytes);
     stage_used_ += need;
     if (capturing_) note_upload(h, bytes, src);
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(dev, h, bytes, cudaMemcpyHostToDevice, stream_));
+    copy_up(dev, bytes, h, bytes, 1);
     return dev;
 }
 
@@ -462,11 +476,7 @@ void CudaBackend::prepare(WeightSet &ws, const Placement &plan) {
     upload_weights(ws, plan);
     if (plan.stage_bytes > stage_size_) {  // room for a whole pass's uploads, so no chunk waits on its own copies
         STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
-        STRATA_CUDA_CHECK(cudaFreeHost(stage_));
-        stage_ = nullptr;
-        stage_size_ = 0;
-        STRATA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void **>(&stage_), size_t(plan.stage_bytes)));
-        stage_size_ = size_t(plan.stage_bytes);
+        alloc_stage(size_t(plan.stage_bytes));
         stage_used_ = 0;
         graph_gen_++;
     }

@@ -235,7 +235,15 @@ class CudaBackend final : public Backend {
     cudaEvent_t loan_done_ = nullptr;  // recorded on the compute stream when a loan ends (the copy stream waits)
 
     uint8_t *stage_ = nullptr;  // pinned host staging for uploads
+    uint8_t *stage_dev_ = nullptr;  // its device address (mapped)
     size_t stage_size_ = 0, stage_used_ = 0;
+    void alloc_stage(size_t bytes);  // stage_ (freed first) and stage_dev_
+    // Staged bytes up to the device on the compute stream: rows x row bytes, pitch bytes apart at dst. By a kernel
+    // that reads the staging buffer in place (STRATA_CUDA_UPLOAD_KERNEL=0: cudaMemcpy2DAsync): a copy on the copy
+    // engine queues behind every expert fill issued before it on the copy stream, and a layer's small tables then
+    // wait for the next layer's fills (bench/RESULTS.md, seventh round).
+    void copy_up(void *dst, size_t pitch, const uint8_t *staged, size_t row, size_t rows);
+    bool upload_kernel_ = true;
 
     std::unordered_map<const uint8_t *, void *> weights_dev_;  // host bytes -> device copy (matrices and vectors)
 

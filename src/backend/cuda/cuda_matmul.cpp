@@ -247,7 +247,7 @@ void CudaBackend::upload_i32(const int32_t *host, int64_t n, int32_t *dst) {
     if (n == 0) return;
     if (capturing_) fail("internal: an upload inside a recorded pass");
     const uint8_t *h = stage(host, size_t(n) * sizeof(int32_t));
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, h, size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    copy_up(dst, size_t(n) * sizeof(int32_t), h, size_t(n) * sizeof(int32_t), 1);
 }
 
 // Where gate and up read one int8 activation form through the quantized kernels at every group size, the pass's

@@ -75,8 +75,8 @@ __global__ void k_rms_norm(Rows x, const float *w, int64_t group, float eps, Row
 // waits for one load per step: 8 us for a 2048-wide row against about 2 here). ADD: x += y first, the sum stored
 // back to x, so a residual add and the next norm are one pass; the norm's arithmetic is the same either way.
 template <int KPT, bool ADD>
-__global__ void __launch_bounds__(256) k_rms_norm_wide(Rows x, Rows y, const float *w, int64_t group, float eps,
-                                                       Rows out) {
+__global__ void __launch_bounds__(256)
+    k_rms_norm_wide(Rows x, Rows y, const float *w, int64_t group, float eps, Rows out) {
     __shared__ float red[32];
     const int64_t r = blockIdx.y, g0 = int64_t(blockIdx.x) * group;
     float4 *xr = reinterpret_cast<float4 *>(x.data + r * x.stride + g0);
@@ -186,7 +186,40 @@ void for_row_slices(int64_t rows, F &&f) {
     for (int64_t r0 = 0; r0 < rows; r0 += k_grid_rows) f(r0, std::min(k_grid_rows, rows - r0));
 }
 
+// One unit (16, 4 or 1 bytes, as the addresses and sizes allow) a thread, over the whole rows x units grid.
+template <typename U>
+__global__ void k_copy_from_host(U *dst, size_t dst_pitch_u, const U *src, size_t row_u, size_t n) {
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+        const size_t r = i / row_u, c = i - r * row_u;
+        dst[r * dst_pitch_u + c] = src[i];
+    }
+}
+
+template <typename U>
+void copy_from_host_as(void *dst, size_t dst_pitch, const void *src, size_t row_bytes, size_t rows,
+                       cudaStream_t stream) {
+    const size_t row_u = row_bytes / sizeof(U), n = row_u * rows;
+    const unsigned threads = 256, blocks = unsigned(std::min<size_t>(ceil_div(n, threads), 1024));
+    k_copy_from_host<U><<<blocks, threads, 0, stream>>>(static_cast<U *>(dst), dst_pitch / sizeof(U),
+                                                        static_cast<const U *>(src), row_u, n);
+}
+
 }  // namespace
+
+void launch_copy_from_host(void *dst, size_t dst_pitch, const void *src_dev, size_t row_bytes, size_t rows,
+                           cudaStream_t stream) {
+    if (rows == 0 || row_bytes == 0) return;
+    const auto aligned = [&](size_t a) {
+        return (uintptr_t(dst) | uintptr_t(src_dev) | dst_pitch | row_bytes) % a == 0;
+    };
+    if (aligned(16))
+        copy_from_host_as<uint4>(dst, dst_pitch, src_dev, row_bytes, rows, stream);
+    else if (aligned(4))
+        copy_from_host_as<uint32_t>(dst, dst_pitch, src_dev, row_bytes, rows, stream);
+    else
+        copy_from_host_as<uint8_t>(dst, dst_pitch, src_dev, row_bytes, rows, stream);
+    STRATA_CUDA_LAUNCH_CHECK("k_copy_from_host");
+}
 
 void launch_add(Rows a, Rows b, Rows out, cudaStream_t stream) {
     if (a.rows == 0) return;

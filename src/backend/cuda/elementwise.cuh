@@ -31,4 +31,10 @@ void launch_rope_neox(Rows x, int64_t head_dim, int64_t n_rot, const float *inv_
 void launch_qk_norm_rope(Rows q, Rows k, const float *wq, const float *wk, int64_t head_dim, float eps, int64_t n_rot,
                          const float *inv_freq_dev, const int2 *seq_pos_dev, cudaStream_t stream);
 
+// rows x row_bytes bytes from host memory the device reads in place (pinned and mapped: src_dev is its device
+// address) into dst, dst_pitch bytes apart. Loads by the SMs, not the copy engine, so the copy does not queue behind
+// the expert fills another stream has on that engine.
+void launch_copy_from_host(void *dst, size_t dst_pitch, const void *src_dev, size_t row_bytes, size_t rows,
+                           cudaStream_t stream);
+
 }  // namespace strata::cuda
