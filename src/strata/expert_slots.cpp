@@ -81,6 +81,18 @@ int32_t ExpertSlotTable::victim(bool scan, uint64_t call) const {
     int32_t s = lru_head_;
     while (s >= 0 && kept(s)) s = slots_[size_t(s)].next;
     if (scan && s >= 0 && slots_[size_t(s)].layer >= 0) {  // empty slots first, in any case
+        if (fence_ > 0) {
+            // Touched slots move to the recent end, so the search resumes where it last stopped while that slot
+            // is still before the fence.
+            auto before = [&](int32_t v) { return !kept(v) && slots_[size_t(v)].call < fence_; };
+            int32_t v = fence_hint_ >= 0 && before(fence_hint_) && !slots_[size_t(fence_hint_)].lent ? fence_hint_
+                                                                                                    : lru_tail_;
+            while (v >= 0 && !before(v)) v = slots_[size_t(v)].prev;
+            if (v >= 0) {
+                fence_hint_ = slots_[size_t(v)].prev;
+                return v;
+            }
+        }
         // The slots this call touched, and those pinned, are at the recent end: the first one before them.
         int32_t v = lru_tail_;
         while (v >= 0 && kept(v)) v = slots_[size_t(v)].prev;

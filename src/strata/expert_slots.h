@@ -54,6 +54,10 @@ class ExpertSlotTable {
                  std::vector<SlotFill> &fills);
     // A pinned slot keeps its expert: a pipelined schedule pins what it acquired ahead until it has computed.
     void pin(int32_t slot, bool on) { slots_[size_t(slot)].pinned = on; }
+    // Scan fence: from here on a scan's victim is the most recently used slot not touched since the fence (the
+    // slots of layers whose compute is done, where a schedule fences as a layer starts), and only where there is
+    // none the rule above. A fill into a slot the current layer reads would wait for that compute.
+    void fence() { fence_ = calls_ + 1, fence_hint_ = -1; }
     // Fills acquire() asked for that did not happen (the copy failed): those slots hold nothing now.
     void forget(int64_t il, const std::vector<SlotFill> &fills);
 
@@ -100,6 +104,8 @@ class ExpertSlotTable {
     int32_t lru_head_ = -1, lru_tail_ = -1;
     bool all_resident_ = false;
     uint64_t calls_ = 0;
+    uint64_t fence_ = 0;               // acquires numbered fence_ or later came after the fence (0: none)
+    mutable int32_t fence_hint_ = -1;  // where the last fenced victim search stopped
     Stats stats_;
     SlotPolicy policy_;
     // LFU: request counts per [layer][expert] in units that double at each decay; the slots ordered by rank.

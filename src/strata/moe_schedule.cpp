@@ -90,6 +90,8 @@ MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::v
     STRATA_ASSERT(slots_ || be_.experts_in_place());
     // STRATA_CUDA_SCAN_EVICT=0 keeps least-recently-used eviction for chunks that sweep most experts.
     scan_evict_ = env_switch("STRATA_CUDA_SCAN_EVICT", true);
+    // STRATA_PREFILL_SCAN_FENCE=0: a scan's victims may be slots the current layer reads (expert_slots.h).
+    scan_fence_ = env_switch("STRATA_PREFILL_SCAN_FENCE", false);
     // Unset: 16 ahead for prefill-sized passes (measured on the H200, bench/RESULTS.md), decode as before; set: N
     // ahead for every pass (0: off).
     stream_ahead_set_ = std::getenv("STRATA_PREFILL_STREAM_AHEAD") != nullptr;
@@ -372,8 +374,10 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
     if (T == 0) return;
     Region moe(be_, "moe");
     const Backend::ScratchMark mark = be_.scratch_mark();
-    if (slots_)  // what the previous layer streamed ahead for this one is an ordinary slot from here on
+    if (slots_) {  // what the previous layer streamed ahead for this one is an ordinary slot from here on
         for (int32_t s : next_pinned_) slots_->pin(s, false);
+        if (scan_fence_) slots_->fence();  // the earlier layers' slots go first in a scan
+    }
     next_pinned_.clear();
 
     // 1-2. Routing, and the device-routed path where it applies.

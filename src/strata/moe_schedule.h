@@ -32,6 +32,8 @@
 //     8192-token chunks (every expert routed, 6% of them cached), and 0.63-0.91x on the 30B-A3B's 512- and
 //     4096-token chunks (68% of a layer's experts routed, 44% cached: the experts filled ahead and not routed
 //     evicted cached ones, and 1.6x the bytes crossed the bus).
+// Scan fence (STRATA_PREFILL_SCAN_FENCE): each layer fences the slot table as it starts, so the fills of a sweep take
+// slots of earlier layers, whose compute is done, and a fill never waits for the compute of the layer it serves.
 // Next-layer prefetch (STRATA_DECODE_PREFETCH=1, opt-in until measured; decode-sized passes): after a layer's
 // experts, the next MoE layer's router is applied to this layer's input and its top-k taken as the prediction of the
 // next layer's routing; the predicted experts not in a slot are filled ahead (the copies run during the shared
@@ -141,6 +143,7 @@ class MoeSchedule final : public ExpertRunner {
     std::vector<const Weight *> routers_;
     ExpertSlotTable *slots_;
     bool scan_evict_;
+    bool scan_fence_;  // STRATA_PREFILL_SCAN_FENCE: each layer fences the slot table (expert_slots.h)
     int64_t stream_ahead_;   // STRATA_PREFILL_STREAM_AHEAD: missing experts filled ahead (0: not streamed)
     bool stream_ahead_set_;  // given: every pass streams; unset: prefill-sized passes only
     RoutingObserver *observer_ = nullptr;

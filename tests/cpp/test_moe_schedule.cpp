@@ -325,6 +325,33 @@ TEST_P(MoeScheduleSlots, FullScheduleChangesNoBit) {
     ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
 }
 
+// The scan fence (STRATA_PREFILL_SCAN_FENCE) moves a sweep's fills to earlier layers' slots: no bit changes under
+// either schedule, every fill is a miss.
+TEST_P(MoeScheduleSlots, ScanFenceChangesNoBit) {
+    const std::string path = model_path(GetParam());
+    auto in_place = make_cpu_engine(path, config(0));
+    const std::vector<float> ref = run(*in_place);
+    const int64_t n_expert = in_place->hparams().n_expert, k = in_place->hparams().n_expert_used;
+    for (const char *fence : {"1", "0"})
+        for (const char *schedule : {"full", "routed"})
+            for (const char *ahead : {"1", "4"}) {
+                ::setenv("STRATA_PREFILL_SCAN_FENCE", fence, 1);
+                ::setenv("STRATA_PREFILL_SCHEDULE", schedule, 1);
+                ::setenv("STRATA_PREFILL_STREAM_AHEAD", ahead, 1);
+                for (int64_t slots : {int64_t(4), k + 1, n_expert / 2, n_expert - 1}) {
+                    const SlotRun r = run_on_slots(path, slots);
+                    const std::string what = std::string("fence ") + fence + ", " + schedule + ", ahead " + ahead +
+                                             ", " + std::to_string(slots) + " slots";
+                    ASSERT_EQ(r.logits.size(), ref.size()) << what;
+                    EXPECT_EQ(std::memcmp(r.logits.data(), ref.data(), ref.size() * 4), 0) << what;
+                    EXPECT_EQ(r.filled, r.stats.expert_cache_misses) << what;
+                }
+            }
+    ::unsetenv("STRATA_PREFILL_SCAN_FENCE");
+    ::unsetenv("STRATA_PREFILL_SCHEDULE");
+    ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
+}
+
 // auto takes the full schedule after a layer whose routing reached at least 90% of its experts and only then: a
 // 23-token prompt in one pass reaches every expert of these 8-expert layers (fills ahead), passes of one or two
 // tokens (at most 2 k of the experts) never do; the bits are those of experts read in place either way.

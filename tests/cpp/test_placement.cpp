@@ -316,6 +316,38 @@ TEST(ExpertSlotTable, ScanEvictsTheMostRecentOutsideTheRequest) {
     EXPECT_GT(sweep_hits(true), 0u);
 }
 
+// After a fence, a scan's misses take the most recently used slots of before it (an earlier layer's, whose compute
+// is done) while there are any, and the slots touched since stay; with none left, the earlier rule.
+TEST(ExpertSlotTable, ScanFenceTakesSlotsOfBeforeTheFence) {
+    for (SlotPolicy policy : {SlotPolicy::Lru, SlotPolicy::Lfu}) {
+        ExpertSlotTable t({8, 8}, {1, 1}, 6, policy);
+        std::vector<SlotFill> fills;
+        int32_t s[8];
+        const int32_t a[4] = {0, 1, 2, 3};
+        t.acquire(0, a, 4, s, true, fills);  // layer 0 (4 slots), then layer 1 begins
+        t.fence();
+        const int32_t b[2] = {0, 1};
+        t.acquire(1, b, 2, s, true, fills);  // the two empty slots
+        const std::string what = slot_policy_name(policy);
+        for (int32_t e = 2; e < 4; e++) {  // two misses, one request each: layer 0's most recent slots go
+            t.acquire(1, &e, 1, s, true, fills);
+            EXPECT_GE(t.slot_of(1, 0), 0) << what;
+            EXPECT_GE(t.slot_of(1, 1), 0) << what;
+        }
+        EXPECT_EQ(t.slot_of(0, 3), -1) << what;
+        EXPECT_EQ(t.slot_of(0, 2), -1) << what;
+        EXPECT_GE(t.slot_of(0, 0), 0) << what;
+        EXPECT_GE(t.slot_of(0, 1), 0) << what;
+        for (int32_t e = 4; e < 8; e++) t.acquire(1, &e, 1, s, true, fills);  // then the rest of layer 0, then ...
+        EXPECT_EQ(t.slot_of(0, 0), -1) << what;
+        EXPECT_EQ(t.slot_of(0, 1), -1) << what;
+        int held = 0;  // ... the rule without a fence: the most recent slot outside the request
+        for (int32_t e = 0; e < 8; e++) held += t.slot_of(1, e) >= 0;
+        EXPECT_EQ(held, 6) << what;
+        EXPECT_GE(t.slot_of(1, 7), 0) << what;
+    }
+}
+
 TEST(ExpertSlotTable, LfuGivesUpTheLeastRequestedTiesToTheLeastRecent) {
     ExpertSlotTable t({4}, {1}, 2, SlotPolicy::Lfu);
     EXPECT_EQ(t.policy(), SlotPolicy::Lfu);
