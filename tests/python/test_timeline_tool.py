@@ -32,3 +32,20 @@ def test_two_passes_of_two_kernels_and_a_copy(tmp_path):
     # 6000 bytes over two passes, the engine busy 1 + 2 us: 3000 bytes and 1.5 us a pass, 2 GB/s while busy
     assert "copy engine busy 1.5 us (15.0% of the pass) at 2.00 GB/s while busy" in text
     assert "| `k_mmvq<Q4_K>` | 1.0 | 4.0 | 80.0% |" in text
+    # the first pass's copy runs between its kernels, the second's half beside its second kernel
+    assert ("overlap per pass: kernels and host-to-device copies at once 0.5 us, copies alone 1.0 us, kernels alone "
+            "4.5 us, neither 4.0 us") in text
+
+
+def test_each_pass_has_its_row(tmp_path):
+    f = tmp_path / "t.csv"
+    f.write_text(
+        "kind,name,start_ns,end_ns,stream,graph\n"
+        "kernel,k_embed(int),0,1000000,7,1\n"
+        "kernel,k_mm(x),1000000,3000000,7,1\n"
+        "kernel,k_embed(int),4000000,4500000,7,1\n"
+        "copy,HtoD 1048576,2000000,4000000,9,0\n")
+    kernels, copies = read_trace(f)
+    out = io.StringIO()
+    summarise(kernels, copies, "embed", 1, out, each=True)
+    assert "| 0 | 4.00 | 3.00 | 2.00 | 1.00 | 0.00 | 1.0 |" in out.getvalue()

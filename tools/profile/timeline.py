@@ -7,7 +7,8 @@ e.g. Strata's embedding, llama.cpp's get_rows) starts; the last --passes complet
 wall time (first kernel start to the next pass's first start), the GPU's busy time (the union of its kernels'
 intervals), the idle time between kernels, the kernel count and the mean gap from one kernel's end to the next
 one's start, the host-to-device copies (bytes, the time the copy engine was busy, its rate while busy) and the share
-of the pass it was busy; then the kernels by total time over those passes.
+of the pass it was busy, how much of that overlapped kernels (a prefill that streams experts should copy while it
+computes); with --each a row per pass; then the kernels by total time over those passes.
 """
 import argparse
 import csv
@@ -51,7 +52,38 @@ def clip(intervals, lo, hi):
     return [(max(s, lo), min(e, hi)) for s, e in intervals if e > lo and s < hi]
 
 
-def summarise(kernels, copies, marker, n_passes, out=sys.stdout):
+def merged(intervals):
+    """The union of [s, e) intervals as disjoint sorted intervals."""
+    out = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+def both_ns(a, b):
+    """Length of the intersection of two disjoint sorted interval lists."""
+    i = j = total = 0
+    while i < len(a) and j < len(b):
+        s, e = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        total += max(0, e - s)
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def overlap(kernels, copies, lo, hi):
+    """(kernel busy, host-to-device busy, both at once) in [lo, hi), ns."""
+    k = merged(clip([(s, e) for s, e, _ in kernels], lo, hi))
+    c = merged(clip([(s, e) for s, e, kind, _ in copies if kind == "HtoD"], lo, hi))
+    return sum(e - s for s, e in k), sum(e - s for s, e in c), both_ns(k, c)
+
+
+def summarise(kernels, copies, marker, n_passes, out=sys.stdout, each=False):
     rx = re.compile(marker)
     starts = [k[0] for k in kernels if rx.search(k[2])]
     if len(starts) < 2:
@@ -64,6 +96,7 @@ def summarise(kernels, copies, marker, n_passes, out=sys.stdout):
     busy = union_ns([(s, e) for s, e, _ in ks]) / n
     gaps = [b[0] - a[1] for a, b in zip(ks, ks[1:]) if b[0] >= a[1]]
     h2d = [(s, e, b) for s, e, kind, b in copies if kind == "HtoD" and e > lo and s < hi]
+    h2d_all = [c for c in copies if c[2] == "HtoD" and c[1] > lo and c[0] < hi]
     h2d_busy = union_ns(clip([(s, e) for s, e, _ in h2d], lo, hi)) / n
     h2d_bytes = sum(b for _, _, b in h2d) / n
     p = lambda *a: print(*a, file=out)
@@ -75,6 +108,19 @@ def summarise(kernels, copies, marker, n_passes, out=sys.stdout):
         rate = h2d_bytes / h2d_busy if h2d_busy else 0
         p(f"host-to-device per pass: {h2d_bytes / 2**20:.1f} MiB in {len(h2d) / n:.0f} copies, copy engine busy "
           f"{h2d_busy / 1e3:.1f} us ({100 * h2d_busy / wall:.1f}% of the pass) at {rate:.2f} GB/s while busy")
+    kb, cb, both = (sum(x) / n for x in zip(*(overlap(ks, h2d_all, a, b) for a, b in bounds)))
+    if cb:
+        p(f"overlap per pass: kernels and host-to-device copies at once {both / 1e3:.1f} us, copies alone "
+          f"{(cb - both) / 1e3:.1f} us, kernels alone {(kb - both) / 1e3:.1f} us, neither "
+          f"{(wall - kb - cb + both) / 1e3:.1f} us")
+    if each:
+        p("\n| pass | wall ms | kernels ms | copies ms | both ms | neither ms | HtoD MiB |")
+        p("|---:|---:|---:|---:|---:|---:|---:|")
+        for i, (a, b) in enumerate(bounds):
+            k1, c1, b1 = overlap(ks, h2d_all, a, b)
+            mib = sum(x for s, _, kind, x in copies if kind == "HtoD" and a <= s < b) / 2**20
+            p(f"| {i} | {(b - a) / 1e6:.2f} | {k1 / 1e6:.2f} | {c1 / 1e6:.2f} | {b1 / 1e6:.2f} | "
+              f"{(b - a - k1 - c1 + b1) / 1e6:.2f} | {mib:.1f} |")
     by = defaultdict(lambda: [0, 0])
     for s, e, name in ks:
         short = re.sub(r"\(.*", "", name)[:80]
@@ -91,9 +137,10 @@ def main(argv=None):
     ap.add_argument("trace")
     ap.add_argument("--marker", required=True, help="regular expression on a pass's first kernel")
     ap.add_argument("--passes", type=int, default=16, help="the last N complete passes (default 16)")
+    ap.add_argument("--each", action="store_true", help="also a row per pass (wall, kernels, copies, overlap)")
     a = ap.parse_args(argv)
     kernels, copies = read_trace(a.trace)
-    summarise(kernels, copies, a.marker, a.passes)
+    summarise(kernels, copies, a.marker, a.passes, each=a.each)
 
 
 if __name__ == "__main__":
