@@ -933,36 +933,42 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CudaGdn,
                                            std::make_tuple(false, true, int64_t(96), int64_t(150))));
 
 // The chunked and the recurrent kernels compute the same recurrence: a prompt read in one pass equals it read one
-// token at a time, on the GPU alone.
+// token at a time, on the GPU alone, with either recurrent kernel (STRATA_CUDA_GDN_COLUMNS=0: one block a head).
 TEST(CudaGdnForms, ChunkedEqualsRecurrent) {
-    GdnModel g;
-    make_gdn_model(g, true, false);
-    auto gpu = cuda_backend();
-    const auto gs = place(*gpu, g.m);
-    const int64_t n = 100, conv_dim = 512, vd = 256;
-    std::vector<float> qkv = randn(size_t(n * conv_dim), 1), z = randn(size_t(n * vd), 2), b = randn(size_t(n * 8), 3);
-    gpu->reset_scratch();
-    Act qa = gpu->alloc(n, conv_dim), za = gpu->alloc(n, vd), ba = gpu->alloc(n, 8), o = gpu->alloc(n, vd);
-    put(qa, qkv, true);
-    put(za, z, true);
-    put(ba, b, true);
-    BatchInfo all;
-    all.segs = {{0, 0, n, 0}};
-    all.n_tokens = n;
-    gpu->gdn(0, gdn_weights(g.m.layers[0]), qa, za, ba, Act{}, g.p, all, o);
-    const std::vector<float> chunked = get(*gpu, o);
-    std::vector<float> stepped;
-    for (int64_t t = 0; t < n; t++) {
-        BatchInfo one;
-        one.segs = {{1, t, 1, 0}};
-        one.n_tokens = 1;
-        Act o1 = gpu->alloc(1, vd);
-        gpu->gdn(0, gdn_weights(g.m.layers[0]), qa.rows_view(t, 1), za.rows_view(t, 1), ba.rows_view(t, 1), Act{}, g.p,
-                 one, o1);
-        const std::vector<float> r = get(*gpu, o1);
-        stepped.insert(stepped.end(), r.begin(), r.end());
+    for (const char *columns : {"1", "0"}) {
+        ::setenv("STRATA_CUDA_GDN_COLUMNS", columns, 1);
+        GdnModel g;
+        make_gdn_model(g, true, false);
+        auto gpu = cuda_backend();
+        const auto gs = place(*gpu, g.m);
+        const int64_t n = 100, conv_dim = 512, vd = 256;
+        std::vector<float> qkv = randn(size_t(n * conv_dim), 1), z = randn(size_t(n * vd), 2),
+                           b = randn(size_t(n * 8), 3);
+        gpu->reset_scratch();
+        Act qa = gpu->alloc(n, conv_dim), za = gpu->alloc(n, vd), ba = gpu->alloc(n, 8), o = gpu->alloc(n, vd);
+        put(qa, qkv, true);
+        put(za, z, true);
+        put(ba, b, true);
+        BatchInfo all;
+        all.segs = {{0, 0, n, 0}};
+        all.n_tokens = n;
+        gpu->gdn(0, gdn_weights(g.m.layers[0]), qa, za, ba, Act{}, g.p, all, o);
+        const std::vector<float> chunked = get(*gpu, o);
+        std::vector<float> stepped;
+        for (int64_t t = 0; t < n; t++) {
+            BatchInfo one;
+            one.segs = {{1, t, 1, 0}};
+            one.n_tokens = 1;
+            Act o1 = gpu->alloc(1, vd);
+            gpu->gdn(0, gdn_weights(g.m.layers[0]), qa.rows_view(t, 1), za.rows_view(t, 1), ba.rows_view(t, 1), Act{},
+                     g.p, one, o1);
+            const std::vector<float> r = get(*gpu, o1);
+            stepped.insert(stepped.end(), r.begin(), r.end());
+        }
+        EXPECT_LE(max_abs_diff(chunked, stepped), 1e-4f * std::max(1.0f, max_abs(chunked)))
+            << "columns " << columns;
+        ::unsetenv("STRATA_CUDA_GDN_COLUMNS");
     }
-    EXPECT_LE(max_abs_diff(chunked, stepped), 1e-4f * std::max(1.0f, max_abs(chunked)));
 }
 
 // ---- MoE ----------------------------------------------------------------------------------------------------------

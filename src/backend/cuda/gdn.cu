@@ -1,9 +1,11 @@
-// Gated DeltaNet kernels. The recurrent kernel keeps one v-head's state in shared memory, one thread per state column;
+// Gated DeltaNet kernels. The recurrent kernels: by default a v-head's state in the registers of d_v / 32 blocks (32
+// columns a block, 32 rows a warp); STRATA_CUDA_GDN_COLUMNS=0 one block a head with the state in shared memory;
 // the chunked kernel follows cpu_gdn.cpp's chunk algorithm (REFERENCE.md §5) step for step, one block per v-head,
 // with the chunk's matrices in a global workspace and the state updated in place in the cache.
 #include "backend/cuda/gdn.cuh"
 
 #include "backend/cuda/device_common.cuh"
+#include "core/env.h"
 #include "core/error.h"
 
 namespace strata::cuda {
@@ -101,6 +103,66 @@ __global__ void k_delta_rule_recurrent(GdnShape s, const float *xc, const float 
     }
     __syncthreads();
     for (int64_t i = threadIdx.x; i < dk * dv; i += blockDim.x) Sg[i] = S[i];
+}
+
+// The same recurrence for short runs (decoding), with the state in registers: block (v-head, 32 columns), warp w
+// holds rows [32 w, 32 w + 32) of those columns, lane l column l, so the state is read and written once, coalesced,
+// by d_v / 32 blocks a head instead of one. A column's dot products are summed a warp's rows in order, then over the
+// warps in order (the one-block kernel sums all rows in order: other rounding, the same recurrence).
+constexpr int k_rows_per_warp = 32;
+constexpr int k_max_row_warps = 32;  // d_k <= 1024
+
+__global__ void k_delta_rule_columns(GdnShape s, const float *xc, const float *g, const float *beta, int64_t n,
+                                     float *states, Rows out) {
+    __shared__ float red[2][k_max_row_warps][32];
+    const int64_t head = blockIdx.x, kh = k_head_of(s, head), dk = s.d_k, dv = s.d_v, C = s.conv_dim();
+    const int w = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, n_w = int(blockDim.x) / 32;
+    const int64_t j = int64_t(blockIdx.y) * 32 + lane, i0 = int64_t(w) * k_rows_per_warp;
+    const bool col = j < dv;
+    float *Sg = states + head * dk * dv;
+    float S[k_rows_per_warp];
+#pragma unroll
+    for (int r = 0; r < k_rows_per_warp; r++) S[r] = col && i0 + r < dk ? Sg[(i0 + r) * dv + j] : 0.0f;
+    for (int64_t t = 0; t < n; t++) {
+        const float *row = xc + t * C;
+        const bool mine = i0 + lane < dk;  // lane l brings row i0 + l's q and k
+        const float qv = mine ? row[kh * dk + i0 + lane] : 0.0f,
+                    kv = mine ? row[s.key_dim() + kh * dk + i0 + lane] : 0.0f;
+        const float decay = expf(g[t * s.n_v + head]), b = beta[t * s.n_v + head];
+        float part = 0.0f;
+#pragma unroll
+        for (int r = 0; r < k_rows_per_warp; r++) {
+            S[r] *= decay;
+            part += S[r] * __shfl_sync(0xffffffffu, kv, r);
+        }
+        red[0][w][lane] = part;
+        __syncthreads();
+        float kvj = 0.0f;
+        for (int x = 0; x < n_w; x++) kvj += red[0][x][lane];
+        const float delta = col ? (row[2 * s.key_dim() + head * dv + j] - kvj) * b : 0.0f;
+        float o = 0.0f;
+#pragma unroll
+        for (int r = 0; r < k_rows_per_warp; r++) {
+            S[r] += __shfl_sync(0xffffffffu, kv, r) * delta;
+            o += S[r] * __shfl_sync(0xffffffffu, qv, r);
+        }
+        red[1][w][lane] = o;
+        __syncthreads();
+        if (w == 0 && col) {
+            float oj = 0.0f;
+            for (int x = 0; x < n_w; x++) oj += red[1][x][lane];
+            out.data[t * out.stride + head * dv + j] = oj;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < k_rows_per_warp; r++)
+        if (col && i0 + r < dk) Sg[(i0 + r) * dv + j] = S[r];
+}
+
+// STRATA_CUDA_GDN_COLUMNS=0 keeps short runs on the one-block-per-head kernel (read at every launch, so that a test
+// can run both).
+bool gdn_columns_enabled() {
+    return env_switch("STRATA_CUDA_GDN_COLUMNS", true);
 }
 
 // Chunked form; workspace per head: W [C][d_k], U [C][d_v], A [C][C], QK [C][C].
@@ -240,6 +302,13 @@ void launch_gdn_delta_rule(const GdnShape &s, const float *xc, const float *g, c
     if (chunked) {
         k_delta_rule_chunked<<<unsigned(s.n_v), 256, 0, stream>>>(s, xc, g, beta, n, states, out, workspace);
         STRATA_CUDA_LAUNCH_CHECK("k_delta_rule_chunked");
+        return;
+    }
+    if (gdn_columns_enabled() && s.d_k <= k_rows_per_warp * k_max_row_warps) {
+        const dim3 grid(unsigned(s.n_v), unsigned(ceil_div(s.d_v, 32)));
+        const unsigned threads = unsigned(ceil_div(s.d_k, k_rows_per_warp)) * 32;
+        k_delta_rule_columns<<<grid, threads, 0, stream>>>(s, xc, g, beta, n, states, out);
+        STRATA_CUDA_LAUNCH_CHECK("k_delta_rule_columns");
         return;
     }
     const size_t smem = size_t(s.d_k * s.d_v + 2 * s.d_k) * sizeof(float);
