@@ -728,7 +728,9 @@ TEST(CudaEngineUploads, KernelOrCopyEngineGiveTheSameBits) {
             e->decode({{s, {int32_t((i * 29 + 11) % 250)}, false}}, l);
             out.insert(out.end(), l[0].begin(), l[0].end());
         }
-        if (slots > 0) EXPECT_GT(e->expert_stats().expert_cache_misses, 0u);
+        if (slots > 0) {
+            EXPECT_GT(e->expert_stats().expert_cache_misses, 0u);
+        }
         return out;
     };
     const std::vector<float> ref = run("0", 0);
