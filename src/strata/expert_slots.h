@@ -7,7 +7,9 @@
 // - LRU: least recently used, and for a chunk that needs most of a layer's experts ("scan": passes then sweep the
 //   layers in order) the most recently used slot outside the current request instead: under LRU a sweep larger than
 //   the cache evicts each expert just before it is needed again and nothing ever hits, while evicting what was just
-//   used keeps the rest of the cache for the next pass.
+//   used keeps the rest of the cache for the next pass. After a fence() (the MoE schedule fences as each layer
+//   starts) a scan takes the most recently used slot touched before the fence first: an earlier layer's, whose
+//   compute is done, so that its fill does not wait for the compute of the current one.
 // - LFU with decay: the slot whose expert was requested least often, counts kept for every expert (resident or not)
 //   and halved before every `decay_every`-th requested expert, ties to the least recently used (what tools/trace
 //   simulates as "LFU decay"). Decoding visits the layers in

@@ -90,8 +90,9 @@ MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::v
     STRATA_ASSERT(slots_ || be_.experts_in_place());
     // STRATA_CUDA_SCAN_EVICT=0 keeps least-recently-used eviction for chunks that sweep most experts.
     scan_evict_ = env_switch("STRATA_CUDA_SCAN_EVICT", true);
-    // STRATA_PREFILL_SCAN_FENCE=0: a scan's victims may be slots the current layer reads (expert_slots.h).
-    scan_fence_ = env_switch("STRATA_PREFILL_SCAN_FENCE", false);
+    // STRATA_PREFILL_SCAN_FENCE=0: a scan's victims may be slots the current layer reads (expert_slots.h); on:
+    // 1.11x on Next-80B's pp4096 at 12 GiB (bench/RESULTS.md, seventh round).
+    scan_fence_ = env_switch("STRATA_PREFILL_SCAN_FENCE", true);
     // Unset: 16 ahead for prefill-sized passes (measured on the H200, bench/RESULTS.md), decode as before; set: N
     // ahead for every pass (0: off).
     stream_ahead_set_ = std::getenv("STRATA_PREFILL_STREAM_AHEAD") != nullptr;

@@ -32,8 +32,9 @@
 //     8192-token chunks (every expert routed, 6% of them cached), and 0.63-0.91x on the 30B-A3B's 512- and
 //     4096-token chunks (68% of a layer's experts routed, 44% cached: the experts filled ahead and not routed
 //     evicted cached ones, and 1.6x the bytes crossed the bus).
-// Scan fence (STRATA_PREFILL_SCAN_FENCE): each layer fences the slot table as it starts, so the fills of a sweep take
-// slots of earlier layers, whose compute is done, and a fill never waits for the compute of the layer it serves.
+// Scan fence (STRATA_PREFILL_SCAN_FENCE, on; =0 off): each layer fences the slot table as it starts, so the fills of
+// a sweep take slots of earlier layers, whose compute is done, and the copy stream does not wait for the compute of
+// the layer whose experts it is replacing (the full schedule's fills for the next layer waited for this layer's).
 // Next-layer prefetch (STRATA_DECODE_PREFETCH=1, opt-in until measured; decode-sized passes): after a layer's
 // experts, the next MoE layer's router is applied to this layer's input and its top-k taken as the prediction of the
 // next layer's routing; the predicted experts not in a slot are filled ahead (the copies run during the shared
