@@ -353,8 +353,23 @@ void print_device_memory(const Backend &be) {
                 format_bytes(dm.budget).c_str());
 }
 
+// STRATA_PREFILL_TIMING=1: the run's prompt passes (warm-up included) by MoE layer and phase; null when off.
+json timing_json(const std::vector<LayerTiming> &layers) {
+    json out = json::array();
+    for (const LayerTiming &L : layers) {
+        if (L.layer < 0) continue;
+        json ph = json::object();
+        for (int p = 0; p < k_timing_phases; p++) {
+            const PhaseTime &t = L.phase[size_t(p)];
+            ph[timing_phase_name(TimingPhase(p))] = {{"host_ms", t.host_ms}, {"device_ms", t.device_ms}};
+        }
+        out.push_back({{"layer", L.layer}, {"passes", L.passes}, {"tokens", L.tokens}, {"phases", ph}});
+    }
+    return out.empty() ? json(nullptr) : out;
+}
+
 json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string &routing, uint64_t per_token,
-                 double copy_gbs, const PrefetchStats &be_prefetch, int repetitions,
+                 double copy_gbs, const ExpertCacheStats &strata_stats, int repetitions,
                  const std::vector<TestResult> &results, const std::string &backend, const Backend &be) {
     json j;
     j["model"] = {{"path", m.path},
@@ -369,12 +384,13 @@ json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string
     j["kv_type"] = kv_type_name(cfg.kv_type);
     j["routing"] = routing;
     {
-        const PrefetchStats pf = be_prefetch;
+        const PrefetchStats pf = strata_stats.prefetch;
         j["next_layer_prediction"] =
             pf.picks ? json({{"picks", pf.picks}, {"predicted", pf.predicted}, {"prefetched", pf.prefetched}})
                      : json(nullptr);
         j["next_layer_streamed"] = pf.streamed_next;
     }
+    j["prefill_timing"] = timing_json(strata_stats.timing);
     j["decode_weight_bytes_per_token"] = per_token;
     j["device_copy_gb_per_s"] = copy_gbs > 0 ? json(copy_gbs) : json(nullptr);
     j["repetitions"] = repetitions;
@@ -494,7 +510,7 @@ Run add_bench(CLI::App &app) {
         if (a->json) {
             std::printf("%s\n",
                         report_json(m, cfg, routing, decode_weight_bytes(eng->model()), copy_gbs,
-                                    eng->expert_stats().prefetch, a->repetitions, results, backend, eng->backend())
+                                    eng->expert_stats(), a->repetitions, results, backend, eng->backend())
                             .dump(2)
                             .c_str());
             return 0;
@@ -525,6 +541,7 @@ Run add_bench(CLI::App &app) {
             std::printf("\nscratch outgrew the plan %llu times (each an allocation during a pass)\n",
                         (unsigned long long)n);
         print_device_memory(eng->backend());
+        if (!st.timing.empty()) std::printf("\n%s", timing_table(st.timing).c_str());
         return 0;
     };
 }

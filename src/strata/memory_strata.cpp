@@ -155,6 +155,7 @@ ExpertCacheStats MemoryStrata::stats() const {
     }
     if (schedule_) {
         s.prefetch = schedule_->prefetch_stats();
+        s.timing = schedule_->timing();
         if (const HybridStats *h = schedule_->hybrid_stats()) s.hybrid = *h, s.hybrid_on = true;
     }
     return s;

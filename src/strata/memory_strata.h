@@ -43,6 +43,7 @@ struct ExpertCacheStats {
     uint64_t loans = 0;         // prompt loans made (placement.h)
     int64_t loan_slots = 0;     // the most slots one borrows
     uint64_t loaned_slots = 0;  // slots they borrowed, summed
+    std::vector<LayerTiming> timing;  // STRATA_PREFILL_TIMING=1: prompt passes by layer and phase (pass_timing.h)
 };
 
 class MemoryStrata {

@@ -86,7 +86,7 @@ constexpr int64_t k_decode_max_pairs = 64;
 
 MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::vector<const Weight *> routers,
                          ExpertSlotTable *slots, const HybridOptions &hybrid)
-    : be_(be), experts_(std::move(experts)), routers_(std::move(routers)), slots_(slots) {
+    : be_(be), experts_(std::move(experts)), routers_(std::move(routers)), slots_(slots), timing_(be) {
     STRATA_ASSERT(slots_ || be_.experts_in_place());
     // STRATA_CUDA_SCAN_EVICT=0 keeps least-recently-used eviction for chunks that sweep most experts.
     scan_evict_ = env_switch("STRATA_CUDA_SCAN_EVICT", true);
@@ -374,6 +374,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
     STRATA_ASSERT(out.rows == T && out.cols == E && w.down->ne[1] == E && k >= 1 && k <= n_exp);
     if (T == 0) return;
     Region moe(be_, "moe");
+    const bool timed = timing_.layer_begin(il, T);
     const Backend::ScratchMark mark = be_.scratch_mark();
     if (slots_) {  // what the previous layer streamed ahead for this one is an ordinary slot from here on
         for (int32_t s : next_pinned_) slots_->pin(s, false);
@@ -391,6 +392,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
     {
         Region r(be_, "route");
         be_.route(L.gate_inp, x, p, logits, ids_be, wts_be);
+        if (timed) timing_.phase_end(TimingPhase::Route);
         // an override replaces the ids (its draws), so only the logits come back for it
         if ((!on_device || observer_) && !override_.active()) be_.download_i32(ids_be, T * k, ids.data());
     }
@@ -424,7 +426,9 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
         // 3-5. Grouped on the host, experts in sets, combined in expert-id order.
         const std::vector<int32_t> host =
             hybrid_ && T <= k_hybrid_max_tokens ? host_experts(w, ids, n_exp) : std::vector<int32_t>{};
+        if (timed) timing_.phase_end(TimingPhase::Readback);  // with the override's work, where there is one
         const RouteGroups g = group_by_expert(ids, T, k, n_exp, host);
+        if (timed) timing_.phase_end(TimingPhase::Group);
         const int64_t M = T * k;
         if (M > k_decode_max_pairs) {
             last_rows_.resize(experts_.size());
@@ -436,7 +440,9 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
         else
             hybrid_experts(w, g, host, x, n_exp, xs, ys);
         stream_next(il, T, k, double(g.used.size()) / double(n_exp));
+        if (timed) timing_.phase_end(TimingPhase::Experts);
         be_.moe_combine(ys, g.yrow, g.widx, wts_be, k, out);
+        if (timed) timing_.phase_end(TimingPhase::Combine);
     }
     if (prefetch_on_) predict_next(il, x, p);
 
@@ -449,6 +455,10 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
         be_.silu_mul(sg, su);
         be_.matmul(L.down_shexp, sg, sy);
         be_.shared_expert_add(x, L.gate_inp_shexp, sy, out);
+    }
+    if (timed) {
+        timing_.phase_end(TimingPhase::Shared);
+        timing_.layer_end();
     }
     be_.scratch_release(mark);
 }

@@ -55,6 +55,7 @@
 #include "model/forward.h"
 #include "strata/decode_hybrid.h"
 #include "strata/expert_slots.h"
+#include "strata/pass_timing.h"
 #include "strata/route_override.h"
 
 namespace strata {
@@ -97,6 +98,11 @@ class MoeSchedule final : public ExpertRunner {
     MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::vector<const Weight *> routers,
                 ExpertSlotTable *slots, const HybridOptions &hybrid = {});
     const PrefetchStats &prefetch_stats() const { return prefetch_; }
+    // STRATA_PREFILL_TIMING=1: prompt passes' time by layer and phase (pass_timing.h); settles what it can first.
+    const std::vector<LayerTiming> &timing() {
+        timing_.settle();
+        return timing_.layers();
+    }
     // The hybrid misses' figures (nullptr: the split is off or does not apply to this backend and plan).
     const HybridStats *hybrid_stats() const { return hybrid_ ? &hybrid_->stats() : nullptr; }
     int hybrid_threads() const { return hybrid_ ? hybrid_->threads() : 0; }
@@ -158,6 +164,7 @@ class MoeSchedule final : public ExpertRunner {
     int64_t ring_;                         // STRATA_PREFILL_RING: next-layer experts filled ahead (-1: default)
     std::vector<int32_t> next_pinned_;     // slots filled ahead for the next layer, pinned until it routes
     PrefetchStats prefetch_;
+    PassTiming timing_;
     std::unique_ptr<DecodeHybrid> hybrid_;  // nullptr: every miss copied in
     std::vector<float> host_x_, host_xs_, host_ys_;
     std::vector<std::vector<int32_t>> last_rows_;

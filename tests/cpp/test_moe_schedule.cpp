@@ -120,8 +120,17 @@ class HostSlotBackend final : public Backend {
     }
     uint64_t filled() const { return filled_; }
     uint64_t ahead_fills() const { return ahead_fills_; }
+    // Device marks as a counter, one millisecond from each to the next (off unless asked for: the hybrid split
+    // would time its paths by them).
+    void fake_marks() { fake_marks_ = true; }
+    uint64_t mark_device() override { return fake_marks_ ? ++marks_ : 0; }
+    double device_ms(uint64_t a, uint64_t b) override {
+        return fake_marks_ && a && b && a <= b && b <= marks_ ? double(b - a) : -1.0;
+    }
 
   private:
+    bool fake_marks_ = false;
+    uint64_t marks_ = 0;
     std::unique_ptr<Backend> cpu_;
     uint64_t budget_;
     std::vector<ExpertSlotLayout> layouts_;
@@ -350,6 +359,60 @@ TEST_P(MoeScheduleSlots, ScanFenceChangesNoBit) {
     ::unsetenv("STRATA_PREFILL_SCAN_FENCE");
     ::unsetenv("STRATA_PREFILL_SCHEDULE");
     ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
+}
+
+// STRATA_PREFILL_TIMING=1 times every phase of every MoE layer of a prompt pass and changes no bit; decode-sized
+// passes are not timed, and off nothing is. Device spans are read from the backend's marks (here one millisecond
+// from each mark to the next, so each phase's device time is its count of spans).
+TEST_P(MoeScheduleSlots, PrefillTimingCountsEveryPhaseAndChangesNoBit) {
+    const std::string path = model_path(GetParam());
+    auto go = [&](const char *timing) {
+        ::setenv("STRATA_PREFILL_TIMING", timing, 1);
+        auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
+        be->fake_marks();
+        EngineConfig cfg;
+        cfg.n_batch = 128;
+        cfg.n_ctx = 256;
+        cfg.expert_slots = 6;
+        auto e = std::make_unique<Engine>(load_model(path), std::move(be), cfg);
+        ::unsetenv("STRATA_PREFILL_TIMING");
+        const int32_t s = e->new_sequence();
+        std::vector<int32_t> prompt;
+        for (int i = 0; i < 150; i++) prompt.push_back(int32_t((i * 41 + 3) % e->n_vocab()));
+        std::vector<std::vector<float>> lg;
+        e->decode({{s, prompt, true}}, lg);  // passes of 128 and 22 tokens: the first timed
+        std::vector<float> all = lg[0];
+        for (int t = 0; t < 3; t++) {
+            e->decode({{s, {int32_t((t * 7 + 1) % e->n_vocab())}, false}}, lg);
+            all.insert(all.end(), lg[0].begin(), lg[0].end());
+        }
+        return std::make_pair(all, e->expert_stats().timing);
+    };
+    const auto [off, none] = go("0");
+    const auto [on, layers] = go("1");
+    ASSERT_EQ(on.size(), off.size());
+    EXPECT_EQ(std::memcmp(on.data(), off.data(), off.size() * 4), 0);
+    EXPECT_TRUE(none.empty());
+    int timed = 0;
+    bool first = true;
+    for (const LayerTiming &L : layers) {
+        if (L.layer < 0) continue;
+        timed++;
+        EXPECT_EQ(L.passes, 1u) << L.layer;
+        EXPECT_EQ(L.tokens, 128u) << L.layer;
+        EXPECT_EQ(L.device_lost, 0u) << L.layer;
+        for (int p = 0; p < k_timing_phases; p++) {
+            const PhaseTime &t = L.phase[size_t(p)];
+            const bool mixer = TimingPhase(p) == TimingPhase::Mixer;
+            const uint64_t want = mixer && first ? 0 : 1;  // the first MoE layer of a pass has no mixer span
+            EXPECT_EQ(t.calls, want) << L.layer << " " << timing_phase_name(TimingPhase(p));
+            EXPECT_EQ(t.device_ms, double(want)) << L.layer << " " << timing_phase_name(TimingPhase(p));
+            EXPECT_GE(t.host_ms, 0.0);
+        }
+        first = false;
+    }
+    EXPECT_GT(timed, 1);
+    EXPECT_NE(timing_table(layers).find("| experts |"), std::string::npos);
 }
 
 // auto takes the full schedule after a layer whose routing reached at least 90% of its experts and only then: a
