@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -136,6 +137,17 @@ class Backend {
     virtual void scratch_release(ScratchMark) {}
     virtual void download(const Act &src, float *host) = 0;     // rows x cols, packed
     virtual void download_i32(const int32_t *src, int64_t n, int32_t *host) = 0;  // synchronous
+    // Several of those with one wait: each of `acts` as download(), then n ids as download_i32 (none where ids is
+    // nullptr). A layer that needs its routing and its input rows on the host waits for the device once.
+    struct ActDownload {
+        Act src;
+        float *host;
+    };
+    virtual void download_many(std::initializer_list<ActDownload> acts, const int32_t *ids, int64_t n,
+                               int32_t *ids_host) {
+        for (const ActDownload &a : acts) download(a.src, a.host);
+        if (ids) download_i32(ids, n, ids_host);
+    }
     // The other way (host rows packed), ordered after the ops issued before; `host` may be reused on return.
     virtual void upload(const float *host, Act dst) = 0;
     virtual void upload_i32(const int32_t *host, int64_t n, int32_t *dst) = 0;

@@ -353,7 +353,8 @@ void print_device_memory(const Backend &be) {
                 format_bytes(dm.budget).c_str());
 }
 
-// STRATA_PREFILL_TIMING=1: the run's prompt passes (warm-up included) by MoE layer and phase; null when off.
+// STRATA_PREFILL_TIMING=1 / STRATA_DECODE_TIMING=1: the run's prompt or decode-sized passes (warm-up included) by
+// MoE layer and phase; null when off.
 json timing_json(const std::vector<LayerTiming> &layers) {
     json out = json::array();
     for (const LayerTiming &L : layers) {
@@ -391,6 +392,7 @@ json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string
         j["next_layer_streamed"] = pf.streamed_next;
     }
     j["prefill_timing"] = timing_json(strata_stats.timing);
+    j["decode_timing"] = timing_json(strata_stats.decode_timing);
     j["decode_weight_bytes_per_token"] = per_token;
     j["device_copy_gb_per_s"] = copy_gbs > 0 ? json(copy_gbs) : json(nullptr);
     j["repetitions"] = repetitions;
@@ -541,7 +543,9 @@ Run add_bench(CLI::App &app) {
             std::printf("\nscratch outgrew the plan %llu times (each an allocation during a pass)\n",
                         (unsigned long long)n);
         print_device_memory(eng->backend());
-        if (!st.timing.empty()) std::printf("\n%s", timing_table(st.timing).c_str());
+        if (!st.timing.empty()) std::printf("\n%s", timing_table(st.timing, TimingKind::Prompt).c_str());
+        if (!st.decode_timing.empty())
+            std::printf("\n%s", timing_table(st.decode_timing, TimingKind::Decode).c_str());
         return 0;
     };
 }

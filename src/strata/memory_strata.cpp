@@ -155,7 +155,8 @@ ExpertCacheStats MemoryStrata::stats() const {
     }
     if (schedule_) {
         s.prefetch = schedule_->prefetch_stats();
-        s.timing = schedule_->timing();
+        s.timing = schedule_->timing(TimingKind::Prompt);
+        s.decode_timing = schedule_->timing(TimingKind::Decode);
         if (const HybridStats *h = schedule_->hybrid_stats()) s.hybrid = *h, s.hybrid_on = true;
     }
     return s;

@@ -44,6 +44,7 @@ struct ExpertCacheStats {
     int64_t loan_slots = 0;     // the most slots one borrows
     uint64_t loaned_slots = 0;  // slots they borrowed, summed
     std::vector<LayerTiming> timing;  // STRATA_PREFILL_TIMING=1: prompt passes by layer and phase (pass_timing.h)
+    std::vector<LayerTiming> decode_timing;  // STRATA_DECODE_TIMING=1: decode-sized passes, the same way
 };
 
 class MemoryStrata {

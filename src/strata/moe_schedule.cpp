@@ -86,7 +86,8 @@ constexpr int64_t k_decode_max_pairs = 64;
 
 MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::vector<const Weight *> routers,
                          ExpertSlotTable *slots, const HybridOptions &hybrid)
-    : be_(be), experts_(std::move(experts)), routers_(std::move(routers)), slots_(slots), timing_(be) {
+    : be_(be), experts_(std::move(experts)), routers_(std::move(routers)), slots_(slots),
+      timing_(be, TimingKind::Prompt), decode_timing_(be, TimingKind::Decode) {
     STRATA_ASSERT(slots_ || be_.experts_in_place());
     // STRATA_CUDA_SCAN_EVICT=0 keeps least-recently-used eviction for chunks that sweep most experts.
     scan_evict_ = env_switch("STRATA_CUDA_SCAN_EVICT", true);
@@ -100,6 +101,11 @@ MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::v
     prefetch_on_ = env_switch("STRATA_DECODE_PREFETCH", false);
     schedule_ = prefill_schedule_from_env();
     ring_ = env_count("STRATA_PREFILL_RING", -1);
+    // STRATA_DECODE_OVERLAP=0: decode-sized passes read x back apart from the routing, queue the shared expert
+    // after the experts, and fill slots on the compute stream (the order before it).
+    decode_overlap_ = env_switch("STRATA_DECODE_OVERLAP", true);
+    // STRATA_DECODE_COPY_STREAM=0: with the overlap on, decode's fills stay on the compute stream.
+    slot_fills_ahead_ = decode_overlap_ && env_switch("STRATA_DECODE_COPY_STREAM", true);
     routers_.resize(experts_.size(), nullptr);
     // The split needs misses (a partial cache) and a backend that computes experts as the host does.
     bool host_like = false;
@@ -270,7 +276,7 @@ bool MoeSchedule::streamed_experts(const ExpertWeights &w, const RouteGroups &g,
 }
 
 void MoeSchedule::routed_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &used,
-                                 int64_t n_exp, Act xs, Act ys) {
+                                 int64_t n_exp, Act xs, Act ys, bool fills_ahead) {
     std::vector<ExpertGroup> groups;
     auto group = [&](int32_t e, const ExpertSrc &src, int32_t slot) {
         groups.push_back({src, g.first[size_t(e)], g.count[size_t(e)], slot});
@@ -295,7 +301,7 @@ void MoeSchedule::routed_experts(const ExpertWeights &w, const RouteGroups &g, c
             slots_->acquire(w.il, used.data() + s0, int64_t(s1 - s0), slot.data(), scan, fills);
             if (!fills.empty()) {
                 try {
-                    be_.fill_slots(w, fills, /*ahead=*/false);
+                    be_.fill_slots(w, fills, fills_ahead);
                 } catch (...) {
                     slots_->forget(w.il, fills);  // the slots must not claim bytes that never arrived
                     throw;
@@ -325,15 +331,10 @@ std::vector<int32_t> MoeSchedule::host_experts(const ExpertWeights &w, const std
     return misses;
 }
 
-void MoeSchedule::hybrid_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &host, Act x,
-                                 int64_t n_exp, Act xs, Act ys) {
-    const int64_t E = x.cols, M = int64_t(g.src_row.size());
+void MoeSchedule::hybrid_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &host,
+                                 int64_t E, int64_t n_exp, Act xs, Act ys, bool fills_ahead, PassTiming *tm) {
+    const int64_t M = int64_t(g.src_row.size());
     const int64_t r0 = g.first[size_t(host.front())];  // the host's rows: [r0, M)
-    {
-        Region r(be_, "hybrid/read_x");
-        host_x_.resize(size_t(x.rows * E));
-        be_.download(x, host_x_.data());
-    }
     std::vector<int32_t> dev;
     int64_t dev_misses = 0;
     for (int32_t e : g.used)
@@ -342,9 +343,10 @@ void MoeSchedule::hybrid_experts(const ExpertWeights &w, const RouteGroups &g, c
             dev_misses += slots_->slot_of(w.il, e) < 0;
         }
     const uint64_t a = be_.mark_device();
-    routed_experts(w, g, dev, n_exp, xs, ys);
+    routed_experts(w, g, dev, n_exp, xs, ys, fills_ahead);
     const uint64_t b = be_.mark_device();
-    // The host's rows: its experts' inputs gathered, outputs in the same order.
+    if (tm) tm->phase_end(TimingPhase::Experts);
+    // The host's rows: its experts' inputs gathered (x read back with the routing), outputs in the same order.
     Region r(be_, "hybrid/host");
     host_xs_.resize(size_t((M - r0) * E));
     host_ys_.resize(size_t((M - r0) * E));
@@ -367,6 +369,17 @@ void MoeSchedule::hybrid_experts(const ExpertWeights &w, const RouteGroups &g, c
     be_.upload_rows(host_ys_.data(), ys.rows_view(r0, M - r0));
 }
 
+void MoeSchedule::shared_ffn(const LayerWeights &L, Act x, Act sy) {
+    Region r(be_, "shared_expert");
+    const int64_t T = x.rows, n_sh = L.gate_shexp.ne[1];
+    const Backend::ScratchMark mark = be_.scratch_mark();
+    Act sg = be_.alloc(T, n_sh), su = be_.alloc(T, n_sh);
+    be_.matmuls(x, {{&L.gate_shexp, sg}, {&L.up_shexp, su}});
+    be_.silu_mul(sg, su);
+    be_.matmul(L.down_shexp, sg, sy);
+    be_.scratch_release(mark);
+}
+
 void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out) {
     STRATA_ASSERT(il >= 0 && size_t(il) < experts_.size() && experts_[size_t(il)].present());
     const ExpertWeights &w = experts_[size_t(il)];
@@ -374,7 +387,9 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
     STRATA_ASSERT(out.rows == T && out.cols == E && w.down->ne[1] == E && k >= 1 && k <= n_exp);
     if (T == 0) return;
     Region moe(be_, "moe");
-    const bool timed = timing_.layer_begin(il, T);
+    PassTiming &timing = T >= k_timing_min_tokens ? timing_ : decode_timing_;
+    const bool timed = timing.layer_begin(il, T);
+    PassTiming *tm = timed ? &timing : nullptr;
     const Backend::ScratchMark mark = be_.scratch_mark();
     if (slots_) {  // what the previous layer streamed ahead for this one is an ordinary slot from here on
         for (int32_t s : next_pinned_) slots_->pin(s, false);
@@ -389,20 +404,41 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
     float *wts_be = wts.data;
     std::vector<int32_t> ids(size_t(T * k));
     const bool on_device = slots_ && slots_->all_resident() && be_.device_routing_applies(w, T);
+    // Decode overlap: the hybrid's input rows come back with the routing (one wait), and the shared expert is
+    // queued before the host's part of the layer, the fills beside it on the copy stream.
+    const bool decode = T <= k_hybrid_max_tokens && decode_overlap_;
+    const bool hybrid = hybrid_ && T <= k_hybrid_max_tokens;
+    if (hybrid) host_x_.resize(size_t(T * E));
+    std::vector<float> lg;
     {
         Region r(be_, "route");
         be_.route(L.gate_inp, x, p, logits, ids_be, wts_be);
-        if (timed) timing_.phase_end(TimingPhase::Route);
+        if (tm) tm->phase_end(TimingPhase::Route);
         // an override replaces the ids (its draws), so only the logits come back for it
-        if ((!on_device || observer_) && !override_.active()) be_.download_i32(ids_be, T * k, ids.data());
+        const bool x_too = hybrid && decode;
+        if (override_.active()) {
+            lg.resize(size_t(T * n_exp));
+            if (x_too)
+                be_.download_many({{logits, lg.data()}, {x, host_x_.data()}}, nullptr, 0, nullptr);
+            else
+                be_.download(logits, lg.data());
+        } else if (!on_device || observer_) {
+            if (x_too)
+                be_.download_many({{x, host_x_.data()}}, ids_be, T * k, ids.data());
+            else
+                be_.download_i32(ids_be, T * k, ids.data());
+        }
+        if (hybrid && !x_too) {
+            Region rx(be_, "hybrid/read_x");
+            be_.download(x, host_x_.data());
+        }
     }
     if (override_.active()) {
         // the draws, with the weights the router gives them, in place of the router's choice
         Region r(be_, "route_override");
         if (il <= last_layer_ || pass_ < 0) pass_++;
         last_layer_ = il;
-        std::vector<float> lg(size_t(T * n_exp)), wh(size_t(T * k));
-        be_.download(logits, lg.data());
+        std::vector<float> wh(size_t(T * k));
         for (int64_t t = 0; t < T; t++) {
             int32_t *row = ids.data() + t * k;
             draw_experts(override_, il, pass_, t, n_exp, k, row);
@@ -420,45 +456,54 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
         be_.download(wts, wh.data());
         observer_->routed(il, T, k, ids.data(), wh.data());
     }
+    // 6a. Decode: the shared expert's FFN now, so the device runs it while the host groups and computes.
+    Act sy{};
+    const bool shared = L.gate_shexp.present();
+    if (shared && decode) {
+        sy = be_.alloc(T, E);
+        shared_ffn(L, x, sy);
+    }
     if (on_device) {
         be_.experts_device_routed(w, x, k, ids_be, wts_be, out);
     } else {
         // 3-5. Grouped on the host, experts in sets, combined in expert-id order.
-        const std::vector<int32_t> host =
-            hybrid_ && T <= k_hybrid_max_tokens ? host_experts(w, ids, n_exp) : std::vector<int32_t>{};
-        if (timed) timing_.phase_end(TimingPhase::Readback);  // with the override's work, where there is one
+        const std::vector<int32_t> host = hybrid ? host_experts(w, ids, n_exp) : std::vector<int32_t>{};
+        if (tm) tm->phase_end(TimingPhase::Readback);  // with the override's and the split's work
         const RouteGroups g = group_by_expert(ids, T, k, n_exp, host);
-        if (timed) timing_.phase_end(TimingPhase::Group);
+        if (tm) tm->phase_end(TimingPhase::Group);
         const int64_t M = T * k;
         if (M > k_decode_max_pairs) {
             last_rows_.resize(experts_.size());
             last_rows_[size_t(il)] = g.count;
         }
         const Act xs = be_.gather_expert_input(w, x, g.src_row), ys = be_.alloc(M, E);
-        if (host.empty())
-            routed_experts(w, g, g.used, n_exp, xs, ys);
-        else
-            hybrid_experts(w, g, host, x, n_exp, xs, ys);
+        // the fills beside the shared expert's kernels where those went first
+        const bool fills_ahead = shared && decode && slot_fills_ahead_;
+        if (host.empty()) {
+            routed_experts(w, g, g.used, n_exp, xs, ys, fills_ahead);
+            if (tm) tm->phase_end(TimingPhase::Experts);
+        } else {
+            hybrid_experts(w, g, host, E, n_exp, xs, ys, fills_ahead, tm);
+        }
+        if (tm) tm->phase_end(TimingPhase::Host);
         stream_next(il, T, k, double(g.used.size()) / double(n_exp));
-        if (timed) timing_.phase_end(TimingPhase::Experts);
         be_.moe_combine(ys, g.yrow, g.widx, wts_be, k, out);
-        if (timed) timing_.phase_end(TimingPhase::Combine);
+        if (tm) tm->phase_end(TimingPhase::Combine);
     }
     if (prefetch_on_) predict_next(il, x, p);
 
-    // 6. The shared expert.
-    if (L.gate_shexp.present()) {
+    // 6. The shared expert (its FFN here unless it went first), gated, added.
+    if (shared) {
+        if (!decode) {  // a prompt pass's scratch peaks in the experts: the shared expert's comes after
+            sy = be_.alloc(T, E);
+            shared_ffn(L, x, sy);
+        }
         Region r(be_, "shared_expert");
-        const int64_t n_sh = L.gate_shexp.ne[1];
-        Act sg = be_.alloc(T, n_sh), su = be_.alloc(T, n_sh), sy = be_.alloc(T, E);
-        be_.matmuls(x, {{&L.gate_shexp, sg}, {&L.up_shexp, su}});
-        be_.silu_mul(sg, su);
-        be_.matmul(L.down_shexp, sg, sy);
         be_.shared_expert_add(x, L.gate_inp_shexp, sy, out);
     }
-    if (timed) {
-        timing_.phase_end(TimingPhase::Shared);
-        timing_.layer_end();
+    if (tm) {
+        tm->phase_end(TimingPhase::Shared);
+        tm->layer_end();
     }
     be_.scratch_release(mark);
 }

@@ -41,6 +41,12 @@
 // expert and the next layer's mixer) and pinned until that layer has routed. How often the prediction is right is
 // counted (PrefetchStats) on every backend, slots or not.
 // The results depend only on the routing and the experts' bytes: not on the set sizes, the slots, or the source.
+// Decode overlap (STRATA_DECODE_OVERLAP, on; =0 the order before it; passes of at most k_hybrid_max_tokens): the
+// input rows the hybrid split needs come back with the routing (one wait for the device, not two); the shared
+// expert's FFN is queued right after the readback, so the device computes it while the host splits, groups and
+// computes its misses; the fills of the layer's misses go on the copy stream (Backend::fill_slots ahead), beside
+// the shared expert's kernels, where the layer has one (STRATA_DECODE_COPY_STREAM=0: on the compute stream). Its
+// gate and add come after the combine as always.
 // Hybrid misses (decode_hybrid.h, on where the backend computes experts like the host, STRATA_DECODE_CPU=0 off;
 // passes of at most k_hybrid_max_tokens tokens with misses): some of the misses the backend could compute exactly
 // as the host does are computed on the host instead. Their rows come last in the gathered order (group_by_expert's
@@ -98,10 +104,12 @@ class MoeSchedule final : public ExpertRunner {
     MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::vector<const Weight *> routers,
                 ExpertSlotTable *slots, const HybridOptions &hybrid = {});
     const PrefetchStats &prefetch_stats() const { return prefetch_; }
-    // STRATA_PREFILL_TIMING=1: prompt passes' time by layer and phase (pass_timing.h); settles what it can first.
-    const std::vector<LayerTiming> &timing() {
-        timing_.settle();
-        return timing_.layers();
+    // STRATA_PREFILL_TIMING=1 / STRATA_DECODE_TIMING=1: prompt or decode-sized passes' time by layer and phase
+    // (pass_timing.h); settles what it can first.
+    const std::vector<LayerTiming> &timing(TimingKind kind = TimingKind::Prompt) {
+        PassTiming &t = kind == TimingKind::Prompt ? timing_ : decode_timing_;
+        t.settle();
+        return t.layers();
     }
     // The hybrid misses' figures (nullptr: the split is off or does not apply to this backend and plan).
     const HybridStats *hybrid_stats() const { return hybrid_ ? &hybrid_->stats() : nullptr; }
@@ -124,16 +132,20 @@ class MoeSchedule final : public ExpertRunner {
 
   private:
     // Step 4-5 for one layer: the experts `used` (ascending, each with rows in `g`), in sets the slot table can hold.
+    // fills_ahead: the fills go on the backend's copy stream (Backend::fill_slots).
     void routed_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &used,
-                        int64_t n_expert, Act xs, Act ys);
+                        int64_t n_expert, Act xs, Act ys, bool fills_ahead = false);
     // The same, streamed (see the protocol above); false where it does not apply (nothing missing, too few slots).
     bool streamed_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &used,
                           int64_t n_expert, Act xs, Act ys);
     // The hybrid split: the misses the host takes for this layer (ascending; empty: none).
     std::vector<int32_t> host_experts(const ExpertWeights &w, const std::vector<int32_t> &ids, int64_t n_expert);
-    // Steps 4-5 with `host`'s experts on the host (their rows last in g).
-    void hybrid_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &host, Act x,
-                        int64_t n_expert, Act xs, Act ys);
+    // Steps 4-5 with `host`'s experts on the host (their rows last in g; the pass's input rows, E floats each, in
+    // host_x_); ends tm's experts phase (where given) once the device's part is issued.
+    void hybrid_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &host, int64_t E,
+                        int64_t n_expert, Act xs, Act ys, bool fills_ahead, PassTiming *tm);
+    // The shared expert's FFN of x into sy (its gate and the add are the caller's).
+    void shared_ffn(const LayerWeights &L, Act x, Act sy);
     // Next-layer prefetch: scores the prediction made for layer il, then predicts (and prefetches) the next one.
     void score_prediction(int64_t il, const std::vector<int32_t> &ids, int64_t T, int64_t k);
     void predict_next(int64_t il, Act x, const MoeParams &p);
@@ -164,7 +176,9 @@ class MoeSchedule final : public ExpertRunner {
     int64_t ring_;                         // STRATA_PREFILL_RING: next-layer experts filled ahead (-1: default)
     std::vector<int32_t> next_pinned_;     // slots filled ahead for the next layer, pinned until it routes
     PrefetchStats prefetch_;
-    PassTiming timing_;
+    PassTiming timing_, decode_timing_;
+    bool decode_overlap_;    // STRATA_DECODE_OVERLAP
+    bool slot_fills_ahead_;  // STRATA_DECODE_COPY_STREAM: decode's fills beside the shared expert
     std::unique_ptr<DecodeHybrid> hybrid_;  // nullptr: every miss copied in
     std::vector<float> host_x_, host_xs_, host_ys_;
     std::vector<std::vector<int32_t>> last_rows_;

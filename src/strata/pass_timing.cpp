@@ -6,16 +6,22 @@
 namespace strata {
 
 const char *timing_phase_name(TimingPhase p) {
-    static const char *names[k_timing_phases] = {"mixer", "route", "readback", "group", "experts", "combine", "shared"};
+    static const char *names[k_timing_phases] = {"mixer", "route",   "readback", "group",
+                                                 "experts", "host", "combine", "shared"};
     return names[int(p)];
 }
 
-PassTiming::PassTiming(Backend &be) : PassTiming(be, env_switch("STRATA_PREFILL_TIMING", false)) {}
+const char *timing_env(TimingKind k) {
+    return k == TimingKind::Prompt ? "STRATA_PREFILL_TIMING" : "STRATA_DECODE_TIMING";
+}
 
-PassTiming::PassTiming(Backend &be, bool on) : be_(be), on_(on) {}
+PassTiming::PassTiming(Backend &be, TimingKind kind) : PassTiming(be, kind, env_switch(timing_env(kind), false)) {}
+
+PassTiming::PassTiming(Backend &be, TimingKind kind, bool on) : be_(be), kind_(kind), on_(on) {}
 
 bool PassTiming::layer_begin(int64_t il, int64_t tokens) {
-    active_ = on_ && tokens >= k_timing_min_tokens && il >= 0;
+    const bool prompt = tokens >= k_timing_min_tokens;
+    active_ = on_ && prompt == (kind_ == TimingKind::Prompt) && il >= 0;
     if (!active_) return false;
     const Clock::time_point now = Clock::now();
     if (il <= last_il_) last_end_ = 0, ended_ = false;  // a new pass: no mixer span back into the last one
@@ -70,7 +76,7 @@ void PassTiming::settle(bool synced) {
     pending_.resize(keep);
 }
 
-std::string timing_table(const std::vector<LayerTiming> &layers) {
+std::string timing_table(const std::vector<LayerTiming> &layers, TimingKind kind) {
     bool device = false;
     std::array<PhaseTime, k_timing_phases> sum{};
     uint64_t lost = 0;
@@ -84,7 +90,8 @@ std::string timing_table(const std::vector<LayerTiming> &layers) {
             device = device || L.phase[size_t(p)].device_ms > 0;
         }
     }
-    std::string out = strfmt("prompt passes by MoE layer (STRATA_PREFILL_TIMING=1), %s ms summed over passes\n\n",
+    std::string out = strfmt("%s passes by MoE layer (%s=1), %s ms summed over passes\n\n",
+                             kind == TimingKind::Prompt ? "prompt" : "decode", timing_env(kind),
                              device ? "device" : "host");
     out += "| layer | passes |";
     for (int p = 0; p < k_timing_phases; p++) out += strfmt(" %s |", timing_phase_name(TimingPhase(p)));

@@ -1,9 +1,12 @@
-// Where a prompt pass's time goes, MoE layer by MoE layer (STRATA_PREFILL_TIMING=1; off, nothing is measured or
-// recorded). The MoE schedule (moe_schedule.h) ends each phase of a layer's MoE step as it issues it:
+// Where a pass's time goes, MoE layer by MoE layer: prompt passes (STRATA_PREFILL_TIMING=1) and decode-sized ones
+// (fewer than k_timing_min_tokens tokens, STRATA_DECODE_TIMING=1), each kind counted apart; off, nothing is
+// measured or recorded. The MoE schedule (moe_schedule.h) ends each phase of a layer's MoE step as it issues it:
 //   route     the router and top-k on the device;
-//   readback  the routing ids read back (the host waits for the device to get there);
+//   readback  the routing ids read back (the host waits for the device to get there), and what the host decides
+//             from them (a benchmark's routing override, the hybrid split);
 //   group     the host grouping (token, expert) pairs by expert;
 //   experts   the rows gathered, the fills issued, the expert FFNs (device time includes waiting for fills);
+//   host      the misses the host computes (decode_hybrid.h) and the upload of their rows; empty without them;
 //   combine   each token's outputs summed;
 //   shared    the shared expert;
 // and mixer, the time from the previous MoE layer's end to this one's start within a pass (attention or Gated
@@ -24,8 +27,8 @@
 
 namespace strata {
 
-enum class TimingPhase { Mixer, Route, Readback, Group, Experts, Combine, Shared };
-constexpr int k_timing_phases = 7;
+enum class TimingPhase { Mixer, Route, Readback, Group, Experts, Host, Combine, Shared };
+constexpr int k_timing_phases = 8;
 const char *timing_phase_name(TimingPhase p);
 
 constexpr int64_t k_timing_min_tokens = 64;
@@ -41,13 +44,17 @@ struct LayerTiming {
     uint64_t device_lost = 0;  // spans whose marks were gone before they could be read
 };
 
+enum class TimingKind { Prompt, Decode };
+const char *timing_env(TimingKind k);  // STRATA_PREFILL_TIMING or STRATA_DECODE_TIMING
+
 class PassTiming {
   public:
-    explicit PassTiming(Backend &be);  // on where STRATA_PREFILL_TIMING=1
-    PassTiming(Backend &be, bool on);
+    PassTiming(Backend &be, TimingKind kind);  // on where the kind's variable is 1
+    PassTiming(Backend &be, TimingKind kind, bool on);
     bool on() const { return on_; }
+    TimingKind kind() const { return kind_; }
     // A layer's MoE step begins (tokens: the pass's); false, and nothing recorded until the next begin, where
-    // timing is off or the pass is decode-sized.
+    // timing is off or the pass is not of this kind.
     bool layer_begin(int64_t il, int64_t tokens);
     void phase_end(TimingPhase p);  // the phase running since the last end (or the begin) ends here
     void layer_end();
@@ -64,6 +71,7 @@ class PassTiming {
     };
     using Clock = std::chrono::steady_clock;
     Backend &be_;
+    TimingKind kind_;
     bool on_ = false, active_ = false;
     size_t cur_ = 0;
     Clock::time_point t_, t_end_;       // the last phase boundary; the previous MoE layer's end in this pass
@@ -75,7 +83,7 @@ class PassTiming {
 };
 
 // The timing as a table: one row per timed layer (device ms, or host ms where there is no device time), then the
-// sum over layers with each phase's host and device ms and share of the device time.
-std::string timing_table(const std::vector<LayerTiming> &layers);
+// sum over layers with each phase's host and device ms and share of the device time; kind names the passes.
+std::string timing_table(const std::vector<LayerTiming> &layers, TimingKind kind = TimingKind::Prompt);
 
 }  // namespace strata

@@ -415,6 +415,91 @@ TEST_P(MoeScheduleSlots, PrefillTimingCountsEveryPhaseAndChangesNoBit) {
     EXPECT_NE(timing_table(layers).find("| experts |"), std::string::npos);
 }
 
+// STRATA_DECODE_TIMING=1 times every phase of every MoE layer of the decode-sized passes only (the 22-token tail of
+// the prompt and the single tokens), apart from the prompt passes, and changes no bit.
+TEST_P(MoeScheduleSlots, DecodeTimingCountsEveryPhaseAndChangesNoBit) {
+    const std::string path = model_path(GetParam());
+    auto go = [&](const char *timing) {
+        ::setenv("STRATA_DECODE_TIMING", timing, 1);
+        auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
+        be->fake_marks();
+        EngineConfig cfg;
+        cfg.n_batch = 128;
+        cfg.n_ctx = 256;
+        cfg.expert_slots = 6;
+        auto e = std::make_unique<Engine>(load_model(path), std::move(be), cfg);
+        ::unsetenv("STRATA_DECODE_TIMING");
+        const int32_t s = e->new_sequence();
+        std::vector<int32_t> prompt;
+        for (int i = 0; i < 150; i++) prompt.push_back(int32_t((i * 41 + 3) % e->n_vocab()));
+        std::vector<std::vector<float>> lg;
+        e->decode({{s, prompt, true}}, lg);  // passes of 128 and 22 tokens: the second timed
+        std::vector<float> all = lg[0];
+        for (int t = 0; t < 3; t++) {
+            e->decode({{s, {int32_t((t * 7 + 1) % e->n_vocab())}, false}}, lg);
+            all.insert(all.end(), lg[0].begin(), lg[0].end());
+        }
+        const ExpertCacheStats st = e->expert_stats();
+        EXPECT_TRUE(st.timing.empty());  // prompt timing was not asked for
+        return std::make_pair(all, st.decode_timing);
+    };
+    const auto [off, none] = go("0");
+    const auto [on, layers] = go("1");
+    ASSERT_EQ(on.size(), off.size());
+    EXPECT_EQ(std::memcmp(on.data(), off.data(), off.size() * 4), 0);
+    EXPECT_TRUE(none.empty());
+    int timed = 0;
+    bool first = true;
+    for (const LayerTiming &L : layers) {
+        if (L.layer < 0) continue;
+        timed++;
+        EXPECT_EQ(L.passes, 4u) << L.layer;
+        EXPECT_EQ(L.tokens, 22u + 3u) << L.layer;
+        for (int p = 0; p < k_timing_phases; p++) {
+            const PhaseTime &t = L.phase[size_t(p)];
+            const bool mixer = TimingPhase(p) == TimingPhase::Mixer;
+            const uint64_t want = mixer && first ? 0 : 4;  // each pass's first MoE layer has no mixer span
+            EXPECT_EQ(t.calls, want) << L.layer << " " << timing_phase_name(TimingPhase(p));
+        }
+        first = false;
+    }
+    EXPECT_GT(timed, 1);
+    EXPECT_NE(timing_table(layers, TimingKind::Decode).find("decode passes"), std::string::npos);
+}
+
+// The decode overlap (moe_schedule.h: the shared expert first, its fills on the copy stream) gives the bits of
+// experts read in place whether on, off, or with its fills on the compute stream, at several cache sizes; on, a
+// layer with a shared expert fills ahead (the copy stream) in decode-sized passes, off it never does.
+TEST_P(MoeScheduleSlots, DecodeOverlapChangesNoBit) {
+    const std::string path = model_path(GetParam());
+    auto in_place = make_cpu_engine(path, config(0));
+    const std::vector<float> ref = run(*in_place);
+    bool shared = false;
+    for (const LayerWeights &L : in_place->model().layers) shared = shared || L.gate_shexp.present();
+    const int64_t n_expert = in_place->hparams().n_expert, k = in_place->hparams().n_expert_used;
+    ::setenv("STRATA_PREFILL_STREAM_AHEAD", "0", 1);  // the prompt's fills on the compute stream: only decode's ahead
+    const char *cases[3][2] = {{"1", "1"}, {"0", "1"}, {"1", "0"}};
+    for (const auto &c : cases)
+        for (int64_t slots : {k + 1, n_expert / 2, n_expert - 1}) {
+            ::setenv("STRATA_DECODE_OVERLAP", c[0], 1);
+            ::setenv("STRATA_DECODE_COPY_STREAM", c[1], 1);
+            const SlotRun r = run_on_slots(path, slots);
+            const std::string what = std::string("overlap ") + c[0] + ", copy stream " + c[1] + ", " +
+                                     std::to_string(slots) + " slots";
+            ASSERT_EQ(r.logits.size(), ref.size()) << what;
+            EXPECT_EQ(std::memcmp(r.logits.data(), ref.data(), ref.size() * 4), 0) << what;
+            const bool ahead = shared && std::strcmp(c[0], "1") == 0 && std::strcmp(c[1], "1") == 0;
+            if (ahead) {
+                EXPECT_GT(r.ahead_fills, 0u) << what;
+            } else {
+                EXPECT_EQ(r.ahead_fills, 0u) << what;
+            }
+        }
+    ::unsetenv("STRATA_DECODE_OVERLAP");
+    ::unsetenv("STRATA_DECODE_COPY_STREAM");
+    ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
+}
+
 // auto takes the full schedule after a layer whose routing reached at least 90% of its experts and only then: a
 // 23-token prompt in one pass reaches every expert of these 8-expert layers (fills ahead), passes of one or two
 // tokens (at most 2 k of the experts) never do; the bits are those of experts read in place either way.

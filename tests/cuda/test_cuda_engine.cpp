@@ -355,35 +355,45 @@ TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
     auto all = make_cuda_engine(path(), config());
     const std::vector<float> ref = run(*all, prompt), ref2 = two(*all);
     const bool host_types = mmvq_host_supported(GetParam().expert_type);
+    // the decode overlap (moe_schedule.h) on, off, and on with its fills on the compute stream
+    const char *overlaps[3][2] = {{"1", "1"}, {"0", "1"}, {"1", "0"}};
     for (int64_t slots : {5, 2})
-        for (double share : {1.0, 0.5, -1.0, 0.0}) {
-            for (const char *sw : {"1", "0"}) {
-                if (std::strcmp(sw, "0") == 0 && share != 1.0) continue;
-                ::setenv("STRATA_DECODE_CPU", sw, 1);
-                EngineConfig cfg = config();
-                cfg.expert_slots = slots;
-                cfg.cpu_share = share;
-                cfg.cpu_threads = 3;
-                auto e = make_cuda_engine(path(), cfg);
-                ::unsetenv("STRATA_DECODE_CPU");
-                const std::string what = strfmt("%lld slots, share %.1f, STRATA_DECODE_CPU=%s", (long long)slots,
-                                                share, sw);
-                const std::vector<float> got = run(*e, prompt), got2 = two(*e);
-                ASSERT_EQ(got.size(), ref.size());
-                ASSERT_EQ(got2.size(), ref2.size());
-                EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
-                EXPECT_EQ(std::memcmp(got2.data(), ref2.data(), ref2.size() * 4), 0) << what << ", two sequences";
-                const ExpertCacheStats st = e->expert_stats();
-                const bool on = host_types && share != 0.0 && std::strcmp(sw, "1") == 0;
-                EXPECT_EQ(st.hybrid_on, on) << what;
-                if (on && share > 0.0) {
-                    EXPECT_GT(st.hybrid.host_experts, 0u) << what;
+        for (double share : {1.0, 0.5, -1.0, 0.0})
+            for (const char *sw : {"1", "0"})
+                for (const auto &ov : overlaps) {
+                    if (std::strcmp(sw, "0") == 0 && share != 1.0) continue;
+                    if (std::strcmp(ov[0], "1") != 0 || std::strcmp(ov[1], "1") != 0)
+                        if (share != 0.5 || std::strcmp(sw, "1") != 0) continue;
+                    ::setenv("STRATA_DECODE_CPU", sw, 1);
+                    ::setenv("STRATA_DECODE_OVERLAP", ov[0], 1);
+                    ::setenv("STRATA_DECODE_COPY_STREAM", ov[1], 1);
+                    EngineConfig cfg = config();
+                    cfg.expert_slots = slots;
+                    cfg.cpu_share = share;
+                    cfg.cpu_threads = 3;
+                    auto e = make_cuda_engine(path(), cfg);
+                    ::unsetenv("STRATA_DECODE_CPU");
+                    ::unsetenv("STRATA_DECODE_OVERLAP");
+                    ::unsetenv("STRATA_DECODE_COPY_STREAM");
+                    const std::string what = strfmt(
+                        "%lld slots, share %.1f, STRATA_DECODE_CPU=%s, STRATA_DECODE_OVERLAP=%s, "
+                        "STRATA_DECODE_COPY_STREAM=%s",
+                        (long long)slots, share, sw, ov[0], ov[1]);
+                    const std::vector<float> got = run(*e, prompt), got2 = two(*e);
+                    ASSERT_EQ(got.size(), ref.size());
+                    ASSERT_EQ(got2.size(), ref2.size());
+                    EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
+                    EXPECT_EQ(std::memcmp(got2.data(), ref2.data(), ref2.size() * 4), 0) << what << ", two sequences";
+                    const ExpertCacheStats st = e->expert_stats();
+                    const bool on = host_types && share != 0.0 && std::strcmp(sw, "1") == 0;
+                    EXPECT_EQ(st.hybrid_on, on) << what;
+                    if (on && share > 0.0) {
+                        EXPECT_GT(st.hybrid.host_experts, 0u) << what;
+                    }
+                    if (!on) {
+                        EXPECT_EQ(st.hybrid.host_experts, 0u) << what;
+                    }
                 }
-                if (!on) {
-                    EXPECT_EQ(st.hybrid.host_experts, 0u) << what;
-                }
-            }
-        }
 }
 
 // A benchmark's routing override (strata bench --routing uniform / zipf) on the GPU: the same draws and so the same

@@ -58,6 +58,8 @@ class CudaBackend final : public Backend {
     void scratch_release(ScratchMark m) override;
     void download(const Act &src, float *host) override;
     void download_i32(const int32_t *src, int64_t n, int32_t *host) override;
+    void download_many(std::initializer_list<ActDownload> acts, const int32_t *ids, int64_t n,
+                       int32_t *ids_host) override;
     void upload(const float *host, Act dst) override;
     void upload_i32(const int32_t *host, int64_t n, int32_t *dst) override;
     void begin_pass(const BatchInfo &b, const PassIo &io, bool traced) override;

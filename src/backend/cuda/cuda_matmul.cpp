@@ -236,6 +236,23 @@ void CudaBackend::download_i32(const int32_t *src, int64_t n, int32_t *host) {
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+void CudaBackend::download_many(std::initializer_list<ActDownload> acts, const int32_t *ids, int64_t n,
+                                int32_t *ids_host) {
+    if (capturing_) {  // a recorded pass defers its downloads (download()); ids it cannot read at all
+        Backend::download_many(acts, ids, n, ids_host);
+        return;
+    }
+    for (const ActDownload &a : acts)
+        if (a.src.rows)
+            STRATA_CUDA_CHECK(cudaMemcpy2DAsync(a.host, size_t(a.src.cols) * 4, a.src.data, size_t(a.src.stride) * 4,
+                                                size_t(a.src.cols) * 4, size_t(a.src.rows), cudaMemcpyDeviceToHost,
+                                                stream_));
+    if (ids && n)
+        STRATA_CUDA_CHECK(
+            cudaMemcpyAsync(ids_host, ids, size_t(n) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
 // Uploads go through the pinned staging buffer, so the host may reuse its bytes at once and nobody waits for the
 // device (a synchronous copy from pageable memory cost a round trip of ~13 us on the H200 machine, three a layer
 // when a benchmark's routing override sends ids and weights up).
