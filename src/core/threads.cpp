@@ -2,10 +2,32 @@
 #include "core/threads.h"
 
 #include <algorithm>
+#include <fstream>
+#include <set>
+#include <string>
+#include <utility>
 
 namespace strata {
 
 int hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+int physical_cores() {
+    static const int n = [] {
+        std::set<std::pair<int, int>> cores;
+        const int n_cpu = hardware_threads();
+        for (int c = 0, seen = 0; seen < n_cpu && c < 4096; c++) {
+            const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/";
+            std::ifstream core(dir + "core_id"), pkg(dir + "physical_package_id");
+            int core_id = -1, pkg_id = -1;
+            if (!(core >> core_id)) continue;  // offline, or not there
+            if (!(pkg >> pkg_id)) pkg_id = 0;
+            cores.insert({pkg_id, core_id});
+            seen++;
+        }
+        return cores.empty() ? n_cpu : std::min(int(cores.size()), n_cpu);
+    }();
+    return n;
+}
 
 ThreadPool::ThreadPool(int n_threads) {
     if (n_threads <= 0) n_threads = hardware_threads();

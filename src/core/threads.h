@@ -42,5 +42,9 @@ private:
 
 // Threads the machine offers (at least 1).
 int hardware_threads();
+// Cores, not their hardware threads: distinct (package, core) pairs among the online CPUs in
+// /sys/devices/system/cpu (hardware_threads() where that cannot be read). Two threads spinning on one core's
+// siblings share its execution units, so a pool of busy-waiting workers sizes itself by this.
+int physical_cores();
 
 }  // namespace strata

@@ -23,53 +23,66 @@ struct Region {
 
 }  // namespace
 
-RouteGroups group_by_expert(const std::vector<int32_t> &ids, int64_t T, int64_t k, int64_t n_exp,
-                            const std::vector<int32_t> &last) {
-    RouteGroups g;
+void group_by_expert(const std::vector<int32_t> &ids, int64_t T, int64_t k, int64_t n_exp,
+                     const std::vector<int32_t> &last, RouteGroups &g) {
+    STRATA_ASSERT(int64_t(ids.size()) == T * k && k >= 1 && k < (int64_t(1) << 31));
+    g.used.clear();
     g.count.assign(size_t(n_exp), 0);
     g.first.assign(size_t(n_exp), 0);
     for (int32_t e : ids) {
         STRATA_ASSERT(e >= 0 && e < n_exp);
         g.count[size_t(e)]++;
     }
-    std::vector<uint8_t> is_last(static_cast<size_t>(n_exp), 0);
-    for (int32_t e : last) {
-        STRATA_ASSERT(e >= 0 && e < n_exp);
-        is_last[size_t(e)] = 1;
-    }
+    // first[] as the cursor while rows are placed, then put back: last's experts after every other one
     int32_t off = 0;
+    size_t li = 0;
     for (int32_t e = 0; e < n_exp; e++) {
         if (g.count[size_t(e)]) g.used.push_back(e);
-        if (is_last[size_t(e)]) continue;
+        if (li < last.size() && last[li] == e) {
+            li++;
+            continue;
+        }
         g.first[size_t(e)] = off;
         off += g.count[size_t(e)];
     }
+    STRATA_ASSERT(li == last.size());  // ascending, each an expert id
     for (int32_t e : last) {
         g.first[size_t(e)] = off;
         off += g.count[size_t(e)];
     }
     const int64_t M = T * k;
-    std::vector<int32_t> fill(static_cast<size_t>(n_exp), 0), row_of(static_cast<size_t>(M));
     g.src_row.resize(size_t(M));
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t j = 0; j < k; j++) {
-            const int32_t e = ids[size_t(t * k + j)];
-            const int32_t r = g.first[size_t(e)] + fill[size_t(e)]++;
-            g.src_row[size_t(r)] = t;
-            row_of[size_t(t * k + j)] = r;
-        }
     g.yrow.resize(size_t(M));
     g.widx.resize(size_t(M));
-    std::vector<int32_t> ord(static_cast<size_t>(k));
-    for (int64_t t = 0; t < T; t++) {
-        for (int64_t j = 0; j < k; j++) ord[size_t(j)] = int32_t(j);
-        std::sort(ord.begin(), ord.end(),
-                  [&](int32_t a, int32_t b) { return ids[size_t(t * k + a)] < ids[size_t(t * k + b)]; });
+    // Rows placed in token order (so each expert's rows are its tokens in order), each row's routing entry kept;
+    // then the experts in id order hand each of their tokens its next entry, which gives every token its k entries
+    // by expert id without sorting.
+    std::vector<int32_t> &cursor = g.cursor_, &entry = g.entry_;
+    cursor.assign(g.first.begin(), g.first.end());
+    entry.resize(size_t(M));
+    for (int64_t t = 0; t < T; t++)
         for (int64_t j = 0; j < k; j++) {
-            g.yrow[size_t(t * k + j)] = row_of[size_t(t * k + ord[size_t(j)])];
-            g.widx[size_t(t * k + j)] = int32_t(t * k + ord[size_t(j)]);
+            const int32_t r = cursor[size_t(ids[size_t(t * k + j)])]++;
+            g.src_row[size_t(r)] = t;
+            entry[size_t(r)] = int32_t(t * k + j);
+        }
+    std::vector<int32_t> &next = g.next_;
+    next.assign(size_t(T), 0);
+    for (int32_t e : g.used) {
+        const int32_t r0 = g.first[size_t(e)], r1 = r0 + g.count[size_t(e)];
+        for (int32_t r = r0; r < r1; r++) {
+            const int64_t t = g.src_row[size_t(r)];
+            const int64_t at = t * k + next[size_t(t)]++;
+            g.yrow[size_t(at)] = r;
+            g.widx[size_t(at)] = entry[size_t(r)];
         }
     }
+}
+
+RouteGroups group_by_expert(const std::vector<int32_t> &ids, int64_t T, int64_t k, int64_t n_exp,
+                            const std::vector<int32_t> &last) {
+    RouteGroups g;
+    group_by_expert(ids, T, k, n_exp, last, g);
     return g;
 }
 
@@ -469,7 +482,8 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
         // 3-5. Grouped on the host, experts in sets, combined in expert-id order.
         const std::vector<int32_t> host = hybrid ? host_experts(w, ids, n_exp) : std::vector<int32_t>{};
         if (tm) tm->phase_end(TimingPhase::Readback);  // with the override's and the split's work
-        const RouteGroups g = group_by_expert(ids, T, k, n_exp, host);
+        RouteGroups &g = groups_;
+        group_by_expert(ids, T, k, n_exp, host, g);
         if (tm) tm->phase_end(TimingPhase::Group);
         const int64_t M = T * k;
         if (M > k_decode_max_pairs) {
@@ -479,14 +493,16 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
         const Act xs = be_.gather_expert_input(w, x, g.src_row), ys = be_.alloc(M, E);
         // the fills beside the shared expert's kernels where those went first
         const bool fills_ahead = shared && decode && slot_fills_ahead_;
+        const double share = double(g.used.size()) / double(n_exp);
         if (host.empty()) {
             routed_experts(w, g, g.used, n_exp, xs, ys, fills_ahead);
+            stream_next(il, T, k, share);
             if (tm) tm->phase_end(TimingPhase::Experts);
         } else {
             hybrid_experts(w, g, host, E, n_exp, xs, ys, fills_ahead, tm);
+            stream_next(il, T, k, share);
         }
         if (tm) tm->phase_end(TimingPhase::Host);
-        stream_next(il, T, k, double(g.used.size()) / double(n_exp));
         be_.moe_combine(ys, g.yrow, g.widx, wts_be, k, out);
         if (tm) tm->phase_end(TimingPhase::Combine);
     }

@@ -73,10 +73,14 @@ struct RouteGroups {
     std::vector<int32_t> first, count;  // per expert: first gathered row, rows
     std::vector<int64_t> src_row;       // gathered row r = input row src_row[r]
     std::vector<int32_t> yrow, widx;    // per token t, j < k: gathered row and routing entry, by expert id
+    std::vector<int32_t> cursor_, entry_, next_;  // the grouping's own scratch, kept with its capacity
 };
-// `last` (ascending expert ids): experts whose rows come after every other expert's, in that order.
+// `last` (ascending expert ids): experts whose rows come after every other expert's, in that order. A token's k ids
+// are distinct (top-k): a token reaches an expert once. The second form reuses g's memory (a prompt pass groups tens of thousands of pairs a layer).
 RouteGroups group_by_expert(const std::vector<int32_t> &ids, int64_t n_tokens, int64_t k, int64_t n_expert,
                             const std::vector<int32_t> &last = {});
+void group_by_expert(const std::vector<int32_t> &ids, int64_t n_tokens, int64_t k, int64_t n_expert,
+                     const std::vector<int32_t> &last, RouteGroups &g);
 
 // Sees each MoE layer's routing as the schedule runs it, in host memory: the k expert ids of each token of the pass
 // in the router's order and the weights the combine applies (the routing-trace writer, runtime/routing_trace.h).
@@ -181,6 +185,7 @@ class MoeSchedule final : public ExpertRunner {
     bool slot_fills_ahead_;  // STRATA_DECODE_COPY_STREAM: decode's fills beside the shared expert
     std::unique_ptr<DecodeHybrid> hybrid_;  // nullptr: every miss copied in
     std::vector<float> host_x_, host_xs_, host_ys_;
+    RouteGroups groups_;  // the layer's grouping, its memory kept from layer to layer
     std::vector<std::vector<int32_t>> last_rows_;
 };
 
