@@ -3,16 +3,17 @@
 // expert runs never changes a result) while the others are copied in and computed on the device.
 //
 // Protocol per MoE layer (MoeSchedule::run, after the routing has been read back):
-//   1. split(): how many of the layer's m misses go to the host: a fixed share (--cpu-share), or the cost model:
-//      per-expert host time c and per-expert device time g (copy and compute of a miss), both measured as decoding
-//      runs, so that the host's n * c and the device's (m - n) * g come out even; where that gives the host none,
-//      one miss in every k_hybrid_probe layers still goes to it, so c follows the host as it is now (a first slow
-//      figure, caches cold and threads asleep, would otherwise keep the host out for good);
-//   2. the schedule reads the pass's input rows back, issues the device's experts between two device marks, then
-//      calls compute() for the host's: the pool computes while the device copies and computes its own;
+//   1. split(): how many of the layer's m misses go to the host: a fixed share (--cpu-share), or the cost model
+//      (SplitModel): the n for which the slower of the two paths, the host's n experts and the device's other
+//      m - n misses beside its hits, is quickest, by times measured as decoding runs; where that gives the host
+//      none, one miss in every k_hybrid_probe layers still goes to it (and where it gives n, n + 1 as often), so
+//      the host's figures follow it as it is now (a first slow figure, caches cold and threads asleep, would
+//      otherwise keep the host out for good);
+//   2. the schedule issues the device's experts between two device marks, then calls compute() for the host's:
+//      the pool computes while the device copies and computes its own;
 //   3. the host's outputs go up as rows of the experts' output (Backend::upload_rows), ordered before the combine.
 // The device time between the marks is read once the device has passed them (never waited for), a few layers
-// later, and corrects g; compute() times the host's part and corrects c.
+// later, and goes to the model with the layer's count of device misses; compute() times the host's part.
 // STRATA_DECODE_CPU=0 turns the split off (every miss copied in, as before).
 #pragma once
 
@@ -40,13 +41,40 @@ struct HybridStats {
     double host_us_per_expert = 0.0, device_us_per_miss = 0.0;  // the cost model's current estimates (0: none yet)
 };
 
+// The cost model of the split. The device's part of a layer takes D(d) = D0 + g d for d misses copied in (D0: its
+// hits, the launches), fitted by least squares over recent layers (older ones weigh less, by k_forget a layer); the
+// host's takes H(n) for n experts, a smoothed time per n (the pool spreads one expert over fewer threads than four,
+// so H is not proportional to n), where not measured yet the nearest measured one scaled by n. best(m): the n in
+// 0..m with the least max(D(m - n), H(n)); 0 until both sides have figures. Times in microseconds.
+class SplitModel {
+  public:
+    static constexpr int k_max = 32;  // H is kept for n up to this; more is scaled from it
+    void device(int64_t d, double us);
+    void host(int64_t n, double us);
+    bool ready() const;
+    int64_t best(int64_t m) const;
+    double device_us(int64_t d) const;  // D(d)
+    double host_us(int64_t n) const;    // H(n); 0 for n = 0
+    double g_us() const { return g_; }  // the fitted time a miss adds to the device's part
+
+  private:
+    void fit();
+    double s1_ = 0, sd_ = 0, sdd_ = 0, ss_ = 0, sds_ = 0;  // weighted sums for the fit
+    double d0_ = 0, g_ = 0;
+    bool fitted_ = false;
+    double h_[k_max + 1] = {};  // H(n) measured, 0: not yet
+};
+
 class DecodeHybrid {
   public:
     DecodeHybrid(Backend &be, const HybridOptions &o);
     // How many of m misses the host takes.
     int64_t split(int64_t m);
-    // The host's jobs, timed; `dev_misses` experts the device copies in between marks a and b.
-    void compute(const std::vector<HostExpertJob> &jobs, uint64_t bytes, int64_t dev_misses, uint64_t a, uint64_t b);
+    // The device's part of a layer of the split: dev_misses experts copied in (and its hits computed) between
+    // marks a and b; for every layer of a pass the split takes, whether the host computes any of it or not.
+    void device_part(int64_t dev_misses, uint64_t a, uint64_t b);
+    // The host's jobs, timed (beside a device part of dev_misses misses).
+    void compute(const std::vector<HostExpertJob> &jobs, uint64_t bytes, int64_t dev_misses);
     const HybridStats &stats() const { return stats_; }
     int threads() const { return pool_.threads(); }
 
@@ -61,8 +89,8 @@ class DecodeHybrid {
         int64_t n;
     };
     std::deque<Pending> pending_;
-    double c_us_ = 0.0, g_us_ = 0.0;  // smoothed per-expert times (0: not measured yet)
-    int64_t since_host_ = 0;           // layers since the host last took a miss
+    SplitModel model_;
+    int64_t since_probe_ = 0;  // layers since the split last probed beyond the model's choice
     HybridStats stats_;
 };
 

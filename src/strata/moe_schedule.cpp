@@ -357,7 +357,7 @@ void MoeSchedule::hybrid_experts(const ExpertWeights &w, const RouteGroups &g, c
         }
     const uint64_t a = be_.mark_device();
     routed_experts(w, g, dev, n_exp, xs, ys, fills_ahead);
-    const uint64_t b = be_.mark_device();
+    hybrid_->device_part(dev_misses, a, be_.mark_device());
     if (tm) tm->phase_end(TimingPhase::Experts);
     // The host's rows: its experts' inputs gathered (x read back with the routing), outputs in the same order.
     Region r(be_, "hybrid/host");
@@ -378,7 +378,7 @@ void MoeSchedule::hybrid_experts(const ExpertWeights &w, const RouteGroups &g, c
                         host_xs_.data() + at * E, host_ys_.data() + at * E, g.count[size_t(e)]});
         bytes += w.expert_bytes();
     }
-    hybrid_->compute(jobs, bytes, dev_misses, a, b);
+    hybrid_->compute(jobs, bytes, dev_misses);
     be_.upload_rows(host_ys_.data(), ys.rows_view(r0, M - r0));
 }
 
@@ -495,7 +495,13 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
         const bool fills_ahead = shared && decode && slot_fills_ahead_;
         const double share = double(g.used.size()) / double(n_exp);
         if (host.empty()) {
+            // a layer of the split that gives the host nothing still tells the model what the device's part costs
+            int64_t misses = 0;
+            if (hybrid)
+                for (int32_t e : g.used) misses += slots_->slot_of(w.il, e) < 0;
+            const uint64_t a = hybrid ? be_.mark_device() : 0;
             routed_experts(w, g, g.used, n_exp, xs, ys, fills_ahead);
+            if (hybrid) hybrid_->device_part(misses, a, be_.mark_device());
             stream_next(il, T, k, share);
             if (tm) tm->phase_end(TimingPhase::Experts);
         } else {

@@ -1,0 +1,75 @@
+// The hybrid split's cost model (strata/decode_hybrid.h SplitModel): the device's line fitted from layers of
+// different miss counts, the host's times per count, and the count that makes the slower path quickest.
+#include <gtest/gtest.h>
+
+#include "strata/decode_hybrid.h"
+
+using namespace strata;
+
+namespace {
+
+// A device whose part takes d0 + g d microseconds, seen over layers of 0..m misses.
+void feed_device(SplitModel &s, double d0, double g, int64_t m, int rounds = 4) {
+    for (int r = 0; r < rounds; r++)
+        for (int64_t d = 0; d <= m; d++) s.device(d, d0 + g * double(d));
+}
+
+}  // namespace
+
+TEST(SplitModel, NothingToTheHostUntilBothSidesAreMeasured) {
+    SplitModel s;
+    EXPECT_FALSE(s.ready());
+    EXPECT_EQ(s.best(8), 0);
+    feed_device(s, 20, 35, 8);
+    EXPECT_FALSE(s.ready());  // no host figure yet
+    s.host(1, 90);
+    EXPECT_TRUE(s.ready());
+}
+
+TEST(SplitModel, FitsTheDeviceLineThroughItsHits) {
+    SplitModel s;
+    feed_device(s, 20, 35, 8);
+    EXPECT_NEAR(s.g_us(), 35.0, 1e-6);
+    EXPECT_NEAR(s.device_us(0), 20.0, 1e-6);
+    EXPECT_NEAR(s.device_us(5), 20.0 + 5 * 35.0, 1e-6);
+    // the same count every layer: the whole time per miss
+    SplitModel t;
+    for (int i = 0; i < 10; i++) t.device(3, 120.0);
+    EXPECT_NEAR(t.g_us(), 40.0, 1e-6);
+}
+
+// The 30B-A3B at 12 GiB, as measured: three misses a layer, 53 us a copy, 190 us for the host's one expert. Moving
+// one to the host makes the layer slower (190 > 3 x 53), so it keeps none: rounding m g / (g + c) = 0.65 up gave it
+// one and lost a quarter of the decode speed.
+TEST(SplitModel, KeepsTheHostOutWhereOneExpertThereIsTheLongerPath) {
+    SplitModel s;
+    feed_device(s, 10, 53, 3);
+    s.host(1, 190);
+    s.host(2, 230);
+    EXPECT_EQ(s.best(3), 0);
+}
+
+// Next-80B at 12 GiB: eight misses, 35 us a copy; the host's pool spreads more experts over more threads, so H grows
+// slower than n. The best split is where the two paths cross.
+TEST(SplitModel, SplitsWhereThePathsCross) {
+    SplitModel s;
+    feed_device(s, 10, 35, 8);
+    const double h[] = {0, 95, 115, 150, 200, 250, 300, 350, 400};
+    for (int n = 1; n <= 8; n++) s.host(n, h[n]);
+    // max(10 + 35 (8 - n), H(n)): n = 3 gives max(185, 150) = 185; n = 4 max(150, 200) = 200; n = 2 max(220, 115)
+    EXPECT_EQ(s.best(8), 3);
+    EXPECT_EQ(s.best(1), 0);  // 95 > 10 + 35
+    EXPECT_EQ(s.best(0), 0);
+}
+
+// A count the host has not run yet is scaled from the nearest one it has.
+TEST(SplitModel, ScalesTheNearestMeasuredHostTime) {
+    SplitModel s;
+    s.host(2, 100);
+    EXPECT_DOUBLE_EQ(s.host_us(2), 100.0);
+    EXPECT_DOUBLE_EQ(s.host_us(4), 200.0);
+    EXPECT_DOUBLE_EQ(s.host_us(1), 50.0);
+    EXPECT_DOUBLE_EQ(s.host_us(0), 0.0);
+    s.host(2, 200);  // smoothed a quarter of the way
+    EXPECT_DOUBLE_EQ(s.host_us(2), 125.0);
+}
