@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "core/env.h"
 #include "core/threads.h"
 
 namespace strata {
@@ -95,7 +96,8 @@ int64_t SplitModel::best(int64_t m) const {
     return best_n;
 }
 
-DecodeHybrid::DecodeHybrid(Backend &be, const HybridOptions &o) : be_(be), opt_(o), pool_(host_threads(o.threads)) {}
+DecodeHybrid::DecodeHybrid(Backend &be, const HybridOptions &o)
+    : be_(be), opt_(o), pool_(host_threads(o.threads)), fit_(env_switch("STRATA_DECODE_SPLIT_FIT", true)) {}
 
 // The cost model's probe: how often the split sends the host one miss more than the model's choice.
 constexpr int64_t k_hybrid_probe = 32;
@@ -103,6 +105,13 @@ constexpr int64_t k_hybrid_probe = 32;
 int64_t DecodeHybrid::split(int64_t m) {
     if (m <= 0) return 0;
     if (opt_.share >= 0.0) return std::clamp<int64_t>(int64_t(std::lround(opt_.share * double(m))), 0, m);
+    if (!fit_) {  // the per-expert rule: n c = (m - n) g, rounded
+        if (c_us_ <= 0.0 || g_us_ <= 0.0) return (m + 1) / 2;
+        int64_t n = std::clamp<int64_t>(int64_t(std::lround(double(m) * g_us_ / (g_us_ + c_us_))), 0, m);
+        if (n == 0 && m >= 2 && ++since_probe_ >= k_hybrid_probe) n = 1;
+        if (n > 0) since_probe_ = 0;
+        return n;
+    }
     // Until both sides are measured, half each way; then the model's choice, one more now and then.
     if (!model_.ready()) return (m + 1) / 2;
     int64_t n = model_.best(m);
@@ -118,6 +127,7 @@ void DecodeHybrid::read_device_times() {
             if (pending_.size() < 64) return;  // not there yet
         } else {
             model_.device(p.n, 1e3 * ms);
+            if (p.n > 0) smooth(g_us_, 1e3 * ms / double(p.n));
         }
         pending_.pop_front();
     }
@@ -133,6 +143,7 @@ void DecodeHybrid::compute(const std::vector<HostExpertJob> &jobs, uint64_t byte
     pool_.run(jobs);
     const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     model_.host(int64_t(jobs.size()), us);
+    if (!jobs.empty()) smooth(c_us_, us / double(jobs.size()));
     read_device_times();
     stats_.host_experts += jobs.size();
     stats_.host_bytes += bytes;

@@ -14,7 +14,9 @@
 //   3. the host's outputs go up as rows of the experts' output (Backend::upload_rows), ordered before the combine.
 // The device time between the marks is read once the device has passed them (never waited for), a few layers
 // later, and goes to the model with the layer's count of device misses; compute() times the host's part.
-// STRATA_DECODE_CPU=0 turns the split off (every miss copied in, as before).
+// STRATA_DECODE_CPU=0 turns the split off (every miss copied in, as before). STRATA_DECODE_SPLIT_FIT=0 takes the
+// rule before the model: n = m g / (g + c) rounded, c and g per expert (the host's time over its experts, the
+// device's over its misses), so that n c = (m - n) g, with the one-miss probe where that gives none.
 #pragma once
 
 #include <cstdint>
@@ -91,6 +93,8 @@ class DecodeHybrid {
     std::deque<Pending> pending_;
     SplitModel model_;
     int64_t since_probe_ = 0;  // layers since the split last probed beyond the model's choice
+    bool fit_;                 // STRATA_DECODE_SPLIT_FIT (off: the per-expert rule)
+    double c_us_ = 0.0, g_us_ = 0.0;  // that rule's smoothed per-expert times (0: not measured yet)
     HybridStats stats_;
 };
 

@@ -355,8 +355,9 @@ TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
     auto all = make_cuda_engine(path(), config());
     const std::vector<float> ref = run(*all, prompt), ref2 = two(*all);
     const bool host_types = mmvq_host_supported(GetParam().expert_type);
-    // the decode overlap (moe_schedule.h) on, off, and on with its fills on the compute stream
-    const char *overlaps[3][2] = {{"1", "1"}, {"0", "1"}, {"1", "0"}};
+    // the decode overlap (moe_schedule.h) on, off, and on with its fills on the compute stream (at share 0.5); the
+    // cost model's rule before the fit (at share auto)
+    const char *overlaps[4][3] = {{"1", "1", "1"}, {"0", "1", "1"}, {"1", "0", "1"}, {"1", "1", "0"}};
     for (int64_t slots : {5, 2})
         for (double share : {1.0, 0.5, -1.0, 0.0})
             for (const char *sw : {"1", "0"})
@@ -364,9 +365,11 @@ TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
                     if (std::strcmp(sw, "0") == 0 && share != 1.0) continue;
                     if (std::strcmp(ov[0], "1") != 0 || std::strcmp(ov[1], "1") != 0)
                         if (share != 0.5 || std::strcmp(sw, "1") != 0) continue;
+                    if (std::strcmp(ov[2], "1") != 0 && (share != -1.0 || std::strcmp(sw, "1") != 0)) continue;
                     ::setenv("STRATA_DECODE_CPU", sw, 1);
                     ::setenv("STRATA_DECODE_OVERLAP", ov[0], 1);
                     ::setenv("STRATA_DECODE_COPY_STREAM", ov[1], 1);
+                    ::setenv("STRATA_DECODE_SPLIT_FIT", ov[2], 1);
                     EngineConfig cfg = config();
                     cfg.expert_slots = slots;
                     cfg.cpu_share = share;
@@ -375,10 +378,11 @@ TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
                     ::unsetenv("STRATA_DECODE_CPU");
                     ::unsetenv("STRATA_DECODE_OVERLAP");
                     ::unsetenv("STRATA_DECODE_COPY_STREAM");
+                    ::unsetenv("STRATA_DECODE_SPLIT_FIT");
                     const std::string what = strfmt(
                         "%lld slots, share %.1f, STRATA_DECODE_CPU=%s, STRATA_DECODE_OVERLAP=%s, "
-                        "STRATA_DECODE_COPY_STREAM=%s",
-                        (long long)slots, share, sw, ov[0], ov[1]);
+                        "STRATA_DECODE_COPY_STREAM=%s, STRATA_DECODE_SPLIT_FIT=%s",
+                        (long long)slots, share, sw, ov[0], ov[1], ov[2]);
                     const std::vector<float> got = run(*e, prompt), got2 = two(*e);
                     ASSERT_EQ(got.size(), ref.size());
                     ASSERT_EQ(got2.size(), ref2.size());
