@@ -12,8 +12,9 @@ namespace strata {
 
 namespace {
 
-// The pool: the cores less one for the thread that drives the device, at most 16. Cores, not hardware threads:
-// on the H200 machine (8 cores, 16 threads) a call of three experts took 233 us on 8 threads and 384 on 15.
+// The pool: the cores less one for the thread that drives the device, at most 16. Cores, not hardware threads: two
+// spinning workers on one core's siblings share its units (on one H200 machine whose 16 threads behaved so, a call
+// of three experts took 233 us on 8 threads and 384 on 15; on one of 16 cores 15 threads were the quickest).
 int host_threads(int asked) {
     if (asked > 0) return asked;
     return std::clamp(physical_cores() - 1, 1, 16);
