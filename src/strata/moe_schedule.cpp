@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "core/env.h"
 #include "core/error.h"
@@ -24,16 +25,42 @@ struct Region {
 }  // namespace
 
 void group_by_expert(const std::vector<int32_t> &ids, int64_t T, int64_t k, int64_t n_exp,
-                     const std::vector<int32_t> &last, RouteGroups &g) {
+                     const std::vector<int32_t> &last, RouteGroups &g, ThreadPool *pool) {
     STRATA_ASSERT(int64_t(ids.size()) == T * k && k >= 1 && k < (int64_t(1) << 31));
+    for (int32_t e : ids) STRATA_ASSERT(e >= 0 && e < n_exp);
+    const int64_t M = T * k;
+    // Parts: contiguous token ranges, one per thread (one where there is no pool or few pairs). Each part counts its
+    // pairs per expert; an expert's rows are then part 0's tokens, then part 1's, ..., so in token order whatever
+    // the parts, and each part places its own rows and fills in its own tokens' entries: the same result as one.
+    const int64_t parts =
+        pool && M >= 2 * k_group_part_pairs ? std::clamp<int64_t>(M / k_group_part_pairs, 1, pool->size()) : 1;
+    auto token_range = [&](int64_t part, int64_t &t0, int64_t &t1) {
+        t0 = T * part / parts;
+        t1 = T * (part + 1) / parts;
+    };
+    std::vector<int32_t> &cnt = g.part_count_;  // [part][expert]
+    cnt.assign(size_t(parts * n_exp), 0);
+    auto in_parts = [&](const std::function<void(int64_t)> &fn) {
+        if (parts == 1) {
+            fn(0);
+            return;
+        }
+        pool->run([&](int ith, int nth) {
+            for (int64_t part = ith; part < parts; part += nth) fn(part);
+        });
+    };
+    in_parts([&](int64_t part) {
+        int64_t t0, t1;
+        token_range(part, t0, t1);
+        int32_t *c = cnt.data() + part * n_exp;
+        for (int64_t i = t0 * k; i < t1 * k; i++) c[ids[size_t(i)]]++;
+    });
     g.used.clear();
     g.count.assign(size_t(n_exp), 0);
     g.first.assign(size_t(n_exp), 0);
-    for (int32_t e : ids) {
-        STRATA_ASSERT(e >= 0 && e < n_exp);
-        g.count[size_t(e)]++;
-    }
-    // first[] as the cursor while rows are placed, then put back: last's experts after every other one
+    for (int64_t part = 0; part < parts; part++)
+        for (int64_t e = 0; e < n_exp; e++) g.count[size_t(e)] += cnt[size_t(part * n_exp + e)];
+    // first[]: last's experts after every other one
     int32_t off = 0;
     size_t li = 0;
     for (int32_t e = 0; e < n_exp; e++) {
@@ -50,40 +77,61 @@ void group_by_expert(const std::vector<int32_t> &ids, int64_t T, int64_t k, int6
         g.first[size_t(e)] = off;
         off += g.count[size_t(e)];
     }
-    const int64_t M = T * k;
+    // each part's first row of each expert, in place of its count
+    std::vector<int32_t> &base = g.part_base_;
+    base.resize(size_t(parts * n_exp));
+    for (int64_t e = 0; e < n_exp; e++) {
+        int32_t at = g.first[size_t(e)];
+        for (int64_t part = 0; part < parts; part++) {
+            base[size_t(part * n_exp + e)] = at;
+            at += cnt[size_t(part * n_exp + e)];
+        }
+    }
     g.src_row.resize(size_t(M));
     g.yrow.resize(size_t(M));
     g.widx.resize(size_t(M));
-    // Rows placed in token order (so each expert's rows are its tokens in order), each row's routing entry kept;
-    // then the experts in id order hand each of their tokens its next entry, which gives every token its k entries
-    // by expert id without sorting.
-    std::vector<int32_t> &cursor = g.cursor_, &entry = g.entry_;
-    cursor.assign(g.first.begin(), g.first.end());
-    entry.resize(size_t(M));
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t j = 0; j < k; j++) {
-            const int32_t r = cursor[size_t(ids[size_t(t * k + j)])]++;
-            g.src_row[size_t(r)] = t;
-            entry[size_t(r)] = int32_t(t * k + j);
+    g.entry_.resize(size_t(M));
+    g.next_.assign(size_t(T), 0);
+    // Rows placed in token order, each row's routing entry kept; then the experts in id order hand each of the
+    // part's tokens its next entry, which gives every token its k entries by expert id without sorting.
+    in_parts([&](int64_t part) {
+        int64_t t0, t1;
+        token_range(part, t0, t1);
+        const int32_t *b = base.data() + part * n_exp;
+        int32_t *cursor = cnt.data() + part * n_exp;  // the part's counts, turned into its cursors
+        for (int64_t e = 0; e < n_exp; e++) cursor[e] = b[e];
+        for (int64_t t = t0; t < t1; t++)
+            for (int64_t j = 0; j < k; j++) {
+                const int32_t r = cursor[ids[size_t(t * k + j)]]++;
+                g.src_row[size_t(r)] = t;
+                g.entry_[size_t(r)] = int32_t(t * k + j);
+            }
+        for (int32_t e : g.used) {
+            const int32_t r0 = b[e], r1 = cursor[e];
+            for (int32_t r = r0; r < r1; r++) {
+                const int64_t t = g.src_row[size_t(r)];
+                const int64_t at = t * k + g.next_[size_t(t)]++;
+                g.yrow[size_t(at)] = r;
+                g.widx[size_t(at)] = g.entry_[size_t(r)];
+            }
         }
-    std::vector<int32_t> &next = g.next_;
-    next.assign(size_t(T), 0);
-    for (int32_t e : g.used) {
-        const int32_t r0 = g.first[size_t(e)], r1 = r0 + g.count[size_t(e)];
-        for (int32_t r = r0; r < r1; r++) {
-            const int64_t t = g.src_row[size_t(r)];
-            const int64_t at = t * k + next[size_t(t)]++;
-            g.yrow[size_t(at)] = r;
-            g.widx[size_t(at)] = entry[size_t(r)];
-        }
-    }
+    });
 }
 
 RouteGroups group_by_expert(const std::vector<int32_t> &ids, int64_t T, int64_t k, int64_t n_exp,
                             const std::vector<int32_t> &last) {
     RouteGroups g;
-    group_by_expert(ids, T, k, n_exp, last, g);
+    group_by_expert(ids, T, k, n_exp, last, g, nullptr);
     return g;
+}
+
+// STRATA_GROUP_THREADS=N: the threads a big pass's grouping takes (unset: the cores, at most 8; 0 or 1: this one).
+ThreadPool *MoeSchedule::group_pool(int64_t pairs) {
+    static const int64_t asked = env_count("STRATA_GROUP_THREADS", -1);
+    const int64_t n = asked >= 0 ? asked : std::min(k_group_threads, physical_cores());
+    if (pairs < 2 * k_group_part_pairs || n < 2) return nullptr;
+    if (!group_pool_) group_pool_ = std::make_unique<ThreadPool>(int(std::min<int64_t>(n, 64)));
+    return group_pool_.get();
 }
 
 PrefillSchedule prefill_schedule_from_env() {
@@ -483,7 +531,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
         const std::vector<int32_t> host = hybrid ? host_experts(w, ids, n_exp) : std::vector<int32_t>{};
         if (tm) tm->phase_end(TimingPhase::Readback);  // with the override's and the split's work
         RouteGroups &g = groups_;
-        group_by_expert(ids, T, k, n_exp, host, g);
+        group_by_expert(ids, T, k, n_exp, host, g, group_pool(T * k));
         if (tm) tm->phase_end(TimingPhase::Group);
         const int64_t M = T * k;
         if (M > k_decode_max_pairs) {

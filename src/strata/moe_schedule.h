@@ -5,7 +5,8 @@
 //   1. route: router logits and top-k on the backend (ids and weights stay in its memory);
 //   2. where every expert of the layer is resident and the pass is decode-sized, the backend may run the experts
 //      from the device routing without the host (experts_device_routed): then on to 6;
-//   3. the routing ids are read back and the (token, expert) pairs grouped by expert on the host (RouteGroups);
+//   3. the routing ids are read back and the (token, expert) pairs grouped by expert on the host (RouteGroups; a
+//      big pass's in token ranges on up to 8 threads, STRATA_GROUP_THREADS=N, the same result);
 //   4. the rows are gathered in that order; experts come in sets of at most n_slots: the slot table names each
 //      expert's slot and the fills for those not in one (the backend copies them in, ordered before the compute
 //      that reads them and after the compute that read the slot before), a backend that reads experts in place
@@ -55,9 +56,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/threads.h"
 #include "model/forward.h"
 #include "strata/decode_hybrid.h"
 #include "strata/expert_slots.h"
@@ -73,14 +76,17 @@ struct RouteGroups {
     std::vector<int32_t> first, count;  // per expert: first gathered row, rows
     std::vector<int64_t> src_row;       // gathered row r = input row src_row[r]
     std::vector<int32_t> yrow, widx;    // per token t, j < k: gathered row and routing entry, by expert id
-    std::vector<int32_t> cursor_, entry_, next_;  // the grouping's own scratch, kept with its capacity
+    std::vector<int32_t> entry_, next_, part_count_, part_base_;  // the grouping's scratch, kept with its capacity
 };
 // `last` (ascending expert ids): experts whose rows come after every other expert's, in that order. A token's k ids
-// are distinct (top-k): a token reaches an expert once. The second form reuses g's memory (a prompt pass groups tens of thousands of pairs a layer).
+// are distinct (top-k): a token reaches an expert once. The second form reuses g's memory (a prompt pass groups up
+// to hundreds of thousands of pairs a layer) and, given a pool, spreads passes of at least 2 k_group_part_pairs
+// pairs over its threads in token ranges: the same result.
+constexpr int64_t k_group_part_pairs = 16384;
 RouteGroups group_by_expert(const std::vector<int32_t> &ids, int64_t n_tokens, int64_t k, int64_t n_expert,
                             const std::vector<int32_t> &last = {});
 void group_by_expert(const std::vector<int32_t> &ids, int64_t n_tokens, int64_t k, int64_t n_expert,
-                     const std::vector<int32_t> &last, RouteGroups &g);
+                     const std::vector<int32_t> &last, RouteGroups &g, ThreadPool *pool);
 
 // Sees each MoE layer's routing as the schedule runs it, in host memory: the k expert ids of each token of the pass
 // in the router's order and the weights the combine applies (the routing-trace writer, runtime/routing_trace.h).
@@ -186,6 +192,9 @@ class MoeSchedule final : public ExpertRunner {
     std::unique_ptr<DecodeHybrid> hybrid_;  // nullptr: every miss copied in
     std::vector<float> host_x_, host_xs_, host_ys_;
     RouteGroups groups_;  // the layer's grouping, its memory kept from layer to layer
+    std::unique_ptr<ThreadPool> group_pool_;  // for big passes' grouping (made on the first)
+    static constexpr int k_group_threads = 8;
+    ThreadPool *group_pool(int64_t pairs);  // nullptr: group on this thread
     std::vector<std::vector<int32_t>> last_rows_;
 };
 

@@ -4,13 +4,16 @@
 // gives bit-identical logits whatever the slot count, and the same as reading every expert in place.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <regex>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
+#include "core/threads.h"
 #include "core/units.h"
 #include "model/weights.h"
 #include "runtime/engine.h"
@@ -478,6 +481,78 @@ TEST(RouteGroups, RowsByExpertAndEntriesInExpertOrder) {
     EXPECT_EQ(std::vector<int32_t>(g.yrow.begin(), g.yrow.begin() + 2), (std::vector<int32_t>{0, 2}));
     EXPECT_EQ(std::vector<int32_t>(g.widx.begin(), g.widx.begin() + 2), (std::vector<int32_t>{1, 0}));
     EXPECT_EQ(std::vector<int32_t>(g.yrow.begin() + 4, g.yrow.end()), (std::vector<int32_t>{3, 5}));
+}
+
+// A reference grouping, written plainly: rows of each expert in token order (experts ascending, `last`'s after the
+// others), and each token's entries sorted by expert id.
+RouteGroups plain_groups(const std::vector<int32_t> &ids, int64_t T, int64_t k, int64_t n,
+                         const std::vector<int32_t> &last) {
+    RouteGroups g;
+    g.count.assign(size_t(n), 0);
+    g.first.assign(size_t(n), 0);
+    for (int32_t e : ids) g.count[size_t(e)]++;
+    for (int32_t e = 0; e < n; e++)
+        if (g.count[size_t(e)]) g.used.push_back(e);
+    std::vector<int32_t> order;
+    for (int32_t e = 0; e < n; e++)
+        if (std::find(last.begin(), last.end(), e) == last.end()) order.push_back(e);
+    order.insert(order.end(), last.begin(), last.end());
+    std::vector<int32_t> row_of(size_t(T * k));
+    for (int32_t e : order) {
+        g.first[size_t(e)] = int32_t(g.src_row.size());
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t j = 0; j < k; j++)
+                if (ids[size_t(t * k + j)] == e) {
+                    row_of[size_t(t * k + j)] = int32_t(g.src_row.size());
+                    g.src_row.push_back(t);
+                }
+    }
+    for (int64_t t = 0; t < T; t++) {
+        std::vector<int32_t> ord(static_cast<size_t>(k));
+        for (int64_t j = 0; j < k; j++) ord[size_t(j)] = int32_t(j);
+        std::sort(ord.begin(), ord.end(),
+                  [&](int32_t a, int32_t b) { return ids[size_t(t * k + a)] < ids[size_t(t * k + b)]; });
+        for (int64_t j = 0; j < k; j++) {
+            g.yrow.push_back(row_of[size_t(t * k + ord[size_t(j)])]);
+            g.widx.push_back(int32_t(t * k + ord[size_t(j)]));
+        }
+    }
+    return g;
+}
+
+// The grouping a prompt pass takes (token ranges over a pool's threads, memory reused from call to call) is the plain
+// one's, for passes below and above the parallel threshold, with and without experts placed last, on pools of 1-5.
+TEST(RouteGroups, ThreadsAndReuseGiveThePlainGrouping) {
+    std::mt19937 rng(5);
+    RouteGroups g;  // reused across every call
+    for (int threads : {1, 2, 3, 5}) {
+        ThreadPool pool(threads);
+        for (int64_t T : {int64_t(1), int64_t(7), int64_t(3000), int64_t(9001)})
+            for (int64_t k : {int64_t(4), int64_t(10)}) {
+                const int64_t n = 128;
+                std::vector<int32_t> ids(size_t(T * k));
+                for (int64_t t = 0; t < T; t++) {
+                    std::vector<int32_t> p(static_cast<size_t>(n));
+                    for (int32_t i = 0; i < n; i++) p[size_t(i)] = i;
+                    for (int64_t j = 0; j < k; j++) {
+                        std::swap(p[size_t(j)], p[size_t(j + int64_t(rng() % uint32_t(n - j)))]);
+                        ids[size_t(t * k + j)] = p[size_t(j)];
+                    }
+                }
+                for (const std::vector<int32_t> &last : {std::vector<int32_t>{}, std::vector<int32_t>{3, 40, 127}}) {
+                    const RouteGroups want = plain_groups(ids, T, k, n, last);
+                    group_by_expert(ids, T, k, n, last, g, &pool);
+                    const std::string what = "threads " + std::to_string(threads) + ", T " + std::to_string(T) +
+                                             ", k " + std::to_string(k) + ", last " + std::to_string(last.size());
+                    EXPECT_EQ(g.used, want.used) << what;
+                    EXPECT_EQ(g.count, want.count) << what;
+                    EXPECT_EQ(g.first, want.first) << what;
+                    EXPECT_EQ(g.src_row, want.src_row) << what;
+                    EXPECT_EQ(g.yrow, want.yrow) << what;
+                    EXPECT_EQ(g.widx, want.widx) << what;
+                }
+            }
+    }
 }
 
 // ---- what decoding reads ----
