@@ -361,32 +361,42 @@ TEST_P(MoeScheduleSlots, ScanFenceChangesNoBit) {
     ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
 }
 
-// STRATA_PREFILL_TIMING=1 times every phase of every MoE layer of a prompt pass and changes no bit; decode-sized
-// passes are not timed, and off nothing is. Device spans are read from the backend's marks (here one millisecond
-// from each mark to the next, so each phase's device time is its count of spans).
-TEST_P(MoeScheduleSlots, PrefillTimingCountsEveryPhaseAndChangesNoBit) {
-    const std::string path = model_path(GetParam());
-    auto go = [&](const char *timing) {
-        ::setenv("STRATA_PREFILL_TIMING", timing, 1);
-        auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
-        be->fake_marks();
-        EngineConfig cfg;
-        cfg.n_batch = 128;
-        cfg.n_ctx = 256;
-        cfg.expert_slots = 6;
-        auto e = std::make_unique<Engine>(load_model(path), std::move(be), cfg);
-        ::unsetenv("STRATA_PREFILL_TIMING");
-        const int32_t s = e->new_sequence();
-        std::vector<int32_t> prompt;
-        for (int i = 0; i < 150; i++) prompt.push_back(int32_t((i * 41 + 3) % e->n_vocab()));
-        std::vector<std::vector<float>> lg;
-        e->decode({{s, prompt, true}}, lg);  // passes of 128 and 22 tokens: the first timed
-        std::vector<float> all = lg[0];
-        for (int t = 0; t < 3; t++) {
-            e->decode({{s, {int32_t((t * 7 + 1) % e->n_vocab())}, false}}, lg);
-            all.insert(all.end(), lg[0].begin(), lg[0].end());
-        }
-        return std::make_pair(all, e->expert_stats().timing);
+// A 150-token prompt in passes of 128 and 22 tokens, then three single tokens, on 6 slots of a test backend with
+// marks, with the environment variable `var` set to `value` while the engine is made: the logits and the engine's
+// counters.
+std::pair<std::vector<float>, ExpertCacheStats> timed_run(const std::string &path, const char *var,
+                                                         const char *value) {
+    ::setenv(var, value, 1);
+    auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
+    be->fake_marks();
+    EngineConfig cfg;
+    cfg.n_batch = 128;
+    cfg.n_ctx = 256;
+    cfg.expert_slots = 6;
+    auto e = std::make_unique<Engine>(load_model(path), std::move(be), cfg);
+    ::unsetenv(var);
+    const int32_t s = e->new_sequence();
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 150; i++) prompt.push_back(int32_t((i * 41 + 3) % e->n_vocab()));
+    std::vector<std::vector<float>> lg;
+    e->decode({{s, prompt, true}}, lg);
+    std::vector<float> all = lg[0];
+    for (int t = 0; t < 3; t++) {
+        e->decode({{s, {int32_t((t * 7 + 1) % e->n_vocab())}, false}}, lg);
+        all.insert(all.end(), lg[0].begin(), lg[0].end());
+    }
+    return {all, e->expert_stats()};
+}
+
+// With `var` on, every phase of every MoE layer of the passes of `kind` is timed, `passes` of them of `tokens` in all,
+// and no bit changes; off nothing is. Device spans are read from the backend's marks (one millisecond from each mark
+// to the next, so each phase's device time is its count of spans).
+void check_timing(const std::string &path, const char *var, TimingKind kind, uint64_t passes, uint64_t tokens) {
+    auto go = [&](const char *value) {
+        auto [logits, st] = timed_run(path, var, value);
+        EXPECT_TRUE((kind == TimingKind::Prompt ? st.decode_timing : st.timing).empty())
+            << "the other kind was not asked for";
+        return std::make_pair(logits, kind == TimingKind::Prompt ? st.timing : st.decode_timing);
     };
     const auto [off, none] = go("0");
     const auto [on, layers] = go("1");
@@ -398,13 +408,13 @@ TEST_P(MoeScheduleSlots, PrefillTimingCountsEveryPhaseAndChangesNoBit) {
     for (const LayerTiming &L : layers) {
         if (L.layer < 0) continue;
         timed++;
-        EXPECT_EQ(L.passes, 1u) << L.layer;
-        EXPECT_EQ(L.tokens, 128u) << L.layer;
+        EXPECT_EQ(L.passes, passes) << L.layer;
+        EXPECT_EQ(L.tokens, tokens) << L.layer;
         EXPECT_EQ(L.device_lost, 0u) << L.layer;
         for (int p = 0; p < k_timing_phases; p++) {
             const PhaseTime &t = L.phase[size_t(p)];
             const bool mixer = TimingPhase(p) == TimingPhase::Mixer;
-            const uint64_t want = mixer && first ? 0 : 1;  // the first MoE layer of a pass has no mixer span
+            const uint64_t want = mixer && first ? 0 : passes;  // a pass's first MoE layer has no mixer span
             EXPECT_EQ(t.calls, want) << L.layer << " " << timing_phase_name(TimingPhase(p));
             EXPECT_EQ(t.device_ms, double(want)) << L.layer << " " << timing_phase_name(TimingPhase(p));
             EXPECT_GE(t.host_ms, 0.0);
@@ -412,59 +422,19 @@ TEST_P(MoeScheduleSlots, PrefillTimingCountsEveryPhaseAndChangesNoBit) {
         first = false;
     }
     EXPECT_GT(timed, 1);
-    EXPECT_NE(timing_table(layers).find("| experts |"), std::string::npos);
+    const std::string table = timing_table(layers, kind);
+    EXPECT_NE(table.find("| experts |"), std::string::npos);
+    EXPECT_NE(table.find(kind == TimingKind::Prompt ? "prompt passes" : "decode passes"), std::string::npos);
 }
 
-// STRATA_DECODE_TIMING=1 times every phase of every MoE layer of the decode-sized passes only (the 22-token tail of
-// the prompt and the single tokens), apart from the prompt passes, and changes no bit.
+// STRATA_PREFILL_TIMING=1: the 128-token pass only (decode-sized ones are not prompt passes).
+TEST_P(MoeScheduleSlots, PrefillTimingCountsEveryPhaseAndChangesNoBit) {
+    check_timing(model_path(GetParam()), "STRATA_PREFILL_TIMING", TimingKind::Prompt, 1, 128);
+}
+
+// STRATA_DECODE_TIMING=1: the decode-sized passes only, the prompt's 22-token tail and the three single tokens.
 TEST_P(MoeScheduleSlots, DecodeTimingCountsEveryPhaseAndChangesNoBit) {
-    const std::string path = model_path(GetParam());
-    auto go = [&](const char *timing) {
-        ::setenv("STRATA_DECODE_TIMING", timing, 1);
-        auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
-        be->fake_marks();
-        EngineConfig cfg;
-        cfg.n_batch = 128;
-        cfg.n_ctx = 256;
-        cfg.expert_slots = 6;
-        auto e = std::make_unique<Engine>(load_model(path), std::move(be), cfg);
-        ::unsetenv("STRATA_DECODE_TIMING");
-        const int32_t s = e->new_sequence();
-        std::vector<int32_t> prompt;
-        for (int i = 0; i < 150; i++) prompt.push_back(int32_t((i * 41 + 3) % e->n_vocab()));
-        std::vector<std::vector<float>> lg;
-        e->decode({{s, prompt, true}}, lg);  // passes of 128 and 22 tokens: the second timed
-        std::vector<float> all = lg[0];
-        for (int t = 0; t < 3; t++) {
-            e->decode({{s, {int32_t((t * 7 + 1) % e->n_vocab())}, false}}, lg);
-            all.insert(all.end(), lg[0].begin(), lg[0].end());
-        }
-        const ExpertCacheStats st = e->expert_stats();
-        EXPECT_TRUE(st.timing.empty());  // prompt timing was not asked for
-        return std::make_pair(all, st.decode_timing);
-    };
-    const auto [off, none] = go("0");
-    const auto [on, layers] = go("1");
-    ASSERT_EQ(on.size(), off.size());
-    EXPECT_EQ(std::memcmp(on.data(), off.data(), off.size() * 4), 0);
-    EXPECT_TRUE(none.empty());
-    int timed = 0;
-    bool first = true;
-    for (const LayerTiming &L : layers) {
-        if (L.layer < 0) continue;
-        timed++;
-        EXPECT_EQ(L.passes, 4u) << L.layer;
-        EXPECT_EQ(L.tokens, 22u + 3u) << L.layer;
-        for (int p = 0; p < k_timing_phases; p++) {
-            const PhaseTime &t = L.phase[size_t(p)];
-            const bool mixer = TimingPhase(p) == TimingPhase::Mixer;
-            const uint64_t want = mixer && first ? 0 : 4;  // each pass's first MoE layer has no mixer span
-            EXPECT_EQ(t.calls, want) << L.layer << " " << timing_phase_name(TimingPhase(p));
-        }
-        first = false;
-    }
-    EXPECT_GT(timed, 1);
-    EXPECT_NE(timing_table(layers, TimingKind::Decode).find("decode passes"), std::string::npos);
+    check_timing(model_path(GetParam()), "STRATA_DECODE_TIMING", TimingKind::Decode, 4, 22 + 3);
 }
 
 // The decode overlap (moe_schedule.h: the shared expert first, its fills on the copy stream) gives the bits of
