@@ -25,6 +25,21 @@ namespace strata::cli {
 
 namespace {
 
+// The expert cache while generating, for the summary line: hits over lookups, the share of the misses the host
+// computed, expert bytes copied per second; empty where the cache saw no lookups (every expert resident, the CPU).
+std::string decode_cache_note(const ExpertCacheStats &a, const ExpertCacheStats &b, double seconds) {
+    const uint64_t hits = b.expert_cache_hits - a.expert_cache_hits,
+                   copied = b.expert_cache_misses - a.expert_cache_misses,
+                   host = b.hybrid.host_experts - a.hybrid.host_experts;
+    const uint64_t lookups = hits + copied + host;
+    if (lookups == 0) return {};
+    std::string out = strfmt(" | expert cache %.1f%% hits", 100.0 * double(hits) / double(lookups));
+    if (copied + host > 0 && b.hybrid_on)
+        out += strfmt(", %.1f%% of misses on the CPU", 100.0 * double(host) / double(copied + host));
+    if (seconds > 0) out += strfmt(", %.1f GB/s streamed", double(b.bytes_streamed - a.bytes_streamed) / seconds / 1e9);
+    return out;
+}
+
 std::vector<int32_t> parse_token_list(const std::string &s) {
     std::vector<int32_t> out;
     std::stringstream ss(s);
@@ -217,6 +232,7 @@ Run add_run(CLI::App &app) {
             std::unique_ptr<StreamDecoder> stream;
             if (!print_ids) stream = std::make_unique<StreamDecoder>(*tok);
             std::string reply;
+            const ExpertCacheStats cache0 = eng->expert_stats();
             auto t_gen = std::chrono::steady_clock::now();
             int n_gen = 0;
             for (; n_gen < a->n_predict; n_gen++) {
@@ -248,9 +264,9 @@ Run add_run(CLI::App &app) {
             std::printf("\n");
             std::fflush(stdout);
             const double gen_s = seconds_since(t_gen);
-            std::fprintf(stderr, "strata: prompt %zu tokens, %.1f tok/s | generated %d tokens, %.1f tok/s\n",
-                         fresh.size(), double(fresh.size()) / prompt_s, n_gen,
-                         n_gen > 0 ? double(n_gen) / gen_s : 0.0);
+            std::fprintf(stderr, "strata: prompt %zu tokens, %.1f tok/s | generated %d tokens, %.1f tok/s%s\n",
+                         fresh.size(), double(fresh.size()) / prompt_s, n_gen, n_gen > 0 ? double(n_gen) / gen_s : 0.0,
+                         decode_cache_note(cache0, eng->expert_stats(), gen_s).c_str());
             return reply;
         };
 

@@ -4,6 +4,7 @@
 #include "server/endpoints.h"
 
 #include <chrono>
+#include <cmath>
 
 #include "core/error.h"
 #include "format/gguf.h"
@@ -399,7 +400,10 @@ Answer Endpoints::metrics(const HttpStats &http) const {
     const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start_).count();
     std::string out;
     auto metric = [&](const char *name, const char *type, const char *help, double v) {
-        out += strfmt("# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+        if (std::isnan(v))
+            out += strfmt("# HELP %s %s\n# TYPE %s %s\n%s NaN\n", name, help, name, type, name);
+        else
+            out += strfmt("# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
     };
     out +=
         "# HELP strata_http_requests_total HTTP requests answered, by route (\"unknown\": no route) and status.\n"
@@ -453,6 +457,14 @@ Answer Endpoints::metrics(const HttpStats &http) const {
            double(s.backend.expert_cache_misses));
     metric("strata_bytes_streamed_total", "counter", "Weight bytes streamed to the device.",
            double(s.backend.bytes_streamed));
+    metric("strata_expert_cache_hit_ratio", "gauge",
+           "Expert lookups served from device memory over all lookups, the last 10 s (NaN: none).",
+           s.expert_hit_ratio);
+    metric("strata_expert_cpu_share", "gauge",
+           "Share of the expert-cache misses the CPU computed instead of streaming them, the last 10 s (NaN: none).",
+           s.expert_cpu_share);
+    metric("strata_streamed_gigabytes_per_second", "gauge",
+           "Weight bytes streamed to the device per second, in GB (1e9 bytes), the last 10 s.", s.streamed_gb_per_s);
     metric("strata_expert_misses_on_host_total", "counter",
            "Expert-cache misses decoding computed on the CPU instead of streaming them (not in the misses above).",
            double(s.backend.hybrid.host_experts));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -170,12 +171,21 @@ SchedulerStats Scheduler::stats() const {
     // Rates over the last few seconds, counting the idle time since the last step.
     const double t = now_s();
     auto first = std::find_if(rate_samples_.begin(), rate_samples_.end(),
-                              [&](const auto &x) { return x.first >= t - kRateWindow; });
+                              [&](const RateSample &x) { return x.t >= t - kRateWindow; });
     if (first != rate_samples_.end() && first != rate_samples_.begin()) --first;  // the sample before the window
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    s.expert_hit_ratio = s.expert_cpu_share = nan;
     if (first != rate_samples_.end()) {
-        const double dt = std::max(t - first->first, 1e-3);
-        s.gen_tokens_per_s = double(s.generated_tokens - first->second.first) / dt;
-        s.prompt_tokens_per_s = double(s.prompt_tokens_computed - first->second.second) / dt;
+        const double dt = std::max(t - first->t, 1e-3);
+        s.gen_tokens_per_s = double(s.generated_tokens - first->generated) / dt;
+        s.prompt_tokens_per_s = double(s.prompt_tokens_computed - first->computed) / dt;
+        const ExpertCacheStats &b = s.backend;
+        const double hits = double(b.expert_cache_hits - first->hits),
+                     copied = double(b.expert_cache_misses - first->misses),
+                     host = double(b.hybrid.host_experts - first->host);
+        if (hits + copied + host > 0) s.expert_hit_ratio = hits / (hits + copied + host);
+        if (copied + host > 0) s.expert_cpu_share = host / (copied + host);
+        s.streamed_gb_per_s = double(b.bytes_streamed - first->streamed) / dt / 1e9;
     }
     return s;
 }
@@ -611,8 +621,9 @@ void Scheduler::step() {
     stats_.kv_capacity = int64_t(slots_.size()) * engine_.config().n_ctx;
     stats_.backend = bs;
     stats_.slots = std::move(slot_states);
-    rate_samples_.push_back({t, {local_.generated_tokens, local_.prompt_tokens_computed}});
-    while (rate_samples_.size() > 2 && rate_samples_[1].first < t - kRateWindow) rate_samples_.pop_front();
+    rate_samples_.push_back({t, local_.generated_tokens, local_.prompt_tokens_computed, bs.expert_cache_hits,
+                             bs.expert_cache_misses, bs.hybrid.host_experts, bs.bytes_streamed});
+    while (rate_samples_.size() > 2 && rate_samples_[1].t < t - kRateWindow) rate_samples_.pop_front();
 }
 
 }  // namespace strata::server

@@ -128,6 +128,9 @@ struct SchedulerStats {
     int64_t queued = 0, running = 0;
     int64_t kv_tokens_active = 0, kv_tokens_cached = 0, kv_capacity = 0;
     double gen_tokens_per_s = 0, prompt_tokens_per_s = 0;  // over the last few seconds
+    // The expert cache over the same seconds: hits over lookups, the share of the misses the host computed, expert
+    // bytes copied to the device per second; NaN where there were no lookups (or no misses).
+    double expert_hit_ratio = 0, expert_cpu_share = 0, streamed_gb_per_s = 0;
     ExpertCacheStats backend;
     std::vector<SlotState> slots;
 };
@@ -181,7 +184,11 @@ class Scheduler {
     bool stop_ = false, draining_ = false;
     SchedulerStats stats_;                                                       // published after each step
     SchedulerStats local_;                                                       // the scheduler thread's own counters
-    std::deque<std::pair<double, std::pair<uint64_t, uint64_t>>> rate_samples_;  // time, (generated, computed)
+    struct RateSample {
+        double t;
+        uint64_t generated, computed, hits, misses, host, streamed;  // misses: copied in; host: computed there
+    };
+    std::deque<RateSample> rate_samples_;
     std::thread thread_;
 };
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import json
+import math
 import threading
 import time
 
@@ -87,8 +88,12 @@ def test_health_models_and_metrics(qwen3moe):
     for name in ("strata_generated_tokens_total", "strata_queue_depth", "strata_kv_cache_usage_ratio",
                  "strata_generation_tokens_per_second", "strata_expert_cache_hits_total",
                  "strata_expert_cache_misses_total", "strata_bytes_streamed_total", "strata_requests_running",
-                 "strata_prefetch_picks_total", "strata_prefetch_predicted_total", "strata_prefetch_filled_total"):
+                 "strata_prefetch_picks_total", "strata_prefetch_predicted_total", "strata_prefetch_filled_total",
+                 "strata_expert_cache_hit_ratio", "strata_expert_cpu_share", "strata_streamed_gigabytes_per_second"):
         assert name in m, name
+    # the CPU engine reads every expert in place: no lookups, so no ratio to report, and nothing streamed
+    assert math.isnan(m["strata_expert_cache_hit_ratio"]) and math.isnan(m["strata_expert_cpu_share"])
+    assert m["strata_streamed_gigabytes_per_second"] == 0
 
 
 def test_chat_streaming_equals_non_streaming_and_usage_counts(qwen3moe):
