@@ -26,14 +26,20 @@ namespace strata::cli {
 namespace {
 
 // The expert cache while generating, for the summary line: hits over lookups, the share of the misses the host
-// computed, expert bytes copied per second; empty where the cache saw no lookups (every expert resident, the CPU).
+// computed, expert bytes copied per second, none where the cache saw no lookups (every expert resident, the CPU);
+// and how often the next-layer prediction was right where it ran.
 std::string decode_cache_note(const ExpertCacheStats &a, const ExpertCacheStats &b, double seconds) {
     const uint64_t hits = b.expert_cache_hits - a.expert_cache_hits,
                    copied = b.expert_cache_misses - a.expert_cache_misses,
                    host = b.hybrid.host_experts - a.hybrid.host_experts;
     const uint64_t lookups = hits + copied + host;
-    if (lookups == 0) return {};
-    std::string out = strfmt(" | expert cache %.1f%% hits", 100.0 * double(hits) / double(lookups));
+    const uint64_t picks = b.prefetch.picks - a.prefetch.picks, predicted = b.prefetch.predicted - a.prefetch.predicted;
+    std::string out;
+    if (picks)  // STRATA_DECODE_PREFETCH=1, counted on every backend
+        out += strfmt(" | next-layer prediction %.1f%% of %llu picks", 100.0 * double(predicted) / double(picks),
+                      (unsigned long long)picks);
+    if (lookups == 0) return out;
+    out += strfmt(" | expert cache %.1f%% hits", 100.0 * double(hits) / double(lookups));
     if (copied + host > 0 && b.hybrid_on)
         out += strfmt(", %.1f%% of misses on the CPU", 100.0 * double(host) / double(copied + host));
     if (seconds > 0) out += strfmt(", %.1f GB/s streamed", double(b.bytes_streamed - a.bytes_streamed) / seconds / 1e9);
