@@ -27,7 +27,6 @@ struct Region {
 void group_by_expert(const std::vector<int32_t> &ids, int64_t T, int64_t k, int64_t n_exp,
                      const std::vector<int32_t> &last, RouteGroups &g, ThreadPool *pool) {
     STRATA_ASSERT(int64_t(ids.size()) == T * k && k >= 1 && k < (int64_t(1) << 31));
-    for (int32_t e : ids) STRATA_ASSERT(e >= 0 && e < n_exp);
     const int64_t M = T * k;
     // Parts: contiguous token ranges, one per thread (one where there is no pool or few pairs). Each part counts its
     // pairs per expert; an expert's rows are then part 0's tokens, then part 1's, ..., so in token order whatever
@@ -53,7 +52,11 @@ void group_by_expert(const std::vector<int32_t> &ids, int64_t T, int64_t k, int6
         int64_t t0, t1;
         token_range(part, t0, t1);
         int32_t *c = cnt.data() + part * n_exp;
-        for (int64_t i = t0 * k; i < t1 * k; i++) c[ids[size_t(i)]]++;
+        for (int64_t i = t0 * k; i < t1 * k; i++) {
+            const int32_t e = ids[size_t(i)];
+            STRATA_ASSERT(e >= 0 && e < n_exp);  // a pool's run() rethrows it here
+            c[e]++;
+        }
     });
     g.used.clear();
     g.count.assign(size_t(n_exp), 0);

@@ -2,8 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <set>
+#include <string>
 
 #include "core/fp16.h"
+#include "core/threads.h"
 #include "format/dtype.h"
 
 using namespace strata;
@@ -56,6 +60,24 @@ TEST(DType, TableMatchesFormat) {
 #include "core/error.h"
 #include "core/spin_pool.h"
 #include "core/threads.h"
+
+// Cores from sysfs: at least one, never more than the hardware threads, and, where sysfs names each CPU's core, the
+// count of distinct (package, core) pairs.
+TEST(Threads, PhysicalCoresCountDistinctCores) {
+    const int cores = physical_cores(), threads = hardware_threads();
+    EXPECT_GE(cores, 1);
+    EXPECT_LE(cores, threads);
+    std::set<std::pair<int, int>> seen;
+    for (int c = 0; c < threads; c++) {
+        const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/";
+        std::ifstream core(dir + "core_id"), pkg(dir + "physical_package_id");
+        int a = -1, b = 0;
+        if (!(core >> a)) GTEST_SKIP() << "no topology for cpu" << c << " in sysfs";
+        pkg >> b;
+        seen.insert({b, a});
+    }
+    EXPECT_EQ(cores, int(seen.size()));
+}
 
 TEST(ThreadPool, CoversRangeExactlyOnce) {
     ThreadPool pool(4);
