@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/host/mmvq_host.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "runtime/engine.h"
@@ -100,7 +101,25 @@ class HostSlotBackend final : public Backend {
                 EXPECT_TRUE(g.slot < lent_first_ || g.slot >= lent_first_ + lent_n_) << "lent slot " << g.slot;
             }
         }
-        cpu_->expert_ffn(w, xs, groups, ys);
+        if (!gpu_arith_) {
+            cpu_->expert_ffn(w, xs, groups, ys);
+            return;
+        }
+        // every row as the GPU's decode kernels compute it (mmvq_host.h), from the slot's bytes
+        const int64_t E = xs.cols, n_ff = w.gate->ne[1];
+        auto mat = [](const Weight &m, const void *data, int64_t k, int64_t n) {
+            return HostMatrix{m.type, static_cast<const uint8_t *>(data), m.row_bytes, k, n};
+        };
+        for (const ExpertGroup &g : groups)
+            for (int64_t r = g.row0; r < g.row0 + g.n_rows; r++)
+                expert_ffn_host(mat(*w.gate, g.src.gate, E, n_ff), mat(*w.up, g.src.up, E, n_ff),
+                                mat(*w.down, g.src.down, n_ff, E), xs.row(r), ys.row(r));
+    }
+    // GPU arithmetic: expert_ffn computes as expert_ffn_host does, so the hybrid split (decode_hybrid.h) applies.
+    void gpu_arithmetic() { gpu_arith_ = true; }
+    bool host_computes_like(const ExpertWeights &w, int64_t) const override {
+        return gpu_arith_ && mmvq_host_supported(w.gate->type) && mmvq_host_supported(w.up->type) &&
+               mmvq_host_supported(w.down->type);
     }
     // A loan's slots are scribbled over, as a pass's scratch would: an expert read from one would show in the logits.
     void begin_loan(int32_t first, int32_t n) override {
@@ -129,6 +148,7 @@ class HostSlotBackend final : public Backend {
     }
 
   private:
+    bool gpu_arith_ = false;
     bool fake_marks_ = false;
     uint64_t marks_ = 0;
     std::unique_ptr<Backend> cpu_;
@@ -435,6 +455,53 @@ TEST_P(MoeScheduleSlots, PrefillTimingCountsEveryPhaseAndChangesNoBit) {
 // STRATA_DECODE_TIMING=1: the decode-sized passes only, the prompt's 22-token tail and the three single tokens.
 TEST_P(MoeScheduleSlots, DecodeTimingCountsEveryPhaseAndChangesNoBit) {
     check_timing(model_path(GetParam()), "STRATA_DECODE_TIMING", TimingKind::Decode, 4, 22 + 3);
+}
+
+// The hybrid split (decode_hybrid.h) on a backend that computes experts in the GPU's arithmetic on the host: the
+// misses it gives the host give the bits of the same misses copied in and computed by the backend, for every share,
+// the fitted model and the rule before it, the decode overlap on and off, at two cache sizes; the host takes some
+// wherever the share is above zero, and none with the split off. Runs the split's grouping (the host's rows last),
+// the rows' upload and the combine in CPU-only CI; the GPU suite checks the same against the CUDA kernels.
+TEST_P(MoeScheduleSlots, HybridSplitGivesTheBitsOfTheBackendAlone) {
+    const std::string path = model_path(GetParam());
+    auto engine = [&](int64_t slots, double share) {
+        auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
+        be->gpu_arithmetic();
+        be->fake_marks();
+        EngineConfig cfg = config(slots);
+        cfg.cpu_share = share;
+        cfg.cpu_threads = 2;
+        return std::make_unique<Engine>(load_model(path), std::move(be), cfg);
+    };
+    const int64_t n_expert = engine(0, 0.0)->hparams().n_expert, k = engine(0, 0.0)->hparams().n_expert_used;
+    for (int64_t slots : {k + 1, n_expert / 2}) {
+        ::setenv("STRATA_DECODE_CPU", "0", 1);
+        const std::vector<float> ref = run(*engine(slots, -1.0));
+        ::unsetenv("STRATA_DECODE_CPU");
+        const char *cases[4][2] = {{"1", "1"}, {"0", "1"}, {"1", "0"}, {"0", "0"}};  // overlap, fit
+        for (double share : {1.0, 0.5, -1.0, 0.0})
+            for (const auto &c : cases) {
+                if (share >= 0.0 && std::strcmp(c[1], "0") == 0) continue;  // a fixed share takes no model
+                ::setenv("STRATA_DECODE_OVERLAP", c[0], 1);
+                ::setenv("STRATA_DECODE_SPLIT_FIT", c[1], 1);
+                auto e = engine(slots, share);
+                ::unsetenv("STRATA_DECODE_OVERLAP");
+                ::unsetenv("STRATA_DECODE_SPLIT_FIT");
+                const std::vector<float> got = run(*e);
+                const std::string what = std::to_string(slots) + " slots, share " + std::to_string(share) +
+                                         ", overlap " + c[0] + ", fit " + c[1];
+                ASSERT_EQ(got.size(), ref.size()) << what;
+                EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
+                const ExpertCacheStats st = e->expert_stats();
+                EXPECT_EQ(st.hybrid_on, share != 0.0) << what;
+                if (share > 0.0) {
+                    EXPECT_GT(st.hybrid.host_experts, 0u) << what;
+                }
+                if (share == 0.0) {
+                    EXPECT_EQ(st.hybrid.host_experts, 0u) << what;
+                }
+            }
+    }
 }
 
 // The decode overlap (moe_schedule.h: the shared expert first, its fills on the copy stream) gives the bits of
