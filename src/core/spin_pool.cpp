@@ -93,29 +93,29 @@ void SpinPool::worker(int ith) {
     }
 }
 
-void SpinPool::post(int nth, Call call, const void *ctx) {
-    nth = std::clamp(nth, 1, size());
-    if (nth == 1) {
-        call(ctx, 0, 1);
-        return;
-    }
-    call_ = call, ctx_ = ctx, nth_ = nth;
+void SpinPool::publish(int nth, Call call, const void *ctx) {
+    call_ = call, ctx_ = ctx, nth_ = std::clamp(nth, 1, size());
+    if (nth_ == 1) return;
     done_.store(0, std::memory_order_relaxed);
     calls_++;
-    const uint32_t posted = (calls_ << 2) | k_posted;
+    posted_ = (calls_ << 2) | k_posted;
     // Release stores, then one fence before reading the flags (the worker fences between its two steps): the stores'
     // cache-line transfers overlap instead of each waiting for the one before.
-    for (int i = 1; i < nth; i++) slots_[size_t(i)].go.store(posted, std::memory_order_release);
+    for (int i = 1; i < nth_; i++) slots_[size_t(i)].go.store(posted_, std::memory_order_release);
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    for (int i = 1; i < nth; i++)
+    for (int i = 1; i < nth_; i++)
         if (slots_[size_t(i)].sleeping.load(std::memory_order_relaxed)) slots_[size_t(i)].go.notify_one();
-    call(ctx, 0, nth);
+}
+
+void SpinPool::join() {
+    call_(ctx_, 0, nth_);
+    if (nth_ == 1) return;
     int running = 0;  // workers that started: to wait for; the others are let off
-    for (int i = 1; i < nth; i++) {
+    for (int i = 1; i < nth_; i++) {
         std::atomic<uint32_t> &go = slots_[size_t(i)].go;
-        uint32_t expect = posted;
-        if (go.load(std::memory_order_relaxed) != posted ||
-            !go.compare_exchange_strong(expect, (posted & ~3u) | k_let_off, std::memory_order_relaxed))
+        uint32_t expect = posted_;
+        if (go.load(std::memory_order_relaxed) != posted_ ||
+            !go.compare_exchange_strong(expect, (posted_ & ~3u) | k_let_off, std::memory_order_relaxed))
             running++;
     }
     for (SpinWait w; done_.load(std::memory_order_acquire) < running;) w.once();

@@ -6,9 +6,10 @@
 //
 // Protocol: each worker owns a slot (a cache line of its own) holding `go`, a call number and its state (posted,
 // running, let off), and a `sleeping` flag.
-//   1. run(nth, fn): the caller writes the call (fn, nth), zeroes `done_`, stores (release) `go` = (call, posted) in
-//      the slots of workers 1..nth-1 only, and after a seq_cst fence notifies the `go` of each of them whose
-//      `sleeping` it reads set. It runs fn(0, nth) itself: when that returns, all the work has been taken.
+//   1. run(nth, fn), or start(nth, fn): the caller writes the call (fn, nth), zeroes `done_`, stores (release) `go` =
+//      (call, posted) in the slots of workers 1..nth-1 only, and after a seq_cst fence notifies the `go` of each of
+//      them whose `sleeping` it reads set. Then (at once in run(), in join() after start()) it runs fn(0, nth)
+//      itself: when that returns, all the work has been taken.
 //   2. A worker waits for its `go` to change: pause instructions for k_pause_us, then yields, and after idle_us
 //      without a call sets `sleeping`, and after a seq_cst fence reads `go` again and waits on it (a futex). The two
 //      fences are ordered one way or the other, so either the caller sees `sleeping` or the worker sees the call.
@@ -56,9 +57,19 @@ class SpinPool {
     // ith >= nth are not woken.
     template <class F>
     void run(int nth, const F &fn) {
-        const Call call = [](const void *f, int ith, int n) noexcept { (*static_cast<const F *>(f))(ith, n); };
-        post(nth, call, &fn);
+        start(nth, fn);
+        join();
     }
+    // run() in two halves: start() wakes the workers on fn, which must live until join(); the caller may do other
+    // work meanwhile (the workers take what they can); join() runs the caller's own fn(0, nth), lets off the
+    // workers that have not started and waits for the others, as run() does. Each start() is joined before the
+    // next start() or run().
+    template <class F>
+    void start(int nth, const F &fn) {
+        const Call call = [](const void *f, int ith, int n) noexcept { (*static_cast<const F *>(f))(ith, n); };
+        publish(nth, call, &fn);
+    }
+    void join();
 
   private:
     using Call = void (*)(const void *, int, int) noexcept;
@@ -66,13 +77,14 @@ class SpinPool {
         std::atomic<uint32_t> go{0};  // call number << 2 | k_posted, k_running or k_let_off
         std::atomic<bool> sleeping{false};
     };
-    void post(int nth, Call call, const void *ctx);
+    void publish(int nth, Call call, const void *ctx);
     void worker(int ith);
 
     const int idle_us_;
     std::unique_ptr<Slot[]> slots_;  // [size()], slot 0 unused (the caller's)
     std::vector<std::thread> workers_;
     uint32_t calls_ = 0;
+    uint32_t posted_ = 0;  // the started call's `go` value (nth_ > 1)
     Call call_ = nullptr;
     const void *ctx_ = nullptr;
     int nth_ = 1;

@@ -140,17 +140,29 @@ void DecodeHybrid::device_part(int64_t dev_misses, uint64_t a, uint64_t b) {
 }
 
 void DecodeHybrid::compute(const std::vector<HostExpertJob> &jobs, uint64_t bytes, int64_t dev_misses) {
-    const auto t0 = std::chrono::steady_clock::now();
-    pool_.run(jobs);
-    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    model_.host(int64_t(jobs.size()), us);
-    if (!jobs.empty()) smooth(c_us_, us / double(jobs.size()));
+    start(jobs, bytes, dev_misses);
+    finish();
+}
+
+void DecodeHybrid::start(const std::vector<HostExpertJob> &jobs, uint64_t bytes, int64_t dev_misses) {
+    t0_ = std::chrono::steady_clock::now();
+    n_jobs_ = int64_t(jobs.size());
+    bytes_ = bytes;
+    dev_misses_ = dev_misses;
+    pool_.start(jobs);
+}
+
+void DecodeHybrid::finish() {
+    pool_.finish();
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count();
+    model_.host(n_jobs_, us);
+    if (n_jobs_ > 0) smooth(c_us_, us / double(n_jobs_));
     read_device_times();
-    stats_.host_experts += jobs.size();
-    stats_.host_bytes += bytes;
-    stats_.device_misses += uint64_t(dev_misses);
+    stats_.host_experts += uint64_t(n_jobs_);
+    stats_.host_bytes += bytes_;
+    stats_.device_misses += uint64_t(dev_misses_);
     stats_.host_ms += us / 1e3;
-    stats_.host_us_per_expert = jobs.empty() ? 0.0 : model_.host_us(int64_t(jobs.size())) / double(jobs.size());
+    stats_.host_us_per_expert = n_jobs_ ? model_.host_us(n_jobs_) / double(n_jobs_) : 0.0;
     stats_.device_us_per_miss = model_.g_us();
 }
 

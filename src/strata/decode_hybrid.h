@@ -9,8 +9,9 @@
 //      none, one miss in every k_hybrid_probe layers still goes to it (and where it gives n, n + 1 as often), so
 //      the host's figures follow it as it is now (a first slow figure, caches cold and threads asleep, would
 //      otherwise keep the host out for good);
-//   2. the schedule issues the device's experts between two device marks, then calls compute() for the host's:
-//      the pool computes while the device copies and computes its own;
+//   2. the schedule starts the host's experts (start(): the pool's threads begin), issues the device's between two
+//      device marks, then joins the host's (finish()): the pool computes while the device copies and computes its
+//      own (with STRATA_DECODE_OVERLAP=0, compute() after the device's part is issued);
 //   3. the host's outputs go up as rows of the experts' output (Backend::upload_rows), ordered before the combine.
 // The device time between the marks is read once the device has passed them (never waited for), a few layers
 // later, and goes to the model with the layer's count of device misses; compute() times the host's part.
@@ -19,6 +20,7 @@
 // device's over its misses), so that n c = (m - n) g, with the one-miss probe where that gives none.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -77,6 +79,11 @@ class DecodeHybrid {
     void device_part(int64_t dev_misses, uint64_t a, uint64_t b);
     // The host's jobs, timed (beside a device part of dev_misses misses).
     void compute(const std::vector<HostExpertJob> &jobs, uint64_t bytes, int64_t dev_misses);
+    // compute() in two halves (HostExperts::start / finish): the host's threads begin on start(), the caller issues
+    // the device's part, and finish() takes part and waits. The host's time is from start to finish: the path
+    // its rows take, however long the caller was away.
+    void start(const std::vector<HostExpertJob> &jobs, uint64_t bytes, int64_t dev_misses);
+    void finish();
     const HybridStats &stats() const { return stats_; }
     int threads() const { return pool_.threads(); }
 
@@ -91,6 +98,9 @@ class DecodeHybrid {
         int64_t n;
     };
     std::deque<Pending> pending_;
+    std::chrono::steady_clock::time_point t0_;  // the started compute's
+    int64_t n_jobs_ = 0, dev_misses_ = 0;
+    uint64_t bytes_ = 0;
     SplitModel model_;
     int64_t since_probe_ = 0;  // layers since the split last probed beyond the model's choice
     bool fit_;                 // STRATA_DECODE_SPLIT_FIT (off: the per-expert rule)

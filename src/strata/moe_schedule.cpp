@@ -406,17 +406,12 @@ void MoeSchedule::hybrid_experts(const ExpertWeights &w, const RouteGroups &g, c
             dev.push_back(e);
             dev_misses += slots_->slot_of(w.il, e) < 0;
         }
-    const uint64_t a = be_.mark_device();
-    routed_experts(w, g, dev, n_exp, xs, ys, fills_ahead);
-    hybrid_->device_part(dev_misses, a, be_.mark_device());
-    if (tm) tm->phase_end(TimingPhase::Experts);
     // The host's rows: its experts' inputs gathered (x read back with the routing), outputs in the same order.
-    Region r(be_, "hybrid/host");
     host_xs_.resize(size_t((M - r0) * E));
     host_ys_.resize(size_t((M - r0) * E));
     for (int64_t i = r0; i < M; i++)
         std::copy_n(host_x_.data() + g.src_row[size_t(i)] * E, E, host_xs_.data() + (i - r0) * E);
-    std::vector<HostExpertJob> jobs;
+    host_jobs_.clear();
     uint64_t bytes = 0;
     for (int32_t e : host) {
         const ExpertSrc src = be_.expert_host_bytes(w, e);
@@ -425,11 +420,27 @@ void MoeSchedule::hybrid_experts(const ExpertWeights &w, const RouteGroups &g, c
             return HostMatrix{m.type, static_cast<const uint8_t *>(data), m.row_bytes, k, n};
         };
         const int64_t at = g.first[size_t(e)] - r0;
-        jobs.push_back({mat(*w.gate, src.gate, E, n_ff), mat(*w.up, src.up, E, n_ff), mat(*w.down, src.down, n_ff, E),
-                        host_xs_.data() + at * E, host_ys_.data() + at * E, g.count[size_t(e)]});
+        host_jobs_.push_back({mat(*w.gate, src.gate, E, n_ff), mat(*w.up, src.up, E, n_ff),
+                              mat(*w.down, src.down, n_ff, E), host_xs_.data() + at * E, host_ys_.data() + at * E,
+                              g.count[size_t(e)]});
         bytes += w.expert_bytes();
     }
-    hybrid_->compute(jobs, bytes, dev_misses);
+    // Overlapped: the host's threads begin before the device's part is issued, and this thread joins them after.
+    if (decode_overlap_) hybrid_->start(host_jobs_, bytes, dev_misses);
+    try {
+        const uint64_t a = be_.mark_device();
+        routed_experts(w, g, dev, n_exp, xs, ys, fills_ahead);
+        hybrid_->device_part(dev_misses, a, be_.mark_device());
+    } catch (...) {
+        if (decode_overlap_) hybrid_->finish();  // the threads read and write this schedule's buffers
+        throw;
+    }
+    if (tm) tm->phase_end(TimingPhase::Experts);
+    Region r(be_, "hybrid/host");
+    if (decode_overlap_)
+        hybrid_->finish();
+    else
+        hybrid_->compute(host_jobs_, bytes, dev_misses);
     be_.upload_rows(host_ys_.data(), ys.rows_view(r0, M - r0));
 }
 

@@ -45,9 +45,10 @@
 // Decode overlap (STRATA_DECODE_OVERLAP, on; =0 the order before it; passes of at most k_hybrid_max_tokens): the
 // input rows the hybrid split needs come back with the routing (one wait for the device, not two); the shared
 // expert's FFN is queued right after the readback, so the device computes it while the host splits, groups and
-// computes its misses; the fills of the layer's misses go on the copy stream (Backend::fill_slots ahead), beside
-// the shared expert's kernels, where the layer has one (STRATA_DECODE_COPY_STREAM=0: on the compute stream). Its
-// gate and add come after the combine as always.
+// computes its misses; the host's threads start on its misses before the device's part is issued (this thread
+// joins them after issuing it); the fills of the layer's misses go on the copy stream (Backend::fill_slots ahead),
+// beside the shared expert's kernels, where the layer has one (STRATA_DECODE_COPY_STREAM=0: on the compute stream).
+// Its gate and add come after the combine as always.
 // Hybrid misses (decode_hybrid.h, on where the backend computes experts like the host, STRATA_DECODE_CPU=0 off;
 // passes of at most k_hybrid_max_tokens tokens with misses): some of the misses the backend could compute exactly
 // as the host does are computed on the host instead. Their rows come last in the gathered order (group_by_expert's
@@ -191,6 +192,7 @@ class MoeSchedule final : public ExpertRunner {
     bool slot_fills_ahead_;  // STRATA_DECODE_COPY_STREAM: decode's fills beside the shared expert
     std::unique_ptr<DecodeHybrid> hybrid_;  // nullptr: every miss copied in
     std::vector<float> host_x_, host_xs_, host_ys_;
+    std::vector<HostExpertJob> host_jobs_;  // the host's part of the layer (its threads may still be on it)
     RouteGroups groups_;  // the layer's grouping, its memory kept from layer to layer
     std::unique_ptr<ThreadPool> group_pool_;  // for big passes' grouping (made on the first)
     static constexpr int k_group_threads = 8;

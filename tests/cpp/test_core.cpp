@@ -149,6 +149,40 @@ TEST(SpinPool, RunsACallOnItsThreadsOnly) {
     EXPECT_EQ(calls, 1);
 }
 
+// start() then join(): the workers begin on start() while the caller is elsewhere (here waiting until every worker
+// has arrived, which it could not do inside a run() whose part it has not begun), the caller's part runs in
+// join(), each thread once, and join() returns with every write seen; calls alternate with run() on one pool.
+TEST(SpinPool, StartsWithoutTheCallerAndJoins) {
+    SpinPool pool(4, 2000);
+    for (int rep = 0; rep < 100; rep++) {
+        std::atomic<int> hits[4] = {0, 0, 0, 0}, arrived{0};
+        std::vector<int> wrote(4, 0);
+        auto fn = [&](int ith, int) {
+            hits[ith]++;
+            arrived++;
+            wrote[size_t(ith)] = rep + 1;
+        };
+        if (rep % 3 == 2) {
+            pool.run(4, fn);
+        } else {
+            pool.start(4, fn);
+            while (arrived.load() < 3) std::this_thread::yield();  // the three workers, without the caller
+            EXPECT_EQ(hits[0].load(), 0);
+            pool.join();
+            for (int i = 0; i < 4; i++) EXPECT_EQ(hits[i].load(), 1) << "rep " << rep << " thread " << i;
+        }
+        EXPECT_EQ(hits[0].load(), 1);
+        for (int i = 0; i < 4; i++) EXPECT_EQ(wrote[size_t(i)], hits[i].load() ? rep + 1 : 0) << rep;
+    }
+    SpinPool one(1);  // no workers: the whole call in join()
+    int calls = 0;
+    auto count = [&](int ith, int n) { calls += ith == 0 && n == 1; };
+    one.start(2, count);
+    EXPECT_EQ(calls, 0);
+    one.join();
+    EXPECT_EQ(calls, 1);
+}
+
 TEST(EnvSwitch, ZeroIsOffOneIsOnElseTheDefault) {
     const char *name = "STRATA_TEST_ENV_SWITCH";
     unsetenv(name);

@@ -38,6 +38,18 @@ int HostExperts::threads_for(const std::vector<HostExpertJob> &jobs) const {
 }
 
 void HostExperts::run(const std::vector<HostExpertJob> &jobs) {
+    start(jobs);
+    finish();
+}
+
+void HostExperts::finish() {
+    if (!started_) return;
+    started_ = false;
+    pool_.join();
+}
+
+void HostExperts::start(const std::vector<HostExpertJob> &jobs) {
+    STRATA_ASSERT(!started_);
     int64_t n_rows = 0;
     for (const HostExpertJob &j : jobs) {
         STRATA_ASSERT(j.gate.k == j.up.k && j.gate.n == j.up.n && j.down.k == j.gate.n && j.n_rows >= 0);
@@ -71,8 +83,10 @@ void HostExperts::run(const std::vector<HostExpertJob> &jobs) {
             for (int64_t p = 0; p < pieces(j.down.n); p++) dn_.push_back({at, 2, p * k_piece_rows});
         }
     for (Counter &c : next_) c.n.store(0, std::memory_order_relaxed);
-    // The pool's post publishes all of the above to the threads it wakes.
-    pool_.run(threads_for(jobs), [&](int, int) { work(n_rows); });
+    // The pool's start publishes all of the above to the threads it wakes.
+    work_rows_ = n_rows;
+    started_ = true;
+    pool_.start(threads_for(jobs), work_fn_);
 }
 
 void HostExperts::work(int64_t n_rows) {

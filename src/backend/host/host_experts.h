@@ -1,10 +1,11 @@
 // Experts computed on the host with the GPU's decode arithmetic (mmvq_host.h), spread over a pool of threads: the
 // CPU half of decoding's hybrid misses (strata/decode_hybrid.h).
 //
-// Protocol of run(): one call of a spinning pool (core/spin_pool.h: its workers are still awake when decoding calls
-// again a layer later) on one thread per k_pieces_per_thread pieces of the work, at most the pool (threads_for); the
-// others are not woken, and a woken one that starts only after the caller has found every list taken is let off.
-// The caller lays the call out (rows, pieces, each row's stage 0 and countdown), which the pool's post publishes;
+// Protocol of run() (or start() then finish()): one call of a spinning pool (core/spin_pool.h: its workers are still
+// awake when decoding calls again a layer later) on one thread per k_pieces_per_thread pieces of the work, at most the
+// pool (threads_for); the others are not woken, and a woken one that starts only after the caller has found every
+// list taken is let off. The caller lays the call out (rows, pieces, each row's stage 0 and countdown), which the
+// pool's start publishes (the caller's own part comes in finish());
 // then each thread takes pieces of three lists in turn, each list by an atomic counter. No barrier: a piece waits
 // only for its own row's stage, set (release) by the thread that ends the stage before and read (acquire) by the
 // pieces that need it:
@@ -44,6 +45,11 @@ class HostExperts {
     int threads_for(const std::vector<HostExpertJob> &jobs) const;
     // Every job's outputs, as expert_ffn_host computes them row by row.
     void run(const std::vector<HostExpertJob> &jobs);
+    // run() in two halves: start() lays the call out and wakes the threads, which begin at once; finish() takes
+    // part and returns when every output is written. Between them the caller may do other work but must leave the
+    // jobs, their inputs and outputs alone; each start() is finished before the next.
+    void start(const std::vector<HostExpertJob> &jobs);
+    void finish();
 
   private:
     struct Row {  // one input row of one job, with its buffers
@@ -65,6 +71,13 @@ class HostExperts {
         int64_t r0;
     };
     void work(int64_t n_rows);  // one thread's part of a call
+    struct Work {
+        HostExperts *self;
+        void operator()(int, int) const { self->work(self->work_rows_); }
+    };
+    Work work_fn_{this};
+    int64_t work_rows_ = 0;
+    bool started_ = false;
 
     SpinPool pool_;
     std::vector<Row> rows_;  // kept from call to call with their buffers: no allocation once they are big enough
