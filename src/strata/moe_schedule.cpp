@@ -503,10 +503,6 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
             else
                 be_.download_i32(ids_be, T * k, ids.data());
         }
-        if (hybrid && !x_too) {
-            Region rx(be_, "hybrid/read_x");
-            be_.download(x, host_x_.data());
-        }
     }
     if (override_.active()) {
         // the draws, with the weights the router gives them, in place of the router's choice
@@ -531,7 +527,8 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
         be_.download(wts, wh.data());
         observer_->routed(il, T, k, ids.data(), wh.data());
     }
-    // 6a. Decode: the shared expert's FFN now, so the device runs it while the host groups and computes.
+    // 6a. Decode: the shared expert's FFN now, so the device runs it while the host groups and computes (timed
+    // with the readback).
     Act sy{};
     const bool shared = L.gate_shexp.present();
     if (shared && decode) {
@@ -567,6 +564,10 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
             stream_next(il, T, k, share);
             if (tm) tm->phase_end(TimingPhase::Experts);
         } else {
+            if (!decode) {  // the order before the overlap: x read back only for a layer the host takes part in
+                Region rx(be_, "hybrid/read_x");
+                be_.download(x, host_x_.data());
+            }
             hybrid_experts(w, g, host, E, n_exp, xs, ys, fills_ahead, tm);
             stream_next(il, T, k, share);
         }
