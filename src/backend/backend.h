@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/placement.h"
+#include "backend/route_draws.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "format/weight.h"
@@ -74,6 +75,9 @@ struct MoeParams {
 // and scaled as MoeParams asks.
 void router_softmax(const float *logits, int64_t n_expert, float *prob);
 void chosen_weights(const float *prob, const MoeParams &p, const int32_t *ids, float *weights);
+// The weights route_topk gives the experts `ids` (k = p.n_expert_used) of one token with these router logits, and
+// the ids sorted into its order (highest weight first, ties to the lower id), the weights with them.
+void router_weights(const float *logits, const MoeParams &p, int32_t *ids, float *weights);
 
 struct GdnParams {
     int64_t n_k_heads = 0, n_v_heads = 0, head_k_dim = 0, head_v_dim = 0, conv_kernel = 0;
@@ -257,6 +261,16 @@ class Backend {
         matmul(router, x, logits);
         route_topk(logits, p, ids, weights);
     }
+    // Benchmark routing (route_draws.h): ids = k distinct experts per token drawn for this pass at layer il instead
+    // of route_topk's choice, weights the router's for them by these logits (router_weights, in the backend's own
+    // arithmetic), ids in its order; both in this backend's memory. new_pass: the pass count goes up by one first
+    // (a pass's first MoE layer); after reset_draws() the next new pass is pass 0. The default draws on the host
+    // (the logits come back, a synchronisation); draws_on_device(): the backend draws without the host, the same
+    // experts, and its pass count lives in its memory (a recorded pass replayed counts too).
+    virtual void route_draws(Act logits, const MoeParams &p, const RouteDraws &d, int64_t il, bool new_pass,
+                             int32_t *ids, Act weights);
+    virtual void reset_draws() { draw_pass_ = -1; }
+    virtual bool draws_on_device() const { return false; }
     // Where a backend that reads experts in place (experts_in_place()) reads expert e of a layer.
     virtual bool experts_in_place() const { return false; }
     virtual ExpertSrc expert_in_place(const ExpertWeights &w, int32_t e) const {
@@ -299,9 +313,20 @@ class Backend {
     // depends only on its rows and its expert's bytes.
     virtual void expert_ffn(const ExpertWeights &w, Act xs, const std::vector<ExpertGroup> &groups, Act ys) = 0;
     // The routed experts of a pass of n_tokens straight from the device routing, without the host: where the
-    // layer's experts are all resident (set_resident_experts), the pass is decode-sized and the kernels allow it.
-    // The same function as expert_ffn and moe_combine over the host's grouping, bit for bit.
+    // layer's experts are all resident (set_resident_experts) or mapped (maps_host_experts), the pass is
+    // decode-sized and the kernels allow it. The same function as expert_ffn and moe_combine over the host's
+    // grouping, bit for bit.
     virtual bool device_routing_applies(const ExpertWeights &w, int64_t n_tokens) const { return false; }
+    // Mapped misses: the backend's kernels read layer w's experts that are in no slot in place from its pinned host
+    // copy, over the bus, so decode-sized passes route on the device whatever the cache holds (the backend keeps
+    // the table of where each expert is from its own fills and loans; nothing is filled for such a pass).
+    virtual bool maps_host_experts(const ExpertWeights &w) const { return false; }
+    // What mapped passes read so far: (token, expert) pairs served from slots and from the host copy, and the bytes
+    // the latter crossed the bus with (may wait for the device).
+    struct MappedReads {
+        uint64_t from_slots = 0, from_host = 0, host_bytes = 0;
+    };
+    virtual MappedReads mapped_reads() const { return {}; }
     virtual void experts_device_routed(const ExpertWeights &w, Act x, int64_t k, const int32_t *ids,
                                        const float *weights, Act out) {
         fail("the %s backend does not route experts on the device", name().c_str());
@@ -332,6 +357,9 @@ class Backend {
         (void)a, (void)b;
         return -1.0;
     }
+
+  protected:
+    int64_t draw_pass_ = -1;  // the default route_draws' pass count
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);

@@ -152,6 +152,11 @@ ExpertCacheStats MemoryStrata::stats() const {
         s.expert_cache_hits = slots_->stats().hits;
         s.expert_cache_misses = slots_->stats().misses;
         s.bytes_streamed = slots_->stats().bytes_filled;
+        const Backend::MappedReads m = be_.mapped_reads();
+        s.expert_cache_hits += m.from_slots;
+        s.expert_cache_misses += m.from_host;
+        s.bytes_streamed += m.host_bytes;
+        s.mapped_misses = m.from_host;
     }
     if (schedule_) {
         s.prefetch = schedule_->prefetch_stats();

@@ -29,11 +29,13 @@ struct StrataOptions {
 // rest as given.
 PlanOptions plan_options_from_env(PlanOptions o);
 
-// Expert-cache traffic: how many slots, hits and misses of the slot table, bytes copied into slots since start
-// (zeros where the backend reads every expert in place).
+// Expert-cache traffic: how many slots, hits and misses of the slot table and of mapped passes (a mapped miss is
+// read from the host copy in place: Backend::maps_host_experts), bytes copied into slots or read so over the bus
+// since start (zeros where the backend reads every expert in place).
 struct ExpertCacheStats {
     int64_t n_slots = 0, n_experts = 0;
     uint64_t expert_cache_hits = 0, expert_cache_misses = 0, bytes_streamed = 0;
+    uint64_t mapped_misses = 0;  // of expert_cache_misses, those read in place
     // next-layer prefetch (STRATA_DECODE_PREFETCH): routed picks with a prediction, those predicted, experts filled
     PrefetchStats prefetch;
     // misses computed on the host (decode_hybrid.h): counted apart from expert_cache_misses (those copied in)

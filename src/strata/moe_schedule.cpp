@@ -172,9 +172,13 @@ MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::v
     slot_fills_ahead_ = decode_overlap_ && env_switch("STRATA_DECODE_COPY_STREAM", true);
     routers_.resize(experts_.size(), nullptr);
     // The split needs misses (a partial cache) and a backend that computes experts as the host does.
-    bool host_like = false;
-    for (const ExpertWeights &w : experts_) host_like = host_like || (w.present() && be_.host_computes_like(w, 1));
-    if (hybrid.on && hybrid.share != 0.0 && slots_ && !slots_->all_resident() && host_like)
+    // Where every layer is mapped (Backend::maps_host_experts), decoding's misses never reach the host.
+    bool host_like = false, all_mapped = true;
+    for (const ExpertWeights &w : experts_) {
+        host_like = host_like || (w.present() && be_.host_computes_like(w, 1));
+        all_mapped = all_mapped && (!w.present() || be_.maps_host_experts(w));
+    }
+    if (hybrid.on && hybrid.share != 0.0 && slots_ && !slots_->all_resident() && host_like && !all_mapped)
         hybrid_ = std::make_unique<DecodeHybrid>(be_, hybrid);
 }
 
@@ -478,48 +482,34 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
     const Act wts = be_.alloc(1, T * k);
     float *wts_be = wts.data;
     std::vector<int32_t> ids(size_t(T * k));
-    const bool on_device = slots_ && slots_->all_resident() && be_.device_routing_applies(w, T);
+    // Mapped misses (Backend::maps_host_experts): the device reads what no slot holds from the host copy itself.
+    const bool on_device =
+        slots_ && (slots_->all_resident() || be_.maps_host_experts(w)) && be_.device_routing_applies(w, T);
     // Decode overlap: the hybrid's input rows come back with the routing (one wait), and the shared expert is
     // queued before the host's part of the layer, the fills beside it on the copy stream.
     const bool decode = T <= k_hybrid_max_tokens && decode_overlap_;
     const bool hybrid = hybrid_ && T <= k_hybrid_max_tokens;
     if (hybrid) host_x_.resize(size_t(T * E));
-    std::vector<float> lg;
     {
         Region r(be_, "route");
         be_.route(L.gate_inp, x, p, logits, ids_be, wts_be);
         if (tm) tm->phase_end(TimingPhase::Route);
-        // an override replaces the ids (its draws), so only the logits come back for it
-        const bool x_too = hybrid && decode;
         if (override_.active()) {
-            lg.resize(size_t(T * n_exp));
-            if (x_too)
-                be_.download_many({{logits, lg.data()}, {x, host_x_.data()}}, nullptr, 0, nullptr);
-            else
-                be_.download(logits, lg.data());
-        } else if (!on_device || observer_) {
-            if (x_too)
+            // the draws, with the weights the router gives them, in place of the router's choice
+            Region ro(be_, "route_override");
+            const bool new_pass = last_layer_ < 0 || il <= last_layer_;
+            last_layer_ = il;
+            be_.route_draws(logits, p, draws_of(override_), il, new_pass, ids_be, wts);
+        }
+        if (!on_device || observer_) {
+            if (hybrid && decode)
                 be_.download_many({{x, host_x_.data()}}, ids_be, T * k, ids.data());
             else
                 be_.download_i32(ids_be, T * k, ids.data());
         }
     }
-    if (override_.active()) {
-        // the draws, with the weights the router gives them, in place of the router's choice
-        Region r(be_, "route_override");
-        if (il <= last_layer_ || pass_ < 0) pass_++;
-        last_layer_ = il;
-        std::vector<float> wh(size_t(T * k));
-        for (int64_t t = 0; t < T; t++) {
-            int32_t *row = ids.data() + t * k;
-            draw_experts(override_, il, pass_, t, n_exp, k, row);
-            router_weights(lg.data() + t * n_exp, p, row, wh.data() + t * k);
-        }
-        be_.upload_i32(ids.data(), T * k, ids_be);
-        be_.upload(wh.data(), wts);
-    }
     if (prefetch_on_) {
-        if (on_device && !observer_ && !override_.active()) be_.download_i32(ids_be, T * k, ids.data());
+        if (on_device && !observer_) be_.download_i32(ids_be, T * k, ids.data());
         score_prediction(il, ids, T, k);
     }
     if (observer_) {

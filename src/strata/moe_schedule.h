@@ -3,8 +3,12 @@
 //
 // Step protocol, per MoE layer and pass:
 //   1. route: router logits and top-k on the backend (ids and weights stay in its memory);
-//   2. where every expert of the layer is resident and the pass is decode-sized, the backend may run the experts
-//      from the device routing without the host (experts_device_routed): then on to 6;
+//   2. where every expert of the layer is resident, or the backend maps the layer's misses (maps_host_experts: its
+//      kernels read what no slot holds from its pinned host copy, over the bus; STRATA_DECODE_MAPPED=0 off), and the
+//      pass is decode-sized, the backend runs the experts from the device routing without the host
+//      (experts_device_routed): then on to 6. Nothing is filled then: the cache holds what prompts and loans left;
+//   1b. a benchmark's routing override draws on the backend (Backend::route_draws; on the device for the CUDA
+//      backend, so step 2 still applies);
 //   3. the routing ids are read back and the (token, expert) pairs grouped by expert on the host (RouteGroups; a
 //      big pass's in token ranges on up to 8 threads, STRATA_GROUP_THREADS=N, the same result);
 //   4. the rows are gathered in that order; experts come in sets of at most n_slots: the slot table names each
@@ -133,9 +137,12 @@ class MoeSchedule final : public ExpertRunner {
     // draws' passes count from here, so the same calls after the same override draw the same experts.
     void set_route_override(const RouteOverride &o) {
         override_ = o;
-        pass_ = last_layer_ = -1;
+        last_layer_ = -1;
+        be_.reset_draws();
     }
-    bool reads_back() const override { return observer_ != nullptr || override_.active() || prefetch_on_; }
+    bool reads_back() const override {
+        return observer_ != nullptr || (override_.active() && !be_.draws_on_device()) || prefetch_on_;
+    }
     // Unpins what was filled ahead for a layer not yet run (a pass that threw leaves such pins behind).
     void release_pins();
     // Per layer index, each expert's rows in the last prefill-sized pass that grouped on the host (empty: none yet).
@@ -178,7 +185,7 @@ class MoeSchedule final : public ExpertRunner {
     bool stream_ahead_set_;  // given: every pass streams; unset: prefill-sized passes only
     RoutingObserver *observer_ = nullptr;
     RouteOverride override_;
-    int64_t pass_ = -1, last_layer_ = -1;  // passes counted for the override's draws
+    int64_t last_layer_ = -1;              // the override's last layer: a pass starts where il does not rise
     bool prefetch_on_;                     // STRATA_DECODE_PREFETCH
     int64_t pred_layer_ = -1;              // the layer the prediction is for (-1: none)
     std::vector<int32_t> pred_ids_;        // its predicted top-k per token

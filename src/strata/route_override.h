@@ -1,5 +1,5 @@
-// Routing for benchmarks (`strata bench --routing`): the router's choice replaced by seeded draws, independent per
-// token and layer, so the memory system is measured under routing whose statistics are known (uniform: the worst
+// Routing for benchmarks (`strata bench --routing`): the router's choice replaced by seeded draws (Backend::route_draws;
+// the arithmetic in backend/route_draws.h), independent per token and layer, so the memory system is measured under routing whose statistics are known (uniform: the worst
 // case for an expert cache; zipf:S: expert popularity ~ 1/rank^S, the popular experts shuffled per layer). The
 // weights are the router's for the drawn experts: softmax over the layer's logits, renormalised and scaled as
 // Backend::route_topk does, and the ids in its order (highest weight first, ties to the lower id).
@@ -23,12 +23,11 @@ struct RouteOverride {
 RouteOverride parse_route_override(const std::string &s);
 std::string route_override_name(const RouteOverride &o);  // as parsed: "uniform", "zipf:1.2"
 
-// k distinct experts of n_expert for row `row` of pass `pass` at layer il.
+// The draws an active override makes (backend/route_draws.h).
+RouteDraws draws_of(const RouteOverride &o);
+
+// k distinct experts of n_expert for row `row` of pass `pass` at layer il (the host's draw).
 void draw_experts(const RouteOverride &o, int64_t il, int64_t pass, int64_t row, int64_t n_expert, int64_t k,
                   int32_t *ids);
-
-// The weights route_topk gives the experts `ids` (k = p.n_expert_used) of one token with these router logits, and
-// the ids sorted into its order, the weights with them.
-void router_weights(const float *logits, const MoeParams &p, int32_t *ids, float *weights);
 
 }  // namespace strata

@@ -119,6 +119,38 @@ TEST(RouteOverride, RouterWeightsAreRouteTopk) {
     }
 }
 
+// Backend::route_draws on the host (the default, the CPU backend's): each token's draw for the pass it counts (up by
+// one at each new pass, from 0 after reset_draws()) with the router's weights, in the backend's memory.
+TEST(RouteOverride, BackendDrawsCountPasses) {
+    auto cpu = make_cpu_backend(1);
+    const RouteOverride o = parse_route_override("zipf:0.8");
+    const RouteDraws d = draws_of(o);
+    const int64_t n = 40, k = 5, T = 9;
+    const MoeParams p{n, k, true, 0.0f};
+    for (int round = 0; round < 2; round++) {
+        cpu->reset_draws();
+        for (int64_t pass = 0; pass < 3; pass++)
+            for (const int64_t il : {1, 4}) {
+                cpu->reset_scratch();
+                Act logits = cpu->alloc(T, n), w = cpu->alloc(1, T * k);
+                for (int64_t i = 0; i < T * n; i++) logits.data[i] = float((i * 7919 + pass * 31 + il) % 97) / 17.0f;
+                int32_t *ids = cpu->alloc_i32(T * k);
+                cpu->route_draws(logits, p, d, il, il == 1, ids, w);
+                for (int64_t t = 0; t < T; t++) {
+                    std::vector<int32_t> want(static_cast<size_t>(k));
+                    std::vector<float> ww(static_cast<size_t>(k));
+                    draw_experts(o, il, pass, t, n, k, want.data());
+                    router_weights(logits.row(t), p, want.data(), ww.data());
+                    for (int64_t j = 0; j < k; j++) {
+                        EXPECT_EQ(ids[t * k + j], want[size_t(j)]) << "round " << round << ", pass " << pass;
+                        EXPECT_EQ(w.data[t * k + j], ww[size_t(j)]);
+                    }
+                }
+            }
+    }
+    EXPECT_FALSE(cpu->draws_on_device());
+}
+
 // NaN router logits (a NaN hidden state) still give k distinct experts in range: a NaN ranks below every number.
 TEST(RouteTopk, NanLogitsGiveDistinctExpertsInRange) {
     auto cpu = make_cpu_backend(1);

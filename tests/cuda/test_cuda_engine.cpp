@@ -333,7 +333,8 @@ TEST_P(CudaEngine, QuantizedExpertInputChangesNoBit) {
     }
 }
 
-// Misses computed on the host (strata/decode_hybrid.h) give the bits of misses copied in and computed on the GPU:
+// Misses computed on the host (strata/decode_hybrid.h; mapped misses off, STRATA_DECODE_MAPPED=0, so that they reach
+// the host) give the bits of misses copied in and computed on the GPU:
 // every share, the cost model, the split switched off, a small and a tiny cache, one sequence and two decoding
 // together (groups of one and of two rows), against the engine with every expert resident.
 TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
@@ -366,6 +367,7 @@ TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
                     if (std::strcmp(ov[0], "1") != 0 || std::strcmp(ov[1], "1") != 0)
                         if (share != 0.5 || std::strcmp(sw, "1") != 0) continue;
                     if (std::strcmp(ov[2], "1") != 0 && (share != -1.0 || std::strcmp(sw, "1") != 0)) continue;
+                    ::setenv("STRATA_DECODE_MAPPED", "0", 1);  // the misses reach the host
                     ::setenv("STRATA_DECODE_CPU", sw, 1);
                     ::setenv("STRATA_DECODE_OVERLAP", ov[0], 1);
                     ::setenv("STRATA_DECODE_COPY_STREAM", ov[1], 1);
@@ -375,6 +377,7 @@ TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
                     cfg.cpu_share = share;
                     cfg.cpu_threads = 3;
                     auto e = make_cuda_engine(path(), cfg);
+                    ::unsetenv("STRATA_DECODE_MAPPED");
                     ::unsetenv("STRATA_DECODE_CPU");
                     ::unsetenv("STRATA_DECODE_OVERLAP");
                     ::unsetenv("STRATA_DECODE_COPY_STREAM");
@@ -400,8 +403,72 @@ TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
                 }
 }
 
-// A benchmark's routing override (strata bench --routing uniform / zipf) on the GPU: the same draws and so the same
-// bits whatever the budget and whether misses run on the host, and the router's choice again once it is lifted.
+// Mapped misses (STRATA_DECODE_MAPPED, on: decode's kernels read the experts no slot holds from the pinned host copy)
+// give the bits of every expert resident and of misses copied in (=0): one slot, two, five (a budget's plan runs them
+// in PlacementDoesNotChangeABit); graphs on and
+// off; a sequence decoding, another's prompt refilling the cache between its steps, then the first again, and both
+// in one pass. Mapped passes fill nothing and count their reads (a miss each from the host copy), and with graphs
+// on they replay.
+TEST_P(CudaEngine, MappedMissesDoNotChangeABit) {
+    auto script = [&](Engine &e) {
+        const int32_t a = e.new_sequence(), b = e.new_sequence();
+        std::vector<std::vector<float>> l;
+        std::vector<float> out;
+        auto keep = [&] {
+            for (const auto &v : l) out.insert(out.end(), v.begin(), v.end());
+        };
+        e.decode({{a, prompt_tokens(40, 2), false}}, l);
+        keep();
+        for (int i = 0; i < 4; i++) {
+            e.decode({{a, {int32_t((i * 13 + 3) % 250)}, false}}, l);
+            keep();
+        }
+        e.decode({{b, prompt_tokens(33, 9), false}}, l);  // a prompt's fills change what the slots hold
+        keep();
+        for (int i = 0; i < 4; i++) {
+            e.decode({{a, {int32_t((i * 7 + 1) % 250)}, false}}, l);
+            keep();
+        }
+        for (int i = 0; i < 3; i++) {
+            e.decode({{a, {int32_t((i * 5 + 2) % 250)}, false}, {b, {int32_t((i * 3 + 4) % 250)}, false}}, l);
+            keep();
+        }
+        e.drop(a);
+        e.drop(b);
+        return out;
+    };
+    auto all = make_cuda_engine(path(), config());
+    const std::vector<float> ref = script(*all);
+    const bool mappable = GetParam().expert_type != DType::F32;  // the decode kernels' types (mmvq)
+    for (int64_t slots : {1, 2, 5})
+        for (const char *mapped : {"1", "0"})
+            for (bool graphs : {true, false}) {
+                EngineConfig cfg = config();
+                cfg.cuda_graphs = graphs;
+                cfg.expert_slots = slots;
+                ::setenv("STRATA_DECODE_MAPPED", mapped, 1);
+                auto e = make_cuda_engine(path(), cfg);
+                ::unsetenv("STRATA_DECODE_MAPPED");
+                const std::string what = strfmt("%lld slots, STRATA_DECODE_MAPPED=%s, graphs %s", (long long)slots,
+                                                mapped, graphs ? "on" : "off");
+                const EngineStats before = stats_of(*e);
+                const std::vector<float> got = script(*e);
+                ASSERT_EQ(got.size(), ref.size()) << what;
+                EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
+                const ExpertCacheStats st = e->expert_stats();
+                const EngineStats after = stats_of(*e);
+                const bool on = mappable && std::strcmp(mapped, "1") == 0;
+                EXPECT_EQ(st.mapped_misses > 0, on) << what;
+                EXPECT_FALSE(on && st.hybrid_on) << what;
+                if (on && graphs) {
+                    EXPECT_GT(after.graph_replays, before.graph_replays) << what;
+                }
+            }
+}
+
+// A benchmark's routing override (strata bench --routing uniform / zipf) on the GPU, drawn on the device: the same
+// draws and so the same bits whatever the budget, whether misses are mapped and whether they run on the host, and
+// the router's choice again once it is lifted.
 TEST_P(CudaEngine, RouteOverrideGivesTheSameBitsOnEveryBudget) {
     const std::vector<int32_t> prompt = prompt_tokens(24, 9);
     auto all = make_cuda_engine(path(), config());
@@ -413,17 +480,20 @@ TEST_P(CudaEngine, RouteOverrideGivesTheSameBitsOnEveryBudget) {
         EXPECT_NE(std::memcmp(ref.data(), model_ref.data(), ref.size() * 4), 0)
             << kind << ": the draws changed nothing";
         for (int64_t slots : {5, 2})
-            for (double share : {0.0, 0.5}) {
-                EngineConfig cfg = config();
-                cfg.expert_slots = slots;
-                cfg.cpu_share = share;
-                auto e = make_cuda_engine(path(), cfg);
-                e->set_route_override(o);
-                const std::vector<float> got = run(*e, prompt);
-                ASSERT_EQ(got.size(), ref.size());
-                EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0)
-                    << kind << ", " << slots << " slots, share " << share;
-            }
+            for (double share : {0.0, 0.5})
+                for (const char *mapped : {"1", "0"}) {
+                    EngineConfig cfg = config();
+                    cfg.expert_slots = slots;
+                    cfg.cpu_share = share;
+                    ::setenv("STRATA_DECODE_MAPPED", mapped, 1);
+                    auto e = make_cuda_engine(path(), cfg);
+                    ::unsetenv("STRATA_DECODE_MAPPED");
+                    e->set_route_override(o);
+                    const std::vector<float> got = run(*e, prompt);
+                    ASSERT_EQ(got.size(), ref.size());
+                    EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0)
+                        << kind << ", " << slots << " slots, share " << share << ", STRATA_DECODE_MAPPED=" << mapped;
+                }
         all->set_route_override(RouteOverride{});
         const std::vector<float> back = run(*all, prompt);
         EXPECT_EQ(std::memcmp(back.data(), model_ref.data(), back.size() * 4), 0) << kind << ": lifted";
@@ -494,20 +564,36 @@ TEST_P(CudaEngine, GraphsDoNotChangeABit) {
             EXPECT_GE(sg.graph_replays, 90u);
         }
     }
-    // With a partial expert cache the host groups the experts: no graphs, same bits.
-    EngineConfig few = config();
-    few.expert_slots = 2;
-    few.cuda_graphs = true;
-    auto c = make_cuda_engine(path(), few);
-    const int32_t c1 = c->new_sequence();
-    c->decode({{c1, prompt_tokens(30, 5), false}}, lg);
-    for (int i = 0; i < 8; i++) c->decode({{c1, {int32_t((i * 29 + 7) % 250)}, false}}, lg);
+    // With a partial expert cache: mapped misses (the decode kernels' types) route on the device, so decoding runs
+    // as graphs; with them off (STRATA_DECODE_MAPPED=0) the host groups the experts: no graphs. The same bits.
     p->drop(b2);
     const int32_t d1 = p->new_sequence();
     p->decode({{d1, prompt_tokens(30, 5), false}}, lp);
-    for (int i = 0; i < 8; i++) p->decode({{d1, {int32_t((i * 29 + 7) % 250)}, false}}, lp);
-    same("two expert slots");
-    EXPECT_EQ(stats_of(*c).graph_launches, 0u);
+    std::vector<std::vector<float>> first = lp;
+    std::vector<std::vector<std::vector<float>>> steps;
+    for (int i = 0; i < 8; i++) {
+        p->decode({{d1, {int32_t((i * 29 + 7) % 250)}, false}}, lp);
+        steps.push_back(lp);
+    }
+    for (const char *mapped : {"1", "0"}) {
+        EngineConfig few = config();
+        few.expert_slots = 2;
+        few.cuda_graphs = true;
+        ::setenv("STRATA_DECODE_MAPPED", mapped, 1);
+        auto c = make_cuda_engine(path(), few);
+        ::unsetenv("STRATA_DECODE_MAPPED");
+        const int32_t c1 = c->new_sequence();
+        c->decode({{c1, prompt_tokens(30, 5), false}}, lg);
+        lp = first;
+        same(std::string("two expert slots, prompt, STRATA_DECODE_MAPPED=") + mapped);
+        for (int i = 0; i < 8; i++) {
+            c->decode({{c1, {int32_t((i * 29 + 7) % 250)}, false}}, lg);
+            lp = steps[size_t(i)];
+            same(std::string("two expert slots, STRATA_DECODE_MAPPED=") + mapped + ", step " + std::to_string(i));
+        }
+        const bool graphs = std::strcmp(mapped, "1") == 0 && GetParam().expert_type != DType::F32;
+        EXPECT_EQ(stats_of(*c).graph_launches > 0, graphs) << "STRATA_DECODE_MAPPED=" << mapped;
+    }
 }
 
 // The device-to-device copy rate bench quotes decoding against: measured on scratch, no allocation, and the

@@ -1072,6 +1072,63 @@ TEST_P(CudaMoe, MatchesTheCpuAndIgnoresPlacement) {
     EXPECT_EQ(placed[0]->stats().expert_cache_misses, 0u);
 }
 
+// Benchmark routing drawn on the device (Backend::route_draws) draws the host's experts (backend/route_draws.h, the
+// CPU backend's default) for every row, layer and pass, uniform and Zipf, in the router's rank order, weighted as the
+// host weights them (the softmax's float rounding apart); the pass count goes up at each new pass, also across
+// calls, and starts again at reset_draws(). A pass of more rows than one grid takes (70,000) draws every row's own.
+TEST(CudaRouter, DrawsOnTheDeviceAreTheHostDraws) {
+    auto be = cuda_backend();
+    auto cpu = make_cpu_backend(1);
+    uint64_t seed = 9100;
+    for (const RouteDraws::Kind kind : {RouteDraws::Uniform, RouteDraws::Zipf})
+        for (const int64_t ne : {64, 512}) {
+            RouteDraws d;
+            d.kind = kind;
+            d.skew = 1.1;
+            d.seed = 3;
+            const MoeParams p = ne == 64 ? MoeParams{ne, 8, true, 0.0f} : MoeParams{ne, 10, false, 2.5f};
+            const int64_t k = p.n_expert_used;
+            for (int round = 0; round < 2; round++) {  // the same passes again after reset_draws()
+                be->reset_draws();
+                cpu->reset_draws();
+                for (int pass = 0; pass < 3; pass++)
+                    for (const int64_t il : {0, 5}) {
+                        const int64_t T = pass == 1 && ne == 64 && il == 5 ? 70000 : 7;
+                        be->reset_scratch();
+                        cpu->reset_scratch();
+                        // logits in steps of 1/8: the ranks never hang on the softmax's last bits (equal logits
+                        // tie on both, to the lower id)
+                        std::vector<float> x = randn(size_t(T * ne), seed++);
+                        for (float &v : x) v = std::round(v * 8.0f) / 8.0f;
+                        Act lg = be->alloc(T, ne), w = be->alloc(T, k), lc = cpu->alloc(T, ne), wc = cpu->alloc(T, k);
+                        put(lg, x, true);
+                        put(lc, x, false);
+                        int32_t *ids = be->alloc_i32(T * k), *idc = cpu->alloc_i32(T * k);
+                        be->route_draws(lg, p, d, il, il == 0, ids, w);
+                        cpu->route_draws(lc, p, d, il, il == 0, idc, wc);
+                        std::vector<int32_t> got(size_t(T * k)), want(size_t(T * k));
+                        be->download_i32(ids, T * k, got.data());
+                        cpu->download_i32(idc, T * k, want.data());
+                        const std::string what = strfmt("%s, %lld experts, round %d, pass %d, layer %lld",
+                                                        kind == RouteDraws::Zipf ? "zipf" : "uniform", (long long)ne,
+                                                        round, pass, (long long)il);
+                        ASSERT_EQ(got, want) << what;
+                        // the host's draw for this pass and row, sorted into the router's order by the host
+                        std::vector<int32_t> row(static_cast<size_t>(k));
+                        for (const int64_t t : {int64_t(0), T - 1}) {
+                            draw_experts(d, il, pass, t, ne, k, row.data());
+                            std::vector<float> wh(static_cast<size_t>(k));
+                            router_weights(x.data() + t * ne, p, row.data(), wh.data());
+                            EXPECT_EQ(std::vector<int32_t>(got.begin() + t * k, got.begin() + (t + 1) * k), row)
+                                << what << ", row " << t;
+                        }
+                        const std::vector<float> wg = get(*be, w), ww = get(*cpu, wc);
+                        EXPECT_LE(max_abs_diff(wg, ww), 1e-6f * std::max(1.0f, max_abs(ww))) << what;
+                    }
+            }
+        }
+}
+
 // The router's mat-vec and top-k in one launch (Backend::route at decode sizes) against the two launches (matmul,
 // route_topk): logits, ids and weights bit for bit, for 128 and 512 experts, top-8 and top-10, renormalised or not,
 // scaled or not, 1..8 tokens, f32, f16 and bf16 routers, one launch after another on one backend (each must leave its

@@ -294,6 +294,7 @@ void CudaBackend::begin_loan(int32_t first, int32_t n) {
     for (int32_t i = 1; i < n; i++)
         STRATA_ASSERT(slots_[size_t(first + i)] == slots_[size_t(first)] + size_t(i) * slot_bytes_);
     wait_for_fills();
+    for (int32_t i = 0; i < n; i++) unmap_slot(first + i);  // mapped layers read those experts from their copy
     reset_scratch();
     chunks_.insert(chunks_.begin(), Chunk{slots_[size_t(first)], size_t(n) * slot_bytes_, true});
     graph_gen_++;

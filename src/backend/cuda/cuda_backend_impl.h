@@ -21,7 +21,9 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/attention.cuh"
@@ -96,6 +98,14 @@ class CudaBackend final : public Backend {
     // MoE steps (cuda_matmul.cpp) and expert slots (cuda_slots.cpp).
     void route_topk(Act logits, const MoeParams &p, int32_t *ids, float *weights) override;
     void route(const Weight &router, Act x, const MoeParams &p, Act logits, int32_t *ids, float *weights) override;
+    void route_draws(Act logits, const MoeParams &p, const RouteDraws &d, int64_t il, bool new_pass, int32_t *ids,
+                     Act weights) override;
+    void reset_draws() override;
+    bool draws_on_device() const override { return true; }
+    bool maps_host_experts(const ExpertWeights &w) const override {
+        return size_t(w.il) < mapped_.size() && mapped_[size_t(w.il)].dev != nullptr;
+    }
+    MappedReads mapped_reads() const override;
     ExpertSrc expert_slot(const ExpertWeights &w, int32_t slot) const override;
     void fill_slots(const ExpertWeights &w, const std::vector<SlotFill> &fills, bool ahead) override;
     void set_resident_experts(const ExpertWeights &w, const std::vector<int32_t> &slot_of) override;
@@ -219,6 +229,11 @@ class CudaBackend final : public Backend {
     bool device_routing_kernels(const ExpertWeights &w) const;  // decode kernels take the layer's expert types
     bool mat_vec_takes(const ExpertWeights &w) const;  // k_mmvq takes all three of its matrices
     void note_slots_read(const std::vector<ExpertGroup> &groups);  // after expert_ffn: the slots' last reader
+    // Mapped misses (cuda_slots.cpp): the tables of every layer that can be mapped, from the pinned host copy.
+    void map_host_copy(const WeightSet &ws);
+    void map_expert(int64_t il, int32_t e, int32_t slot);  // the host table: e read from `slot`, or -1 its copy
+    void unmap_slot(int32_t slot);                        // whatever slot held is read from its copy again
+    void flush_mapped(int64_t il);                        // changed tables up (il < 0: every layer's)
 
     CudaOptions opt_;
     int device_ = 0;
@@ -306,9 +321,31 @@ class CudaBackend final : public Backend {
     std::unique_ptr<HostStager> stager_;
     const uint8_t *pinned_base_ = nullptr;  // the registered mapping, if any
     std::string prepare_note_;
-    // per layer, when every expert is resident: the device table of its experts' matrices (device routing)
+    // per layer, when every expert is resident or the layer is mapped: the device table of its experts' matrices
+    // (device routing)
     std::vector<const uint8_t *const *> expert_tables_;
     int64_t moe_layers_ = 0, resident_layers_ = 0, tables_set_ = 0;
+    // Mapped misses (STRATA_DECODE_MAPPED, on where the host stratum is the pinned copy): per layer the device table
+    // (3 pointers per expert, then a byte per expert: 1 where the pointers are into the host copy), its host image,
+    // and each expert's matrices in the host copy as the device addresses them. Protocol: fills and loans change
+    // the host image at once (the evicted expert back to its copy before the copy into its slot is issued, the new
+    // one to its slot after), and mark the layer; a device-routed pass uploads its layer's table first, after
+    // compute has waited for every fill, and begin_pass / replay_pass upload every marked table, so no recorded
+    // pass uploads one. A fill on the copy stream waits for the last device-routed pass issued (it may have read
+    // any slot: device_read_seq_).
+    struct MappedTable {
+        const uint8_t **dev = nullptr;
+        std::vector<const uint8_t *> ptrs, home;
+        std::vector<uint8_t> from_host;
+        size_t expert_bytes = 0;
+        bool dirty = false;
+    };
+    std::vector<MappedTable> mapped_;
+    std::vector<std::pair<int32_t, int32_t>> slot_owner_;  // per slot: (layer, expert) of a mapped layer, or -1
+    unsigned long long *mapped_counts_ = nullptr;          // per layer: pairs read from slots, from the host copy
+    uint64_t device_read_seq_ = 0;                         // the ffn_seq_ of the last device-routed pass
+    int64_t *draw_pass_dev_ = nullptr;                     // route_draws' pass count
+    std::map<std::tuple<int64_t, double, uint64_t, int64_t>, std::pair<double *, int32_t *>> zipf_dev_;
 
     unsigned *route_done_ = nullptr;  // the one-launch router's count of finished blocks (zero between launches)
 

@@ -68,6 +68,7 @@ bool same_shape(const std::vector<BatchSeg> &a, const std::vector<BatchSeg> &b) 
 
 void CudaBackend::begin_pass(const BatchInfo &b, const PassIo &io, bool traced) {
     STRATA_ASSERT(!capturing_);
+    flush_mapped(-1);  // the mapped tables as the fills left them, before anything is recorded
     pass_t0_ = Clock::now();
     pass_small_ = b.n_tokens <= k_mmv_max_rows;
     // A shape seen in the pass before is likely to come again (a sequence decoding): only those are recorded, so
@@ -168,6 +169,7 @@ bool CudaBackend::replay_pass(const BatchInfo &b, const PassIo &io) {
     // Tables the ops keep for a pass no longer describe what the pass buffer holds.
     seq_pos_rows_ = -1, seq_pos_dev_ = nullptr;
     tiles_key_.clear(), tiles_dev_ = nullptr;
+    flush_mapped(-1);
     const Clock::time_point t1 = Clock::now();
     STRATA_CUDA_CHECK(cudaGraphLaunch(g->exec, stream_));
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));

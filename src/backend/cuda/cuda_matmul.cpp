@@ -205,6 +205,44 @@ void CudaBackend::route_topk(Act logits, const MoeParams &p, int32_t *ids, float
     launch_router_topk(rows_of(logits), p.n_expert_used, p.norm_weights, p.weights_scale, ids, weights, stream_);
 }
 
+// Benchmark routing drawn on the device (moe.cu), its pass count in device memory.
+void CudaBackend::route_draws(Act logits, const MoeParams &p, const RouteDraws &d, int64_t il, bool new_pass,
+                              int32_t *ids, Act weights) {
+    STRATA_CUDA_OP("route_draws");
+    STRATA_ASSERT(draw_pass_dev_ && logits.cols == p.n_expert && weights.rows * weights.cols == logits.rows * p.n_expert_used);
+    const double *cdf = nullptr;
+    const int32_t *perm = nullptr;
+    if (d.kind == RouteDraws::Zipf) {
+        const auto key = std::make_tuple(p.n_expert, d.skew, d.seed, il);
+        auto it = zipf_dev_.find(key);
+        if (it == zipf_dev_.end()) {  // made by a pass that is not recorded (reset_draws: every size runs once first)
+            STRATA_ASSERT(!capturing_);
+            const ZipfTable &z = zipf_table(p.n_expert, d.skew, d.seed, il);
+            auto *c = static_cast<double *>(dev_alloc(z.cdf.size() * sizeof(double), "routing draws"));
+            auto *r = static_cast<int32_t *>(dev_alloc(z.expert_of_rank.size() * sizeof(int32_t), "routing draws"));
+            STRATA_CUDA_CHECK(cudaMemcpyAsync(c, z.cdf.data(), z.cdf.size() * sizeof(double), cudaMemcpyHostToDevice,
+                                              stream_));
+            STRATA_CUDA_CHECK(cudaMemcpyAsync(r, z.expert_of_rank.data(), z.expert_of_rank.size() * sizeof(int32_t),
+                                              cudaMemcpyHostToDevice, stream_));
+            it = zipf_dev_.emplace(key, std::make_pair(c, r)).first;
+        }
+        cdf = it->second.first;
+        perm = it->second.second;
+    }
+    launch_route_draws(rows_of(logits), p.n_expert_used, p.norm_weights, p.weights_scale, d.seed, il, draw_pass_dev_,
+                       new_pass, cdf, perm, ids, weights.data, stream_);
+}
+
+// Passes count from here, and every pass size runs once without a recording first (a recording made before would
+// route as the router does; a Zipf table is made outside any recording).
+void CudaBackend::reset_draws() {
+    STRATA_ASSERT(!capturing_);
+    if (!draw_pass_dev_) draw_pass_dev_ = static_cast<int64_t *>(dev_alloc(sizeof(int64_t), "routing draws"));
+    STRATA_CUDA_CHECK(cudaMemsetAsync(draw_pass_dev_, 0xff, sizeof(int64_t), stream_));  // -1
+    graph_gen_++;
+    graph_warm_.clear();
+}
+
 // At decode sizes the router's mat-vec and the top-k are one launch (moe.cu), each logit and each pick computed as
 // the two launches compute them.
 void CudaBackend::route(const Weight &router, Act x, const MoeParams &p, Act logits, int32_t *ids, float *weights) {
@@ -404,12 +442,17 @@ void CudaBackend::experts_device_routed(const ExpertWeights &w, Act x, int64_t k
                                         const float *wts_dev, Act out) {
     STRATA_CUDA_OP("experts_device_routed");
     STRATA_ASSERT(device_routing_applies(w, x.rows));
+    const bool mapped = maps_host_experts(w);
+    if (mapped) flush_mapped(w.il);
     wait_for_fills();
     const int64_t T = x.rows, E = x.cols, n_ff = w.gate->ne[1], M = T * k;
     MatmulGroup *groups = scratch_array<MatmulGroup>(3 * M);
     int32_t *yrow = scratch_array<int32_t>(M), *widx = scratch_array<int32_t>(M);
-    launch_moe_pair_groups(ids_dev, T, k, expert_tables_[size_t(w.il)], groups, groups + M, groups + 2 * M, yrow, widx,
-                           stream_);
+    const uint8_t *const *table = expert_tables_[size_t(w.il)];
+    // a mapped table's byte per expert (1: from the host copy) follows its pointers; each pair is counted
+    const uint8_t *from_host = mapped ? reinterpret_cast<const uint8_t *>(table + 3 * w.gate->ne[2]) : nullptr;
+    launch_moe_pair_groups(ids_dev, T, k, table, groups, groups + M, groups + 2 * M, yrow, widx, from_host,
+                           mapped ? mapped_counts_ + 2 * w.il : nullptr, stream_);
     // gate rows 0..M-1 and up rows M..2M-1 of one buffer: the pair groups address both from its start, so where gate
     // and up share a type one launch computes both.
     Act gu = alloc(2 * M, n_ff), ys = alloc(M, E);
@@ -455,6 +498,12 @@ void CudaBackend::experts_device_routed(const ExpertWeights &w, Act x, int64_t k
         run(*w.down, groups + 2 * M, M, g, ys, gq, gds, gt);
     }
     launch_moe_combine(rows_of(ys), yrow, widx, wts_dev, k, rows_of(out), stream_);
+    if (mapped && !capturing_) {
+        // a later fill into any slot waits for this pass's reads (a recorded pass is waited for when it runs)
+        const uint64_t n = ++ffn_seq_;
+        STRATA_CUDA_CHECK(cudaEventRecord(read_done_[n % k_read_events], stream_));
+        device_read_seq_ = n;
+    }
 }
 
 void CudaBackend::moe_combine(Act ys, const std::vector<int32_t> &yrow, const std::vector<int32_t> &widx,

@@ -22,6 +22,12 @@
 //   - Sources: the pinned host copy (one DMA per expert: laid out as a slot), the mapped file through the pinned
 //     stager (its buffers carry their own events: host_stager.h), the mapped file as it is, or the pinned mapping.
 //   - Fills at start (every expert resident) have finished when set_resident_experts returns.
+//   - Mapped misses (STRATA_DECODE_MAPPED, on; the pinned host copy as the host stratum): each layer's device table
+//     names every expert's matrices, in its slot or in the host copy, which decode's kernels then read in place over
+//     the bus. The table follows the fills and loans (cuda_backend_impl.h, MappedTable): an expert leaves the table
+//     before its slot is overwritten and enters it once its fill is issued; a table goes up, on the compute stream
+//     after it has waited for every fill, before the next device-routed pass reads it. A fill on the copy stream
+//     waits for the last device-routed pass issued before it, which may have read any slot.
 #include <unistd.h>
 
 #include <algorithm>
@@ -58,6 +64,104 @@ void CudaBackend::make_slots(const Placement &plan) {
     moe_layers_ = 0;
     for (const ExpertSlotLayout &L : layouts_) moe_layers_ += L.bytes > 0;
     expert_tables_.assign(layouts_.size(), nullptr);
+    mapped_.assign(layouts_.size(), {});
+    slot_owner_.assign(slots_.size(), {-1, -1});
+}
+
+// Every layer whose decode kernels take its types gets a table of its experts' matrices in the host copy (no
+// expert is in a slot yet). The copy is pinned memory the device addresses directly.
+void CudaBackend::map_host_copy(const WeightSet &ws) {
+    const bool first = mapped_counts_ == nullptr;
+    if (first) {
+        mapped_counts_ = static_cast<unsigned long long *>(
+            dev_alloc(2 * layouts_.size() * sizeof(unsigned long long), "mapped read counts"));
+        STRATA_CUDA_CHECK(
+            cudaMemsetAsync(mapped_counts_, 0, 2 * layouts_.size() * sizeof(unsigned long long), stream_));
+    }
+    int64_t mapped = 0;
+    for (const ExpertWeights &w : ws.experts) {
+        if (!w.present() || !device_routing_kernels(w)) continue;
+        const size_t il = size_t(w.il);
+        STRATA_ASSERT(il < host_copy_.size() && host_copy_[il].base && !expert_tables_[il]);
+        void *base = nullptr;
+        STRATA_CUDA_CHECK(cudaHostGetDevicePointer(&base, const_cast<uint8_t *>(host_copy_[il].base), 0));
+        const ExpertSlotLayout &L = layouts_[il];
+        const int64_t n = w.gate->ne[2];
+        MappedTable &t = mapped_[il];
+        t.home.resize(size_t(3 * n));
+        for (int64_t e = 0; e < n; e++) {
+            const uint8_t *b = static_cast<const uint8_t *>(base) + size_t(e) * host_copy_[il].stride;
+            t.home[size_t(3 * e)] = b + L.gate_off;
+            t.home[size_t(3 * e + 1)] = b + L.up_off;
+            t.home[size_t(3 * e + 2)] = b + L.down_off;
+        }
+        t.ptrs = t.home;
+        t.from_host.assign(size_t(n), 1);
+        t.expert_bytes = w.expert_bytes();
+        t.dev = static_cast<const uint8_t **>(dev_alloc(size_t(3 * n) * sizeof(void *) + size_t(n), "expert tables"));
+        t.dirty = true;
+        expert_tables_[il] = t.dev;
+        tables_set_++;
+        resident_layers_++;
+        mapped++;
+    }
+    graph_eligible_ = resident_layers_ == moe_layers_;
+    graph_gen_++;
+    if (mapped > 0) prepare_note_ += strfmt(" (decoding reads misses from it in place, %lld layers)", (long long)mapped);
+}
+
+void CudaBackend::map_expert(int64_t il, int32_t e, int32_t slot) {
+    MappedTable &t = mapped_[size_t(il)];
+    if (!t.dev) return;
+    if (slot >= 0) {
+        const ExpertSlotLayout &L = layouts_[size_t(il)];
+        const uint8_t *s = slots_[size_t(slot)];
+        t.ptrs[size_t(3 * e)] = s + L.gate_off;
+        t.ptrs[size_t(3 * e + 1)] = s + L.up_off;
+        t.ptrs[size_t(3 * e + 2)] = s + L.down_off;
+    } else {
+        for (int j = 0; j < 3; j++) t.ptrs[size_t(3 * e + j)] = t.home[size_t(3 * e + j)];
+    }
+    t.from_host[size_t(e)] = slot < 0;
+    t.dirty = true;
+}
+
+void CudaBackend::unmap_slot(int32_t slot) {
+    if (slot_owner_.empty()) return;
+    auto &[il, e] = slot_owner_[size_t(slot)];
+    if (il >= 0) map_expert(il, e, -1);
+    il = e = -1;
+}
+
+void CudaBackend::flush_mapped(int64_t il) {
+    const size_t a = il < 0 ? 0 : size_t(il), b = il < 0 ? mapped_.size() : size_t(il) + 1;
+    for (size_t i = a; i < b && i < mapped_.size(); i++) {
+        MappedTable &t = mapped_[i];
+        if (!t.dirty) continue;
+        STRATA_ASSERT(!capturing_);
+        wait_for_fills();  // every expert the table names in a slot is there
+        const size_t n = t.from_host.size();
+        STRATA_CUDA_CHECK(cudaMemcpyAsync(t.dev, t.ptrs.data(), 3 * n * sizeof(void *), cudaMemcpyHostToDevice,
+                                          stream_));
+        STRATA_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<uint8_t *>(t.dev + 3 * n), t.from_host.data(), n,
+                                          cudaMemcpyHostToDevice, stream_));
+        t.dirty = false;
+    }
+}
+
+Backend::MappedReads CudaBackend::mapped_reads() const {
+    MappedReads r;
+    if (!mapped_counts_) return r;
+    std::vector<unsigned long long> c(2 * mapped_.size());
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(c.data(), mapped_counts_, c.size() * sizeof(c[0]), cudaMemcpyDeviceToHost,
+                                      stream_));
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (size_t il = 0; il < mapped_.size(); il++) {
+        r.from_slots += c[2 * il];
+        r.from_host += c[2 * il + 1];
+        r.host_bytes += c[2 * il + 1] * mapped_[il].expert_bytes;
+    }
+    return r;
 }
 
 // The "pinned where it fits" host stratum: every routed expert copied once into pinned host memory, so that misses
@@ -112,7 +216,11 @@ void CudaBackend::make_host_tier(WeightSet &ws, const Placement &plan) {
             if (plan.stager_buffers > 0) make_stager();
             break;
         case HostTier::pageable: break;
-        case HostTier::pinned_copy: prepare_note_ = pin_host_copy(ws); break;
+        case HostTier::pinned_copy:
+            prepare_note_ = pin_host_copy(ws);
+            // STRATA_DECODE_MAPPED=0: decode's misses are copied into slots (or computed on the host) instead
+            if (env_switch("STRATA_DECODE_MAPPED", true)) map_host_copy(ws);
+            break;
         case HostTier::stager: make_stager(); break;
         case HostTier::pinned_mapping: {
             // Copies as DMA straight from the mapping. On the Firecracker H200 machines registering the 16.75 GiB
@@ -169,9 +277,11 @@ void CudaBackend::fill_slots(const ExpertWeights &w, const std::vector<SlotFill>
     if (fills.empty()) return;
     for (const SlotFill &f : fills) STRATA_ASSERT(f.slot >= 0 && size_t(f.slot) < slots_.size());
     cudaStream_t s = ahead ? copy_stream_ : stream_;
+    // Mapped layers read what these slots held from its copy from here on, and the new experts once issued.
+    for (const SlotFill &f : fills) unmap_slot(f.slot);
     if (ahead) {
         // Wait for the last compute that read any of these slots (protocol above).
-        uint64_t last = 0;
+        uint64_t last = device_read_seq_;
         for (const SlotFill &f : fills) last = std::max(last, slot_last_read_[size_t(f.slot)]);
         if (last > copy_waited_) {
             STRATA_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, read_done_[last % k_read_events], 0));
@@ -206,6 +316,11 @@ void CudaBackend::fill_slots(const ExpertWeights &w, const std::vector<SlotFill>
         }
     }
     if (!staged.empty()) stager_->copy(staged, s);
+    if (!slot_owner_.empty() && size_t(w.il) < mapped_.size() && mapped_[size_t(w.il)].dev)
+        for (const SlotFill &f : fills) {
+            slot_owner_[size_t(f.slot)] = {int32_t(w.il), f.expert};
+            map_expert(w.il, f.expert, f.slot);
+        }
     if (ahead) {
         STRATA_CUDA_CHECK(cudaEventRecord(fill_done_, copy_stream_));
         fills_pending_ = true;

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/mmv_split.cuh"
+#include "backend/route_draws.h"
 #include "core/error.h"
 
 namespace strata::cuda {
@@ -16,11 +17,8 @@ namespace {
 // Token t's routing by one warp: softmax in f32, then k rounds of arg-max over the probabilities (larger wins, ties
 // to the lower id). prob: the warp's own logits.cols floats of shared memory. Logits are read from L2 (__ldcg): in the
 // one-launch form other blocks of the same grid wrote them.
-__device__ __forceinline__ void router_topk_token(Rows logits, int64_t t, int64_t k, bool norm, float scale,
-                                                  float *prob, int32_t *ids, float *weights) {
-    const int64_t ne = logits.cols;
+__device__ __forceinline__ void router_softmax_warp(const float *l, int64_t ne, float *prob) {
     const int lane = threadIdx.x & 31;
-    const float *l = logits.data + t * logits.stride;
     float mx = -INFINITY;
     for (int64_t e = lane; e < ne; e += 32) mx = fmaxf(mx, __ldcg(l + e));
     mx = warp_max(mx);
@@ -33,6 +31,23 @@ __device__ __forceinline__ void router_topk_token(Rows logits, int64_t t, int64_
     sum = warp_sum(sum);
     for (int64_t e = lane; e < ne; e += 32) prob[e] /= sum;
     __syncwarp();
+}
+
+// The chosen weights' renormalisation and scale, by lane 0, as route_topk's reference does.
+__device__ __forceinline__ void router_scale_weights(float *w, int64_t k, float wsum, bool norm, float scale) {
+    if (norm) {
+        wsum = fmaxf(wsum, 6.103515625e-5f);
+        for (int64_t j = 0; j < k; j++) w[j] /= wsum;
+    }
+    if (scale != 0.0f)
+        for (int64_t j = 0; j < k; j++) w[j] *= scale;
+}
+
+__device__ __forceinline__ void router_topk_token(Rows logits, int64_t t, int64_t k, bool norm, float scale,
+                                                  float *prob, int32_t *ids, float *weights) {
+    const int64_t ne = logits.cols;
+    const int lane = threadIdx.x & 31;
+    router_softmax_warp(logits.data + t * logits.stride, ne, prob);
     float wsum = 0.0f;
     for (int64_t j = 0; j < k; j++) {
         // Ranked by probability, a NaN (from NaN logits) below every number and above the experts already picked
@@ -58,15 +73,41 @@ __device__ __forceinline__ void router_topk_token(Rows logits, int64_t t, int64_
         wsum += best;  // in rank order, as the reference sums
         __syncwarp();
     }
-    if (lane == 0) {
-        if (norm) {
-            wsum = fmaxf(wsum, 6.103515625e-5f);
-            for (int64_t j = 0; j < k; j++) weights[t * k + j] /= wsum;
-        }
-        if (scale != 0.0f)
-            for (int64_t j = 0; j < k; j++) weights[t * k + j] *= scale;
-    }
+    if (lane == 0) router_scale_weights(weights + t * k, k, wsum, norm, scale);
 }
+
+// Benchmark routing's draws (route_draws.h), a warp per token: lane 0 draws k distinct experts (the
+// host's draw, the same integers), ranks them by the softmax of the logits (larger first, ties to the lower id) and
+// weights them as router_topk_token weights its choice. Token blockIdx.x of those from row0. smem: the logits'
+// probabilities, then k ids.
+__global__ void k_route_draws(Rows logits, int64_t row0, int64_t k, bool norm, float scale, uint64_t seed, int64_t il,
+                              const int64_t *pass, const double *cdf, const int32_t *expert_of_rank, int32_t *ids,
+                              float *weights) {
+    extern __shared__ float prob[];
+    const int64_t t = row0 + blockIdx.x, ne = logits.cols;
+    int32_t *drawn = reinterpret_cast<int32_t *>(prob + ne);
+    router_softmax_warp(logits.data + t * logits.stride, ne, prob);
+    if ((threadIdx.x & 31) != 0) return;
+    draw_row(seed, il, *pass, t, ne, k, cdf, expert_of_rank, drawn);
+    for (int64_t i = 1; i < k; i++) {  // insertion sort into rank order
+        const int32_t e = drawn[i];
+        int64_t j = i;
+        for (; j > 0; j--) {
+            const int32_t d = drawn[j - 1];
+            if (prob[d] > prob[e] || (prob[d] == prob[e] && d < e)) break;
+            drawn[j] = d;
+        }
+        drawn[j] = e;
+    }
+    float wsum = 0.0f;
+    for (int64_t j = 0; j < k; j++) {
+        ids[t * k + j] = drawn[j];
+        wsum += weights[t * k + j] = prob[drawn[j]];
+    }
+    router_scale_weights(weights + t * k, k, wsum, norm, scale);
+}
+
+__global__ void k_count_pass(int64_t *pass) { *pass += 1; }
 
 __global__ void k_router_topk(Rows logits, int64_t k, bool norm, float scale, int32_t *ids, float *weights) {
     extern __shared__ float prob[];
@@ -113,12 +154,14 @@ __global__ void k_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx,
 // One thread per (token, pair): every load of a thread is independent of the others (one thread per token walking
 // its pairs waited for each table read in turn: 7 us a layer on the 30B). The same groups as before, by construction.
 __global__ void k_moe_pair_groups(const int32_t *ids, int64_t n_tokens, int64_t k, const uint8_t *const *table,
-                                  MatmulGroup *gate, MatmulGroup *up, MatmulGroup *down, int32_t *yrow, int32_t *widx) {
+                                  MatmulGroup *gate, MatmulGroup *up, MatmulGroup *down, int32_t *yrow, int32_t *widx,
+                                  const uint8_t *from_host, unsigned long long *counts) {
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n_tokens * k) return;
     const int64_t t = i / k;
     const int32_t *id = ids + t * k;
     const int32_t e = ids[i];
+    if (counts) atomicAdd(counts + (from_host[e] ? 1 : 0), 1ull);
     gate[i] = {table[3 * e + 0], int32_t(t), 1, int32_t(i)};
     up[i] = {table[3 * e + 1], int32_t(t), 1, int32_t(n_tokens * k + i)};  // rows after the gate's
     down[i] = {table[3 * e + 2], int32_t(i), 1, int32_t(i)};
@@ -167,6 +210,25 @@ void launch_router_topk(Rows logits, int64_t k, bool norm, float scale, int32_t 
     STRATA_CUDA_LAUNCH_CHECK("k_router_topk");
 }
 
+void launch_route_draws(Rows logits, int64_t k, bool norm, float scale, uint64_t seed, int64_t il, int64_t *pass,
+                        bool new_pass, const double *cdf, const int32_t *expert_of_rank, int32_t *ids, float *weights,
+                        cudaStream_t stream) {
+    if (new_pass) {
+        k_count_pass<<<1, 1, 0, stream>>>(pass);
+        STRATA_CUDA_LAUNCH_CHECK("k_count_pass");
+    }
+    if (logits.rows == 0) return;
+    STRATA_ASSERT(k >= 1 && k <= logits.cols);
+    const size_t smem = size_t(logits.cols) * sizeof(float) + size_t(k) * sizeof(int32_t);
+    if (smem > 48 * 1024) fail("CUDA routing: %lld experts are more than this kernel takes", (long long)logits.cols);
+    for (int64_t t0 = 0; t0 < logits.rows; t0 += 65535) {  // the rows a grid's x takes at a time
+        const int64_t n = std::min<int64_t>(65535, logits.rows - t0);
+        k_route_draws<<<unsigned(n), 32, smem, stream>>>(logits, t0, k, norm, scale, seed, il, pass, cdf,
+                                                         expert_of_rank, ids, weights);
+        STRATA_CUDA_LAUNCH_CHECK("k_route_draws");
+    }
+}
+
 bool router_fused_supported(DType t, int64_t n_expert, int64_t k_row, int64_t n_tokens) {
     const bool type = t == DType::F32 || t == DType::F16 || t == DType::BF16;
     return type && mmv_split_applies(n_expert, k_row) && n_tokens >= 1 && n_tokens <= k_mmv_max_rows &&
@@ -213,10 +275,10 @@ void launch_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx, const
 
 void launch_moe_pair_groups(const int32_t *ids, int64_t n_tokens, int64_t k, const uint8_t *const *table,
                             MatmulGroup *gate, MatmulGroup *up, MatmulGroup *down, int32_t *yrow, int32_t *widx,
-                            cudaStream_t stream) {
+                            const uint8_t *from_host, unsigned long long *counts, cudaStream_t stream) {
     if (n_tokens == 0) return;
     k_moe_pair_groups<<<ceil_div(n_tokens * k, 64), 64, 0, stream>>>(ids, n_tokens, k, table, gate, up, down, yrow,
-                                                                     widx);
+                                                                     widx, from_host, counts);
     STRATA_CUDA_LAUNCH_CHECK("k_moe_pair_groups");
 }
 

@@ -14,6 +14,14 @@ namespace strata::cuda {
 void launch_router_topk(Rows logits, int64_t k, bool norm, float scale, int32_t *ids, float *weights,
                         cudaStream_t stream);
 
+// Benchmark routing (route_draws.h): for each token, k distinct experts drawn for (seed, il, *pass, row) instead of
+// the top k (cdf / expert_of_rank: the layer's Zipf table on the device, or null for uniform draws), in rank order
+// by the softmax of the logits, weighted as launch_router_topk weights its choice. new_pass: *pass goes up by one
+// first (a device counter, so that a recorded pass replayed counts too).
+void launch_route_draws(Rows logits, int64_t k, bool norm, float scale, uint64_t seed, int64_t il, int64_t *pass,
+                        bool new_pass, const double *cdf, const int32_t *expert_of_rank, int32_t *ids, float *weights,
+                        cudaStream_t stream);
+
 // The router's logits and launch_router_topk's ids and weights in one launch, for decode: a: the router (F32, F16 or
 // BF16, a shape the split mat-vec takes) times a.single's x rows into a.y, as launch_mmv_generic computes them (the
 // same bits), then the top-k as launch_router_topk ranks them (the same bits). done: a device counter at zero, left at
@@ -27,14 +35,16 @@ void launch_router_fused(const MatmulArgs &a, int64_t k, bool norm, float scale,
 void launch_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx, const float *weights, int64_t k, Rows out,
                         cudaStream_t stream);
 
-// Decoding with every expert resident, without the host: for each token t and rank j, pair i = t k + j gets the
+// Decoding with every expert resident (or mapped), without the host: for each token t and rank j, pair i = t k + j gets the
 // matmul groups {gate of ids[i], x row t, 1 row, row i}, {up of ids[i], x row t, 1 row, row M + i} (M = n_tokens k:
 // gate and up write one buffer of 2M rows) and {down of ids[i], row i, 1 row, row i}, from
 // the layer's table of expert matrices (table[3 e + 0..2]: gate, up, down device pointers); and yrow/widx list each
-// token's pairs in expert-id order for launch_moe_combine (the order the reference adds them in).
+// token's pairs in expert-id order for launch_moe_combine (the order the reference adds them in). counts (non-null:
+// a mapped table, from_host[e] 1 where expert e is read from the host copy): counts[0] += pairs read from slots,
+// counts[1] += pairs read from the host.
 void launch_moe_pair_groups(const int32_t *ids, int64_t n_tokens, int64_t k, const uint8_t *const *table,
                             MatmulGroup *gate, MatmulGroup *up, MatmulGroup *down, int32_t *yrow, int32_t *widx,
-                            cudaStream_t stream);
+                            const uint8_t *from_host, unsigned long long *counts, cudaStream_t stream);
 
 // Rows of quantized activations (k int8 values and k / 32 {d, d * sum} a row, k a multiple of 32): row i of
 // (q_out, ds_out) = row rows[i] of (q, ds), for n rows.
