@@ -321,6 +321,10 @@ class Backend {
     // copy, over the bus, so decode-sized passes route on the device whatever the cache holds (the backend keeps
     // the table of where each expert is from its own fills and loans; nothing is filled for such a pass).
     virtual bool maps_host_experts(const ExpertWeights &w) const { return false; }
+    // Where the device reads expert e of a mapped layer in place (an ExpertGroup's source for expert_ffn).
+    virtual ExpertSrc mapped_expert(const ExpertWeights &w, int32_t e) const {
+        fail("the %s backend does not map host experts", name().c_str());
+    }
     // What mapped passes read so far: (token, expert) pairs served from slots and from the host copy, and the bytes
     // the latter crossed the bus with (may wait for the device).
     struct MappedReads {

@@ -72,8 +72,8 @@ void draw_experts(const RouteDraws &d, int64_t il, int64_t pass, int64_t row, in
 }
 
 // On the host: the logits come back, the draws and their weights go up.
-void Backend::route_draws(Act logits, const MoeParams &p, const RouteDraws &d, int64_t il, bool new_pass,
-                          int32_t *ids, Act weights) {
+void Backend::route_draws(Act logits, const MoeParams &p, const RouteDraws &d, int64_t il, bool new_pass, int32_t *ids,
+                          Act weights) {
     const int64_t T = logits.rows, n = p.n_expert, k = p.n_expert_used;
     STRATA_ASSERT(logits.cols == n && weights.rows * weights.cols == T * k);
     if (new_pass) draw_pass_++;

@@ -157,6 +157,11 @@ ExpertCacheStats MemoryStrata::stats() const {
         s.expert_cache_misses += m.from_host;
         s.bytes_streamed += m.host_bytes;
         s.mapped_misses = m.from_host;
+        if (schedule_) {
+            s.expert_cache_misses += schedule_->mapped_misses();
+            s.bytes_streamed += schedule_->mapped_bytes();
+            s.mapped_misses += schedule_->mapped_misses();
+        }
     }
     if (schedule_) {
         s.prefetch = schedule_->prefetch_stats();

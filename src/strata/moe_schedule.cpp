@@ -172,13 +172,9 @@ MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::v
     slot_fills_ahead_ = decode_overlap_ && env_switch("STRATA_DECODE_COPY_STREAM", true);
     routers_.resize(experts_.size(), nullptr);
     // The split needs misses (a partial cache) and a backend that computes experts as the host does.
-    // Where every layer is mapped (Backend::maps_host_experts), decoding's misses never reach the host.
-    bool host_like = false, all_mapped = true;
-    for (const ExpertWeights &w : experts_) {
-        host_like = host_like || (w.present() && be_.host_computes_like(w, 1));
-        all_mapped = all_mapped && (!w.present() || be_.maps_host_experts(w));
-    }
-    if (hybrid.on && hybrid.share != 0.0 && slots_ && !slots_->all_resident() && host_like && !all_mapped)
+    bool host_like = false;
+    for (const ExpertWeights &w : experts_) host_like = host_like || (w.present() && be_.host_computes_like(w, 1));
+    if (hybrid.on && hybrid.share != 0.0 && slots_ && !slots_->all_resident() && host_like)
         hybrid_ = std::make_unique<DecodeHybrid>(be_, hybrid);
 }
 
@@ -344,7 +340,7 @@ bool MoeSchedule::streamed_experts(const ExpertWeights &w, const RouteGroups &g,
 }
 
 void MoeSchedule::routed_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &used,
-                                 int64_t n_exp, Act xs, Act ys, bool fills_ahead) {
+                                 int64_t n_exp, Act xs, Act ys, bool fills_ahead, bool mapped) {
     std::vector<ExpertGroup> groups;
     auto group = [&](int32_t e, const ExpertSrc &src, int32_t slot) {
         groups.push_back({src, g.first[size_t(e)], g.count[size_t(e)], slot});
@@ -352,6 +348,30 @@ void MoeSchedule::routed_experts(const ExpertWeights &w, const RouteGroups &g, c
     if (!slots_) {
         Region r(be_, "experts");
         for (int32_t e : used) group(e, be_.expert_in_place(w, e), -1);
+        be_.expert_ffn(w, xs, groups, ys);
+        return;
+    }
+    if (mapped) {
+        // the hits from their slots (acquired: counted and made recent), the misses read in place, nothing filled
+        std::vector<int32_t> hit, slot;
+        for (int32_t e : used)
+            if (slots_->slot_of(w.il, e) >= 0) hit.push_back(e);
+        slot.resize(hit.size());
+        std::vector<SlotFill> fills;
+        if (!hit.empty()) slots_->acquire(w.il, hit.data(), int64_t(hit.size()), slot.data(), false, fills);
+        STRATA_ASSERT(fills.empty());
+        Region r(be_, "experts");
+        size_t h = 0;
+        for (int32_t e : used) {
+            if (h < hit.size() && hit[h] == e) {
+                group(e, be_.expert_slot(w, slot[h]), slot[h]);
+                h++;
+            } else {
+                group(e, be_.mapped_expert(w, e), -1);
+                mapped_misses_++;
+                mapped_bytes_ += w.expert_bytes();
+            }
+        }
         be_.expert_ffn(w, xs, groups, ys);
         return;
     }
@@ -400,7 +420,8 @@ std::vector<int32_t> MoeSchedule::host_experts(const ExpertWeights &w, const std
 }
 
 void MoeSchedule::hybrid_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &host,
-                                 int64_t E, int64_t n_exp, Act xs, Act ys, bool fills_ahead, PassTiming *tm) {
+                                 int64_t E, int64_t n_exp, Act xs, Act ys, bool fills_ahead, bool mapped,
+                                 PassTiming *tm) {
     const int64_t M = int64_t(g.src_row.size());
     const int64_t r0 = g.first[size_t(host.front())];  // the host's rows: [r0, M)
     std::vector<int32_t> dev;
@@ -433,7 +454,7 @@ void MoeSchedule::hybrid_experts(const ExpertWeights &w, const RouteGroups &g, c
     if (decode_overlap_) hybrid_->start(host_jobs_, bytes, dev_misses);
     try {
         const uint64_t a = be_.mark_device();
-        routed_experts(w, g, dev, n_exp, xs, ys, fills_ahead);
+        routed_experts(w, g, dev, n_exp, xs, ys, fills_ahead, mapped);
         hybrid_->device_part(dev_misses, a, be_.mark_device());
     } catch (...) {
         if (decode_overlap_) hybrid_->finish();  // the threads read and write this schedule's buffers
@@ -483,12 +504,14 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
     float *wts_be = wts.data;
     std::vector<int32_t> ids(size_t(T * k));
     // Mapped misses (Backend::maps_host_experts): the device reads what no slot holds from the host copy itself.
+    // With the hybrid split the host needs the routing, and the device's part reads its misses in place instead.
+    const bool hybrid = hybrid_ && T <= k_hybrid_max_tokens;
+    const bool mapped = slots_ && be_.maps_host_experts(w) && be_.device_routing_applies(w, T);
     const bool on_device =
-        slots_ && (slots_->all_resident() || be_.maps_host_experts(w)) && be_.device_routing_applies(w, T);
+        slots_ && (slots_->all_resident() || (mapped && !hybrid)) && be_.device_routing_applies(w, T);
     // Decode overlap: the hybrid's input rows come back with the routing (one wait), and the shared expert is
     // queued before the host's part of the layer, the fills beside it on the copy stream.
     const bool decode = T <= k_hybrid_max_tokens && decode_overlap_;
-    const bool hybrid = hybrid_ && T <= k_hybrid_max_tokens;
     if (hybrid) host_x_.resize(size_t(T * E));
     {
         Region r(be_, "route");
@@ -549,7 +572,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
             if (hybrid)
                 for (int32_t e : g.used) misses += slots_->slot_of(w.il, e) < 0;
             const uint64_t a = hybrid ? be_.mark_device() : 0;
-            routed_experts(w, g, g.used, n_exp, xs, ys, fills_ahead);
+            routed_experts(w, g, g.used, n_exp, xs, ys, fills_ahead, mapped && hybrid);
             if (hybrid) hybrid_->device_part(misses, a, be_.mark_device());
             stream_next(il, T, k, share);
             if (tm) tm->phase_end(TimingPhase::Experts);
@@ -558,7 +581,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
                 Region rx(be_, "hybrid/read_x");
                 be_.download(x, host_x_.data());
             }
-            hybrid_experts(w, g, host, E, n_exp, xs, ys, fills_ahead, tm);
+            hybrid_experts(w, g, host, E, n_exp, xs, ys, fills_ahead, mapped, tm);
             stream_next(il, T, k, share);
         }
         if (tm) tm->phase_end(TimingPhase::Host);

@@ -6,7 +6,8 @@
 //   2. where every expert of the layer is resident, or the backend maps the layer's misses (maps_host_experts: its
 //      kernels read what no slot holds from its pinned host copy, over the bus; STRATA_DECODE_MAPPED=0 off), and the
 //      pass is decode-sized, the backend runs the experts from the device routing without the host
-//      (experts_device_routed): then on to 6. Nothing is filled then: the cache holds what prompts and loans left;
+//      (experts_device_routed; where the hybrid split is off): then on to 6. Nothing is filled then: the cache holds
+//      what prompts and loans left;
 //   1b. a benchmark's routing override draws on the backend (Backend::route_draws; on the device for the CUDA
 //      backend, so step 2 still applies);
 //   3. the routing ids are read back and the (token, expert) pairs grouped by expert on the host (RouteGroups; a
@@ -53,6 +54,10 @@
 // joins them after issuing it); the fills of the layer's misses go on the copy stream (Backend::fill_slots ahead),
 // beside the shared expert's kernels, where the layer has one (STRATA_DECODE_COPY_STREAM=0: on the compute stream).
 // Its gate and add come after the combine as always.
+// Where the layer is mapped and the split is on, the device's part of it reads its misses in place (nothing filled)
+// beside the host's part: Next-80B at 12 GiB, --routing uniform, 49.7 tok/s against 45.0 with the device alone and
+// 44.2 with the device's part copied in (bench/RESULTS.md, ninth round). With the split off (--cpu-share 0,
+// STRATA_DECODE_CPU=0) step 2 applies instead, and decoding needs nothing from the host (graphs replay).
 // Hybrid misses (decode_hybrid.h, on where the backend computes experts like the host, STRATA_DECODE_CPU=0 off;
 // passes of at most k_hybrid_max_tokens tokens with misses): some of the misses the backend could compute exactly
 // as the host does are computed on the host instead. Their rows come last in the gathered order (group_by_expert's
@@ -141,18 +146,24 @@ class MoeSchedule final : public ExpertRunner {
         be_.reset_draws();
     }
     bool reads_back() const override {
-        return observer_ != nullptr || (override_.active() && !be_.draws_on_device()) || prefetch_on_;
+        return observer_ != nullptr || (override_.active() && !be_.draws_on_device()) || prefetch_on_ ||
+               hybrid_ != nullptr;  // the split reads the routing back in decode-sized passes
     }
     // Unpins what was filled ahead for a layer not yet run (a pass that threw leaves such pins behind).
     void release_pins();
     // Per layer index, each expert's rows in the last prefill-sized pass that grouped on the host (empty: none yet).
     const std::vector<std::vector<int32_t>> &last_rows() const { return last_rows_; }
+    // Misses the host-grouped path read in place (the hybrid split's device part where the layer is mapped), and
+    // their bytes; the device-routed path's are the backend's (Backend::mapped_reads).
+    uint64_t mapped_misses() const { return mapped_misses_; }
+    uint64_t mapped_bytes() const { return mapped_bytes_; }
 
   private:
     // Step 4-5 for one layer: the experts `used` (ascending, each with rows in `g`), in sets the slot table can hold.
     // fills_ahead: the fills go on the backend's copy stream (Backend::fill_slots).
+    // mapped: the misses are read in place (Backend::mapped_expert), not filled.
     void routed_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &used,
-                        int64_t n_expert, Act xs, Act ys, bool fills_ahead = false);
+                        int64_t n_expert, Act xs, Act ys, bool fills_ahead = false, bool mapped = false);
     // The same, streamed (see the protocol above); false where it does not apply (nothing missing, too few slots).
     bool streamed_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &used,
                           int64_t n_expert, Act xs, Act ys);
@@ -161,7 +172,7 @@ class MoeSchedule final : public ExpertRunner {
     // Steps 4-5 with `host`'s experts on the host (their rows last in g; the pass's input rows, E floats each, in
     // host_x_); ends tm's experts phase (where given) once the device's part is issued.
     void hybrid_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &host, int64_t E,
-                        int64_t n_expert, Act xs, Act ys, bool fills_ahead, PassTiming *tm);
+                        int64_t n_expert, Act xs, Act ys, bool fills_ahead, bool mapped, PassTiming *tm);
     // The shared expert's FFN of x into sy (its gate and the add are the caller's).
     void shared_ffn(const LayerWeights &L, Act x, Act sy);
     // Next-layer prefetch: scores the prediction made for layer il, then predicts (and prefetches) the next one.
@@ -205,6 +216,7 @@ class MoeSchedule final : public ExpertRunner {
     static constexpr int k_group_threads = 8;
     ThreadPool *group_pool(int64_t pairs);  // nullptr: group on this thread
     std::vector<std::vector<int32_t>> last_rows_;
+    uint64_t mapped_misses_ = 0, mapped_bytes_ = 0;
 };
 
 }  // namespace strata

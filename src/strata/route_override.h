@@ -1,8 +1,9 @@
-// Routing for benchmarks (`strata bench --routing`): the router's choice replaced by seeded draws (Backend::route_draws;
-// the arithmetic in backend/route_draws.h), independent per token and layer, so the memory system is measured under routing whose statistics are known (uniform: the worst
-// case for an expert cache; zipf:S: expert popularity ~ 1/rank^S, the popular experts shuffled per layer). The
-// weights are the router's for the drawn experts: softmax over the layer's logits, renormalised and scaled as
-// Backend::route_topk does, and the ids in its order (highest weight first, ties to the lower id).
+// Routing for benchmarks (`strata bench --routing`): the router's choice replaced by seeded draws
+// (Backend::route_draws; the arithmetic in backend/route_draws.h), independent per token and layer, so the memory
+// system is measured under routing whose statistics are known (uniform: the worst case for an expert cache; zipf:S:
+// expert popularity ~ 1/rank^S, the popular experts shuffled per layer). The weights are the router's for the drawn
+// experts: softmax over the layer's logits, renormalised and scaled as Backend::route_topk does, and the ids in its
+// order (highest weight first, ties to the lower id).
 #pragma once
 
 #include <cstdint>

@@ -333,8 +333,8 @@ TEST_P(CudaEngine, QuantizedExpertInputChangesNoBit) {
     }
 }
 
-// Misses computed on the host (strata/decode_hybrid.h; mapped misses off, STRATA_DECODE_MAPPED=0, so that they reach
-// the host) give the bits of misses copied in and computed on the GPU:
+// Misses computed on the host (strata/decode_hybrid.h), with the device's part copied in (STRATA_DECODE_MAPPED=0) or
+// read in place (=1), give the bits of misses copied in and computed on the GPU:
 // every share, the cost model, the split switched off, a small and a tiny cache, one sequence and two decoding
 // together (groups of one and of two rows), against the engine with every expert resident.
 TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
@@ -362,53 +362,60 @@ TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
     for (int64_t slots : {5, 2})
         for (double share : {1.0, 0.5, -1.0, 0.0})
             for (const char *sw : {"1", "0"})
-                for (const auto &ov : overlaps) {
-                    if (std::strcmp(sw, "0") == 0 && share != 1.0) continue;
-                    if (std::strcmp(ov[0], "1") != 0 || std::strcmp(ov[1], "1") != 0)
-                        if (share != 0.5 || std::strcmp(sw, "1") != 0) continue;
-                    if (std::strcmp(ov[2], "1") != 0 && (share != -1.0 || std::strcmp(sw, "1") != 0)) continue;
-                    ::setenv("STRATA_DECODE_MAPPED", "0", 1);  // the misses reach the host
-                    ::setenv("STRATA_DECODE_CPU", sw, 1);
-                    ::setenv("STRATA_DECODE_OVERLAP", ov[0], 1);
-                    ::setenv("STRATA_DECODE_COPY_STREAM", ov[1], 1);
-                    ::setenv("STRATA_DECODE_SPLIT_FIT", ov[2], 1);
-                    EngineConfig cfg = config();
-                    cfg.expert_slots = slots;
-                    cfg.cpu_share = share;
-                    cfg.cpu_threads = 3;
-                    auto e = make_cuda_engine(path(), cfg);
-                    ::unsetenv("STRATA_DECODE_MAPPED");
-                    ::unsetenv("STRATA_DECODE_CPU");
-                    ::unsetenv("STRATA_DECODE_OVERLAP");
-                    ::unsetenv("STRATA_DECODE_COPY_STREAM");
-                    ::unsetenv("STRATA_DECODE_SPLIT_FIT");
-                    const std::string what = strfmt(
-                        "%lld slots, share %.1f, STRATA_DECODE_CPU=%s, STRATA_DECODE_OVERLAP=%s, "
-                        "STRATA_DECODE_COPY_STREAM=%s, STRATA_DECODE_SPLIT_FIT=%s",
-                        (long long)slots, share, sw, ov[0], ov[1], ov[2]);
-                    const std::vector<float> got = run(*e, prompt), got2 = two(*e);
-                    ASSERT_EQ(got.size(), ref.size());
-                    ASSERT_EQ(got2.size(), ref2.size());
-                    EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
-                    EXPECT_EQ(std::memcmp(got2.data(), ref2.data(), ref2.size() * 4), 0) << what << ", two sequences";
-                    const ExpertCacheStats st = e->expert_stats();
-                    const bool on = host_types && share != 0.0 && std::strcmp(sw, "1") == 0;
-                    EXPECT_EQ(st.hybrid_on, on) << what;
-                    if (on && share > 0.0) {
-                        EXPECT_GT(st.hybrid.host_experts, 0u) << what;
+                for (const auto &ov : overlaps)
+                    for (const char *mapped : {"0", "1"}) {
+                        if (std::strcmp(sw, "0") == 0 && share != 1.0) continue;
+                        if (std::strcmp(ov[0], "1") != 0 || std::strcmp(ov[1], "1") != 0)
+                            if (share != 0.5 || std::strcmp(sw, "1") != 0) continue;
+                        if (std::strcmp(ov[2], "1") != 0 && (share != -1.0 || std::strcmp(sw, "1") != 0)) continue;
+                        // mapped: the device's part of the split reads its misses in place
+                        if (std::strcmp(mapped, "1") == 0 &&
+                            (std::strcmp(sw, "1") != 0 || std::strcmp(ov[1], "1") != 0))
+                            continue;
+                        ::setenv("STRATA_DECODE_MAPPED", mapped, 1);
+                        ::setenv("STRATA_DECODE_CPU", sw, 1);
+                        ::setenv("STRATA_DECODE_OVERLAP", ov[0], 1);
+                        ::setenv("STRATA_DECODE_COPY_STREAM", ov[1], 1);
+                        ::setenv("STRATA_DECODE_SPLIT_FIT", ov[2], 1);
+                        EngineConfig cfg = config();
+                        cfg.expert_slots = slots;
+                        cfg.cpu_share = share;
+                        cfg.cpu_threads = 3;
+                        auto e = make_cuda_engine(path(), cfg);
+                        ::unsetenv("STRATA_DECODE_MAPPED");
+                        ::unsetenv("STRATA_DECODE_CPU");
+                        ::unsetenv("STRATA_DECODE_OVERLAP");
+                        ::unsetenv("STRATA_DECODE_COPY_STREAM");
+                        ::unsetenv("STRATA_DECODE_SPLIT_FIT");
+                        const std::string what = strfmt(
+                            "%lld slots, share %.1f, STRATA_DECODE_CPU=%s, STRATA_DECODE_OVERLAP=%s, "
+                            "STRATA_DECODE_COPY_STREAM=%s, STRATA_DECODE_SPLIT_FIT=%s, STRATA_DECODE_MAPPED=%s",
+                            (long long)slots, share, sw, ov[0], ov[1], ov[2], mapped);
+                        const std::vector<float> got = run(*e, prompt), got2 = two(*e);
+                        ASSERT_EQ(got.size(), ref.size());
+                        ASSERT_EQ(got2.size(), ref2.size());
+                        EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
+                        EXPECT_EQ(std::memcmp(got2.data(), ref2.data(), ref2.size() * 4), 0)
+                            << what << ", two sequences";
+                        const ExpertCacheStats st = e->expert_stats();
+                        const bool on = host_types && share != 0.0 && std::strcmp(sw, "1") == 0;
+                        EXPECT_EQ(st.hybrid_on, on) << what;
+                        if (on && share > 0.0) {
+                            EXPECT_GT(st.hybrid.host_experts, 0u) << what;
+                        }
+                        if (!on) {
+                            EXPECT_EQ(st.hybrid.host_experts, 0u) << what;
+                        }
                     }
-                    if (!on) {
-                        EXPECT_EQ(st.hybrid.host_experts, 0u) << what;
-                    }
-                }
 }
 
 // Mapped misses (STRATA_DECODE_MAPPED, on: decode's kernels read the experts no slot holds from the pinned host copy)
 // give the bits of every expert resident and of misses copied in (=0): one slot, two, five (a budget's plan runs them
 // in PlacementDoesNotChangeABit); graphs on and
-// off; a sequence decoding, another's prompt refilling the cache between its steps, then the first again, and both
-// in one pass. Mapped passes fill nothing and count their reads (a miss each from the host copy), and with graphs
-// on they replay.
+// off; the split off (--cpu-share 0: the device alone) and on (its device part mapped); a sequence
+// decoding, another's prompt refilling the cache between its steps, then the first again, and both in one pass.
+// Mapped passes fill nothing and count their reads (a miss each from the host copy), and with the device alone and
+// graphs on they replay.
 TEST_P(CudaEngine, MappedMissesDoNotChangeABit) {
     auto script = [&](Engine &e) {
         const int32_t a = e.new_sequence(), b = e.new_sequence();
@@ -442,28 +449,33 @@ TEST_P(CudaEngine, MappedMissesDoNotChangeABit) {
     const bool mappable = GetParam().expert_type != DType::F32;  // the decode kernels' types (mmvq)
     for (int64_t slots : {1, 2, 5})
         for (const char *mapped : {"1", "0"})
-            for (bool graphs : {true, false}) {
-                EngineConfig cfg = config();
-                cfg.cuda_graphs = graphs;
-                cfg.expert_slots = slots;
-                ::setenv("STRATA_DECODE_MAPPED", mapped, 1);
-                auto e = make_cuda_engine(path(), cfg);
-                ::unsetenv("STRATA_DECODE_MAPPED");
-                const std::string what = strfmt("%lld slots, STRATA_DECODE_MAPPED=%s, graphs %s", (long long)slots,
-                                                mapped, graphs ? "on" : "off");
-                const EngineStats before = stats_of(*e);
-                const std::vector<float> got = script(*e);
-                ASSERT_EQ(got.size(), ref.size()) << what;
-                EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
-                const ExpertCacheStats st = e->expert_stats();
-                const EngineStats after = stats_of(*e);
-                const bool on = mappable && std::strcmp(mapped, "1") == 0;
-                EXPECT_EQ(st.mapped_misses > 0, on) << what;
-                EXPECT_FALSE(on && st.hybrid_on) << what;
-                if (on && graphs) {
-                    EXPECT_GT(after.graph_replays, before.graph_replays) << what;
+            for (bool graphs : {true, false})
+                for (double share : {0.0, 0.5}) {
+                    if (share != 0.0 && !graphs) continue;
+                    EngineConfig cfg = config();
+                    cfg.cuda_graphs = graphs;
+                    cfg.expert_slots = slots;
+                    cfg.cpu_share = share;
+                    ::setenv("STRATA_DECODE_MAPPED", mapped, 1);
+                    auto e = make_cuda_engine(path(), cfg);
+                    ::unsetenv("STRATA_DECODE_MAPPED");
+                    const std::string what = strfmt("%lld slots, STRATA_DECODE_MAPPED=%s, graphs %s, share %.1f",
+                                                    (long long)slots, mapped, graphs ? "on" : "off", share);
+                    const EngineStats before = stats_of(*e);
+                    const std::vector<float> got = script(*e);
+                    ASSERT_EQ(got.size(), ref.size()) << what;
+                    EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
+                    const ExpertCacheStats st = e->expert_stats();
+                    const EngineStats after = stats_of(*e);
+                    const bool on = mappable && std::strcmp(mapped, "1") == 0;
+                    EXPECT_EQ(st.mapped_misses > 0, on) << what;
+                    if (on && share == 0.0) {  // the split off: nothing but the device
+                        EXPECT_FALSE(st.hybrid_on) << what;
+                        if (graphs) {
+                            EXPECT_GT(after.graph_replays, before.graph_replays) << what;
+                        }
+                    }
                 }
-            }
 }
 
 // A benchmark's routing override (strata bench --routing uniform / zipf) on the GPU, drawn on the device: the same
@@ -564,8 +576,9 @@ TEST_P(CudaEngine, GraphsDoNotChangeABit) {
             EXPECT_GE(sg.graph_replays, 90u);
         }
     }
-    // With a partial expert cache: mapped misses (the decode kernels' types) route on the device, so decoding runs
-    // as graphs; with them off (STRATA_DECODE_MAPPED=0) the host groups the experts: no graphs. The same bits.
+    // With a partial expert cache and the hybrid split off: mapped misses (the decode kernels' types) route on the
+    // device, so decoding runs as graphs; with them off (STRATA_DECODE_MAPPED=0) the host groups the experts: no
+    // graphs. The same bits.
     p->drop(b2);
     const int32_t d1 = p->new_sequence();
     p->decode({{d1, prompt_tokens(30, 5), false}}, lp);
@@ -579,6 +592,7 @@ TEST_P(CudaEngine, GraphsDoNotChangeABit) {
         EngineConfig few = config();
         few.expert_slots = 2;
         few.cuda_graphs = true;
+        few.cpu_share = 0.0;  // the hybrid split reads the routing back: no graphs with it
         ::setenv("STRATA_DECODE_MAPPED", mapped, 1);
         auto c = make_cuda_engine(path(), few);
         ::unsetenv("STRATA_DECODE_MAPPED");

@@ -106,6 +106,11 @@ class CudaBackend final : public Backend {
         return size_t(w.il) < mapped_.size() && mapped_[size_t(w.il)].dev != nullptr;
     }
     MappedReads mapped_reads() const override;
+    ExpertSrc mapped_expert(const ExpertWeights &w, int32_t e) const override {
+        STRATA_ASSERT(maps_host_experts(w) && e >= 0 && 3 * size_t(e) + 2 < mapped_[size_t(w.il)].home.size());
+        const std::vector<const uint8_t *> &h = mapped_[size_t(w.il)].home;
+        return {h[3 * size_t(e)], h[3 * size_t(e) + 1], h[3 * size_t(e) + 2]};
+    }
     ExpertSrc expert_slot(const ExpertWeights &w, int32_t slot) const override;
     void fill_slots(const ExpertWeights &w, const std::vector<SlotFill> &fills, bool ahead) override;
     void set_resident_experts(const ExpertWeights &w, const std::vector<int32_t> &slot_of) override;
@@ -232,8 +237,8 @@ class CudaBackend final : public Backend {
     // Mapped misses (cuda_slots.cpp): the tables of every layer that can be mapped, from the pinned host copy.
     void map_host_copy(const WeightSet &ws);
     void map_expert(int64_t il, int32_t e, int32_t slot);  // the host table: e read from `slot`, or -1 its copy
-    void unmap_slot(int32_t slot);                        // whatever slot held is read from its copy again
-    void flush_mapped(int64_t il);                        // changed tables up (il < 0: every layer's)
+    void unmap_slot(int32_t slot);                         // whatever slot held is read from its copy again
+    void flush_mapped(int64_t il);                         // changed tables up (il < 0: every layer's)
 
     CudaOptions opt_;
     int device_ = 0;

@@ -209,7 +209,8 @@ void CudaBackend::route_topk(Act logits, const MoeParams &p, int32_t *ids, float
 void CudaBackend::route_draws(Act logits, const MoeParams &p, const RouteDraws &d, int64_t il, bool new_pass,
                               int32_t *ids, Act weights) {
     STRATA_CUDA_OP("route_draws");
-    STRATA_ASSERT(draw_pass_dev_ && logits.cols == p.n_expert && weights.rows * weights.cols == logits.rows * p.n_expert_used);
+    STRATA_ASSERT(draw_pass_dev_ && logits.cols == p.n_expert &&
+                  weights.rows * weights.cols == logits.rows * p.n_expert_used);
     const double *cdf = nullptr;
     const int32_t *perm = nullptr;
     if (d.kind == RouteDraws::Zipf) {
@@ -220,8 +221,8 @@ void CudaBackend::route_draws(Act logits, const MoeParams &p, const RouteDraws &
             const ZipfTable &z = zipf_table(p.n_expert, d.skew, d.seed, il);
             auto *c = static_cast<double *>(dev_alloc(z.cdf.size() * sizeof(double), "routing draws"));
             auto *r = static_cast<int32_t *>(dev_alloc(z.expert_of_rank.size() * sizeof(int32_t), "routing draws"));
-            STRATA_CUDA_CHECK(cudaMemcpyAsync(c, z.cdf.data(), z.cdf.size() * sizeof(double), cudaMemcpyHostToDevice,
-                                              stream_));
+            STRATA_CUDA_CHECK(
+                cudaMemcpyAsync(c, z.cdf.data(), z.cdf.size() * sizeof(double), cudaMemcpyHostToDevice, stream_));
             STRATA_CUDA_CHECK(cudaMemcpyAsync(r, z.expert_of_rank.data(), z.expert_of_rank.size() * sizeof(int32_t),
                                               cudaMemcpyHostToDevice, stream_));
             it = zipf_dev_.emplace(key, std::make_pair(c, r)).first;

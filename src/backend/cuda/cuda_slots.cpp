@@ -107,7 +107,8 @@ void CudaBackend::map_host_copy(const WeightSet &ws) {
     }
     graph_eligible_ = resident_layers_ == moe_layers_;
     graph_gen_++;
-    if (mapped > 0) prepare_note_ += strfmt(" (decoding reads misses from it in place, %lld layers)", (long long)mapped);
+    if (mapped > 0)
+        prepare_note_ += strfmt(" (decoding reads misses from it in place, %lld layers)", (long long)mapped);
 }
 
 void CudaBackend::map_expert(int64_t il, int32_t e, int32_t slot) {
@@ -141,8 +142,8 @@ void CudaBackend::flush_mapped(int64_t il) {
         STRATA_ASSERT(!capturing_);
         wait_for_fills();  // every expert the table names in a slot is there
         const size_t n = t.from_host.size();
-        STRATA_CUDA_CHECK(cudaMemcpyAsync(t.dev, t.ptrs.data(), 3 * n * sizeof(void *), cudaMemcpyHostToDevice,
-                                          stream_));
+        STRATA_CUDA_CHECK(
+            cudaMemcpyAsync(t.dev, t.ptrs.data(), 3 * n * sizeof(void *), cudaMemcpyHostToDevice, stream_));
         STRATA_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<uint8_t *>(t.dev + 3 * n), t.from_host.data(), n,
                                           cudaMemcpyHostToDevice, stream_));
         t.dirty = false;
@@ -153,8 +154,8 @@ Backend::MappedReads CudaBackend::mapped_reads() const {
     MappedReads r;
     if (!mapped_counts_) return r;
     std::vector<unsigned long long> c(2 * mapped_.size());
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(c.data(), mapped_counts_, c.size() * sizeof(c[0]), cudaMemcpyDeviceToHost,
-                                      stream_));
+    STRATA_CUDA_CHECK(
+        cudaMemcpyAsync(c.data(), mapped_counts_, c.size() * sizeof(c[0]), cudaMemcpyDeviceToHost, stream_));
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
     for (size_t il = 0; il < mapped_.size(); il++) {
         r.from_slots += c[2 * il];

@@ -107,7 +107,9 @@ __global__ void k_route_draws(Rows logits, int64_t row0, int64_t k, bool norm, f
     router_scale_weights(weights + t * k, k, wsum, norm, scale);
 }
 
-__global__ void k_count_pass(int64_t *pass) { *pass += 1; }
+__global__ void k_count_pass(int64_t *pass) {
+    *pass += 1;
+}
 
 __global__ void k_router_topk(Rows logits, int64_t k, bool norm, float scale, int32_t *ids, float *weights) {
     extern __shared__ float prob[];

@@ -35,8 +35,8 @@ void launch_router_fused(const MatmulArgs &a, int64_t k, bool norm, float scale,
 void launch_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx, const float *weights, int64_t k, Rows out,
                         cudaStream_t stream);
 
-// Decoding with every expert resident (or mapped), without the host: for each token t and rank j, pair i = t k + j gets the
-// matmul groups {gate of ids[i], x row t, 1 row, row i}, {up of ids[i], x row t, 1 row, row M + i} (M = n_tokens k:
+// Decoding with every expert resident (or mapped), without the host: for each token t and rank j, pair i = t k + j gets
+// the matmul groups {gate of ids[i], x row t, 1 row, row i}, {up of ids[i], x row t, 1 row, row M + i} (M = n_tokens k:
 // gate and up write one buffer of 2M rows) and {down of ids[i], row i, 1 row, row i}, from
 // the layer's table of expert matrices (table[3 e + 0..2]: gate, up, down device pointers); and yrow/widx list each
 // token's pairs in expert-id order for launch_moe_combine (the order the reference adds them in). counts (non-null:
