@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <memory>
+#include <utility>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/host/mmvq_host.h"
@@ -40,6 +42,7 @@ class HostSlotBackend final : public Backend {
         layouts_ = plan.layouts;
         slot_bytes_ = plan.slot_bytes;
         memory_.assign(size_t(plan.n_slots) * plan.slot_bytes, 0);
+        owner_.assign(size_t(plan.n_slots), {-1, -1});
     }
     void init_caches(const CacheShape &shape) override { cpu_->init_caches(shape); }
     Act alloc(int64_t rows, int64_t cols) override { return cpu_->alloc(rows, cols); }
@@ -84,6 +87,9 @@ class HostSlotBackend final : public Backend {
     void fill_slots(const ExpertWeights &w, const std::vector<SlotFill> &fills, bool ahead) override {
         const ExpertSlotLayout &L = layouts_[size_t(w.il)];
         for (const SlotFill &f : fills) {
+            unown(f.slot);
+            owner_[size_t(f.slot)] = {w.il, f.expert};
+            where_[{w.il, f.expert}] = f.slot;
             uint8_t *s = memory_.data() + size_t(f.slot) * slot_bytes_;
             // The slot's previous bytes are overwritten whole: a stale expert would show in the logits.
             std::memset(s, 0xa5, slot_bytes_);
@@ -96,7 +102,10 @@ class HostSlotBackend final : public Backend {
     }
     void expert_ffn(const ExpertWeights &w, Act xs, const std::vector<ExpertGroup> &groups, Act ys) override {
         for (const ExpertGroup &g : groups) {
-            EXPECT_GE(g.slot, 0);
+            if (g.slot < 0) {  // only a mapped miss is read from anywhere but a slot
+                EXPECT_TRUE(mapped_);
+                grouped_mapped_++;
+            }
             if (lent_n_) {
                 EXPECT_TRUE(g.slot < lent_first_ || g.slot >= lent_first_ + lent_n_) << "lent slot " << g.slot;
             }
@@ -121,9 +130,56 @@ class HostSlotBackend final : public Backend {
         return gpu_arith_ && mmvq_host_supported(w.gate->type) && mmvq_host_supported(w.up->type) &&
                mmvq_host_supported(w.down->type);
     }
+    // Mapped misses (Backend::maps_host_experts, with GPU arithmetic): decode-sized passes route here without the
+    // strata layer's grouping, each (token, expert) pair from the slot this backend's own fills put the expert in, or
+    // from the file, as the CUDA backend's table does; the combine as the CPU's.
+    void map_misses() { mapped_ = true; }
+    bool maps_host_experts(const ExpertWeights &) const override { return mapped_; }
+    ExpertSrc mapped_expert(const ExpertWeights &w, int32_t e) const override {
+        EXPECT_TRUE(mapped_);
+        return {w.gate->expert_host(e), w.up->expert_host(e), w.down->expert_host(e)};
+    }
+    bool device_routing_applies(const ExpertWeights &w, int64_t n_tokens) const override {
+        return mapped_ && n_tokens <= 8 && host_computes_like(w, 1);
+    }
+    void experts_device_routed(const ExpertWeights &w, Act x, int64_t k, const int32_t *ids, const float *weights,
+                               Act out) override {
+        const int64_t T = x.rows, E = x.cols, n_ff = w.gate->ne[1], M = T * k;
+        Act ys = cpu_->alloc(M, E);
+        std::vector<int32_t> yrow(static_cast<size_t>(M)), widx(static_cast<size_t>(M));
+        auto mat = [](const Weight &m, const void *data, int64_t kk, int64_t n) {
+            return HostMatrix{m.type, static_cast<const uint8_t *>(data), m.row_bytes, kk, n};
+        };
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t j = 0; j < k; j++) {
+                const int64_t i = t * k + j;
+                const int32_t e = ids[i];
+                const auto at = where_.find({w.il, e});
+                ExpertSrc src;
+                if (at != where_.end()) {
+                    EXPECT_FALSE(lent_n_ && at->second >= lent_first_ && at->second < lent_first_ + lent_n_);
+                    src = expert_slot(w, at->second);
+                    reads_.from_slots++;
+                } else {
+                    src = mapped_expert(w, e);
+                    reads_.from_host++;
+                    reads_.host_bytes += w.expert_bytes();
+                }
+                expert_ffn_host(mat(*w.gate, src.gate, E, n_ff), mat(*w.up, src.up, E, n_ff),
+                                mat(*w.down, src.down, n_ff, E), x.row(t), ys.row(i));
+                int64_t r = 0;  // the pair's rank among the token's by expert id
+                for (int64_t j2 = 0; j2 < k; j2++) r += ids[t * k + j2] < e;
+                yrow[size_t(t * k + r)] = int32_t(i);
+                widx[size_t(t * k + r)] = int32_t(i);
+            }
+        cpu_->moe_combine(ys, yrow, widx, weights, k, out);
+    }
+    MappedReads mapped_reads() const override { return reads_; }
+    uint64_t grouped_mapped() const { return grouped_mapped_; }
     // A loan's slots are scribbled over, as a pass's scratch would: an expert read from one would show in the logits.
     void begin_loan(int32_t first, int32_t n) override {
         EXPECT_EQ(lent_n_, 0);
+        for (int32_t i = first; i < first + n; i++) unown(i);
         lent_first_ = first, lent_n_ = n;
         std::memset(memory_.data() + size_t(first) * slot_bytes_, 0x5a, size_t(n) * slot_bytes_);
         loans_++;
@@ -148,6 +204,15 @@ class HostSlotBackend final : public Backend {
     }
 
   private:
+    void unown(int32_t slot) {
+        if (owner_[size_t(slot)].first >= 0) where_.erase(owner_[size_t(slot)]);
+        owner_[size_t(slot)] = {-1, -1};
+    }
+    bool mapped_ = false;
+    std::vector<std::pair<int64_t, int32_t>> owner_;  // per slot: (layer, expert), -1: none
+    std::map<std::pair<int64_t, int32_t>, int32_t> where_;
+    MappedReads reads_;
+    uint64_t grouped_mapped_ = 0;
     bool gpu_arith_ = false;
     bool fake_marks_ = false;
     uint64_t marks_ = 0;
@@ -501,6 +566,78 @@ TEST_P(MoeScheduleSlots, HybridSplitGivesTheBitsOfTheBackendAlone) {
                     EXPECT_EQ(st.hybrid.host_experts, 0u) << what;
                 }
             }
+    }
+}
+
+// Mapped misses (Backend::maps_host_experts) on a backend that computes in the GPU's arithmetic and routes
+// decode-sized passes itself from its own record of its fills: the bits of every miss copied in, with the split off
+// (the device alone: nothing grouped by the strata layer, nothing filled) and on (its device part's misses read in
+// place), at two cache sizes, through a prompt in one pass (fills), decoding, another sequence's prompt (evictions)
+// and decoding again. The reads are counted, as mapped misses in the engine's figures.
+TEST_P(MoeScheduleSlots, MappedMissesGiveTheBitsOfMissesCopiedIn) {
+    const std::string path = model_path(GetParam());
+    struct Made {
+        std::unique_ptr<Engine> e;
+        HostSlotBackend *be;
+    };
+    auto engine = [&](int64_t slots, double share, bool mapped) {
+        auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
+        HostSlotBackend *hb = be.get();
+        be->gpu_arithmetic();
+        be->fake_marks();
+        if (mapped) be->map_misses();
+        EngineConfig cfg = config(slots);
+        cfg.n_batch = 32;
+        cfg.n_seq_max = 2;
+        cfg.cpu_share = share;
+        cfg.cpu_threads = 2;
+        return Made{std::make_unique<Engine>(load_model(path), std::move(be), cfg), hb};
+    };
+    auto script = [](Engine &e) {
+        const int32_t a = e.new_sequence(), b = e.new_sequence();
+        std::vector<std::vector<float>> lg;
+        std::vector<float> all;
+        auto keep = [&] { all.insert(all.end(), lg[0].begin(), lg[0].end()); };
+        std::vector<int32_t> pa, pb;
+        for (int i = 0; i < 23; i++) pa.push_back(int32_t((i * 37 + 11) % e.n_vocab()));
+        for (int i = 0; i < 19; i++) pb.push_back(int32_t((i * 29 + 3) % e.n_vocab()));
+        e.decode({{a, pa, false}}, lg);
+        keep();
+        for (int t = 0; t < 3; t++) {
+            e.decode({{a, {int32_t((t * 53 + 5) % e.n_vocab())}, false}}, lg);
+            keep();
+        }
+        e.decode({{b, pb, false}}, lg);
+        keep();
+        for (int t = 0; t < 3; t++) {
+            e.decode({{a, {int32_t((t * 41 + 7) % e.n_vocab())}, false}}, lg);
+            keep();
+        }
+        return all;
+    };
+    const Made probe = engine(0, 0.0, false);
+    const int64_t n_expert = probe.e->hparams().n_expert, k = probe.e->hparams().n_expert_used;
+    for (int64_t slots : {k + 1, n_expert / 2}) {
+        const std::vector<float> ref = script(*engine(slots, 0.0, false).e);
+        for (double share : {0.0, 0.5, -1.0}) {
+            const Made m = engine(slots, share, true);
+            const uint64_t filled0 = m.be->filled();
+            const std::vector<float> got = script(*m.e);
+            const std::string what = std::to_string(slots) + " slots, share " + std::to_string(share);
+            ASSERT_EQ(got.size(), ref.size()) << what;
+            EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
+            const ExpertCacheStats st = m.e->expert_stats();
+            EXPECT_GT(st.mapped_misses, 0u) << what;
+            EXPECT_GT(m.be->filled(), filled0) << what << ": the prompts fill slots";
+            if (share == 0.0) {
+                EXPECT_FALSE(st.hybrid_on) << what;
+                EXPECT_GT(m.be->mapped_reads().from_slots, 0u) << what << ": decoding hits what the prompts left";
+                EXPECT_EQ(m.be->grouped_mapped(), 0u) << what;
+            } else {
+                EXPECT_TRUE(st.hybrid_on) << what;
+                EXPECT_GT(m.be->grouped_mapped(), 0u) << what << ": the split's device part read in place";
+            }
+        }
     }
 }
 
