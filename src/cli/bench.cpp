@@ -110,6 +110,7 @@ ExpertCacheStats stats_delta(const ExpertCacheStats &after, const ExpertCacheSta
     d.expert_cache_misses -= before.expert_cache_misses;
     d.bytes_streamed -= before.bytes_streamed;
     d.mapped_misses -= before.mapped_misses;
+    d.mapped_admitted -= before.mapped_admitted;
     d.hybrid.host_experts -= before.hybrid.host_experts;
     d.hybrid.host_bytes -= before.hybrid.host_bytes;
     d.hybrid.device_misses -= before.hybrid.device_misses;
@@ -123,6 +124,7 @@ ExpertCacheStats stats_sum(const ExpertCacheStats &a, const ExpertCacheStats &b)
     s.expert_cache_misses += b.expert_cache_misses;
     s.bytes_streamed += b.bytes_streamed;
     s.mapped_misses += b.mapped_misses;
+    s.mapped_admitted += b.mapped_admitted;
     s.hybrid.host_experts += b.hybrid.host_experts;
     s.hybrid.host_bytes += b.hybrid.host_bytes;
     s.hybrid.device_misses += b.hybrid.device_misses;
@@ -213,7 +215,8 @@ json cache_json(const ExpertCacheStats &s, double seconds) {
     j["hits"] = s.expert_cache_hits;
     j["misses"] = misses;
     j["misses_on_host"] = s.hybrid.host_experts;
-    j["misses_mapped"] = s.mapped_misses;  // read in place from the host copy by the device's kernels
+    j["misses_mapped"] = s.mapped_misses;      // read in place from the host copy by the device's kernels
+    j["mapped_admitted"] = s.mapped_admitted;  // of those, filled into a slot afterwards (admission)
     j["hit_rate"] = lookups ? json(double(s.expert_cache_hits) / double(lookups)) : json(nullptr);
     j["cpu_share"] = misses ? json(double(s.hybrid.host_experts) / double(misses)) : json(nullptr);
     j["host_expert_gb_per_s"] = s.hybrid.host_ms > 0 ? double(s.hybrid.host_bytes) / s.hybrid.host_ms / 1e6 : 0.0;

@@ -251,6 +251,25 @@ void ExpertSlotTable::acquire(int64_t il, const int32_t *experts, int64_t n, int
     }
 }
 
+bool ExpertSlotTable::admit(int64_t il, int32_t e, double factor, std::vector<SlotFill> &fills) {
+    STRATA_ASSERT(il >= 0 && size_t(il) < table_.size() && e >= 0 && size_t(e) < table_[size_t(il)].size());
+    STRATA_ASSERT(table_[size_t(il)][size_t(e)] < 0);
+    if (policy_ != SlotPolicy::Lfu) return false;
+    count(il, e);
+    const uint64_t call = ++calls_;
+    const int32_t s = victim(false, call);
+    if (s < 0) return false;
+    const Slot &v = slots_[size_t(s)];
+    if (v.layer >= 0 && !(counts_[size_t(il)][size_t(e)] > factor * counts_[size_t(v.layer)][size_t(v.expert)]))
+        return false;
+    slots_[size_t(s)].call = call;
+    assign(s, il, e);
+    touch(s);
+    fills.push_back({s, e});
+    stats_.bytes_filled += expert_bytes_[size_t(il)];
+    return true;
+}
+
 void ExpertSlotTable::forget(int64_t il, const std::vector<SlotFill> &fills) {
     for (const SlotFill &f : fills) {
         Slot &s = slots_[size_t(f.slot)];

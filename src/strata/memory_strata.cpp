@@ -161,6 +161,7 @@ ExpertCacheStats MemoryStrata::stats() const {
             s.expert_cache_misses += schedule_->mapped_misses();
             s.bytes_streamed += schedule_->mapped_bytes();
             s.mapped_misses += schedule_->mapped_misses();
+            s.mapped_admitted = schedule_->admitted();
         }
     }
     if (schedule_) {

@@ -35,7 +35,8 @@ PlanOptions plan_options_from_env(PlanOptions o);
 struct ExpertCacheStats {
     int64_t n_slots = 0, n_experts = 0;
     uint64_t expert_cache_hits = 0, expert_cache_misses = 0, bytes_streamed = 0;
-    uint64_t mapped_misses = 0;  // of expert_cache_misses, those read in place
+    uint64_t mapped_misses = 0;    // of expert_cache_misses, those read in place
+    uint64_t mapped_admitted = 0;  // of those, filled into a slot afterwards for later passes (admission)
     // next-layer prefetch (STRATA_DECODE_PREFETCH): routed picks with a prediction, those predicted, experts filled
     PrefetchStats prefetch;
     // misses computed on the host (decode_hybrid.h): counted apart from expert_cache_misses (those copied in)

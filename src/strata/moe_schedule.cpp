@@ -170,6 +170,8 @@ MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::v
     decode_overlap_ = env_switch("STRATA_DECODE_OVERLAP", true);
     // STRATA_DECODE_COPY_STREAM=0: with the overlap on, decode's fills stay on the compute stream.
     slot_fills_ahead_ = decode_overlap_ && env_switch("STRATA_DECODE_COPY_STREAM", true);
+    // STRATA_DECODE_ADMIT=0: mapped misses never enter the cache (it holds what the prompts left).
+    admit_ = env_switch("STRATA_DECODE_ADMIT", true);
     routers_.resize(experts_.size(), nullptr);
     // The split needs misses (a partial cache) and a backend that computes experts as the host does.
     bool host_like = false;
@@ -362,17 +364,33 @@ void MoeSchedule::routed_experts(const ExpertWeights &w, const RouteGroups &g, c
         STRATA_ASSERT(fills.empty());
         Region r(be_, "experts");
         size_t h = 0;
+        std::vector<int32_t> misses;
         for (int32_t e : used) {
             if (h < hit.size() && hit[h] == e) {
                 group(e, be_.expert_slot(w, slot[h]), slot[h]);
                 h++;
             } else {
                 group(e, be_.mapped_expert(w, e), -1);
+                misses.push_back(e);
                 mapped_misses_++;
                 mapped_bytes_ += w.expert_bytes();
             }
         }
         be_.expert_ffn(w, xs, groups, ys);
+        // Admission: the misses whose requests far outnumber the weakest slot's are filled for later passes, on the
+        // copy stream after this compute (a victim still being read is the backend's to wait for).
+        if (admit_) {
+            for (int32_t e : misses) slots_->admit(w.il, e, k_admit_factor, fills);
+            if (!fills.empty()) {
+                try {
+                    be_.fill_slots(w, fills, /*ahead=*/true);
+                } catch (...) {
+                    slots_->forget(w.il, fills);
+                    throw;
+                }
+                admitted_ += fills.size();
+            }
+        }
         return;
     }
     if (used.empty() || streamed_experts(w, g, used, n_exp, xs, ys)) return;

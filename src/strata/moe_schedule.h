@@ -54,12 +54,16 @@
 // joins them after issuing it); the fills of the layer's misses go on the copy stream (Backend::fill_slots ahead),
 // beside the shared expert's kernels, where the layer has one (STRATA_DECODE_COPY_STREAM=0: on the compute stream).
 // Its gate and add come after the combine as always.
-// Where the layer is mapped and the split is on, the device's part of it reads its misses in place (nothing filled)
-// beside the host's part: Next-80B at 12 GiB, --routing uniform, 49.7 tok/s against 45.0 with the device alone and
-// 44.2 with the device's part copied in (bench/RESULTS.md, ninth round). With the split off (--cpu-share 0,
-// STRATA_DECODE_CPU=0) step 2 applies instead, and decoding needs nothing from the host (graphs replay).
-// Hybrid misses (decode_hybrid.h, on where the backend computes experts like the host, STRATA_DECODE_CPU=0 off;
-// passes of at most k_hybrid_max_tokens tokens with misses): some of the misses the backend could compute exactly
+// Admission (STRATA_DECODE_ADMIT, on; under --expert-cache-policy lfu, the only policy with counts to judge by): a
+// mapped miss of the split's device part whose requests are above twice those of the slot LFU would give up is
+// filled on the copy stream after the layer's compute, for later passes (ExpertSlotTable::admit); under LRU, or
+// with the split off (the routing never reaches the host), decoding leaves the cache as the prompts filled it.
+// Where the layer is mapped and the split is on, the device's part of it reads its misses in place (nothing filled
+// but what admission takes) beside the host's part: Next-80B at 12 GiB, --routing uniform, 49.7 tok/s against 45.0 with
+// the device alone and 44.2 with the device's part copied in (bench/RESULTS.md, ninth round). With the split off
+// (--cpu-share 0, STRATA_DECODE_CPU=0) step 2 applies instead, and decoding needs nothing from the host (graphs
+// replay). Hybrid misses (decode_hybrid.h, on where the backend computes experts like the host, STRATA_DECODE_CPU=0
+// off; passes of at most k_hybrid_max_tokens tokens with misses): some of the misses the backend could compute exactly
 // as the host does are computed on the host instead. Their rows come last in the gathered order (group_by_expert's
 // `last`), so their outputs go up as one block of rows; the combine adds every token's entries in expert-id order
 // as always.
@@ -157,6 +161,7 @@ class MoeSchedule final : public ExpertRunner {
     // their bytes; the device-routed path's are the backend's (Backend::mapped_reads).
     uint64_t mapped_misses() const { return mapped_misses_; }
     uint64_t mapped_bytes() const { return mapped_bytes_; }
+    uint64_t admitted() const { return admitted_; }  // mapped misses filled for later passes (ExpertSlotTable::admit)
 
   private:
     // Step 4-5 for one layer: the experts `used` (ascending, each with rows in `g`), in sets the slot table can hold.
@@ -216,7 +221,9 @@ class MoeSchedule final : public ExpertRunner {
     static constexpr int k_group_threads = 8;
     ThreadPool *group_pool(int64_t pairs);  // nullptr: group on this thread
     std::vector<std::vector<int32_t>> last_rows_;
-    uint64_t mapped_misses_ = 0, mapped_bytes_ = 0;
+    uint64_t mapped_misses_ = 0, mapped_bytes_ = 0, admitted_ = 0;
+    bool admit_;  // STRATA_DECODE_ADMIT
+    static constexpr double k_admit_factor = 2.0;
 };
 
 }  // namespace strata

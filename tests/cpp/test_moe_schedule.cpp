@@ -573,14 +573,15 @@ TEST_P(MoeScheduleSlots, HybridSplitGivesTheBitsOfTheBackendAlone) {
 // decode-sized passes itself from its own record of its fills: the bits of every miss copied in, with the split off
 // (the device alone: nothing grouped by the strata layer, nothing filled) and on (its device part's misses read in
 // place), at two cache sizes, through a prompt in one pass (fills), decoding, another sequence's prompt (evictions)
-// and decoding again. The reads are counted, as mapped misses in the engine's figures.
+// and decoding again. The reads are counted, as mapped misses in the engine's figures; under LFU the misses whose
+// requests outnumber the cache's weakest slot are admitted (filled for later passes), the bits unchanged.
 TEST_P(MoeScheduleSlots, MappedMissesGiveTheBitsOfMissesCopiedIn) {
     const std::string path = model_path(GetParam());
     struct Made {
         std::unique_ptr<Engine> e;
         HostSlotBackend *be;
     };
-    auto engine = [&](int64_t slots, double share, bool mapped) {
+    auto engine = [&](int64_t slots, double share, bool mapped, SlotPolicy policy = SlotPolicy::Lru) {
         auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
         HostSlotBackend *hb = be.get();
         be->gpu_arithmetic();
@@ -591,6 +592,7 @@ TEST_P(MoeScheduleSlots, MappedMissesGiveTheBitsOfMissesCopiedIn) {
         cfg.n_seq_max = 2;
         cfg.cpu_share = share;
         cfg.cpu_threads = 2;
+        cfg.expert_cache_policy = policy;
         return Made{std::make_unique<Engine>(load_model(path), std::move(be), cfg), hb};
     };
     auto script = [](Engine &e) {
@@ -637,6 +639,40 @@ TEST_P(MoeScheduleSlots, MappedMissesGiveTheBitsOfMissesCopiedIn) {
                 EXPECT_TRUE(st.hybrid_on) << what;
                 EXPECT_GT(m.be->grouped_mapped(), 0u) << what << ": the split's device part read in place";
             }
+            EXPECT_EQ(st.mapped_admitted, 0u) << what << ": LRU admits nothing";
+        }
+    }
+    // Admission under LFU (STRATA_DECODE_ADMIT): one token decoded again and again routes alike, so its experts'
+    // requests soon outnumber those of what the prompt left, and the split's device part fills them for later
+    // passes; the bits stay those of every miss copied in; =0 fills nothing while decoding.
+    auto repeat = [&](Engine &e) {
+        const int32_t a = e.new_sequence();
+        std::vector<std::vector<float>> lg;
+        std::vector<int32_t> pa;
+        for (int i = 0; i < 23; i++) pa.push_back(int32_t((i * 37 + 11) % e.n_vocab()));
+        e.decode({{a, pa, false}}, lg);
+        std::vector<float> all = lg[0];
+        for (int t = 0; t < 12; t++) {
+            e.decode({{a, {7}, false}}, lg);
+            all.insert(all.end(), lg[0].begin(), lg[0].end());
+        }
+        return all;
+    };
+    const int64_t slots = n_expert / 2;
+    const std::vector<float> ref = repeat(*engine(slots, 0.0, false, SlotPolicy::Lfu).e);
+    for (const char *admit : {"1", "0"}) {
+        ::setenv("STRATA_DECODE_ADMIT", admit, 1);
+        const Made m = engine(slots, 0.5, true, SlotPolicy::Lfu);
+        ::unsetenv("STRATA_DECODE_ADMIT");
+        const std::vector<float> got = repeat(*m.e);
+        ASSERT_EQ(got.size(), ref.size()) << admit;
+        EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "STRATA_DECODE_ADMIT=" << admit;
+        const ExpertCacheStats st = m.e->expert_stats();
+        EXPECT_GT(st.mapped_misses, 0u) << admit;
+        if (std::strcmp(admit, "1") == 0) {
+            EXPECT_GT(st.mapped_admitted, 0u);
+        } else {
+            EXPECT_EQ(st.mapped_admitted, 0u);
         }
     }
 }

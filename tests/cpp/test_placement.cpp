@@ -375,6 +375,43 @@ TEST(ExpertSlotTable, LfuGivesUpTheLeastRequestedTiesToTheLeastRecent) {
     EXPECT_EQ(t.stats().hits + t.stats().misses, 10u);
 }
 
+// Admission of misses read in place (ExpertSlotTable::admit, factor 2): an empty slot takes any; a full cache gives
+// up its least requested slot only to an expert requested more than twice as often, counting the request; a refused
+// miss leaves the cache as it was (and is no miss of the table's: the pass read it in place); LRU never admits.
+TEST(ExpertSlotTable, AdmitTakesOnlyFarMoreRequestedMisses) {
+    ExpertSlotTable t({6}, {10}, 2, SlotPolicy::Lfu);
+    std::vector<SlotFill> fills;
+    int32_t s[1];
+    auto get = [&](int32_t e) { t.acquire(0, &e, 1, s, false, fills); };
+    get(0), get(0), get(1);  // counts 0: 2, 1: 1; the cache is full
+    fills.clear();
+    const ExpertSlotTable::Stats before = t.stats();
+    EXPECT_FALSE(t.admit(0, 2, 2.0, fills));  // 2 asked once: not above twice 1's one
+    EXPECT_FALSE(t.admit(0, 2, 2.0, fills));  // twice: not above twice one either
+    EXPECT_TRUE(fills.empty());
+    EXPECT_EQ(t.slot_of(0, 2), -1);
+    EXPECT_GE(t.slot_of(0, 1), 0);
+    EXPECT_TRUE(t.admit(0, 2, 2.0, fills));  // three: above two, takes 1's slot
+    ASSERT_EQ(fills.size(), 1u);
+    EXPECT_EQ(fills[0].expert, 2);
+    EXPECT_EQ(t.slot_of(0, 2), fills[0].slot);
+    EXPECT_EQ(t.slot_of(0, 1), -1);
+    EXPECT_GE(t.slot_of(0, 0), 0);
+    EXPECT_EQ(t.stats().hits, before.hits);
+    EXPECT_EQ(t.stats().misses, before.misses);
+    EXPECT_EQ(t.stats().bytes_filled, before.bytes_filled + 10);
+    // an empty slot takes any miss: a table with a free slot
+    ExpertSlotTable u({6}, {10}, 2, SlotPolicy::Lfu);
+    fills.clear();
+    EXPECT_TRUE(u.admit(0, 4, 2.0, fills));
+    EXPECT_EQ(u.slot_of(0, 4), fills[0].slot);
+    // LRU: no counts, no admission
+    ExpertSlotTable l({6}, {10}, 2, SlotPolicy::Lru);
+    fills.clear();
+    EXPECT_FALSE(l.admit(0, 4, 2.0, fills));
+    EXPECT_TRUE(fills.empty());
+}
+
 TEST(ExpertSlotTable, LfuDecayLetsRecentRequestsWin) {
     // 0 asked 8 times, then 1 asked 3 times, then 2 comes to two slots: without decay 0 keeps its slot; halving
     // every 2 requests weighs 1's recent requests more (0's count 30 against 1's 64 in units of the first increment).

@@ -412,7 +412,8 @@ TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
 // Mapped misses (STRATA_DECODE_MAPPED, on: decode's kernels read the experts no slot holds from the pinned host copy)
 // give the bits of every expert resident and of misses copied in (=0): one slot, two, five (a budget's plan runs them
 // in PlacementDoesNotChangeABit); graphs on and
-// off; the split off (--cpu-share 0: the device alone) and on (its device part mapped); a sequence
+// off; the split off (--cpu-share 0: the device alone) and on (its device part mapped; under LFU admitting misses
+// into slots for later passes); a sequence
 // decoding, another's prompt refilling the cache between its steps, then the first again, and both in one pass.
 // Mapped passes fill nothing and count their reads (a miss each from the host copy), and with the device alone and
 // graphs on they replay.
@@ -450,12 +451,14 @@ TEST_P(CudaEngine, MappedMissesDoNotChangeABit) {
     for (int64_t slots : {1, 2, 5})
         for (const char *mapped : {"1", "0"})
             for (bool graphs : {true, false})
-                for (double share : {0.0, 0.5}) {
+                for (double share : {0.0, 0.5, 0.4}) {
                     if (share != 0.0 && !graphs) continue;
                     EngineConfig cfg = config();
                     cfg.cuda_graphs = graphs;
                     cfg.expert_slots = slots;
                     cfg.cpu_share = share;
+                    // share 0.4: LFU, so the split's device part admits misses into slots between passes
+                    if (share == 0.4) cfg.expert_cache_policy = SlotPolicy::Lfu;
                     ::setenv("STRATA_DECODE_MAPPED", mapped, 1);
                     auto e = make_cuda_engine(path(), cfg);
                     ::unsetenv("STRATA_DECODE_MAPPED");

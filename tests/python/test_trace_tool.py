@@ -222,6 +222,20 @@ def test_belady_by_hand():
     assert summary.belady_hits([A, B, C, A], 2).tolist() == [0, 0, 0, 1]
 
 
+def test_frozen_by_hand():
+    # Capacity 2; t0-t1 fill (A, B); decode t2-t4 only looks: A hits, C misses and is not inserted, A hits (and is
+    # not made recent); t5 fills C, evicting A (B was used after A when the cache last changed); t6 A misses.
+    seq = [A, B, A, C, A, C, A]
+    frozen = [0, 0, 1, 1, 1, 0, 0]
+    assert summary.lru_hits(seq, 2, frozen).tolist() == [0, 0, 1, 0, 1, 0, 0]
+    assert summary.lru_hits(seq, 2).tolist() == [0, 0, 1, 0, 1, 1, 1]
+    # LFU: frozen accesses count nothing, so at t5 A1 (t0) and B1 (t1) tie for C's place: A, the least recently used,
+    # is evicted, and t6 A misses.
+    assert summary.lfu_hits(seq, 2, None, frozen).tolist() == [0, 0, 1, 0, 1, 0, 0]
+    # Without freezing A's counts keep it: t5 C hits (inserted at t3 over B), t6 A hits.
+    assert summary.lfu_hits(seq, 2).tolist() == [0, 0, 1, 0, 1, 1, 1]
+
+
 # ---- cache policies against plain reference implementations -------------------------------------------------------
 
 

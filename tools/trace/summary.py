@@ -4,6 +4,7 @@
     python -m tools.trace.summary run.trace --json           # the same figures as one JSON object
     python -m tools.trace.summary run.trace --sizes 5,10,25  # cache sizes, % of (MoE layers x n_expert)
     python -m tools.trace.summary run.trace --policies lru,belady   # a subset of the cache policies
+    python -m tools.trace.summary run.trace --policies lru,lru_frozen,lfu_decay_frozen   # and the frozen forms
 
 What an expert cache sees: a pass of T tokens loads each expert it uses once, so the access stream is, pass by pass
 and within a pass layer by layer, the distinct experts of that (pass, layer) in ascending id order, one access each, to
@@ -20,7 +21,9 @@ several sequences) count as prefill.
   cached; a miss inserts the key, evicting one when full. LRU; LFU (smallest count, ties to the least recently used,
   counts kept for keys out of the cache too); LFU with decay (every count halved every N accesses, N = the engine's
   period, 32 x MoE layers x k, unless --decay-every); Belady (the key used again farthest in the future, never-again first). Hit rates over all
-  accesses and over the decode passes' accesses only (prefill passes still update the cache).
+  accesses and over the decode passes' accesses only (prefill passes still update the cache). On request
+  (--policies), LRU and LFU decay frozen in decode: decode passes only look, as the engine's mapped misses leave the
+  cache as the prompts filled it.
 """
 from __future__ import annotations
 
@@ -39,11 +42,18 @@ import numpy as np
 from .trace import Trace, read_trace
 
 DEFAULT_SIZES = list(range(10, 100, 10))
-POLICIES = {"lru": "LRU", "lfu": "LFU", "lfu_decay": "LFU decay", "belady": "Belady"}
+POLICIES = {"lru": "LRU", "lfu": "LFU", "lfu_decay": "LFU decay", "belady": "Belady",
+            "lru_frozen": "LRU, frozen in decode", "lfu_decay_frozen": "LFU decay, frozen in decode",
+            "lfu_decay_admit": "LFU decay, admitting in decode"}
+# The frozen forms are what the engine's mapped misses do (STRATA_DECODE_MAPPED): the policy fills the cache in
+# prompt passes, and decode passes read their misses in place, so decoding hits only what the prompts left. The
+# admitting form is a decode that reads a miss in place unless its count beats the victim's (then it is filled).
+DEFAULT_POLICIES = ("lru", "lfu", "lfu_decay", "belady")
 TOP_FRACTION = 0.1
 ENGINE_DECAY_TOKENS = 32  # the engine's LFU (--expert-cache-policy lfu) halves its counts every 32 tokens' requests
 DECAY_HEADROOM = 64  # LFU decay: the fraction bits the fixed-point counts keep (lfu_hits)
 RESCALE_DECAYS = 64  # ... and how many they drop at a time
+ADMIT_FACTOR = 1.0  # LFU admitting: a miss enters only with a count above this times the victim's
 
 
 # ---- the access stream ------------------------------------------------------------------------------------------
@@ -185,10 +195,15 @@ def _as_list(keys) -> list:
     return keys if isinstance(keys, list) else np.asarray(keys).tolist()
 
 
-def lru_hits(keys, capacity: int) -> np.ndarray:
+def lru_hits(keys, capacity: int, frozen=None) -> np.ndarray:
+    """LRU; frozen (a flag per access, or None): those accesses only look (a hit or not), changing nothing."""
     cache: OrderedDict = OrderedDict()
     hits = bytearray(len(keys))
+    frozen = _as_list(frozen) if frozen is not None else None
     for i, key in enumerate(_as_list(keys)):
+        if frozen is not None and frozen[i]:
+            hits[i] = key in cache
+            continue
         if key in cache:
             cache.move_to_end(key)
             hits[i] = 1
@@ -199,9 +214,13 @@ def lru_hits(keys, capacity: int) -> np.ndarray:
     return np.frombuffer(hits, dtype=bool)
 
 
-def lfu_hits(keys, capacity: int, decay_every: int | None = None) -> np.ndarray:
+def lfu_hits(keys, capacity: int, decay_every: int | None = None, frozen=None, admit=None,
+             inserted: bytearray | None = None) -> np.ndarray:
     """LFU over all history (counts survive eviction), ties to the least recently used; with decay_every, every
-    count is halved after each decay_every accesses.
+    count is halved after each decay_every accesses (frozen accesses count as time passing, as in lru_hits they
+    only look). admit (a flag per access, or None): at those accesses a miss enters a full cache only if its count,
+    this access included, is above the victim's (else it is read where it is and the cache stays as it was), the
+    counts updated as always. inserted (optional, one byte per access): set where the access put its key in.
 
     A min-heap with lazy deletion of one int per access, count * n + the access's index (so ties go to the least
     recently used); an entry is current while the cache maps its key to that value. Decay is free: the counts are
@@ -216,6 +235,8 @@ def lfu_hits(keys, capacity: int, decay_every: int | None = None) -> np.ndarray:
     heap: list = []
     step = 1 << DECAY_HEADROOM if decay_every else 1
     hits = bytearray(n)
+    frozen = _as_list(frozen) if frozen is not None else None
+    admit = _as_list(admit) if admit is not None else None
     for i, key in enumerate(keys):
         if decay_every and i and i % decay_every == 0:
             step <<= 1
@@ -225,17 +246,26 @@ def lfu_hits(keys, capacity: int, decay_every: int | None = None) -> np.ndarray:
                 cache = {k: count[k] * n + v % n for k, v in cache.items()}
                 heap = list(cache.values())
                 heapify(heap)
+        if frozen is not None and frozen[i]:
+            hits[i] = key in cache
+            continue
         c = count.get(key, 0) + step
         count[key] = c
         if key in cache:
             hits[i] = 1
         elif len(cache) >= capacity:
             while True:
-                v = heappop(heap)
+                v = heap[0]
                 victim = keys[v % n]
                 if cache.get(victim) == v:
                     break
+                heappop(heap)
+            if admit is not None and admit[i] and c <= ADMIT_FACTOR * (v // n):
+                continue
+            heappop(heap)
             del cache[victim]
+        if inserted is not None and not hits[i]:
+            inserted[i] = 1
         v = c * n + i
         cache[key] = v
         heappush(heap, v)
@@ -279,7 +309,7 @@ def belady_hits(keys, capacity: int, next_use=None) -> np.ndarray:
 
 
 def cache_rates(acc: Accesses, n_keys: int, sizes: list[int], decay_every: int | None = None,
-                policies: Sequence[str] = tuple(POLICIES)) -> dict:
+                policies: Sequence[str] = DEFAULT_POLICIES) -> dict:
     """Hit rates of the policies at each size (percent of n_keys), over all accesses and over decode accesses."""
     keys, nxt = acc.key.tolist(), acc.next_use.tolist()
     capacities = [max(1, n_keys * x // 100) for x in sizes]
@@ -288,6 +318,9 @@ def cache_rates(acc: Accesses, n_keys: int, sizes: list[int], decay_every: int |
         "lfu": lambda cap: lfu_hits(keys, cap),
         "lfu_decay": lambda cap: lfu_hits(keys, cap, decay_every or cap),
         "belady": lambda cap: belady_hits(keys, cap, nxt),
+        "lru_frozen": lambda cap: lru_hits(keys, cap, acc.decode),
+        "lfu_decay_frozen": lambda cap: lfu_hits(keys, cap, decay_every or cap, acc.decode),
+        "lfu_decay_admit": lambda cap: lfu_hits(keys, cap, decay_every or cap, admit=acc.decode),
     }
     rates: dict = {p: [] for p in policies}
     decode_rates: dict = {p: [] for p in policies}
@@ -307,7 +340,7 @@ def engine_decay_every(trace: Trace) -> int:
 
 
 def summarize(trace: Trace, sizes: list[int] = DEFAULT_SIZES, decay_every: int | None = None,
-              policies: Sequence[str] = tuple(POLICIES)) -> dict:
+              policies: Sequence[str] = DEFAULT_POLICIES) -> dict:
     """Every figure of the summary, as the JSON output holds them."""
     acc = accesses(trace)
     decay_every = decay_every or engine_decay_every(trace)
@@ -433,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", type=_sizes, default=DEFAULT_SIZES,
                     help="cache sizes in %% of (MoE layers x n_expert), comma-separated (default 10,20,...,90)")
     ap.add_argument("--decay-every", type=_positive, help="LFU decay: halve the counts every N accesses (default: the engine's, 32 x MoE layers x k)")
-    ap.add_argument("--policies", type=_policies, default=list(POLICIES),
+    ap.add_argument("--policies", type=_policies, default=list(DEFAULT_POLICIES),
                     help=f"cache policies to simulate, comma-separated (default {','.join(POLICIES)})")
     args = ap.parse_args(argv)
     try:
