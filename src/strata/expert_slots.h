@@ -64,7 +64,7 @@ class ExpertSlotTable {
     // request is counted, and under LFU, where e's count is above `factor` times that of the expert in the slot the
     // policy would give up (an empty slot: always), e takes that slot: the fill goes to `fills` and counts as traffic,
     // not as a miss (the pass has read it already). LRU has no counts to judge by: never. On the demo model's real
-    // routing, simulated (bench/RESULTS.md, ninth round), factor 2 keeps LFU with decay's hit rates with 0.1-0.6
+    // routing, simulated (bench/RESULTS.md, ninth round), factor 2 keeps LFU with decay's hit rates with 0.1-0.3
     // fills a token, where filling every miss takes 2-31; under uniform routing 0.3-1.0 a token.
     bool admit(int64_t il, int32_t e, double factor, std::vector<SlotFill> &fills);
     // Fills acquire() asked for that did not happen (the copy failed): those slots hold nothing now.
