@@ -837,4 +837,70 @@ TEST_P(MoeScheduleSlots, PromptLoansChangeNoBit) {
     ::unsetenv("STRATA_PREFILL_SCHEDULE");
 }
 
+// Prompt loans with mapped misses: a loan scribbles over its slots and takes their experts out of the backend's
+// record, the refill puts experts back, and decoding between the loans reads each miss from the file or from the
+// slot its fill put it in, never from a lent one (a prompt's last pass of one token runs on the loan, mapped): the
+// bits of no loan and every miss copied in, with the split off
+// and on (LFU, admission on), the lent slots refilled with what they held and with the last pass's favourites.
+TEST_P(MoeScheduleSlots, PromptLoansWithMappedMissesChangeNoBit) {
+    const std::string path = model_path(GetParam());
+    auto probe = make_cpu_engine(path, long_config());
+    const int64_t n_expert = probe->hparams().n_expert, k = probe->hparams().n_expert_used;
+    int64_t n_moe = 0;
+    for (int64_t il = 0; il < probe->hparams().n_layer; il++)
+        n_moe += probe->model().layers[size_t(il)].gate_inp.present();
+    const int64_t total = n_moe * n_expert;
+    size_t slot_bytes = 0;
+    {
+        EngineConfig c = long_config();
+        c.expert_slots = total - 1;
+        slot_bytes =
+            Engine(load_model(path), std::make_unique<HostSlotBackend>(uint64_t(1) << 34), c).plan().slot_bytes;
+    }
+    auto engine = [&](bool mapped, double share, HostSlotBackend **hb) {
+        auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
+        *hb = be.get();
+        be->gpu_arithmetic();
+        be->fake_marks();
+        if (mapped) be->map_misses();
+        EngineConfig c = long_config();
+        c.expert_slots = std::max<int64_t>(k + 4, total / 2);
+        c.loan_floor_slots = k + 1;
+        c.scratch_bytes = 3 * slot_bytes;
+        c.expert_cache_policy = SlotPolicy::Lfu;
+        c.cpu_share = share;
+        c.cpu_threads = 2;
+        c.n_seq_max = 2;
+        return std::make_unique<Engine>(load_model(path), std::move(be), c);
+    };
+    // run_long, then a prompt of 1025 tokens: its last pass, of one token, runs on the loan (device-routed, mapped)
+    auto script = [&](Engine &e) {
+        std::vector<float> all = run_long(e);
+        const int32_t s = e.new_sequence();
+        std::vector<int32_t> prompt;
+        for (int i = 0; i < 1025; i++) prompt.push_back(int32_t((i * 29 + 3) % e.n_vocab()));
+        std::vector<std::vector<float>> lg;
+        e.decode({{s, prompt, false}}, lg);
+        all.insert(all.end(), lg[0].begin(), lg[0].end());
+        return all;
+    };
+    HostSlotBackend *hb = nullptr;
+    ::setenv("STRATA_PROMPT_LOAN", "0", 1);
+    const std::vector<float> ref = script(*engine(false, 0.0, &hb));
+    ::unsetenv("STRATA_PROMPT_LOAN");
+    for (const char *refill : {"before", "last"})
+        for (double share : {0.0, 0.5}) {
+            ::setenv("STRATA_LOAN_REFILL", refill, 1);
+            auto e = engine(true, share, &hb);
+            ::unsetenv("STRATA_LOAN_REFILL");
+            const std::vector<float> got = script(*e);
+            const std::string what =
+                "share " + std::to_string(share) + ", refill " + refill + ": " + e->plan().check_line;
+            ASSERT_EQ(got.size(), ref.size()) << what;
+            EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
+            EXPECT_EQ(hb->loans(), 3u) << what;
+            EXPECT_GT(e->expert_stats().mapped_misses, 0u) << what;
+        }
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiny, MoeScheduleSlots, ::testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen35moe"));
