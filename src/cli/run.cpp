@@ -26,7 +26,7 @@ namespace strata::cli {
 namespace {
 
 // The expert cache while generating, for the summary line: hits over lookups, the share of the misses the host
-// computed, expert bytes copied per second, none where the cache saw no lookups (every expert resident, the CPU);
+// computed and of those the device read in place from host memory (mapped misses), expert bytes moved per second, none where the cache saw no lookups (every expert resident, the CPU);
 // and how often the next-layer prediction was right where it ran.
 std::string decode_cache_note(const ExpertCacheStats &a, const ExpertCacheStats &b, double seconds) {
     const uint64_t hits = b.expert_cache_hits - a.expert_cache_hits,
@@ -42,6 +42,9 @@ std::string decode_cache_note(const ExpertCacheStats &a, const ExpertCacheStats 
     out += strfmt(" | expert cache %.1f%% hits", 100.0 * double(hits) / double(lookups));
     if (copied + host > 0 && b.hybrid_on)
         out += strfmt(", %.1f%% of misses on the CPU", 100.0 * double(host) / double(copied + host));
+    const uint64_t mapped = b.mapped_misses - a.mapped_misses;
+    if (mapped > 0 && copied + host > 0)
+        out += strfmt(", %.1f%% read in place", 100.0 * double(mapped) / double(copied + host));
     if (seconds > 0) out += strfmt(", %.1f GB/s streamed", double(b.bytes_streamed - a.bytes_streamed) / seconds / 1e9);
     return out;
 }
