@@ -545,6 +545,11 @@ Run add_bench(CLI::App &app) {
                 "%lld-%lld tokens\n",
                 (unsigned long long)st.loans, double(st.loaned_slots) / double(st.loans), (long long)st.loan_slots,
                 (long long)eng->plan().resident_chunk_tokens + 1, (long long)eng->plan().chunk_tokens);
+        if (st.mapped_misses)
+            std::printf(
+                "\nmapped misses (STRATA_DECODE_MAPPED): %llu read in place from host memory by the device's kernels "
+                "since start, %llu of them filled into a slot afterwards (admission, STRATA_DECODE_ADMIT)\n",
+                (unsigned long long)st.mapped_misses, (unsigned long long)st.mapped_admitted);
         if (const uint64_t n = eng->backend().scratch_overflows())
             std::printf("\nscratch outgrew the plan %llu times (each an allocation during a pass)\n",
                         (unsigned long long)n);
