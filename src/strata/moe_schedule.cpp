@@ -237,17 +237,22 @@ void MoeSchedule::predict_next(int64_t il, Act x, const MoeParams &p) {
     prefetch_.prefetched += fill_ahead_pinned(nl, want, pinned_, false);
 }
 
+void MoeSchedule::fill(const ExpertWeights &w, const std::vector<SlotFill> &fills, bool ahead) {
+    if (fills.empty()) return;
+    try {
+        be_.fill_slots(w, fills, ahead);
+    } catch (...) {
+        slots_->forget(w.il, fills);  // the slots must not claim bytes that never arrived
+        throw;
+    }
+}
+
 uint64_t MoeSchedule::fill_ahead_pinned(int64_t il, const std::vector<int32_t> &experts, std::vector<int32_t> &pinned,
                                         bool scan) {
     std::vector<int32_t> slot(experts.size());
     std::vector<SlotFill> fills;
     slots_->acquire(il, experts.data(), int64_t(experts.size()), slot.data(), scan, fills);
-    try {
-        be_.fill_slots(experts_[size_t(il)], fills, /*ahead=*/true);
-    } catch (...) {
-        slots_->forget(il, fills);
-        throw;
-    }
+    fill(experts_[size_t(il)], fills, /*ahead=*/true);
     for (int32_t s : slot) slots_->pin(s, true);
     pinned = std::move(slot);
     return fills.size();
@@ -311,14 +316,7 @@ bool MoeSchedule::streamed_experts(const ExpertWeights &w, const RouteGroups &g,
         slots_->acquire(w.il, order.data() + issued, upto - issued, slot.data() + issued, scan, fills);
         for (int64_t i = issued; i < upto; i++) slots_->pin(slot[size_t(i)], true);
         issued = upto;
-        if (!fills.empty()) {
-            try {
-                be_.fill_slots(w, fills, /*ahead=*/true);
-            } catch (...) {
-                slots_->forget(w.il, fills);
-                throw;
-            }
-        }
+        fill(w, fills, /*ahead=*/true);
     };
     std::vector<ExpertGroup> groups;
     for (int64_t i = 0; i < m;) {
@@ -381,15 +379,8 @@ void MoeSchedule::routed_experts(const ExpertWeights &w, const RouteGroups &g, c
         // copy stream after this compute (a victim still being read is the backend's to wait for).
         if (admit_) {
             for (int32_t e : misses) slots_->admit(w.il, e, k_admit_factor, fills);
-            if (!fills.empty()) {
-                try {
-                    be_.fill_slots(w, fills, /*ahead=*/true);
-                } catch (...) {
-                    slots_->forget(w.il, fills);
-                    throw;
-                }
-                admitted_ += fills.size();
-            }
+            fill(w, fills, /*ahead=*/true);
+            admitted_ += fills.size();
         }
         return;
     }
@@ -405,14 +396,7 @@ void MoeSchedule::routed_experts(const ExpertWeights &w, const RouteGroups &g, c
             Region r(be_, "acquire");
             fills.clear();
             slots_->acquire(w.il, used.data() + s0, int64_t(s1 - s0), slot.data(), scan, fills);
-            if (!fills.empty()) {
-                try {
-                    be_.fill_slots(w, fills, fills_ahead);
-                } catch (...) {
-                    slots_->forget(w.il, fills);  // the slots must not claim bytes that never arrived
-                    throw;
-                }
-            }
+            fill(w, fills, fills_ahead);
         }
         Region r(be_, "experts");
         groups.clear();

@@ -186,6 +186,9 @@ class MoeSchedule final : public ExpertRunner {
     // The full schedule: the next MoE layer's missing experts filled ahead after layer il's (T tokens of top-k;
     // share: of layer il's experts, those its routing reached).
     void stream_next(int64_t il, int64_t T, int64_t k, double share);
+    // The slot table's fills made by the backend (ahead: Backend::fill_slots'); where that throws, the slot table
+    // forgets them before the error goes on.
+    void fill(const ExpertWeights &w, const std::vector<SlotFill> &fills, bool ahead);
     // Layer il's `experts` (none in a slot) acquired, filled on the copy stream and pinned (their slots into
     // `pinned`); the number of fills. scan: the eviction for a pass that sweeps the layers (ExpertSlotTable).
     uint64_t fill_ahead_pinned(int64_t il, const std::vector<int32_t> &experts, std::vector<int32_t> &pinned,
