@@ -236,6 +236,18 @@ def test_frozen_by_hand():
     assert summary.lfu_hits(seq, 2).tolist() == [0, 0, 1, 0, 1, 1, 1]
 
 
+def test_admit_by_hand():
+    # Capacity 1, the engine's factor 2: A fills in a prompt (count 1); decode then asks for B: counts 1 and 2 are not
+    # above twice A's, so B is read where it is (misses, the cache unchanged); at 3 it takes A's place; then hits.
+    seq = [A, B, B, B, B]
+    admit = [0, 1, 1, 1, 1]
+    ins = bytearray(len(seq))
+    assert summary.lfu_hits(seq, 1, None, admit=admit, inserted=ins).tolist() == [0, 0, 0, 0, 1]
+    assert list(ins) == [1, 0, 0, 1, 0]
+    # without admission every miss enters: B takes A's place at once
+    assert summary.lfu_hits(seq, 1).tolist() == [0, 0, 1, 1, 1]
+
+
 # ---- cache policies against plain reference implementations -------------------------------------------------------
 
 

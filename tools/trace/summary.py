@@ -53,7 +53,7 @@ TOP_FRACTION = 0.1
 ENGINE_DECAY_TOKENS = 32  # the engine's LFU (--expert-cache-policy lfu) halves its counts every 32 tokens' requests
 DECAY_HEADROOM = 64  # LFU decay: the fraction bits the fixed-point counts keep (lfu_hits)
 RESCALE_DECAYS = 64  # ... and how many they drop at a time
-ADMIT_FACTOR = 1.0  # LFU admitting: a miss enters only with a count above this times the victim's
+ADMIT_FACTOR = 2.0  # LFU admitting: a miss enters only with a count above this times the victim's (the engine's)
 
 
 # ---- the access stream ------------------------------------------------------------------------------------------
