@@ -203,6 +203,9 @@ class Backend {
     // the first time it is asked, between passes: the ceiling decoding's weight reads are quoted against. 0 where the
     // backend has no device memory.
     virtual double copy_rate_gbs() { return 0.0; }
+    // What a copy from pinned host memory to the device moves in GB/s, timed once between passes into the backend's
+    // own scratch: the bus a streamed prefill's bytes are quoted against. 0 where the backend has no device memory.
+    virtual double upload_rate_gbs() { return 0.0; }
 
     // ---- ops ----
     virtual void embed(const Weight &tok_embd, const int32_t *ids, Act out) = 0;
@@ -309,6 +312,9 @@ class Backend {
     virtual void end_loan() {}
     // How many times a pass's scratch outgrew what the plan gave (each time an allocation at run time).
     virtual uint64_t scratch_overflows() const { return 0; }
+    // How many device allocations the backend has made since it was created (its planned memory at start included):
+    // unchanged across a prompt or a decoding step on a backend whose passes take all they need from its plan.
+    virtual uint64_t device_allocations() const { return 0; }
     // ys rows of each group = down(silu(gate(xs rows)) * up(xs rows)) with the group's expert. Every group's result
     // depends only on its rows and its expert's bytes.
     virtual void expert_ffn(const ExpertWeights &w, Act xs, const std::vector<ExpertGroup> &groups, Act ys) = 0;

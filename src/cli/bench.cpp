@@ -310,17 +310,19 @@ void print_decode_bytes(uint64_t per_token, double copy_gbs, const std::vector<T
             copy_gbs);
 }
 
-void print_cache_summary(const std::vector<TestResult> &results, const std::string &backend) {
+void print_cache_summary(const std::vector<TestResult> &results, const std::string &backend, double upload_gbs) {
     std::vector<std::vector<std::string>> rows;
     for (const TestResult &r : results) {
         if (!cache_used(r.cache)) continue;
         const json j = cache_json(r.cache, wall_seconds(r));
-        rows.push_back({r.test.name, strfmt("%llu", (unsigned long long)r.cache.expert_cache_hits),
-                        strfmt("%llu", (unsigned long long)j["misses"].get<uint64_t>()),
-                        j["hit_rate"].is_null() ? "-" : strfmt("%.1f%%", 100.0 * j["hit_rate"].get<double>()),
-                        j["cpu_share"].is_null() ? "-" : strfmt("%.1f%%", 100.0 * j["cpu_share"].get<double>()),
-                        format_bytes(r.cache.bytes_streamed), strfmt("%.2f", j["effective_h2d_gb_per_s"].get<double>()),
-                        r.cache.hybrid.host_ms > 0 ? strfmt("%.2f", j["host_expert_gb_per_s"].get<double>()) : "-"});
+        rows.push_back(
+            {r.test.name, strfmt("%llu", (unsigned long long)r.cache.expert_cache_hits),
+             strfmt("%llu", (unsigned long long)j["misses"].get<uint64_t>()),
+             j["hit_rate"].is_null() ? "-" : strfmt("%.1f%%", 100.0 * j["hit_rate"].get<double>()),
+             j["cpu_share"].is_null() ? "-" : strfmt("%.1f%%", 100.0 * j["cpu_share"].get<double>()),
+             format_bytes(r.cache.bytes_streamed), strfmt("%.2f", j["effective_h2d_gb_per_s"].get<double>()),
+             upload_gbs > 0 ? strfmt("%.0f%%", 100.0 * j["effective_h2d_gb_per_s"].get<double>() / upload_gbs) : "-",
+             r.cache.hybrid.host_ms > 0 ? strfmt("%.2f", j["host_expert_gb_per_s"].get<double>()) : "-"});
     }
     std::printf("\n");
     if (rows.empty()) {
@@ -332,13 +334,13 @@ void print_cache_summary(const std::vector<TestResult> &results, const std::stri
     }
     std::printf(
         "expert cache over the timed runs (tests where it changed); on CPU = share of the misses computed on the "
-        "host; effective GB/s = bytes streamed host-to-device / wall time of the timed runs; CPU GB/s = expert bytes "
-        "the host read / its compute time:\n\n");
-    std::fputs(
-        markdown_table({"test", "hits", "misses", "hit rate", "on CPU", "streamed", "effective GB/s", "CPU GB/s"},
-                       {false, true, true, true, true, true, true, true}, rows)
-            .c_str(),
-        stdout);
+        "host; effective GB/s = bytes streamed host-to-device / wall time of the timed runs; of bus = that over the "
+        "pinned host-to-device copy rate below; CPU GB/s = expert bytes the host read / its compute time:\n\n");
+    std::fputs(markdown_table(
+                   {"test", "hits", "misses", "hit rate", "on CPU", "streamed", "effective GB/s", "of bus", "CPU GB/s"},
+                   {false, true, true, true, true, true, true, true, true}, rows)
+                   .c_str(),
+               stdout);
 }
 
 // Device memory after the runs (GPU backends): Strata's allocations, the driver's count (with the CUDA runtime), the
@@ -376,7 +378,7 @@ json timing_json(const std::vector<LayerTiming> &layers) {
 }
 
 json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string &routing, uint64_t per_token,
-                 double copy_gbs, const ExpertCacheStats &strata_stats, int repetitions,
+                 double copy_gbs, double upload_gbs, const ExpertCacheStats &strata_stats, int repetitions,
                  const std::vector<TestResult> &results, const std::string &backend, const Backend &be) {
     json j;
     j["model"] = {{"path", m.path},
@@ -401,6 +403,7 @@ json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string
     j["decode_timing"] = timing_json(strata_stats.decode_timing);
     j["decode_weight_bytes_per_token"] = per_token;
     j["device_copy_gb_per_s"] = copy_gbs > 0 ? json(copy_gbs) : json(nullptr);
+    j["upload_gb_per_s"] = upload_gbs > 0 ? json(upload_gbs) : json(nullptr);  // pinned host-to-device copies
     j["repetitions"] = repetitions;
     json tests = json::array();
     ExpertCacheStats total;
@@ -419,6 +422,9 @@ json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string
         t["tps_sd"] = stdev(tps);
         t["wall_seconds"] = wall_seconds(r);
         t["expert_cache"] = cache_json(r.cache, wall_seconds(r));
+        if (upload_gbs > 0)
+            t["expert_cache"]["effective_share_of_upload"] =
+                t["expert_cache"]["effective_h2d_gb_per_s"].get<double>() / upload_gbs;
         if (r.test.n_gen > 0 && r.test.n_seq == 1) {
             t["weight_read_gb_per_s"] = double(per_token) * mean(tps) / 1e9;
             if (copy_gbs > 0) t["weight_read_share_of_copy"] = double(per_token) * mean(tps) / 1e9 / copy_gbs;
@@ -515,12 +521,15 @@ Run add_bench(CLI::App &app) {
 
         const ModelFacts m = model_facts(*eng, a->model);
         const double copy_gbs = eng->backend().copy_rate_gbs();
+        // The bus, measured where anything crossed it.
+        const bool streamed =
+            std::any_of(results.begin(), results.end(), [](const TestResult &r) { return r.cache.bytes_streamed > 0; });
+        const double upload_gbs = streamed ? eng->backend().upload_rate_gbs() : 0.0;
         if (a->json) {
-            std::printf("%s\n",
-                        report_json(m, cfg, routing, decode_weight_bytes(eng->model()), copy_gbs,
-                                    eng->expert_stats(), a->repetitions, results, backend, eng->backend())
-                            .dump(2)
-                            .c_str());
+            std::printf("%s\n", report_json(m, cfg, routing, decode_weight_bytes(eng->model()), copy_gbs, upload_gbs,
+                                            eng->expert_stats(), a->repetitions, results, backend, eng->backend())
+                                    .dump(2)
+                                    .c_str());
             return 0;
         }
         print_table(m, cfg.vram_budget ? format_bytes(cfg.vram_budget) : "-", routing, results);
@@ -537,7 +546,9 @@ Run add_bench(CLI::App &app) {
                 "\nfull prefill schedule (STRATA_PREFILL_SCHEDULE): %llu experts filled ahead of their layer's "
                 "routing\n",
                 (unsigned long long)pf.streamed_next);
-        print_cache_summary(results, backend);
+        print_cache_summary(results, backend, upload_gbs);
+        if (upload_gbs > 0)
+            std::printf("\npinned host-to-device copies: %.1f GB/s (measured after the runs)\n", upload_gbs);
         const ExpertCacheStats st = eng->expert_stats();
         if (st.loans)
             std::printf(

@@ -625,6 +625,13 @@ TEST_P(CudaEngine, CopyRateIsMeasuredOnScratch) {
     EXPECT_GT(gbs, 100.0);
     EXPECT_EQ(e->backend().copy_rate_gbs(), gbs);  // measured once
     EXPECT_EQ(stats_of(*e).device_bytes, held);
+    const uint64_t allocs = e->backend().device_allocations();
+    const double up = e->backend().upload_rate_gbs();  // pinned host to device: the bus, well under a device copy
+    EXPECT_GT(up, 5.0);
+    EXPECT_LT(up, gbs);
+    EXPECT_EQ(e->backend().upload_rate_gbs(), up);
+    EXPECT_EQ(stats_of(*e).device_bytes, held);
+    EXPECT_EQ(e->backend().device_allocations(), allocs);
     e->drop(s);
     const int32_t s2 = e->new_sequence();
     e->decode({{s2, prompt_tokens(7, 3), false}}, after);
@@ -798,7 +805,11 @@ TEST(CudaEngineLoan, PromptLoansChangeNoBitAndAllocateNothing) {
                 auto e = make_cuda_engine(path, config(total / 2));
                 const std::string what = std::string("loan ") + loan + ", refill " + refill + ", " + schedule +
                                          ": " + e->plan().check_line;
+                const uint64_t allocs = e->backend().device_allocations();
+                EXPECT_GT(allocs, 0u) << what;  // the plan's memory at start, counted
                 const std::vector<float> got = run(*e);
+                // Two prompts (one lent slots, one of 700 tokens), four decoding steps: no device allocation.
+                EXPECT_EQ(e->backend().device_allocations(), allocs) << what;
                 ::unsetenv("STRATA_PROMPT_LOAN");
                 ::unsetenv("STRATA_LOAN_SIZED");
                 ::unsetenv("STRATA_LOAN_REFILL");

@@ -78,6 +78,7 @@ def test_json(strata_bin, tiny_model):
         assert t["weight_read_gb_per_s"] == pytest.approx(per_token * t["tps_mean"] / 1e9)
     assert "weight_read_gb_per_s" not in d["tests"][0]
     assert d["device_copy_gb_per_s"] is None  # no device memory on the CPU
+    assert d["upload_gb_per_s"] is None  # nothing streamed, and no bus
     assert "weight_read_share_of_copy" not in d["tests"][2]
     assert set(d["expert_cache"]) == set(d["tests"][0]["expert_cache"])
 

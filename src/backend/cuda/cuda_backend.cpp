@@ -87,6 +87,9 @@ CudaBackend::CudaBackend(const CudaOptions &o)
     q8_gather_ = env_switch("STRATA_CUDA_EXPERT_Q8_GATHER", true);
     upload_kernel_ = env_switch("STRATA_CUDA_UPLOAD_KERNEL", true);
     alloc_stage(size_t(4) << 20);
+    // the fused router's count of finished blocks (route), made here so that no pass allocates it
+    route_done_ = static_cast<unsigned *>(dev_alloc(sizeof(unsigned), "routing counter"));
+    STRATA_CUDA_CHECK(cudaMemsetAsync(route_done_, 0, sizeof(unsigned), stream_));
     iq_grids();
 }
 
@@ -205,6 +208,44 @@ double CudaBackend::copy_rate_gbs() {
     return copy_rate_gbs_;
 }
 
+// A pinned host buffer of up to 256 MiB (the size of copy_rate_gbs' halves) copied into the first scratch chunk, after
+// a warm-up copy, five times on the copy stream between passes; the host buffer is freed after (host memory, not
+// counted against the budget), so the device allocates nothing.
+double CudaBackend::upload_rate_gbs() {
+    if (upload_rate_gbs_ >= 0.0) return upload_rate_gbs_;
+    upload_rate_gbs_ = 0.0;
+    if (capturing_ || chunks_.empty()) return 0.0;
+    const size_t bytes = std::min<size_t>(chunks_[0].size, size_t(256) << 20) & ~size_t(255);
+    if (bytes < (size_t(16) << 20)) return 0.0;
+    uint8_t *host = nullptr;
+    if (cudaMallocHost(reinterpret_cast<void **>(&host), bytes) != cudaSuccess) {
+        cudaGetLastError();
+        return 0.0;  // no pinned memory to spare: not measured
+    }
+    std::memset(host, 0, bytes);
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));  // scratch holds nothing of a pass any more
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    STRATA_CUDA_CHECK(cudaEventCreate(&e0));
+    STRATA_CUDA_CHECK(cudaEventCreate(&e1));
+    const int reps = 5;
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(chunks_[0].ptr, host, bytes, cudaMemcpyHostToDevice, copy_stream_));
+    STRATA_CUDA_CHECK(cudaEventRecord(e0, copy_stream_));
+    for (int i = 0; i < reps; i++)
+        STRATA_CUDA_CHECK(cudaMemcpyAsync(chunks_[0].ptr, host, bytes, cudaMemcpyHostToDevice, copy_stream_));
+    STRATA_CUDA_CHECK(cudaEventRecord(e1, copy_stream_));
+    STRATA_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0.0f;
+    STRATA_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    STRATA_CUDA_CHECK(cudaFreeHost(host));
+    if (ms > 0.0f) upload_rate_gbs_ = double(bytes) * reps / (double(ms) * 1e-3) / 1e9;
+    // Tables that lay in scratch are gone.
+    seq_pos_rows_ = -1, seq_pos_dev_ = nullptr;
+    tiles_key_.clear(), tiles_dev_ = nullptr;
+    return upload_rate_gbs_;
+}
+
 void *CudaBackend::dev_alloc(size_t bytes, const char *what) {
     bytes = align_up(std::max<size_t>(bytes, 1));
     if (budget_ && dev_bytes_ + bytes > budget_)
@@ -219,6 +260,7 @@ void *CudaBackend::dev_alloc(size_t bytes, const char *what) {
     }
     allocations_[p] = bytes;
     dev_bytes_ += bytes;
+    device_allocations_++;
     cuda::track_device_bytes(device_, int64_t(bytes));
     return p;
 }

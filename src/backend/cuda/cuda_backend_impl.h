@@ -137,6 +137,8 @@ class CudaBackend final : public Backend {
     CudaDeviceStats device_stats() const;
     bool device_memory(DeviceMemory &out) const override;
     double copy_rate_gbs() override;
+    double upload_rate_gbs() override;
+    uint64_t device_allocations() const override { return device_allocations_; }
     cudaStream_t stream() const { return stream_; }
 
   private:
@@ -248,6 +250,7 @@ class CudaBackend final : public Backend {
     uint64_t budget_ = 0;        // what dev_alloc may hold in all; 0 until planned
     uint64_t budget_total_ = 0;  // the budget for the whole process on this device, CUDA runtime included
     uint64_t dev_bytes_ = 0;
+    uint64_t device_allocations_ = 0;  // dev_alloc calls since start
     std::unordered_map<void *, size_t> allocations_;
     int64_t download_cols_ = 0;  // the widest rows a pass downloads (graphs size their pinned buffer by it)
 
@@ -355,7 +358,8 @@ class CudaBackend final : public Backend {
     unsigned *route_done_ = nullptr;  // the one-launch router's count of finished blocks (zero between launches)
 
     OpProfiler prof_;
-    double copy_rate_gbs_ = -1.0;  // measured once (copy_rate_gbs)
+    double copy_rate_gbs_ = -1.0;    // measured once (copy_rate_gbs)
+    double upload_rate_gbs_ = -1.0;  // measured once (upload_rate_gbs)
     // mark_device(): timing events, mark n recorded into marks_[n % k_marks]
     static constexpr int k_marks = 128;
     cudaEvent_t marks_[k_marks] = {};

@@ -253,10 +253,7 @@ void CudaBackend::route(const Weight &router, Act x, const MoeParams &p, Act log
         return;
     }
     STRATA_CUDA_OP("router");
-    if (!route_done_) {  // made in the first decoding pass, which runs without a recording (cuda_graph.cpp)
-        route_done_ = static_cast<unsigned *>(dev_alloc(sizeof(unsigned), "routing counter"));
-        STRATA_CUDA_CHECK(cudaMemsetAsync(route_done_, 0, sizeof(unsigned), stream_));
-    }
+    STRATA_ASSERT(route_done_);  // made with the plan's memory
     MatmulArgs a;
     a.type = router.type;
     a.k = router.ne[0];

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# One device call of one file's figures at a 12 GiB budget and all resident, llama.cpp beside Strata (tenth round,
+# bench/RESULTS.md): the GPU tests of the mapped misses, loans and the bus rate first; then prefill with the experts'
+# host stratum pinned and mapped (`--host-mem mmap`, the stager), prefill and decode all resident, decode under
+# `--routing uniform` with the defaults, the device alone and misses copied in, and (the 30B) under zipf:1.0 with
+# LRU, LFU with admission, without (`STRATA_DECODE_ADMIT=0`) and with every miss filled (`STRATA_DECODE_MAPPED=0`).
+# Here first: ../shared/peer/prepare.sh && scripts/device-debs.sh && cp ../shared/peer/device.sh .peer/. There
+# (carry .peer; start it in the background and poll until /tmp/budget/main.log says ALL_DONE, in the same call or
+# the next one right after; a machine still warm from the call before keeps both builds):
+#   setsid nohup bash bench/device-budget.sh [qwen3-30b-a3b|qwen3-next-80b-a3b] > /dev/null 2>&1 < /dev/null &
+#   bash bench/poll.sh /tmp/budget/main.log 570
+PRESET=${1:-qwen3-30b-a3b}
+case $PRESET in
+qwen3-next-80b-a3b) NCMOE=40; CHUNK=16384; N=32; PP=4096,16384; RPP=512,4096,16384; ZIPF=0; PEER_RESIDENT=0 ;;
+qwen3-30b-a3b) NCMOE=26; CHUNK=4096; N=64; PP=512,4096; RPP=512,4096; ZIPF=1; PEER_RESIDENT=1 ;;
+*) echo "device-budget.sh: presets are qwen3-30b-a3b and qwen3-next-80b-a3b" >&2; exit 2 ;;
+esac
+L=/tmp/budget; mkdir -p $L; rm -f $L/main.log $L/strata-all.txt $L/synth.done
+exec > $L/main.log 2>&1
+source .peer/device.sh env; source scripts/device-env.sh
+T0=$(date +%s)
+el() { echo $(( $(date +%s) - T0 )); }
+lscpu | grep -E "^CPU\(s\)|Thread|Core|Model name"; git log --oneline -1 2>/dev/null
+S=/tmp/strata/bin/strata; LB=/tmp/llama.cpp/build/bin/llama-bench; F=/tmp/budget-$PRESET.gguf
+if [ -x $LB ]; then touch $L/llama.done; echo "llama.cpp: the build of the call before"
+else rm -f $L/llama.done; (bash .peer/device.sh llama > $L/llama-build.log 2>&1; touch $L/llama.done) & fi
+rm -f /tmp/budget-*.gguf.part
+ls /tmp/budget-*.gguf 2>/dev/null | grep -v "$F" | xargs -r rm -f  # the disk holds one big file
+CM="-DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_CUDA_ARCHS=90 -DCMAKE_PREFIX_PATH=/tmp/deps/usr
+    -DPKG_CONFIG_EXECUTABLE=/tmp/deps/usr/bin/pkgconf -DGTest_DIR=/tmp/deps/usr/lib/x86_64-linux-gnu/cmake/GTest
+    -DSTRATA_PYTHON=/nonexistent"
+cmake -S . -B /tmp/strata $CM > $L/cfg.log 2>&1 && cmake --build /tmp/strata -j12 --target strata > $L/build.log 2>&1
+echo "strata build rc=$? at $(el) s"; grep -E "error" $L/build.log | head -5
+if [ ! -f $F ]; then ($S synth --preset $PRESET --type Q4_K --dense-type Q8_0 -o $F > $L/synth.log 2>&1
+  touch $L/synth.done) &
+else touch $L/synth.done; fi
+if [ ! -f $L/tests.done ]; then
+  cmake --build /tmp/strata -j12 --target test_cuda_engine test_cuda_ops > $L/build2.log 2>&1
+  /tmp/strata/bin/test_cuda_ops --gtest_brief=1 --gtest_filter='*Router*:*Upload*' > $L/ops.log 2>&1
+  echo "test_cuda_ops (router, upload) rc=$? at $(el) s"; grep -E "FAILED|PASSED" $L/ops.log | head
+  /tmp/strata/bin/test_cuda_engine --gtest_brief=1 --gtest_filter='*Mapped*:*Hybrid*:*Graphs*:*RouteOverride*:*Loan*:*CopyRate*:*Schedules*' \
+      > $L/eng.log 2>&1
+  echo "test_cuda_engine (mapped, hybrid, graphs, override, loans, rates, schedules) rc=$? at $(el) s"
+  grep -E "FAILED|PASSED" $L/eng.log | head; touch $L/tests.done
+fi
+while [ ! -f $L/synth.done ]; do sleep 2; done; echo "synth at $(el) s"
+sb() { echo "== $(env | grep '^STRATA_' | tr '\n' ' ')strata bench $*"; $S bench "$@" > $L/s.txt 2> $L/s.err
+  grep -E "^\| synth|^\| (pp|tg)|rror|pinned host-to|^decode reads|device memory" $L/s.txt $L/s.err | head -16
+  cat $L/s.txt >> $L/strata-all.txt; echo "at $(el) s"; }
+lb() { while [ ! -f $L/llama.done ]; do sleep 3; done
+  if [ -x $LB ]; then echo "== llama-bench $* at $(el) s"
+    bash .peer/device.sh peak $LB -m $F -ngl 99 -lm none -fa 1 -t 16 -ub 4096 -b 4096 -r 1 "$@" > $L/l.txt 2>&1
+    grep -E "^\| |peak" $L/l.txt | grep -v -- "---"
+  else echo "(llama.cpp did not build: $(tail -3 $L/llama-build.log))"; fi; }
+B="-m $F -r 1 --chunk $CHUNK"
+U="$B -p 16 -n $N --vram-budget 12G"
+sb $B -p $PP -n 1 --vram-budget 12G
+sb $B -p $PP -n 1 --vram-budget 12G --host-mem mmap
+sb $U --routing uniform
+sb $U --routing uniform --cpu-share 0
+STRATA_DECODE_MAPPED=0 sb $U --routing uniform
+sb $B -p $RPP -n $((2 * N))
+if [ $ZIPF = 1 ]; then
+  sb $U --routing zipf:1.0
+  sb $U --routing zipf:1.0 --expert-cache-policy lfu
+  STRATA_DECODE_ADMIT=0 sb $U --routing zipf:1.0 --expert-cache-policy lfu
+  STRATA_DECODE_MAPPED=0 sb $U --routing zipf:1.0 --expert-cache-policy lfu
+fi
+lb -ncmoe $NCMOE -p $PP -n $N
+[ $PEER_RESIDENT = 1 ] && lb -p $RPP -n $((2 * N))  # the 80B's resident pair was measured in one call in the eighth round
+cp $L/strata-all.txt $OUT/ 2>/dev/null
+echo "done at $(el) s"; echo ALL_DONE
