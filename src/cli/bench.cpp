@@ -111,6 +111,9 @@ ExpertCacheStats stats_delta(const ExpertCacheStats &after, const ExpertCacheSta
     d.bytes_streamed -= before.bytes_streamed;
     d.mapped_misses -= before.mapped_misses;
     d.mapped_admitted -= before.mapped_admitted;
+    d.decode_modes.alone -= before.decode_modes.alone;
+    d.decode_modes.split -= before.decode_modes.split;
+    d.decode_modes.switches -= before.decode_modes.switches;
     d.hybrid.host_experts -= before.hybrid.host_experts;
     d.hybrid.host_bytes -= before.hybrid.host_bytes;
     d.hybrid.device_misses -= before.hybrid.device_misses;
@@ -125,6 +128,9 @@ ExpertCacheStats stats_sum(const ExpertCacheStats &a, const ExpertCacheStats &b)
     s.bytes_streamed += b.bytes_streamed;
     s.mapped_misses += b.mapped_misses;
     s.mapped_admitted += b.mapped_admitted;
+    s.decode_modes.alone += b.decode_modes.alone;
+    s.decode_modes.split += b.decode_modes.split;
+    s.decode_modes.switches += b.decode_modes.switches;
     s.hybrid.host_experts += b.hybrid.host_experts;
     s.hybrid.host_bytes += b.hybrid.host_bytes;
     s.hybrid.device_misses += b.hybrid.device_misses;
@@ -217,6 +223,9 @@ json cache_json(const ExpertCacheStats &s, double seconds) {
     j["misses_on_host"] = s.hybrid.host_experts;
     j["misses_mapped"] = s.mapped_misses;      // read in place from the host copy by the device's kernels
     j["mapped_admitted"] = s.mapped_admitted;  // of those, filled into a slot afterwards (admission)
+    // decode-sized passes run by the device alone and split, where both applied (STRATA_DECODE_CHOOSE)
+    j["passes_alone"] = s.decode_modes.alone;
+    j["passes_split"] = s.decode_modes.split;
     j["hit_rate"] = lookups ? json(double(s.expert_cache_hits) / double(lookups)) : json(nullptr);
     j["cpu_share"] = misses ? json(double(s.hybrid.host_experts) / double(misses)) : json(nullptr);
     j["host_expert_gb_per_s"] = s.hybrid.host_ms > 0 ? double(s.hybrid.host_bytes) / s.hybrid.host_ms / 1e6 : 0.0;
@@ -561,6 +570,12 @@ Run add_bench(CLI::App &app) {
                 "\nmapped misses (STRATA_DECODE_MAPPED): %llu read in place from host memory by the device's kernels "
                 "since start, %llu of them filled into a slot afterwards (admission, STRATA_DECODE_ADMIT)\n",
                 (unsigned long long)st.mapped_misses, (unsigned long long)st.mapped_admitted);
+        if (st.decode_modes.alone + st.decode_modes.split)
+            std::printf(
+                "\ndecode mode (STRATA_DECODE_CHOOSE, by measured time): %llu passes by the device alone (misses read "
+                "in place), %llu split with the host (misses copied in), %llu switches, since start\n",
+                (unsigned long long)st.decode_modes.alone, (unsigned long long)st.decode_modes.split,
+                (unsigned long long)st.decode_modes.switches);
         if (const uint64_t n = eng->backend().scratch_overflows())
             std::printf("\nscratch outgrew the plan %llu times (each an allocation during a pass)\n",
                         (unsigned long long)n);

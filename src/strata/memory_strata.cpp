@@ -169,6 +169,7 @@ ExpertCacheStats MemoryStrata::stats() const {
         s.timing = schedule_->timing(TimingKind::Prompt);
         s.decode_timing = schedule_->timing(TimingKind::Decode);
         if (const HybridStats *h = schedule_->hybrid_stats()) s.hybrid = *h, s.hybrid_on = true;
+        s.decode_modes = schedule_->decode_modes();
     }
     return s;
 }

@@ -42,6 +42,7 @@ struct ExpertCacheStats {
     // misses computed on the host (decode_hybrid.h): counted apart from expert_cache_misses (those copied in)
     HybridStats hybrid;
     bool hybrid_on = false;
+    DecodeModeStats decode_modes;  // decode-sized passes run alone or split where both applied (decode_mode.h)
     int hybrid_threads = 0;
     uint64_t loans = 0;         // prompt loans made (placement.h)
     int64_t loan_slots = 0;     // the most slots one borrows

@@ -3,6 +3,7 @@
 #include "strata/moe_schedule.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <functional>
 
@@ -172,6 +173,11 @@ MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::v
     slot_fills_ahead_ = decode_overlap_ && env_switch("STRATA_DECODE_COPY_STREAM", true);
     // STRATA_DECODE_ADMIT=0: mapped misses never enter the cache (it holds what the prompts left).
     admit_ = env_switch("STRATA_DECODE_ADMIT", true);
+    // STRATA_DECODE_CHOOSE=0: where the split exists it takes every decode-sized pass, mapped layers or not.
+    choose_ = env_switch("STRATA_DECODE_CHOOSE", true);
+    // STRATA_DECODE_SPLIT_MAPPED=1: the split's device part reads its misses from the host copy in place (the ninth
+    // round's default) instead of copying them into slots; off, it lost on both files in the tenth round's call.
+    split_mapped_ = env_switch("STRATA_DECODE_SPLIT_MAPPED", false);
     routers_.resize(experts_.size(), nullptr);
     // The split needs misses (a partial cache) and a backend that computes experts as the host does.
     bool host_like = false;
@@ -182,6 +188,26 @@ MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::v
 
 // Passes the hybrid split takes (decode-sized: parallel sequences included).
 constexpr int64_t k_hybrid_max_tokens = 16;
+static_assert(k_hybrid_max_tokens <= DecodeModeChooser::k_max_tokens);
+
+// The device alone is a choice where some layer of the pass maps its misses and routes on the device.
+void MoeSchedule::start_pass(int64_t T) {
+    split_pass_ = true;
+    bool alone = false;
+    if (hybrid_ && choose_ && T >= 1 && T <= k_hybrid_max_tokens)
+        for (const ExpertWeights &w : experts_)
+            if (w.present() && be_.maps_host_experts(w) && be_.device_routing_applies(w, T)) {
+                alone = true;
+                break;
+            }
+    if (!alone) {
+        chooser_.other_pass();
+        return;
+    }
+    const double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    split_pass_ = chooser_.next(T, us) == DecodeMode::Split;
+}
 
 // Decode-sized passes only: a prefill chunk routes to most experts anyway.
 constexpr int64_t k_prefetch_max_tokens = 8;
@@ -507,7 +533,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
     std::vector<int32_t> ids(size_t(T * k));
     // Mapped misses (Backend::maps_host_experts): the device reads what no slot holds from the host copy itself.
     // With the hybrid split the host needs the routing, and the device's part reads its misses in place instead.
-    const bool hybrid = hybrid_ && T <= k_hybrid_max_tokens;
+    const bool hybrid = hybrid_ && split_pass_ && T <= k_hybrid_max_tokens;
     const bool mapped = slots_ && be_.maps_host_experts(w) && be_.device_routing_applies(w, T);
     const bool on_device =
         slots_ && (slots_->all_resident() || (mapped && !hybrid)) && be_.device_routing_applies(w, T);
@@ -574,7 +600,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
             if (hybrid)
                 for (int32_t e : g.used) misses += slots_->slot_of(w.il, e) < 0;
             const uint64_t a = hybrid ? be_.mark_device() : 0;
-            routed_experts(w, g, g.used, n_exp, xs, ys, fills_ahead, mapped && hybrid);
+            routed_experts(w, g, g.used, n_exp, xs, ys, fills_ahead, mapped && hybrid && split_mapped_);
             if (hybrid) hybrid_->device_part(misses, a, be_.mark_device());
             stream_next(il, T, k, share);
             if (tm) tm->phase_end(TimingPhase::Experts);
@@ -583,7 +609,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
                 Region rx(be_, "hybrid/read_x");
                 be_.download(x, host_x_.data());
             }
-            hybrid_experts(w, g, host, E, n_exp, xs, ys, fills_ahead, mapped, tm);
+            hybrid_experts(w, g, host, E, n_exp, xs, ys, fills_ahead, mapped && split_mapped_, tm);
             stream_next(il, T, k, share);
         }
         if (tm) tm->phase_end(TimingPhase::Host);

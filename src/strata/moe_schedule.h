@@ -6,8 +6,8 @@
 //   2. where every expert of the layer is resident, or the backend maps the layer's misses (maps_host_experts: its
 //      kernels read what no slot holds from its pinned host copy, over the bus; STRATA_DECODE_MAPPED=0 off), and the
 //      pass is decode-sized, the backend runs the experts from the device routing without the host
-//      (experts_device_routed; where the hybrid split is off): then on to 6. Nothing is filled then: the cache holds
-//      what prompts and loans left;
+//      (experts_device_routed; where the pass does not split, see Decode mode below): then on to 6. Nothing is
+//      filled then: the cache holds what prompts and loans left;
 //   1b. a benchmark's routing override draws on the backend (Backend::route_draws; on the device for the CUDA
 //      backend, so step 2 still applies);
 //   3. the routing ids are read back and the (token, expert) pairs grouped by expert on the host (RouteGroups; a
@@ -54,19 +54,21 @@
 // joins them after issuing it); the fills of the layer's misses go on the copy stream (Backend::fill_slots ahead),
 // beside the shared expert's kernels, where the layer has one (STRATA_DECODE_COPY_STREAM=0: on the compute stream).
 // Its gate and add come after the combine as always.
-// Admission (STRATA_DECODE_ADMIT, on; under --expert-cache-policy lfu, the only policy with counts to judge by): a
-// mapped miss of the split's device part whose requests are above twice those of the slot LFU would give up is
-// filled on the copy stream after the layer's compute, for later passes (ExpertSlotTable::admit); under LRU, or
-// with the split off (the routing never reaches the host), decoding leaves the cache as the prompts filled it.
-// Where the layer is mapped and the split is on, the device's part of it reads its misses in place (nothing filled
-// but what admission takes) beside the host's part: Next-80B at 12 GiB, --routing uniform, 49.7 tok/s against 45.0 with
-// the device alone and 44.2 with the device's part copied in (bench/RESULTS.md, ninth round). With the split off
-// (--cpu-share 0, STRATA_DECODE_CPU=0) step 2 applies instead, and decoding needs nothing from the host (graphs
-// replay). Hybrid misses (decode_hybrid.h, on where the backend computes experts like the host, STRATA_DECODE_CPU=0
-// off; passes of at most k_hybrid_max_tokens tokens with misses): some of the misses the backend could compute exactly
-// as the host does are computed on the host instead. Their rows come last in the gathered order (group_by_expert's
-// `last`), so their outputs go up as one block of rows; the combine adds every token's entries in expert-id order
-// as always.
+// Decode mode (STRATA_DECODE_CHOOSE, on; decode_mode.h): where the split exists and the layers are mapped, each
+// decode-sized pass runs either alone (step 2: the device reads its misses in place, nothing read back, graphs
+// replay; nothing is filled, the cache holds what the prompts left) or split (the host computes some misses, the
+// device copies the rest into slots as every miss was before mapped reads), chosen at the pass's start
+// (start_pass) by the measured time of earlier passes of its size. =0: split wherever the split exists. With the
+// split off (--cpu-share 0, STRATA_DECODE_CPU=0) every such pass runs alone.
+// The split's device part reads its misses in place instead (STRATA_DECODE_SPLIT_MAPPED=1, off: the ninth round's
+// default, which lost to copying on both files in the tenth round's call). Then admission (STRATA_DECODE_ADMIT, on;
+// under --expert-cache-policy lfu, the only policy with counts to judge by) fills such a miss whose requests are
+// above twice those of the slot LFU would give up, on the copy stream after the layer's compute, for later passes
+// (ExpertSlotTable::admit). Hybrid misses (decode_hybrid.h, on where the backend computes experts like the host,
+// STRATA_DECODE_CPU=0 off; passes of at most k_hybrid_max_tokens tokens with misses): some of the misses the backend
+// could compute exactly as the host does are computed on the host instead. Their rows come last in the gathered order
+// (group_by_expert's `last`), so their outputs go up as one block of rows; the combine adds every token's entries in
+// expert-id order as always.
 #pragma once
 
 #include <cstdint>
@@ -77,6 +79,7 @@
 #include "core/threads.h"
 #include "model/forward.h"
 #include "strata/decode_hybrid.h"
+#include "strata/decode_mode.h"
 #include "strata/expert_slots.h"
 #include "strata/pass_timing.h"
 #include "strata/route_override.h"
@@ -149,10 +152,14 @@ class MoeSchedule final : public ExpertRunner {
         last_layer_ = -1;
         be_.reset_draws();
     }
+    // Chooses this pass's decode mode (decode_mode.h) where both apply.
+    void start_pass(int64_t n_tokens) override;
     bool reads_back() const override {
         return observer_ != nullptr || (override_.active() && !be_.draws_on_device()) || prefetch_on_ ||
-               hybrid_ != nullptr;  // the split reads the routing back in decode-sized passes
+               (hybrid_ != nullptr && split_pass_);  // the split reads the routing back in decode-sized passes
     }
+    // Decode-sized passes run alone or split while both applied (STRATA_DECODE_CHOOSE).
+    const DecodeModeStats &decode_modes() const { return chooser_.stats(); }
     // Unpins what was filled ahead for a layer not yet run (a pass that threw leaves such pins behind).
     void release_pins();
     // Per layer index, each expert's rows in the last prefill-sized pass that grouped on the host (empty: none yet).
@@ -226,6 +233,10 @@ class MoeSchedule final : public ExpertRunner {
     std::vector<std::vector<int32_t>> last_rows_;
     uint64_t mapped_misses_ = 0, mapped_bytes_ = 0, admitted_ = 0;
     bool admit_;  // STRATA_DECODE_ADMIT
+    bool choose_;             // STRATA_DECODE_CHOOSE: alone or split by measured time (decode_mode.h)
+    bool split_mapped_;       // STRATA_DECODE_SPLIT_MAPPED: the split's device part reads its misses in place
+    bool split_pass_ = true;  // this pass may split (start_pass)
+    DecodeModeChooser chooser_;
     static constexpr double k_admit_factor = 2.0;
 };
 

@@ -1,8 +1,13 @@
 // The hybrid split's cost model (strata/decode_hybrid.h SplitModel): the device's line fitted from layers of
-// different miss counts, the host's times per count, and the count that makes the slower path quickest.
+// different miss counts, the host's times per count, and the count that makes the slower path quickest. The decode
+// mode (strata/decode_mode.h): alone or split, by the time passes take.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "strata/decode_hybrid.h"
+#include "strata/decode_mode.h"
 
 using namespace strata;
 
@@ -72,4 +77,76 @@ TEST(SplitModel, ScalesTheNearestMeasuredHostTime) {
     EXPECT_DOUBLE_EQ(s.host_us(0), 0.0);
     s.host(2, 200);  // smoothed a quarter of the way
     EXPECT_DOUBLE_EQ(s.host_us(2), 125.0);
+}
+
+namespace {
+
+// n passes of n_tokens, each taking the time its mode takes (us_alone / us_split) from a clock at t; the modes in
+// order as a string ('A' / 'S').
+std::string drive(DecodeModeChooser &c, int n, double us_alone, double us_split, double &t, int64_t n_tokens = 1) {
+    std::string modes;
+    for (int i = 0; i < n; i++) {
+        const DecodeMode m = c.next(n_tokens, t);
+        modes += m == DecodeMode::Alone ? 'A' : 'S';
+        t += m == DecodeMode::Alone ? us_alone : us_split;
+    }
+    return modes;
+}
+
+}  // namespace
+
+TEST(DecodeModeChooser, ExploresInRunsThenTakesTheFasterMode) {
+    DecodeModeChooser c;
+    double t = 0.0;
+    // runs of four from the split, until each mode has six samples (a run's first pass after a switch gives none)
+    EXPECT_EQ(drive(c, 16, 10000.0, 14000.0, t), "SSSSAAAASSSSAAAA");
+    EXPECT_EQ(c.median_us(1, DecodeMode::Alone), 10000.0);
+    EXPECT_EQ(c.median_us(1, DecodeMode::Split), 14000.0);
+    // then alone, with a probe of the split every 64 passes
+    const std::string after = drive(c, 200, 10000.0, 14000.0, t);
+    EXPECT_EQ(after.substr(0, 64), std::string(64, 'A'));
+    EXPECT_EQ(after.substr(64, 4), "SSSS");
+    EXPECT_EQ(after.substr(68, 64), std::string(64, 'A'));
+    EXPECT_EQ(c.stats().alone + c.stats().split, 216u);
+    EXPECT_GT(c.stats().alone, 7 * c.stats().split);
+}
+
+TEST(DecodeModeChooser, FollowsTheFasterModeWhenTheTimesChange) {
+    DecodeModeChooser c;
+    double t = 0.0;
+    drive(c, 16, 14000.0, 10000.0, t);
+    EXPECT_EQ(drive(c, 20, 14000.0, 10000.0, t), std::string(20, 'S'));  // the split is faster
+    // now the device alone is: the next probe sees it, and decoding moves over within a window
+    const std::string later = drive(c, 160, 8000.0, 10000.0, t);
+    const size_t first_alone = later.find("AAAAAAAAAA");
+    ASSERT_NE(first_alone, std::string::npos) << later;
+    EXPECT_LT(first_alone, 140u) << later;
+    EXPECT_EQ(later.substr(later.size() - 10), std::string(10, 'A')) << later;
+}
+
+TEST(DecodeModeChooser, GapsOtherPassesAndOtherSizesGiveNoSample) {
+    DecodeModeChooser c;
+    double t = 0.0;
+    c.next(1, t);             // split, the first pass: no sample
+    c.next(1, t += 5e6);      // an idle server: the gap is no pass's time
+    c.next(1, t += 12000.0);  // a sample of the split: 12 ms
+    c.other_pass();           // a prompt started
+    c.next(1, t += 1e5);      // the prompt's time is no decode pass's
+    EXPECT_EQ(c.median_us(1, DecodeMode::Split), 12000.0);
+    c.next(2, t += 9000.0);  // the previous pass was of another size
+    c.next(2, t += 9000.0);  // passes of two tokens count for their own size (this one's first: none)
+    c.next(2, t += 9000.0);
+    EXPECT_EQ(c.median_us(1, DecodeMode::Split), 12000.0);
+    EXPECT_EQ(c.median_us(2, DecodeMode::Split), 9000.0);
+    EXPECT_EQ(c.median_us(1, DecodeMode::Alone), 0.0);
+}
+
+TEST(DecodeModeChooser, MedianShrugsOffAnOutlier) {
+    DecodeModeChooser c;
+    double t = 0.0;
+    drive(c, 16, 10000.0, 12000.0, t);
+    // one slow alone pass (a graph recorded, a page fault) among the window: still alone
+    c.next(1, t);
+    t += 900000.0;
+    EXPECT_EQ(drive(c, 10, 10000.0, 12000.0, t), std::string(10, 'A'));
 }

@@ -573,8 +573,10 @@ TEST_P(MoeScheduleSlots, HybridSplitGivesTheBitsOfTheBackendAlone) {
 // decode-sized passes itself from its own record of its fills: the bits of every miss copied in, with the split off
 // (the device alone: nothing grouped by the strata layer, nothing filled) and on (its device part's misses read in
 // place), at two cache sizes, through a prompt in one pass (fills), decoding, another sequence's prompt (evictions)
-// and decoding again. The reads are counted, as mapped misses in the engine's figures; under LFU the misses whose
-// requests outnumber the cache's weakest slot are admitted (filled for later passes), the bits unchanged.
+// and decoding again; with the split on, every decode pass split (its device part copying or reading in place) or
+// each alone or split as the decode mode chooses (decode_mode.h). The reads are counted, as mapped misses in the
+// engine's figures; under LFU the misses whose requests outnumber the cache's weakest slot are admitted (filled for
+// later passes), the bits unchanged.
 TEST_P(MoeScheduleSlots, MappedMissesGiveTheBitsOfMissesCopiedIn) {
     const std::string path = model_path(GetParam());
     struct Made {
@@ -621,26 +623,52 @@ TEST_P(MoeScheduleSlots, MappedMissesGiveTheBitsOfMissesCopiedIn) {
     const int64_t n_expert = probe.e->hparams().n_expert, k = probe.e->hparams().n_expert_used;
     for (int64_t slots : {k + 1, n_expert / 2}) {
         const std::vector<float> ref = script(*engine(slots, 0.0, false).e);
-        for (double share : {0.0, 0.5, -1.0}) {
-            const Made m = engine(slots, share, true);
-            const uint64_t filled0 = m.be->filled();
-            const std::vector<float> got = script(*m.e);
-            const std::string what = std::to_string(slots) + " slots, share " + std::to_string(share);
-            ASSERT_EQ(got.size(), ref.size()) << what;
-            EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
-            const ExpertCacheStats st = m.e->expert_stats();
-            EXPECT_GT(st.mapped_misses, 0u) << what;
-            EXPECT_GT(m.be->filled(), filled0) << what << ": the prompts fill slots";
-            if (share == 0.0) {
-                EXPECT_FALSE(st.hybrid_on) << what;
-                EXPECT_GT(m.be->mapped_reads().from_slots, 0u) << what << ": decoding hits what the prompts left";
-                EXPECT_EQ(m.be->grouped_mapped(), 0u) << what;
-            } else {
-                EXPECT_TRUE(st.hybrid_on) << what;
-                EXPECT_GT(m.be->grouped_mapped(), 0u) << what << ": the split's device part read in place";
+        for (double share : {0.0, 0.5, -1.0})
+            for (const char *split : {"choose", "copy", "mapped"}) {
+                // choose: each decode pass alone or split by measured time (the default); copy: every pass split,
+                // its device part copying its misses in; mapped: reading them in place
+                if (share == 0.0 && std::strcmp(split, "choose") != 0) continue;  // no split to choose
+                ::setenv("STRATA_DECODE_CHOOSE", std::strcmp(split, "choose") == 0 ? "1" : "0", 1);
+                ::setenv("STRATA_DECODE_SPLIT_MAPPED", std::strcmp(split, "mapped") == 0 ? "1" : "0", 1);
+                const Made m = engine(slots, share, true);
+                ::unsetenv("STRATA_DECODE_CHOOSE");
+                ::unsetenv("STRATA_DECODE_SPLIT_MAPPED");
+                const uint64_t filled0 = m.be->filled();
+                const std::vector<float> got = script(*m.e);
+                const std::string what =
+                    std::to_string(slots) + " slots, share " + std::to_string(share) + ", split " + split;
+                ASSERT_EQ(got.size(), ref.size()) << what;
+                EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
+                const ExpertCacheStats st = m.e->expert_stats();
+                EXPECT_GT(m.be->filled(), filled0) << what << ": the prompts fill slots";
+                const DecodeModeStats &dm = st.decode_modes;
+                if (share == 0.0) {
+                    EXPECT_FALSE(st.hybrid_on) << what;
+                    EXPECT_GT(st.mapped_misses, 0u) << what;
+                    EXPECT_GT(m.be->mapped_reads().from_slots, 0u) << what << ": decoding hits what the prompts left";
+                    EXPECT_EQ(m.be->grouped_mapped(), 0u) << what;
+                    EXPECT_EQ(dm.alone + dm.split, 0u) << what;
+                } else if (std::strcmp(split, "choose") == 0) {
+                    // six decoding passes of one token: a run of four split, then alone
+                    EXPECT_TRUE(st.hybrid_on) << what;
+                    EXPECT_EQ(dm.split, 4u) << what;
+                    EXPECT_EQ(dm.alone, 2u) << what;
+                    EXPECT_EQ(dm.switches, 1u) << what;
+                    EXPECT_GT(m.be->mapped_reads().from_host, 0u) << what << ": the passes alone read in place";
+                    EXPECT_EQ(m.be->grouped_mapped(), 0u) << what << ": the split's device part copies";
+                } else {
+                    EXPECT_TRUE(st.hybrid_on) << what;
+                    EXPECT_EQ(dm.alone + dm.split, 0u) << what;
+                    EXPECT_EQ(m.be->mapped_reads().from_host, 0u) << what << ": every pass split";
+                    if (std::strcmp(split, "mapped") == 0) {
+                        EXPECT_GT(m.be->grouped_mapped(), 0u) << what << ": the split's device part read in place";
+                    } else {
+                        EXPECT_EQ(m.be->grouped_mapped(), 0u) << what;
+                        EXPECT_EQ(st.mapped_misses, 0u) << what;
+                    }
+                }
+                EXPECT_EQ(st.mapped_admitted, 0u) << what << ": LRU admits nothing";
             }
-            EXPECT_EQ(st.mapped_admitted, 0u) << what << ": LRU admits nothing";
-        }
     }
     // Admission under LFU (STRATA_DECODE_ADMIT): one token decoded again and again routes alike, so its experts'
     // requests soon outnumber those of what the prompt left, and the split's device part fills them for later
@@ -662,8 +690,12 @@ TEST_P(MoeScheduleSlots, MappedMissesGiveTheBitsOfMissesCopiedIn) {
     const std::vector<float> ref = repeat(*engine(slots, 0.0, false, SlotPolicy::Lfu).e);
     for (const char *admit : {"1", "0"}) {
         ::setenv("STRATA_DECODE_ADMIT", admit, 1);
+        ::setenv("STRATA_DECODE_CHOOSE", "0", 1);
+        ::setenv("STRATA_DECODE_SPLIT_MAPPED", "1", 1);  // admission: of what the split's device part reads in place
         const Made m = engine(slots, 0.5, true, SlotPolicy::Lfu);
         ::unsetenv("STRATA_DECODE_ADMIT");
+        ::unsetenv("STRATA_DECODE_CHOOSE");
+        ::unsetenv("STRATA_DECODE_SPLIT_MAPPED");
         const std::vector<float> got = repeat(*m.e);
         ASSERT_EQ(got.size(), ref.size()) << admit;
         EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "STRATA_DECODE_ADMIT=" << admit;
@@ -840,8 +872,8 @@ TEST_P(MoeScheduleSlots, PromptLoansChangeNoBit) {
 // Prompt loans with mapped misses: a loan scribbles over its slots and takes their experts out of the backend's
 // record, the refill puts experts back, and decoding between the loans reads each miss from the file or from the
 // slot its fill put it in, never from a lent one (a prompt's last pass of one token runs on the loan, mapped): the
-// bits of no loan and every miss copied in, with the split off
-// and on (LFU, admission on), the lent slots refilled with what they held and with the last pass's favourites.
+// bits of no loan and every miss copied in, with the split off, on (LFU, admission on, its device part reading in
+// place) and chosen pass by pass, the lent slots refilled with what they held and with the last pass's favourites.
 TEST_P(MoeScheduleSlots, PromptLoansWithMappedMissesChangeNoBit) {
     const std::string path = model_path(GetParam());
     auto probe = make_cpu_engine(path, long_config());
@@ -889,17 +921,25 @@ TEST_P(MoeScheduleSlots, PromptLoansWithMappedMissesChangeNoBit) {
     const std::vector<float> ref = script(*engine(false, 0.0, &hb));
     ::unsetenv("STRATA_PROMPT_LOAN");
     for (const char *refill : {"before", "last"})
-        for (double share : {0.0, 0.5}) {
+        for (double share : {0.0, 0.5, 0.4}) {
+            // 0.5: every pass split, its device part reading in place; 0.4: alone or split by measured time
+            if (share == 0.4 && std::strcmp(refill, "last") == 0) continue;
             ::setenv("STRATA_LOAN_REFILL", refill, 1);
+            ::setenv("STRATA_DECODE_CHOOSE", share == 0.5 ? "0" : "1", 1);
+            ::setenv("STRATA_DECODE_SPLIT_MAPPED", share == 0.5 ? "1" : "0", 1);
             auto e = engine(true, share, &hb);
             ::unsetenv("STRATA_LOAN_REFILL");
+            ::unsetenv("STRATA_DECODE_CHOOSE");
+            ::unsetenv("STRATA_DECODE_SPLIT_MAPPED");
             const std::vector<float> got = script(*e);
             const std::string what =
                 "share " + std::to_string(share) + ", refill " + refill + ": " + e->plan().check_line;
             ASSERT_EQ(got.size(), ref.size()) << what;
             EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
             EXPECT_EQ(hb->loans(), 3u) << what;
-            EXPECT_GT(e->expert_stats().mapped_misses, 0u) << what;
+            if (share != 0.4) {
+                EXPECT_GT(e->expert_stats().mapped_misses, 0u) << what;
+            }
         }
 }
 

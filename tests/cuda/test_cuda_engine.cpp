@@ -373,6 +373,8 @@ TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
                             (std::strcmp(sw, "1") != 0 || std::strcmp(ov[1], "1") != 0))
                             continue;
                         ::setenv("STRATA_DECODE_MAPPED", mapped, 1);
+                        ::setenv("STRATA_DECODE_SPLIT_MAPPED", mapped, 1);
+                        ::setenv("STRATA_DECODE_CHOOSE", "0", 1);  // every pass split (the chooser: below)
                         ::setenv("STRATA_DECODE_CPU", sw, 1);
                         ::setenv("STRATA_DECODE_OVERLAP", ov[0], 1);
                         ::setenv("STRATA_DECODE_COPY_STREAM", ov[1], 1);
@@ -383,6 +385,8 @@ TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
                         cfg.cpu_threads = 3;
                         auto e = make_cuda_engine(path(), cfg);
                         ::unsetenv("STRATA_DECODE_MAPPED");
+                        ::unsetenv("STRATA_DECODE_SPLIT_MAPPED");
+                        ::unsetenv("STRATA_DECODE_CHOOSE");
                         ::unsetenv("STRATA_DECODE_CPU");
                         ::unsetenv("STRATA_DECODE_OVERLAP");
                         ::unsetenv("STRATA_DECODE_COPY_STREAM");
@@ -412,8 +416,9 @@ TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
 // Mapped misses (STRATA_DECODE_MAPPED, on: decode's kernels read the experts no slot holds from the pinned host copy)
 // give the bits of every expert resident and of misses copied in (=0): one slot, two, five (a budget's plan runs them
 // in PlacementDoesNotChangeABit); graphs on and
-// off; the split off (--cpu-share 0: the device alone) and on (its device part mapped; under LFU admitting misses
-// into slots for later passes); a sequence
+// off; the split off (--cpu-share 0: the device alone) and on: passes alone or split by measured time (the default,
+// STRATA_DECODE_CHOOSE), every pass split with its device part copying, or reading in place (under LFU admitting
+// misses into slots for later passes); a sequence
 // decoding, another's prompt refilling the cache between its steps, then the first again, and both in one pass.
 // Mapped passes fill nothing and count their reads (a miss each from the host copy), and with the device alone and
 // graphs on they replay.
@@ -451,19 +456,27 @@ TEST_P(CudaEngine, MappedMissesDoNotChangeABit) {
     for (int64_t slots : {1, 2, 5})
         for (const char *mapped : {"1", "0"})
             for (bool graphs : {true, false})
-                for (double share : {0.0, 0.5, 0.4}) {
-                    if (share != 0.0 && !graphs) continue;
+                for (const char *split : {"none", "choose", "copy", "mapped"}) {
+                    // none: the split off; choose: alone or split by time (the default); copy: split every pass,
+                    // its device part copying misses in; mapped: reading them in place, under LFU, so that it
+                    // admits misses into slots between passes
+                    const bool none = std::strcmp(split, "none") == 0;
+                    if (!none && !graphs) continue;
+                    const double share = none ? 0.0 : 0.5;
                     EngineConfig cfg = config();
                     cfg.cuda_graphs = graphs;
                     cfg.expert_slots = slots;
                     cfg.cpu_share = share;
-                    // share 0.4: LFU, so the split's device part admits misses into slots between passes
-                    if (share == 0.4) cfg.expert_cache_policy = SlotPolicy::Lfu;
+                    if (std::strcmp(split, "mapped") == 0) cfg.expert_cache_policy = SlotPolicy::Lfu;
                     ::setenv("STRATA_DECODE_MAPPED", mapped, 1);
+                    ::setenv("STRATA_DECODE_CHOOSE", std::strcmp(split, "choose") == 0 ? "1" : "0", 1);
+                    ::setenv("STRATA_DECODE_SPLIT_MAPPED", std::strcmp(split, "mapped") == 0 ? "1" : "0", 1);
                     auto e = make_cuda_engine(path(), cfg);
                     ::unsetenv("STRATA_DECODE_MAPPED");
-                    const std::string what = strfmt("%lld slots, STRATA_DECODE_MAPPED=%s, graphs %s, share %.1f",
-                                                    (long long)slots, mapped, graphs ? "on" : "off", share);
+                    ::unsetenv("STRATA_DECODE_CHOOSE");
+                    ::unsetenv("STRATA_DECODE_SPLIT_MAPPED");
+                    const std::string what = strfmt("%lld slots, STRATA_DECODE_MAPPED=%s, graphs %s, split %s",
+                                                    (long long)slots, mapped, graphs ? "on" : "off", split);
                     const EngineStats before = stats_of(*e);
                     const std::vector<float> got = script(*e);
                     ASSERT_EQ(got.size(), ref.size()) << what;
@@ -471,8 +484,14 @@ TEST_P(CudaEngine, MappedMissesDoNotChangeABit) {
                     const ExpertCacheStats st = e->expert_stats();
                     const EngineStats after = stats_of(*e);
                     const bool on = mappable && std::strcmp(mapped, "1") == 0;
-                    EXPECT_EQ(st.mapped_misses > 0, on) << what;
-                    if (on && share == 0.0) {  // the split off: nothing but the device
+                    EXPECT_EQ(st.mapped_misses > 0, on && std::strcmp(split, "copy") != 0) << what;
+                    if (on && std::strcmp(split, "choose") == 0) {  // both ways ran (runs of 4 passes from split)
+                        EXPECT_GT(st.decode_modes.alone, 0u) << what;
+                        EXPECT_GT(st.decode_modes.split, 0u) << what;
+                    } else {
+                        EXPECT_EQ(st.decode_modes.alone + st.decode_modes.split, 0u) << what;
+                    }
+                    if (on && none) {  // the split off: nothing but the device
                         EXPECT_FALSE(st.hybrid_on) << what;
                         if (graphs) {
                             EXPECT_GT(after.graph_replays, before.graph_replays) << what;

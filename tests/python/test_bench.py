@@ -65,8 +65,10 @@ def test_json(strata_bin, tiny_model):
         assert t["tps_mean"] > 0 and t["tps_sd"] >= 0
         assert t["wall_seconds"] == pytest.approx(sum(t["seconds"]))
         c = t["expert_cache"]
-        assert set(c) == {"hits", "misses", "misses_on_host", "misses_mapped", "mapped_admitted", "hit_rate",
-                          "cpu_share", "bytes_streamed", "effective_h2d_gb_per_s", "host_expert_gb_per_s"}
+        assert set(c) == {"hits", "misses", "misses_on_host", "misses_mapped", "mapped_admitted", "passes_alone",
+                          "passes_split", "hit_rate", "cpu_share", "bytes_streamed", "effective_h2d_gb_per_s",
+                          "host_expert_gb_per_s"}
+        assert c["passes_alone"] == c["passes_split"] == 0
         assert c["hits"] == c["misses"] == c["misses_on_host"] == c["bytes_streamed"] == 0
         assert c["misses_mapped"] == c["mapped_admitted"] == 0
         assert c["hit_rate"] is None and c["cpu_share"] is None and c["host_expert_gb_per_s"] == 0

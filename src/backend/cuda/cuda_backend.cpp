@@ -87,8 +87,10 @@ CudaBackend::CudaBackend(const CudaOptions &o)
     q8_gather_ = env_switch("STRATA_CUDA_EXPERT_Q8_GATHER", true);
     upload_kernel_ = env_switch("STRATA_CUDA_UPLOAD_KERNEL", true);
     alloc_stage(size_t(4) << 20);
-    // the fused router's count of finished blocks (route), made here so that no pass allocates it
+    // the fused router's count of finished blocks (route) and the rope tables' room, made here so that no pass
+    // allocates them
     route_done_ = static_cast<unsigned *>(dev_alloc(sizeof(unsigned), "routing counter"));
+    rope_area_ = static_cast<float *>(dev_alloc(k_rope_floats * sizeof(float), "rope tables"));
     STRATA_CUDA_CHECK(cudaMemsetAsync(route_done_, 0, sizeof(unsigned), stream_));
     iq_grids();
 }
@@ -711,7 +713,14 @@ const float *CudaBackend::inv_freq(const RopeParams &rp) {
     std::vector<float> f(size_t(std::max<int64_t>(half, 1)));
     for (int64_t i = 0; i < half; i++)
         f[size_t(i)] = float(1.0 / std::pow(double(rp.theta), double(2 * i) / double(rp.n_rot)));
-    float *p = static_cast<float *>(dev_alloc(f.size() * 4, "rope table"));
+    const size_t n = (f.size() + 63) & ~size_t(63);  // 256-byte steps
+    float *p = nullptr;
+    if (rope_used_ + n <= k_rope_floats) {
+        p = rope_area_ + rope_used_;
+        rope_used_ += n;
+    } else {
+        p = static_cast<float *>(dev_alloc(f.size() * 4, "rope table"));  // more kinds of rope than foreseen
+    }
     STRATA_CUDA_CHECK(cudaMemcpyAsync(p, f.data(), f.size() * 4, cudaMemcpyHostToDevice, stream_));
     inv_freq_[key] = p;
     return p;

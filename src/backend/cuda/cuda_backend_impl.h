@@ -287,6 +287,10 @@ class CudaBackend final : public Backend {
     bool tiles_in_scratch_ = false;
     const AttnTile *attn_tiles(const std::vector<AttnTile> &tiles);
     std::map<std::pair<float, int64_t>, float *> inv_freq_;
+    // room for the rope tables, made at construction so that the first pass allocates nothing (inv_freq)
+    static constexpr size_t k_rope_floats = 4096;
+    float *rope_area_ = nullptr;
+    size_t rope_used_ = 0;  // floats of rope_area_ handed out
 
     // caches
     struct LayerCache {
