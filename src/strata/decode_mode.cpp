@@ -7,7 +7,9 @@
 namespace strata {
 
 namespace {
-DecodeMode other(DecodeMode m) { return m == DecodeMode::Alone ? DecodeMode::Split : DecodeMode::Alone; }
+DecodeMode other(DecodeMode m) {
+    return m == DecodeMode::Alone ? DecodeMode::Split : DecodeMode::Alone;
+}
 }  // namespace
 
 double DecodeModeChooser::Samples::median() const {
@@ -31,7 +33,7 @@ DecodeMode DecodeModeChooser::next(int64_t n, double t_us) {
     const DecodeMode before = z.mode;
     auto best = [&] {
         return z.s[int(DecodeMode::Alone)].median() < z.s[int(DecodeMode::Split)].median() ? DecodeMode::Alone
-                                                                                            : DecodeMode::Split;
+                                                                                           : DecodeMode::Split;
     };
     const bool first = !z.started;
     if (first) {

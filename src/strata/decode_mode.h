@@ -49,16 +49,16 @@ class DecodeModeChooser {
   private:
     struct Samples {
         std::array<double, k_window> v{};
-        int n = 0;     // samples so far (the window holds the last min(n, k_window))
+        int n = 0;  // samples so far (the window holds the last min(n, k_window))
         double median() const;
         void add(double us) { v[std::size_t(n++ % k_window)] = us; }
     };
     struct Size {
-        Samples s[2];                     // by mode
+        Samples s[2];  // by mode
         DecodeMode mode = DecodeMode::Split;
-        int run = 0;                      // passes of the current run so far
+        int run = 0;  // passes of the current run so far
         bool exploring = true;
-        int64_t since_probe = 0;          // passes since the last probe ended
+        int64_t since_probe = 0;  // passes since the last probe ended
         bool probing = false;
         bool started = false;
     };
