@@ -29,7 +29,7 @@ cmake --build /tmp/strata -j12 --target test_cuda_engine > $L/build2.log 2>&1
 echo "test_cuda_engine (mapped, hybrid, graphs, loans, rates) rc=$? at $(el) s"; grep -E "FAILED|PASSED" $L/eng.log | head
 while [ ! -f $L/synth.done ]; do sleep 2; done; echo "synth at $(el) s"
 sb() { echo "== $(env | grep '^STRATA_' | tr '\n' ' ')strata bench $*"; $S bench "$@" > $L/s.txt 2> $L/s.err
-  grep -E "^\| (pp|tg)|rror|^decode mode" $L/s.txt $L/s.err | head -12
+  grep -E "^\| synth|^\| (pp|tg)|rror|^decode mode" $L/s.txt $L/s.err | head -12
   cat $L/s.txt >> $L/strata-all.txt; echo "at $(el) s"; }
 lb() { while [ ! -f $L/llama.done ]; do sleep 3; done
   if [ -x $LB ]; then echo "== llama-bench $* at $(el) s"
@@ -42,7 +42,7 @@ sb $U --routing uniform --cpu-share 0
 STRATA_DECODE_CHOOSE=0 sb $U --routing uniform
 sb $U --routing zipf:1.0
 STRATA_DECODE_CHOOSE=0 sb $U --routing zipf:1.0
-sb $U --routing uniform -n 256
+sb ${U/-n 64/-n 256} --routing uniform
 lb -ncmoe 26 -p 512 -n 64
 rm -f $F; F=/tmp/choose-80b.gguf
 $S synth --preset qwen3-next-80b-a3b --type Q4_K --dense-type Q8_0 -o $F > $L/synth80.log 2>&1; echo "synth 80B at $(el) s"
@@ -51,6 +51,6 @@ sb $U --routing uniform
 sb $U --routing uniform --cpu-share 0
 STRATA_DECODE_CHOOSE=0 sb $U --routing uniform
 lb -ncmoe 40 -p 512 -n 32
-sb $U --routing uniform -n 128
+sb ${U/-n 32/-n 128} --routing uniform
 cp $L/strata-all.txt $OUT/ 2>/dev/null
 echo "done at $(el) s"; echo ALL_DONE
