@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One device call of one file's figures at a 12 GiB budget and all resident, llama.cpp beside Strata (tenth round,
 # bench/RESULTS.md): the GPU tests of the mapped misses, loans and the bus rate first; then prefill with the experts'
-# host stratum pinned and mapped (`--host-mem mmap`, the stager), prefill and decode all resident, decode under
-# `--routing uniform` with the defaults, the device alone and misses copied in, and (the 30B) under zipf:1.0 with
-# LRU, LFU with admission, without (`STRATA_DECODE_ADMIT=0`) and with every miss filled (`STRATA_DECODE_MAPPED=0`).
+# host stratum pinned and mapped (`--host-mem mmap`, the stager, with its default 8 threads and with 15), prefill and
+# decode all resident, decode under `--routing uniform` with the defaults (the decode mode), the device alone and
+# split always (`STRATA_DECODE_CHOOSE=0`), and (the 30B) under zipf:1.0 with LRU and LFU, each with the decode mode
+# and split always.
 # Here first: ../shared/peer/prepare.sh && scripts/device-debs.sh && cp ../shared/peer/device.sh .peer/. There
 # (carry .peer; start it in the background and poll until /tmp/budget/main.log says ALL_DONE, in the same call or
 # the next one right after; a machine still warm from the call before keeps both builds):
@@ -45,7 +46,7 @@ if [ ! -f $L/tests.done ]; then
 fi
 while [ ! -f $L/synth.done ]; do sleep 2; done; echo "synth at $(el) s"
 sb() { echo "== $(env | grep '^STRATA_' | tr '\n' ' ')strata bench $*"; $S bench "$@" > $L/s.txt 2> $L/s.err
-  grep -E "^\| synth|^\| (pp|tg)|rror|pinned host-to|^decode reads|device memory" $L/s.txt $L/s.err | head -16
+  grep -E "^\| synth|^\| (pp|tg)|rror|pinned host-to|^decode (reads|mode)|device memory" $L/s.txt $L/s.err | head -16
   cat $L/s.txt >> $L/strata-all.txt; echo "at $(el) s"; }
 lb() { while [ ! -f $L/llama.done ]; do sleep 3; done
   if [ -x $LB ]; then echo "== llama-bench $* at $(el) s"
@@ -56,15 +57,16 @@ B="-m $F -r 1 --chunk $CHUNK"
 U="$B -p 16 -n $N --vram-budget 12G"
 sb $B -p $PP -n 1 --vram-budget 12G
 sb $B -p $PP -n 1 --vram-budget 12G --host-mem mmap
+STRATA_CUDA_STAGER_THREADS=15 sb $B -p $PP -n 1 --vram-budget 12G --host-mem mmap
 sb $U --routing uniform
 sb $U --routing uniform --cpu-share 0
-STRATA_DECODE_MAPPED=0 sb $U --routing uniform
+STRATA_DECODE_CHOOSE=0 sb $U --routing uniform
 sb $B -p $RPP -n $((2 * N))
 if [ $ZIPF = 1 ]; then
   sb $U --routing zipf:1.0
+  STRATA_DECODE_CHOOSE=0 sb $U --routing zipf:1.0
   sb $U --routing zipf:1.0 --expert-cache-policy lfu
-  STRATA_DECODE_ADMIT=0 sb $U --routing zipf:1.0 --expert-cache-policy lfu
-  STRATA_DECODE_MAPPED=0 sb $U --routing zipf:1.0 --expert-cache-policy lfu
+  STRATA_DECODE_CHOOSE=0 sb $U --routing zipf:1.0 --expert-cache-policy lfu
 fi
 lb -ncmoe $NCMOE -p $PP -n $N
 [ $PEER_RESIDENT = 1 ] && lb -p $RPP -n $((2 * N))  # the 80B's resident pair was measured in one call in the eighth round

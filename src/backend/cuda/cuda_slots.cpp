@@ -208,9 +208,13 @@ std::string CudaBackend::pin_host_copy(const WeightSet &ws) {
 }
 
 void CudaBackend::make_host_tier(WeightSet &ws, const Placement &plan) {
+    // STRATA_CUDA_STAGER_THREADS=N: the threads that copy the file's pages into the stager's buffers (default 8; for
+    // the A/B of whether they hold the mapped tier's prompts back: Next-80B's pp4096 ran at 39% of the pinned tier's,
+    // bench/RESULTS.md, tenth round)
+    const int stager_threads = int(std::clamp<long>(env_count("STRATA_CUDA_STAGER_THREADS", 8), 1, 64));
     auto make_stager = [&] {
         stager_ = std::make_unique<HostStager>(plan.stager_buffer_bytes, plan.stager_buffers,
-                                               std::min(8, hardware_threads()));
+                                               std::min(stager_threads, hardware_threads()));
     };
     switch (plan.host) {
         case HostTier::none:  // the stager only fills every slot at start (set_resident_experts drops it)
