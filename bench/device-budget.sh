@@ -18,20 +18,10 @@ qwen3-30b-a3b) NCMOE=26; CHUNK=4096; N=64; PP=512,4096; RPP=512,4096; ZIPF=1; PE
 esac
 L=/tmp/budget; mkdir -p $L; rm -f $L/main.log $L/strata-all.txt $L/synth.done
 exec > $L/main.log 2>&1
-source .peer/device.sh env; source scripts/device-env.sh
-T0=$(date +%s)
-el() { echo $(( $(date +%s) - T0 )); }
-lscpu | grep -E "^CPU\(s\)|Thread|Core|Model name"; git log --oneline -1 2>/dev/null
-S=/tmp/strata/bin/strata; LB=/tmp/llama.cpp/build/bin/llama-bench; F=/tmp/budget-$PRESET.gguf
-if [ -x $LB ]; then touch $L/llama.done; echo "llama.cpp: the build of the call before"
-else rm -f $L/llama.done; (bash .peer/device.sh llama > $L/llama-build.log 2>&1; touch $L/llama.done) & fi
+F=/tmp/budget-$PRESET.gguf
+source bench/device-lib.sh
 rm -f /tmp/budget-*.gguf.part
 ls /tmp/budget-*.gguf 2>/dev/null | grep -v "$F" | xargs -r rm -f  # the disk holds one big file
-CM="-DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_CUDA_ARCHS=90 -DCMAKE_PREFIX_PATH=/tmp/deps/usr
-    -DPKG_CONFIG_EXECUTABLE=/tmp/deps/usr/bin/pkgconf -DGTest_DIR=/tmp/deps/usr/lib/x86_64-linux-gnu/cmake/GTest
-    -DSTRATA_PYTHON=/nonexistent"
-cmake -S . -B /tmp/strata $CM > $L/cfg.log 2>&1 && cmake --build /tmp/strata -j12 --target strata > $L/build.log 2>&1
-echo "strata build rc=$? at $(el) s"; grep -E "error" $L/build.log | head -5
 if [ ! -f $F ]; then ($S synth --preset $PRESET --type Q4_K --dense-type Q8_0 -o $F > $L/synth.log 2>&1
   touch $L/synth.done) &
 else touch $L/synth.done; fi
@@ -44,15 +34,16 @@ if [ ! -f $L/tests.done ]; then
   echo "test_cuda_engine (mapped, hybrid, graphs, override, loans, rates, schedules) rc=$? at $(el) s"
   grep -E "FAILED|PASSED" $L/eng.log | head; touch $L/tests.done
 fi
+# the host's copy rate (the stager's work is such copies), on 1 and on all threads
+python3 -c "
+import time, torch
+a = torch.ones(1 << 30, dtype=torch.uint8); b = torch.empty_like(a)
+for n in (1, 8, torch.get_num_threads()):
+    torch.set_num_threads(n); b.copy_(a); t = time.time()
+    for _ in range(4): b.copy_(a)
+    print('host memcpy, %d threads: %.1f GB/s' % (n, 4 * a.numel() / (time.time() - t) / 1e9))
+" 2>&1 | tail -3
 while [ ! -f $L/synth.done ]; do sleep 2; done; echo "synth at $(el) s"
-sb() { echo "== $(env | grep '^STRATA_' | tr '\n' ' ')strata bench $*"; $S bench "$@" > $L/s.txt 2> $L/s.err
-  grep -E "^\| synth|^\| (pp|tg)|rror|pinned host-to|^decode (reads|mode)|device memory" $L/s.txt $L/s.err | head -16
-  cat $L/s.txt >> $L/strata-all.txt; echo "at $(el) s"; }
-lb() { while [ ! -f $L/llama.done ]; do sleep 3; done
-  if [ -x $LB ]; then echo "== llama-bench $* at $(el) s"
-    bash .peer/device.sh peak $LB -m $F -ngl 99 -lm none -fa 1 -t 16 -ub 4096 -b 4096 -r 1 "$@" > $L/l.txt 2>&1
-    grep -E "^\| |peak" $L/l.txt | grep -v -- "---"
-  else echo "(llama.cpp did not build: $(tail -3 $L/llama-build.log))"; fi; }
 B="-m $F -r 1 --chunk $CHUNK"
 U="$B -p 16 -n $N --vram-budget 12G"
 sb $B -p $PP -n 1 --vram-budget 12G

@@ -9,18 +9,7 @@
 #   bash bench/poll.sh /tmp/choose/main.log 570
 L=/tmp/choose; mkdir -p $L; rm -f $L/main.log $L/strata-all.txt
 exec > $L/main.log 2>&1
-source .peer/device.sh env; source scripts/device-env.sh
-T0=$(date +%s)
-el() { echo $(( $(date +%s) - T0 )); }
-lscpu | grep -E "^CPU\(s\)|Thread|Core|Model name"
-S=/tmp/strata/bin/strata; LB=/tmp/llama.cpp/build/bin/llama-bench
-if [ -x $LB ]; then touch $L/llama.done; else rm -f $L/llama.done
-  (bash .peer/device.sh llama > $L/llama-build.log 2>&1; touch $L/llama.done) & fi
-CM="-DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_CUDA_ARCHS=90 -DCMAKE_PREFIX_PATH=/tmp/deps/usr
-    -DPKG_CONFIG_EXECUTABLE=/tmp/deps/usr/bin/pkgconf -DGTest_DIR=/tmp/deps/usr/lib/x86_64-linux-gnu/cmake/GTest
-    -DSTRATA_PYTHON=/nonexistent"
-cmake -S . -B /tmp/strata $CM > $L/cfg.log 2>&1 && cmake --build /tmp/strata -j12 --target strata > $L/build.log 2>&1
-echo "strata build rc=$? at $(el) s"; grep -E "error" $L/build.log | head -5
+source bench/device-lib.sh
 F=/tmp/choose-30b.gguf
 ($S synth --preset qwen3-30b-a3b --type Q4_K --dense-type Q8_0 -o $F > $L/synth.log 2>&1; touch $L/synth.done) &
 cmake --build /tmp/strata -j12 --target test_cuda_engine > $L/build2.log 2>&1
@@ -28,14 +17,6 @@ cmake --build /tmp/strata -j12 --target test_cuda_engine > $L/build2.log 2>&1
     > $L/eng.log 2>&1
 echo "test_cuda_engine (mapped, hybrid, graphs, loans, rates) rc=$? at $(el) s"; grep -E "FAILED|PASSED" $L/eng.log | head
 while [ ! -f $L/synth.done ]; do sleep 2; done; echo "synth at $(el) s"
-sb() { echo "== $(env | grep '^STRATA_' | tr '\n' ' ')strata bench $*"; $S bench "$@" > $L/s.txt 2> $L/s.err
-  grep -E "^\| synth|^\| (pp|tg)|rror|^decode mode" $L/s.txt $L/s.err | head -12
-  cat $L/s.txt >> $L/strata-all.txt; echo "at $(el) s"; }
-lb() { while [ ! -f $L/llama.done ]; do sleep 3; done
-  if [ -x $LB ]; then echo "== llama-bench $* at $(el) s"
-    bash .peer/device.sh peak $LB -m $F -ngl 99 -lm none -fa 1 -t 16 -ub 4096 -b 4096 -r 1 "$@" > $L/l.txt 2>&1
-    grep -E "^\| |peak" $L/l.txt | grep -v -- "---"
-  else echo "(llama.cpp did not build: $(tail -3 $L/llama-build.log))"; fi; }
 U="-m $F -r 1 --chunk 4096 -p 16 -n 64 --vram-budget 12G"
 sb $U --routing uniform
 sb $U --routing uniform --cpu-share 0

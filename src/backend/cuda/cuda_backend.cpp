@@ -180,8 +180,29 @@ bool CudaBackend::device_memory(DeviceMemory &out) const {
     return true;
 }
 
-// Half of the first scratch chunk copied onto the other half, after a warm-up copy, five times on the compute stream
-// between passes (scratch holds nothing then); no allocation.
+// Milliseconds of `reps` copies of `bytes` on `st` (copy i from src[i % 2] to dst[i % 2]) after one warm-up copy,
+// between passes. Tables that lay in scratch are forgotten (the copies write the first scratch chunk).
+float CudaBackend::time_copies(cudaStream_t st, void *const dst[2], const void *const src[2], size_t bytes, int reps) {
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    STRATA_CUDA_CHECK(cudaEventCreate(&e0));
+    STRATA_CUDA_CHECK(cudaEventCreate(&e1));
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(dst[1], src[1], bytes, cudaMemcpyDefault, st));
+    STRATA_CUDA_CHECK(cudaEventRecord(e0, st));
+    for (int i = 0; i < reps; i++)
+        STRATA_CUDA_CHECK(cudaMemcpyAsync(dst[i % 2], src[i % 2], bytes, cudaMemcpyDefault, st));
+    STRATA_CUDA_CHECK(cudaEventRecord(e1, st));
+    STRATA_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0.0f;
+    STRATA_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    seq_pos_rows_ = -1, seq_pos_dev_ = nullptr;
+    tiles_key_.clear(), tiles_dev_ = nullptr;
+    return ms;
+}
+
+// Half of the first scratch chunk copied onto the other half and back, five times on the compute stream between
+// passes (scratch holds nothing then); no allocation.
 double CudaBackend::copy_rate_gbs() {
     if (copy_rate_gbs_ >= 0.0) return copy_rate_gbs_;
     copy_rate_gbs_ = 0.0;
@@ -189,30 +210,17 @@ double CudaBackend::copy_rate_gbs() {
     const size_t half = std::min<size_t>(chunks_[0].size / 2, size_t(256) << 20) & ~size_t(255);
     if (half < (size_t(16) << 20)) return 0.0;
     uint8_t *a = chunks_[0].ptr, *b = a + half;
-    cudaEvent_t e0 = nullptr, e1 = nullptr;
-    STRATA_CUDA_CHECK(cudaEventCreate(&e0));
-    STRATA_CUDA_CHECK(cudaEventCreate(&e1));
+    void *const dst[2] = {b, a};
+    const void *const src[2] = {a, b};
     const int reps = 5;
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(b, a, half, cudaMemcpyDeviceToDevice, stream_));
-    STRATA_CUDA_CHECK(cudaEventRecord(e0, stream_));
-    for (int i = 0; i < reps; i++)
-        STRATA_CUDA_CHECK(cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, half, cudaMemcpyDeviceToDevice, stream_));
-    STRATA_CUDA_CHECK(cudaEventRecord(e1, stream_));
-    STRATA_CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0.0f;
-    STRATA_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    if (ms > 0.0f) copy_rate_gbs_ = 2.0 * double(half) * reps / (double(ms) * 1e-3) / 1e9;
-    // Tables that lay in scratch are gone.
-    seq_pos_rows_ = -1, seq_pos_dev_ = nullptr;
-    tiles_key_.clear(), tiles_dev_ = nullptr;
+    const float ms = time_copies(stream_, dst, src, half, reps);
+    if (ms > 0.0f) copy_rate_gbs_ = 2.0 * double(half) * reps / (double(ms) * 1e-3) / 1e9;  // read plus written
     return copy_rate_gbs_;
 }
 
-// A pinned host buffer of up to 256 MiB (the size of copy_rate_gbs' halves) copied into the first scratch chunk, after
-// a warm-up copy, five times on the copy stream between passes; the host buffer is freed after (host memory, not
-// counted against the budget), so the device allocates nothing.
+// A pinned host buffer of up to 256 MiB (the size of copy_rate_gbs' halves) copied into the first scratch chunk five
+// times on the copy stream between passes; the host buffer is freed after (host memory, not counted against the
+// budget), so the device allocates nothing.
 double CudaBackend::upload_rate_gbs() {
     if (upload_rate_gbs_ >= 0.0) return upload_rate_gbs_;
     upload_rate_gbs_ = 0.0;
@@ -226,25 +234,12 @@ double CudaBackend::upload_rate_gbs() {
     }
     std::memset(host, 0, bytes);
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));  // scratch holds nothing of a pass any more
-    cudaEvent_t e0 = nullptr, e1 = nullptr;
-    STRATA_CUDA_CHECK(cudaEventCreate(&e0));
-    STRATA_CUDA_CHECK(cudaEventCreate(&e1));
+    void *const dst[2] = {chunks_[0].ptr, chunks_[0].ptr};
+    const void *const src[2] = {host, host};
     const int reps = 5;
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(chunks_[0].ptr, host, bytes, cudaMemcpyHostToDevice, copy_stream_));
-    STRATA_CUDA_CHECK(cudaEventRecord(e0, copy_stream_));
-    for (int i = 0; i < reps; i++)
-        STRATA_CUDA_CHECK(cudaMemcpyAsync(chunks_[0].ptr, host, bytes, cudaMemcpyHostToDevice, copy_stream_));
-    STRATA_CUDA_CHECK(cudaEventRecord(e1, copy_stream_));
-    STRATA_CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0.0f;
-    STRATA_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
+    const float ms = time_copies(copy_stream_, dst, src, bytes, reps);
     STRATA_CUDA_CHECK(cudaFreeHost(host));
     if (ms > 0.0f) upload_rate_gbs_ = double(bytes) * reps / (double(ms) * 1e-3) / 1e9;
-    // Tables that lay in scratch are gone.
-    seq_pos_rows_ = -1, seq_pos_dev_ = nullptr;
-    tiles_key_.clear(), tiles_dev_ = nullptr;
     return upload_rate_gbs_;
 }
 

@@ -144,6 +144,7 @@ class CudaBackend final : public Backend {
   private:
     // ---- device memory (counted against the budget) ----
     void *dev_alloc(size_t bytes, const char *what);
+    float time_copies(cudaStream_t st, void *const dst[2], const void *const src[2], size_t bytes, int reps);
     void dev_free(void *p);
 
     struct Chunk {
