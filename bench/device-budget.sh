@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # One device call of one file's figures at a 12 GiB budget and all resident, llama.cpp beside Strata (tenth round,
-# bench/RESULTS.md): the GPU tests of the mapped misses, loans and the bus rate first; then prefill with the experts'
-# host stratum pinned and mapped (`--host-mem mmap`, the stager, with its default 8 threads and with 15), prefill and
-# decode all resident, decode under `--routing uniform` with the defaults (the decode mode), the device alone and
-# split always (`STRATA_DECODE_CHOOSE=0`), and (the 30B) under zipf:1.0 with LRU and LFU, each with the decode mode
-# and split always.
+# bench/RESULTS.md): the GPU tests of the mapped misses, loans and the bus rate first, and the host's copy rate; then
+# prefill with the experts' host stratum pinned (also with `STRATA_PREFILL_SCHEDULE=predicted`) and mapped
+# (`--host-mem mmap`, the stager, with its default 8 threads and with 15), prefill and decode all resident, decode
+# under `--routing uniform` with the defaults (the decode mode), the device alone and split always
+# (`STRATA_DECODE_CHOOSE=0`), and (the 30B) under zipf:1.0 with LRU and LFU, each with the decode mode and split
+# always.
 # Here first: ../shared/peer/prepare.sh && scripts/device-debs.sh && cp ../shared/peer/device.sh .peer/. There
 # (carry .peer; start it in the background and poll until /tmp/budget/main.log says ALL_DONE, in the same call or
 # the next one right after; a machine still warm from the call before keeps both builds):
@@ -47,6 +48,7 @@ while [ ! -f $L/synth.done ]; do sleep 2; done; echo "synth at $(el) s"
 B="-m $F -r 1 --chunk $CHUNK"
 U="$B -p 16 -n $N --vram-budget 12G"
 sb $B -p $PP -n 1 --vram-budget 12G
+STRATA_PREFILL_SCHEDULE=predicted sb $B -p $PP -n 1 --vram-budget 12G
 sb $B -p $PP -n 1 --vram-budget 12G --host-mem mmap
 STRATA_CUDA_STAGER_THREADS=15 sb $B -p $PP -n 1 --vram-budget 12G --host-mem mmap
 sb $U --routing uniform

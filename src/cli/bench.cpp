@@ -407,6 +407,7 @@ json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string
             pf.picks ? json({{"picks", pf.picks}, {"predicted", pf.predicted}, {"prefetched", pf.prefetched}})
                      : json(nullptr);
         j["next_layer_streamed"] = pf.streamed_next;
+        j["next_layer_streamed_used"] = pf.streamed_next_used;
     }
     j["prefill_timing"] = timing_json(strata_stats.timing);
     j["decode_timing"] = timing_json(strata_stats.decode_timing);
@@ -552,9 +553,9 @@ Run add_bench(CLI::App &app) {
                 (unsigned long long)pf.prefetched);
         if (pf.streamed_next)
             std::printf(
-                "\nfull prefill schedule (STRATA_PREFILL_SCHEDULE): %llu experts filled ahead of their layer's "
-                "routing\n",
-                (unsigned long long)pf.streamed_next);
+                "\nfull or predicted prefill schedule (STRATA_PREFILL_SCHEDULE): %llu experts filled ahead of their "
+                "layer's routing, %llu of them then routed to\n",
+                (unsigned long long)pf.streamed_next, (unsigned long long)pf.streamed_next_used);
         print_cache_summary(results, backend, upload_gbs);
         if (upload_gbs > 0)
             std::printf("\npinned host-to-device copies: %.1f GB/s (measured after the runs)\n", upload_gbs);

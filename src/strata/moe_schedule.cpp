@@ -143,7 +143,8 @@ PrefillSchedule prefill_schedule_from_env() {
     if (!e || !*e || std::strcmp(e, "auto") == 0) return PrefillSchedule::Auto;
     if (std::strcmp(e, "routed") == 0 || std::strcmp(e, "0") == 0) return PrefillSchedule::Routed;
     if (std::strcmp(e, "full") == 0) return PrefillSchedule::Full;
-    fail("STRATA_PREFILL_SCHEDULE=%s: expected routed, full or auto", e);
+    if (std::strcmp(e, "predicted") == 0) return PrefillSchedule::Predicted;
+    fail("STRATA_PREFILL_SCHEDULE=%s: expected routed, full, auto or predicted", e);
 }
 
 // The passes the streamed schedule leaves alone unless its switch is set (decode-sized: up to 8 tokens of top-8).
@@ -235,13 +236,19 @@ void MoeSchedule::release_pins() {
     next_pinned_.clear();
     pinned_.clear();
     pred_layer_ = -1;
+    next_ahead_layer_ = pred_next_layer_ = -1;
+}
+
+int64_t MoeSchedule::next_moe_layer(int64_t il) const {
+    int64_t nl = il + 1;
+    while (nl < int64_t(routers_.size()) && !(routers_[size_t(nl)] && experts_[size_t(nl)].present())) nl++;
+    return nl < int64_t(routers_.size()) ? nl : -1;
 }
 
 void MoeSchedule::predict_next(int64_t il, Act x, const MoeParams &p) {
     const int64_t T = x.rows, k = p.n_expert_used;
-    int64_t nl = il + 1;
-    while (nl < int64_t(routers_.size()) && !(routers_[size_t(nl)] && experts_[size_t(nl)].present())) nl++;
-    if (nl >= int64_t(routers_.size()) || T > k_prefetch_max_tokens) return;
+    const int64_t nl = next_moe_layer(il);
+    if (nl < 0 || T > k_prefetch_max_tokens) return;
     Region r(be_, "prefetch");
     const Backend::ScratchMark mark = be_.scratch_mark();
     Act logits = be_.alloc(T, p.n_expert);
@@ -295,14 +302,23 @@ void MoeSchedule::stream_next(int64_t il, int64_t T, int64_t k, double share) {
     const int64_t n_next = experts_[size_t(nl)].gate->ne[2];
     // auto: full where this layer's routing reached at least 90% of its experts (the next is taken to be alike)
     if (schedule_ == PrefillSchedule::Auto && share < 0.9) return;
+    const bool predicted = schedule_ == PrefillSchedule::Predicted;
+    if (predicted && pred_next_layer_ != nl) return;
+    std::vector<int32_t> tokens;  // predicted: the next layer's tokens per expert
+    if (predicted) {
+        tokens.assign(size_t(n_next), 0);
+        for (int32_t e : pred_next_ids_) tokens[size_t(e)]++;
+    }
     const int64_t n = std::min<int64_t>(ring_ >= 0 ? ring_ : slots_->n_slots() / 4, slots_->n_slots() - 1);
     std::vector<int32_t> want;
     for (int32_t e = 0; e < n_next && int64_t(want.size()) < n; e++)
-        if (slots_->slot_of(nl, e) < 0) want.push_back(e);
+        if (slots_->slot_of(nl, e) < 0 && (!predicted || tokens[size_t(e)] > 0)) want.push_back(e);
     if (want.empty()) return;
     Region r(be_, "stream_next");
     const bool scan = scan_evict_ && 2.0 * share >= 1.0;
     prefetch_.streamed_next += fill_ahead_pinned(nl, want, next_pinned_, scan);
+    next_ahead_ = std::move(want);
+    next_ahead_layer_ = nl;
 }
 
 bool MoeSchedule::streamed_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &used,
@@ -552,12 +568,42 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
             last_layer_ = il;
             be_.route_draws(logits, p, draws_of(override_), il, new_pass, ids_be, wts);
         }
+        // The predicted schedule: the next MoE layer's router on this layer's input (the logits buffer is done
+        // with), its top-k read back right after this layer's routing (the first download waits for both).
+        const int64_t pred_layer = schedule_ == PrefillSchedule::Predicted && slots_ && !slots_->all_resident() &&
+                                           !on_device && !override_.active() &&
+                                           (stream_ahead_set_ || T * k > k_decode_max_pairs) && stream_ahead_ > 0
+                                       ? next_moe_layer(il)
+                                       : -1;
+        pred_next_layer_ = -1;
+        const Backend::ScratchMark pred_mark = be_.scratch_mark();
+        int32_t *pred_be = nullptr;
+        if (pred_layer >= 0) {
+            Region rp(be_, "route_next");
+            pred_be = be_.alloc_i32(T * k);
+            float *pred_wts = be_.alloc(1, T * k).data;
+            be_.matmul(*routers_[size_t(pred_layer)], x, logits);
+            be_.route_topk(logits, p, pred_be, pred_wts);
+        }
         if (!on_device || observer_) {
             if (hybrid && decode)
                 be_.download_many({{x, host_x_.data()}}, ids_be, T * k, ids.data());
             else
                 be_.download_i32(ids_be, T * k, ids.data());
         }
+        if (pred_layer >= 0) {
+            pred_next_ids_.resize(size_t(T * k));
+            be_.download_i32(pred_be, T * k, pred_next_ids_.data());
+            pred_next_layer_ = pred_layer;
+        }
+        be_.scratch_release(pred_mark);
+        // How many of the experts filled ahead for this layer its routing reached.
+        if (next_ahead_layer_ == il && !(on_device && !observer_)) {
+            std::vector<char> routed(size_t(n_exp), 0);
+            for (int32_t e : ids) routed[size_t(e)] = 1;
+            for (int32_t e : next_ahead_) prefetch_.streamed_next_used += routed[size_t(e)];
+        }
+        if (next_ahead_layer_ == il) next_ahead_layer_ = -1;
     }
     if (prefetch_on_) {
         if (on_device && !observer_) be_.download_i32(ids_be, T * k, ids.data());

@@ -33,6 +33,9 @@
 //     default a quarter of the slots), and pinned until that layer has routed, so the copy stream works through the
 //     layer's end and the next mixer instead of waiting for the next routing. An expert filled so and then not
 //     routed to costs its copy, nothing else;
+//   - predicted (opt-in until measured on the GPU): as full, but only the experts the next MoE layer's router,
+//     applied to this layer's input, gives a token (its top-k, computed and read back with this layer's routing):
+//     for chunks whose routing reaches only part of the experts, where full moves experts no token needs;
 //   - auto: full where the layer's routing reached at least 90% of its experts (the next layer is taken to be
 //     alike), routed otherwise. Measured on the H200 at 12 GiB: full is 1.15-1.18x on Next-80B's 4096- and
 //     8192-token chunks (every expert routed, 6% of them cached), and 0.63-0.91x on the 30B-A3B's 512- and
@@ -118,10 +121,12 @@ class RoutingObserver {
 struct PrefetchStats {
     uint64_t picks = 0, predicted = 0, prefetched = 0;
     uint64_t streamed_next = 0;  // experts filled ahead of their layer's routing by the full schedule (prefill)
+    uint64_t streamed_next_used = 0;  // of those, the ones their layer's routing then reached
 };
 
-enum class PrefillSchedule { Routed, Full, Auto };
-// STRATA_PREFILL_SCHEDULE: "routed", "full" or "auto" (unset: auto; throws strata::Error naming the choices).
+enum class PrefillSchedule { Routed, Full, Auto, Predicted };
+// STRATA_PREFILL_SCHEDULE: "routed", "full", "auto" or "predicted" (unset: auto; throws strata::Error naming the
+// choices).
 PrefillSchedule prefill_schedule_from_env();
 
 class MoeSchedule final : public ExpertRunner {
@@ -219,6 +224,11 @@ class MoeSchedule final : public ExpertRunner {
     PrefillSchedule schedule_;             // STRATA_PREFILL_SCHEDULE
     int64_t ring_;                         // STRATA_PREFILL_RING: next-layer experts filled ahead (-1: default)
     std::vector<int32_t> next_pinned_;     // slots filled ahead for the next layer, pinned until it routes
+    std::vector<int32_t> next_ahead_;      // the experts filled so (for streamed_next_used)
+    int64_t next_ahead_layer_ = -1;        // their layer
+    std::vector<int32_t> pred_next_ids_;   // the predicted schedule: the next MoE layer's top-k for this pass
+    int64_t pred_next_layer_ = -1;         // that layer (-1: no prediction)
+    int64_t next_moe_layer(int64_t il) const;  // the next layer with routed experts and a router (-1: none)
     PrefetchStats prefetch_;
     PassTiming timing_, decode_timing_;
     bool decode_overlap_;    // STRATA_DECODE_OVERLAP

@@ -384,15 +384,16 @@ TEST_P(MoeScheduleSlots, PrefetchChangesNoBit) {
 
 // The full schedule (STRATA_PREFILL_SCHEDULE=full): the next layer's missing experts filled ahead and pinned until
 // it routes change no bit, for every lookahead, ring and slot count; every fill is still a miss, and some are made
-// ahead for the next layer; routed makes none (auto: whichever its estimate picks for these chunks).
+// ahead for the next layer, some of which it then routes to; the same for predicted (only the experts the next
+// router's top-k on this layer's input names); routed makes none (auto: whichever its rule picks for these chunks).
 TEST_P(MoeScheduleSlots, FullScheduleChangesNoBit) {
     const std::string path = model_path(GetParam());
     auto in_place = make_cpu_engine(path, config(0));
     const std::vector<float> ref = run(*in_place);
     const int64_t n_expert = in_place->hparams().n_expert, k = in_place->hparams().n_expert_used;
-    for (const char *schedule : {"full", "routed", "auto"}) {
+    for (const char *schedule : {"full", "routed", "auto", "predicted"}) {
         ::setenv("STRATA_PREFILL_SCHEDULE", schedule, 1);
-        uint64_t streamed_next = 0;
+        uint64_t streamed_next = 0, used = 0;
         for (const char *ring : {"", "1", "1000"}) {
             if (*ring) ::setenv("STRATA_PREFILL_RING", ring, 1);
             for (const char *ahead : {"1", "4", "64"}) {
@@ -405,12 +406,15 @@ TEST_P(MoeScheduleSlots, FullScheduleChangesNoBit) {
                     EXPECT_EQ(r.filled, r.stats.expert_cache_misses)
                         << schedule << ", ring " << ring << ", ahead " << ahead << ", " << slots << " slots";
                     streamed_next += r.stats.prefetch.streamed_next;
+                    used += r.stats.prefetch.streamed_next_used;
+                    EXPECT_LE(r.stats.prefetch.streamed_next_used, r.stats.prefetch.streamed_next);
                 }
             }
             ::unsetenv("STRATA_PREFILL_RING");
         }
-        if (std::strcmp(schedule, "full") == 0) {
-            EXPECT_GT(streamed_next, 0u);
+        if (std::strcmp(schedule, "full") == 0 || std::strcmp(schedule, "predicted") == 0) {
+            EXPECT_GT(streamed_next, 0u) << schedule;
+            EXPECT_GT(used, 0u) << schedule;
         } else if (std::strcmp(schedule, "routed") == 0) {
             EXPECT_EQ(streamed_next, 0u);
         }
@@ -779,7 +783,7 @@ TEST(MoeSchedule, UnknownPrefillScheduleIsRefused) {
         ADD_FAILURE() << "no error";
     } catch (const Error &e) {
         EXPECT_NE(std::string(e.what()).find("STRATA_PREFILL_SCHEDULE=sideways"), std::string::npos) << e.what();
-        EXPECT_NE(std::string(e.what()).find("routed, full or auto"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("routed, full, auto or predicted"), std::string::npos) << e.what();
     }
     ::unsetenv("STRATA_PREFILL_SCHEDULE");
 }

@@ -814,7 +814,7 @@ TEST(CudaEngineLoan, PromptLoansChangeNoBitAndAllocateNothing) {
     const std::vector<float> ref = run(*all);
     for (const char *loan : {"1", "0", "unsized"})
         for (const char *refill : {"before", "last"})
-            for (const char *schedule : {"routed", "full"}) {
+            for (const char *schedule : {"routed", "full", "predicted"}) {
                 if (loan[0] != '1' && std::strcmp(refill, "last") == 0) continue;
                 const bool sized = std::strcmp(loan, "unsized") != 0;
                 ::setenv("STRATA_PROMPT_LOAN", sized ? loan : "1", 1);
