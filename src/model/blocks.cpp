@@ -112,7 +112,7 @@ void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *toke
              const std::vector<int64_t> &out_rows, float *logits, const Tracer *tracer) {
     ForwardCtx c{m, be, moe, batch, tracer};
     const PassIo io{tokens, &out_rows, logits};
-    moe.start_pass(batch.n_tokens);
+    moe.start_pass(batch.n_tokens, tracer != nullptr);
     const bool traced = tracer != nullptr || moe.reads_back();
     if (!traced && be.replay_pass(batch, io)) return;
     be.reset_scratch();

@@ -26,8 +26,8 @@ class ExpertRunner {
   public:
     virtual ~ExpertRunner() = default;
     virtual void run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out) = 0;
-    // A pass of n_tokens starts (before reads_back is asked for it).
-    virtual void start_pass(int64_t n_tokens) { (void)n_tokens; }
+    // A pass of n_tokens starts (before reads_back is asked for it); traced: a tracer reads its intermediates.
+    virtual void start_pass(int64_t n_tokens, bool traced) { (void)n_tokens, (void)traced; }
     // Whether run() reads intermediate results back at once in this pass (a routing observer): the pass cannot be
     // deferred.
     virtual bool reads_back() const { return false; }

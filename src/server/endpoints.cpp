@@ -469,10 +469,11 @@ Answer Endpoints::metrics(const HttpStats &http) const {
            "Expert-cache misses the device's kernels read in place from the pinned host copy (in the misses above).",
            double(s.backend.mapped_misses));
     metric("strata_decode_passes_alone_total", "counter",
-           "Decoding passes the device ran alone, its misses read in place, where it could also split with the CPU.",
+           "Passes of up to 16 tokens (decoding steps, short prompt tails) the device ran alone, its misses read in "
+           "place, where it could also split with the CPU.",
            double(s.backend.decode_modes.alone));
     metric("strata_decode_passes_split_total", "counter",
-           "Decoding passes split with the CPU where the device could also run them alone.",
+           "Passes of up to 16 tokens split with the CPU where the device could also run them alone.",
            double(s.backend.decode_modes.split));
     metric("strata_expert_misses_on_host_total", "counter",
            "Expert-cache misses decoding computed on the CPU instead of streaming them (not in the misses above).",

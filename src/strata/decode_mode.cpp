@@ -32,15 +32,16 @@ DecodeMode DecodeModeChooser::next(int64_t n, double t_us) {
     if (last_n_ == n && last_sampled_ && dt >= 0.0 && dt < k_gap_us) z.s[int(last_mode_)].add(dt);
     const DecodeMode before = z.mode;
     auto best = [&] {
-        return z.s[int(DecodeMode::Alone)].median() < z.s[int(DecodeMode::Split)].median() ? DecodeMode::Alone
-                                                                                           : DecodeMode::Split;
+        const Samples &a = z.s[int(DecodeMode::Alone)], &sp = z.s[int(DecodeMode::Split)];
+        if (a.n == 0 || sp.n == 0) return a.n > 0 ? DecodeMode::Alone : DecodeMode::Split;
+        return a.median() < sp.median() ? DecodeMode::Alone : DecodeMode::Split;
     };
     const bool first = !z.started;
     if (first) {
         z.started = true;
         z.mode = DecodeMode::Split;
     } else if (z.exploring) {
-        if (z.s[0].n >= k_min_samples && z.s[1].n >= k_min_samples) {
+        if ((z.s[0].n >= k_min_samples && z.s[1].n >= k_min_samples) || z.passes >= k_explore_max) {
             z.exploring = false;
             z.mode = best();
             z.since_probe = 0;
@@ -65,6 +66,7 @@ DecodeMode DecodeModeChooser::next(int64_t n, double t_us) {
         stats_.switches++;
     }
     z.run++;
+    z.passes++;
     (z.mode == DecodeMode::Alone ? stats_.alone : stats_.split)++;
     last_n_ = n;
     last_t_ = t_us;

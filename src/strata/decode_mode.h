@@ -12,9 +12,11 @@
 // of a pass is the host's time from its start to the next pass's start, taken only where the next pass has the same
 // size and starts within k_gap_us (a server idle between requests gives no sample). A run is k_run passes in one
 // mode; the first pass of a run after a switch is not sampled (a graph is recorded, a cache settles). Exploring,
-// runs alternate from Split until each mode has k_min_samples samples; then every pass takes the mode whose recent
-// samples (the last k_window) have the lower median, and after k_probe_every passes the other mode runs one run
-// (a probe) so that a change (the cache filling, other load on the host) is seen.
+// runs alternate from Split until each mode has k_min_samples samples, or for k_explore_max passes of the size at
+// most (sizes that interleave give few samples); then every pass takes the mode whose recent samples (the last
+// k_window) have the lower median (a mode without samples loses to one with; neither: Split), and after
+// k_probe_every passes the other mode runs one run (a probe) so that a change (the cache filling, other load on
+// the host) is seen.
 #pragma once
 
 #include <array>
@@ -34,7 +36,7 @@ class DecodeModeChooser {
   public:
     static constexpr int64_t k_max_tokens = 16;
     static constexpr int k_run = 4, k_min_samples = 6, k_window = 8;
-    static constexpr int64_t k_probe_every = 64;
+    static constexpr int64_t k_probe_every = 64, k_explore_max = 64;
     static constexpr double k_gap_us = 1e6;
 
     // The mode of a pass of n_tokens (1..k_max_tokens) that starts at t_us (a steady clock); what passed since the
@@ -59,6 +61,7 @@ class DecodeModeChooser {
         int run = 0;  // passes of the current run so far
         bool exploring = true;
         int64_t since_probe = 0;  // passes since the last probe ended
+        int64_t passes = 0;       // of this size so far
         bool probing = false;
         bool started = false;
     };

@@ -191,11 +191,12 @@ MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::v
 constexpr int64_t k_hybrid_max_tokens = 16;
 static_assert(k_hybrid_max_tokens <= DecodeModeChooser::k_max_tokens);
 
-// The device alone is a choice where some layer of the pass maps its misses and routes on the device.
-void MoeSchedule::start_pass(int64_t T) {
+// The device alone is a choice where some layer of the pass maps its misses and routes on the device; a traced pass
+// (its intermediates read back) splits as before and gives no sample.
+void MoeSchedule::start_pass(int64_t T, bool traced) {
     split_pass_ = true;
     bool alone = false;
-    if (hybrid_ && choose_ && T >= 1 && T <= k_hybrid_max_tokens)
+    if (hybrid_ && choose_ && !traced && T >= 1 && T <= k_hybrid_max_tokens)
         for (const ExpertWeights &w : experts_)
             if (w.present() && be_.maps_host_experts(w) && be_.device_routing_applies(w, T)) {
                 alone = true;
@@ -582,6 +583,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
             Region rp(be_, "route_next");
             pred_be = be_.alloc_i32(T * k);
             float *pred_wts = be_.alloc(1, T * k).data;
+            STRATA_ASSERT(routers_[size_t(pred_layer)]->ne[1] == n_exp);  // its logits go where this layer's were
             be_.matmul(*routers_[size_t(pred_layer)], x, logits);
             be_.route_topk(logits, p, pred_be, pred_wts);
         }

@@ -158,7 +158,7 @@ class MoeSchedule final : public ExpertRunner {
         be_.reset_draws();
     }
     // Chooses this pass's decode mode (decode_mode.h) where both apply.
-    void start_pass(int64_t n_tokens) override;
+    void start_pass(int64_t n_tokens, bool traced) override;
     bool reads_back() const override {
         return observer_ != nullptr || (override_.active() && !be_.draws_on_device()) || prefetch_on_ ||
                (hybrid_ != nullptr && split_pass_);  // the split reads the routing back in decode-sized passes

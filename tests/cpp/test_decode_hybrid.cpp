@@ -150,3 +150,18 @@ TEST(DecodeModeChooser, MedianShrugsOffAnOutlier) {
     t += 900000.0;
     EXPECT_EQ(drive(c, 10, 10000.0, 12000.0, t), std::string(10, 'A'));
 }
+
+TEST(DecodeModeChooser, ExplorationEndsWhereSamplesDoNotCome) {
+    // passes of one size interleaved with prompts (no sample ever): after k_explore_max passes the split, as
+    // before the chooser, instead of alternating for ever
+    DecodeModeChooser c;
+    double t = 0.0;
+    std::string modes;
+    for (int i = 0; i < 100; i++) {
+        modes += c.next(1, t += 10000.0) == DecodeMode::Alone ? 'A' : 'S';
+        c.other_pass();
+    }
+    EXPECT_EQ(c.median_us(1, DecodeMode::Alone) + c.median_us(1, DecodeMode::Split), 0.0);
+    EXPECT_NE(modes.substr(0, 64).find('A'), std::string::npos) << modes;  // explored
+    EXPECT_EQ(modes.substr(64, 36), std::string(36, 'S')) << modes;
+}
