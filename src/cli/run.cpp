@@ -45,6 +45,10 @@ std::string decode_cache_note(const ExpertCacheStats &a, const ExpertCacheStats 
     const uint64_t mapped = b.mapped_misses - a.mapped_misses;
     if (mapped > 0 && copied + host > 0)
         out += strfmt(", %.1f%% read in place", 100.0 * double(mapped) / double(copied + host));
+    const uint64_t alone = b.decode_modes.alone - a.decode_modes.alone,
+                   split = b.decode_modes.split - a.decode_modes.split;
+    if (alone + split > 0)  // the decode mode (strata/decode_mode.h)
+        out += strfmt(", passes %llu alone / %llu split", (unsigned long long)alone, (unsigned long long)split);
     if (seconds > 0) out += strfmt(", %.1f GB/s streamed", double(b.bytes_streamed - a.bytes_streamed) / seconds / 1e9);
     return out;
 }
