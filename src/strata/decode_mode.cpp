@@ -53,12 +53,16 @@ DecodeMode DecodeModeChooser::next(int64_t n, double t_us) {
             z.probing = false;
             z.mode = best();
             z.since_probe = 0;
+            z.probe_every = z.mode == z.held ? std::min(2 * z.probe_every, k_probe_max) : k_probe_every;
         }
-    } else if (++z.since_probe >= k_probe_every) {
+    } else if (++z.since_probe >= z.probe_every) {
         z.probing = true;
-        z.mode = other(best());
+        z.held = best();
+        z.mode = other(z.held);
+        z.s[int(z.mode)] = Samples{};  // judged on what it measures now
     } else {
         z.mode = best();
+        if (z.mode != before) z.probe_every = k_probe_every;
     }
     const bool switched = z.mode != before;
     if (switched) {

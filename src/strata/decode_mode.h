@@ -16,7 +16,9 @@
 // most (sizes that interleave give few samples); then every pass takes the mode whose recent samples (the last
 // k_window) have the lower median (a mode without samples loses to one with; neither: Split), and after
 // k_probe_every passes the other mode runs one run (a probe) so that a change (the cache filling, other load on
-// the host) is seen.
+// the host) is seen. A probe's mode starts it with no samples, so it is judged on what it measures then; each probe
+// that leaves the choice as it was doubles the interval to the next (up to k_probe_max passes), a change of mode
+// sets it back to k_probe_every.
 #pragma once
 
 #include <array>
@@ -36,7 +38,7 @@ class DecodeModeChooser {
   public:
     static constexpr int64_t k_max_tokens = 16;
     static constexpr int k_run = 4, k_min_samples = 6, k_window = 8;
-    static constexpr int64_t k_probe_every = 64, k_explore_max = 64;
+    static constexpr int64_t k_probe_every = 64, k_probe_max = 1024, k_explore_max = 64;
     static constexpr double k_gap_us = 1e6;
 
     // The mode of a pass of n_tokens (1..k_max_tokens) that starts at t_us (a steady clock); what passed since the
@@ -61,7 +63,9 @@ class DecodeModeChooser {
         int run = 0;  // passes of the current run so far
         bool exploring = true;
         int64_t since_probe = 0;  // passes since the last probe ended
-        int64_t passes = 0;       // of this size so far
+        int64_t probe_every = k_probe_every;
+        DecodeMode held = DecodeMode::Split;  // the mode a probe interrupted
+        int64_t passes = 0;                   // of this size so far
         bool probing = false;
         bool started = false;
     };
