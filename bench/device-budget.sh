@@ -5,7 +5,8 @@
 # (`--host-mem mmap`, the stager, with its default 8 threads and with 15), prefill and decode all resident, decode
 # under `--routing uniform` with the defaults (the decode mode), the device alone and split always
 # (`STRATA_DECODE_CHOOSE=0`), and (the 30B) under zipf:1.0 with LRU and LFU, each with the decode mode and split
-# always.
+# always; the host's expert mat-vec in its AVX2 and AVX-512 forms (bench_host_experts, and decode under uniform
+# routing with `STRATA_CPU_ISA=avx2`).
 # Here first: ../shared/peer/prepare.sh && scripts/device-debs.sh && cp ../shared/peer/device.sh .peer/. There
 # (carry .peer; start it in the background and poll until /tmp/budget/main.log says ALL_DONE, in the same call or
 # the next one right after; a machine still warm from the call before keeps both builds):
@@ -27,13 +28,18 @@ if [ ! -f $F ]; then ($S synth --preset $PRESET --type Q4_K --dense-type Q8_0 -o
   touch $L/synth.done) &
 else touch $L/synth.done; fi
 if [ ! -f $L/tests.done ]; then
-  cmake --build /tmp/strata -j12 --target test_cuda_engine test_cuda_ops > $L/build2.log 2>&1
-  /tmp/strata/bin/test_cuda_ops --gtest_brief=1 --gtest_filter='*Router*:*Upload*' > $L/ops.log 2>&1
-  echo "test_cuda_ops (router, upload) rc=$? at $(el) s"; grep -E "FAILED|PASSED" $L/ops.log | head
+  cmake --build /tmp/strata -j12 --target test_cuda_engine test_cuda_ops bench_host_experts > $L/build2.log 2>&1
+  /tmp/strata/bin/test_cuda_ops --gtest_brief=1 --gtest_filter='*Router*:*Upload*:*MmvqHost*' > $L/ops.log 2>&1
+  echo "test_cuda_ops (router, upload, host mat-vec) rc=$? at $(el) s"; grep -E "FAILED|PASSED" $L/ops.log | head
   /tmp/strata/bin/test_cuda_engine --gtest_brief=1 --gtest_filter='*Mapped*:*Hybrid*:*Graphs*:*RouteOverride*:*Loan*:*CopyRate*:*Schedules*' \
       > $L/eng.log 2>&1
   echo "test_cuda_engine (mapped, hybrid, graphs, override, loans, rates, schedules) rc=$? at $(el) s"
   grep -E "FAILED|PASSED" $L/eng.log | head; touch $L/tests.done
+  for isa in avx2 avx512; do for shape in "--ff 768 --jobs 2" "--ff 512 --jobs 4"; do
+    echo "== STRATA_CPU_ISA=$isa bench_host_experts $shape"
+    STRATA_CPU_ISA=$isa /tmp/strata/bin/bench_host_experts --threads 1,8,15 --calls 400 --dim 2048 $shape 2>&1 |
+      grep -vE "^[0-9]+ calls"
+  done; done
 fi
 # the host's copy rate (the stager's work is such copies), on 1 and on all threads
 python3 -c "
@@ -54,6 +60,7 @@ STRATA_CUDA_STAGER_THREADS=15 sb $B -p $PP -n 1 --vram-budget 12G --host-mem mma
 sb $U --routing uniform
 sb $U --routing uniform --cpu-share 0
 STRATA_DECODE_CHOOSE=0 sb $U --routing uniform
+STRATA_CPU_ISA=avx2 sb $U --routing uniform
 sb $B -p $RPP -n $((2 * N))
 if [ $ZIPF = 1 ]; then
   sb $U --routing zipf:1.0

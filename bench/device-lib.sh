@@ -17,7 +17,7 @@ CM="-DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_CUDA_ARCHS=90 -DCMAKE_P
 cmake -S . -B /tmp/strata $CM > $L/cfg.log 2>&1 && cmake --build /tmp/strata -j12 --target strata > $L/build.log 2>&1
 echo "strata build rc=$? at $(el) s"; grep -E "error" $L/build.log | head -5
 sb() { echo "== $(env | grep '^STRATA_' | tr '\n' ' ')strata bench $*"; $S bench "$@" > $L/s.txt 2> $L/s.err
-  grep -E "^\| synth|^\| (pp|tg)|rror|pinned host-to|^decode (reads|mode)|^full or predicted|device memory" $L/s.txt $L/s.err | head -16
+  grep -E "^\| synth|^\| (pp|tg)|rror|pinned host-to|^decode (reads|mode)|^full or predicted|^host-computed|device memory" $L/s.txt $L/s.err | head -16
   cat $L/s.txt >> $L/strata-all.txt; echo "at $(el) s"; }
 lb() { while [ ! -f $L/llama.done ]; do sleep 3; done
   if [ -x $LB ]; then echo "== llama-bench $* at $(el) s"

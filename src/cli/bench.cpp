@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "backend/host/mmvq_host.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/usage.h"
@@ -577,6 +578,16 @@ Run add_bench(CLI::App &app) {
                 "in place), %llu split with the host (misses copied in), %llu switches, since start\n",
                 (unsigned long long)st.decode_modes.alone, (unsigned long long)st.decode_modes.split,
                 (unsigned long long)st.decode_modes.switches);
+        if (st.hybrid.host_experts) {
+            const MmvqHostTiming ht = mmvq_host_timing();
+            std::printf(
+                "\nhost-computed misses: %llu, at %.1f GB/s of expert bytes while computing; mat-vec form %s "
+                "(256 Q4_K rows of 2048: AVX2 %.1f us, AVX-512 %s)\n",
+                (unsigned long long)st.hybrid.host_experts,
+                st.hybrid.host_ms > 0 ? double(st.hybrid.host_bytes) / st.hybrid.host_ms / 1e6 : 0.0,
+                cpu_isa_name(mmvq_host_form()), ht.avx2_us,
+                ht.avx512_us > 0 ? strfmt("%.1f us", ht.avx512_us).c_str() : "not run here");
+        }
         if (const uint64_t n = eng->backend().scratch_overflows())
             std::printf("\nscratch outgrew the plan %llu times (each an allocation during a pass)\n",
                         (unsigned long long)n);

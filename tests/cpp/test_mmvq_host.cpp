@@ -4,7 +4,9 @@
 // rounding. That the GPU gives the same bits is tested on the device (tests/cuda/test_cuda_ops.cpp, MmvqHost).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -91,34 +93,42 @@ TEST(MmvqHost, DotsOfEveryTypeAreTheExactDotWithinRounding) {
     }
 }
 
-// The eight-rows-at-a-time AVX2 form gives the row-by-row form's bits, for every type, row counts that are not a
-// multiple of eight, ranges that start inside a matrix, and large scales.
+// The vectorized forms (eight rows at a time with AVX2, sixteen with AVX-512 and VNNI) give the row-by-row form's
+// bits, for every type, row counts that are not a multiple of eight or sixteen, ranges that start inside a matrix,
+// large scales, and weights of -128 (Q8_0 rows can hold them: their magnitude is 128 unsigned).
 TEST(MmvqHost, VectorizedRowsAreTheRowByRowBits) {
-    if (!mmvq_host_vectorized()) GTEST_SKIP() << "this CPU (or STRATA_CPU_ISA) runs no AVX2";
-    for (DType t : {DType::Q8_0, DType::Q4_0, DType::MXFP4, DType::IQ4_XS, DType::Q4_K, DType::Q5_K, DType::Q6_K,
-                    DType::IQ2_XXS, DType::IQ1_M})
-        for (int64_t k : {256, 768, 2048, 2304})
-            for (float wscale : {0.05f, 300.0f}) {
-                const int64_t rows = 21;
-                const size_t rb = row_bytes(t, k);
-                const std::vector<float> wf = normals(size_t(rows * k), uint32_t(k) + 3, wscale);
-                std::vector<uint8_t> w(rb * size_t(rows));
-                for (int64_t r = 0; r < rows; r++) quantize_row(t, wf.data() + r * k, w.data() + size_t(r) * rb, k);
-                const HostMatrix m{t, w.data(), rb, k, rows};
-                const std::vector<float> x = normals(size_t(k), uint32_t(k) + 5, wscale);
-                std::vector<int8_t> q(static_cast<size_t>(k));
-                std::vector<ActScale> ds(size_t(k / 32));
-                quantize_act_gpu(dot_act_type(t), x.data(), k, q.data(), ds.data());
-                for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, rows}, {3, 17}, {5, 6}}) {
-                    std::vector<float> a(size_t(r1 - r0)), b(size_t(r1 - r0));
-                    mmvq_host_rows(m, r0, r1, q.data(), ds.data(), a.data(), true);
-                    mmvq_host_rows(m, r0, r1, q.data(), ds.data(), b.data(), false);
-                    for (int64_t r = 0; r < r1 - r0; r++)
-                        ASSERT_EQ(std::memcmp(&a[size_t(r)], &b[size_t(r)], 4), 0)
-                            << dtype_name(t) << " k " << k << " scale " << wscale << " row " << r0 + r << ": "
-                            << a[size_t(r)] << " vs " << b[size_t(r)];
+    std::vector<CpuIsa> forms;
+    for (CpuIsa isa : {CpuIsa::avx2, CpuIsa::avx512})
+        if (cpu_isa_hardware() >= isa) forms.push_back(isa);
+    if (forms.empty()) GTEST_SKIP() << "this CPU runs no AVX2";
+    if (cpu_isa_hardware() < CpuIsa::avx512) std::printf("(no AVX-512 VNNI here: the AVX2 form only)\n");
+    for (CpuIsa isa : forms)
+        for (DType t : {DType::Q8_0, DType::Q4_0, DType::MXFP4, DType::IQ4_XS, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                        DType::IQ2_XXS, DType::IQ1_M})
+            for (int64_t k : {256, 768, 2048, 2304})
+                for (float wscale : {0.05f, 300.0f}) {
+                    const int64_t rows = 41;
+                    const size_t rb = row_bytes(t, k);
+                    const std::vector<float> wf = normals(size_t(rows * k), uint32_t(k) + 3, wscale);
+                    std::vector<uint8_t> w(rb * size_t(rows));
+                    for (int64_t r = 0; r < rows; r++) quantize_row(t, wf.data() + r * k, w.data() + size_t(r) * rb, k);
+                    if (t == DType::Q8_0)  // a run of -128 weights in a few rows
+                        for (int64_t r = 0; r < rows; r += 5) std::memset(w.data() + size_t(r) * rb + 2, 0x80, 20);
+                    const HostMatrix m{t, w.data(), rb, k, rows};
+                    const std::vector<float> x = normals(size_t(k), uint32_t(k) + 5, wscale);
+                    std::vector<int8_t> q(static_cast<size_t>(k));
+                    std::vector<ActScale> ds(size_t(k / 32));
+                    quantize_act_gpu(dot_act_type(t), x.data(), k, q.data(), ds.data());
+                    for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, rows}, {3, 17}, {5, 6}, {7, 39}}) {
+                        std::vector<float> a(size_t(r1 - r0)), b(size_t(r1 - r0));
+                        mmvq_host_rows(m, r0, r1, q.data(), ds.data(), a.data(), isa);
+                        mmvq_host_rows(m, r0, r1, q.data(), ds.data(), b.data(), CpuIsa::scalar);
+                        for (int64_t r = 0; r < r1 - r0; r++)
+                            ASSERT_EQ(std::memcmp(&a[size_t(r)], &b[size_t(r)], 4), 0)
+                                << cpu_isa_name(isa) << " " << dtype_name(t) << " k " << k << " scale " << wscale
+                                << " row " << r0 + r << ": " << a[size_t(r)] << " vs " << b[size_t(r)];
+                    }
                 }
-            }
 }
 
 // exact_math.h's e^x (the one the GPU's silu uses, so that the host can reproduce an expert's down-matrix input):
@@ -218,4 +228,23 @@ TEST(MmvqHost, ExpertFfnIsTheFloatFfnWithinActivationRounding) {
 TEST(MmvqHost, RefusesOtherTypes) {
     EXPECT_FALSE(mmvq_host_supported(DType::F32));
     EXPECT_FALSE(mmvq_host_supported(DType::Q3_K));
+}
+
+// The default form is a vectorized one wherever the CPU runs AVX2, never above what the CPU runs and STRATA_CPU_ISA
+// allows, and the AVX-512 form only where it was timed faster.
+TEST(MmvqHost, DefaultFormIsTheFasterOneTimed) {
+    const CpuIsa form = mmvq_host_form();
+    const MmvqHostTiming t = mmvq_host_timing();
+    const CpuIsa top = std::min(cpu_isa_hardware(), cpu_isa_requested().value_or(CpuIsa::avx512));
+    EXPECT_LE(int(form), int(top));
+    if (top < CpuIsa::avx2) {
+        EXPECT_EQ(form, CpuIsa::scalar);
+        return;
+    }
+    EXPECT_GT(t.avx2_us, 0.0);
+    if (top >= CpuIsa::avx512) {
+        EXPECT_GT(t.avx512_us, 0.0);
+    }
+    EXPECT_EQ(form == CpuIsa::avx512, t.avx512_us > 0 && t.avx512_us < t.avx2_us);
+    std::printf("(form %s: AVX2 %.1f us, AVX-512 %.1f us)\n", cpu_isa_name(form), t.avx2_us, t.avx512_us);
 }

@@ -139,6 +139,11 @@ int main(int argc, char **argv) {
             "turn, %s %d us between calls\n",
             calls, n_jobs, (long long)rows, dtype_name(gu), dtype_name(dn.value_or(gu)), (long long)dim, (long long)ff,
             call_bytes * 1e-6, n_experts, gap_spin ? "spinning" : "sleeping", gap_us);
+        const MmvqHostTiming ft = mmvq_host_timing();
+        std::printf(
+            "mat-vec form %s (256 Q4_K rows of 2048 in cache: AVX2 %.1f us, AVX-512 %.1f us; STRATA_CPU_ISA caps "
+            "it)\n",
+            cpu_isa_name(mmvq_host_form()), ft.avx2_us, ft.avx512_us);
         std::printf("%7s %5s %9s %9s %9s %9s %9s %8s\n", "threads", "used", "mean_us", "p50_us", "p90_us", "p99_us",
                     "best_us", "GB/s");
         for (int t : thread_counts) {

@@ -10,14 +10,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cpu_isa.h"
 #include "format/dtype.h"
 
 namespace strata {
-
-// Instruction-set levels, in increasing order. avx2 means AVX2 + FMA + F16C; avx512 means AVX-512 F/BW/VL/DQ + VNNI.
-enum class CpuIsa : int { scalar = 0, avx2 = 1, avx512 = 2 };
-
-const char *cpu_isa_name(CpuIsa isa);
 
 // The best level this CPU (and its OS) runs, and the code was built with.
 CpuIsa cpu_isa_supported();

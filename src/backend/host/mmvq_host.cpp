@@ -3,14 +3,15 @@
 #include "backend/host/mmvq_host.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
-#include "backend/host/mmvq_host_avx2.h"
-#include "backend/host/mmvq_host_impl.h"
 #include "backend/exact_math.h"
+#include "backend/host/mmvq_host_avx2.h"
+#include "backend/host/mmvq_host_avx512.h"
+#include "backend/host/mmvq_host_impl.h"
 #include "core/error.h"
 #include "core/fp16.h"
 #include "format/iq_grids.h"
@@ -123,26 +124,73 @@ float mmvq_host_dot(DType t, const uint8_t *row, int64_t k, const int8_t *q, con
     return lane[0];
 }
 
-bool mmvq_host_vectorized() {
-    static const bool on = [] {
-        const char *isa = std::getenv("STRATA_CPU_ISA");  // "scalar": row by row, as the CPU backend's kernels
-        if (isa && std::strcmp(isa, "scalar") == 0) return false;
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-        __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-#else
-        return false;
-#endif
+namespace {
+
+// Each vectorized form's best time of a few turns over 256 rows of 2048 Q4_K values (the experts' commonest shape
+// and type; 288 KB, in cache after the first turn), the forms taking turns so that a clock change hits both.
+// The highest form this CPU runs and STRATA_CPU_ISA allows.
+CpuIsa top_form() {
+    return std::min(cpu_isa_hardware(), cpu_isa_requested().value_or(CpuIsa::avx512));
+}
+
+MmvqHostTiming time_forms() {
+    MmvqHostTiming t;
+    const CpuIsa top = top_form();
+    if (top < CpuIsa::avx2) return t;
+    const int64_t k = 2048, n = 256;
+    const size_t rb = row_bytes(DType::Q4_K, k);
+    std::vector<uint8_t> w(rb * size_t(n));
+    uint32_t h = 12345;  // any bytes are valid Q4_K blocks but for the f16 scales: keep those small and finite
+    for (uint8_t &b : w) b = uint8_t((h = h * 1664525u + 1013904223u) >> 24);
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t blk = 0; blk < k / 256; blk++) {
+            uint8_t *b = w.data() + size_t(r) * rb + size_t(blk) * 144;
+            b[1] = 0x1c, b[3] = 0x1c;  // d and dmin about 2^-8
+        }
+    std::vector<int8_t> q(static_cast<size_t>(k));
+    std::vector<ActScale> ds(size_t(k / 32), ActScale{0.01f, 0.0f});
+    for (size_t i = 0; i < q.size(); i++) q[i] = int8_t(int(i * 37 % 255) - 127);
+    std::vector<float> out(static_cast<size_t>(n));
+    const HostMatrix m{DType::Q4_K, w.data(), rb, k, n};
+    auto once = [&](CpuIsa isa) {
+        const auto t0 = std::chrono::steady_clock::now();
+        mmvq_host_rows(m, 0, n, q.data(), ds.data(), out.data(), isa);
+        return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    };
+    double best2 = 1e30, best512 = 1e30;
+    for (int turn = 0; turn < 6; turn++) {
+        best2 = std::min(best2, once(CpuIsa::avx2));
+        if (top >= CpuIsa::avx512) best512 = std::min(best512, once(CpuIsa::avx512));
+    }
+    t.avx2_us = best2;
+    t.avx512_us = top >= CpuIsa::avx512 ? best512 : 0.0;
+    return t;
+}
+
+}  // namespace
+
+MmvqHostTiming mmvq_host_timing() {
+    static const MmvqHostTiming t = time_forms();
+    return t;
+}
+
+CpuIsa mmvq_host_form() {
+    static const CpuIsa form = [] {
+        if (top_form() < CpuIsa::avx2) return CpuIsa::scalar;
+        const MmvqHostTiming t = mmvq_host_timing();
+        return t.avx512_us > 0 && t.avx512_us < t.avx2_us ? CpuIsa::avx512 : CpuIsa::avx2;
     }();
-    return on;
+    return form;
 }
 
 void mmvq_host_rows(const HostMatrix &m, int64_t r0, int64_t r1, const int8_t *q, const ActScale *ds, float *out,
-                    bool vectorized) {
+                    CpuIsa isa) {
     STRATA_ASSERT(r0 >= 0 && r0 <= r1 && r1 <= m.n && m.k % 32 == 0);
     if (r0 == r1) return;
-    if (vectorized && mmvq_host_vectorized() &&
-        mmvq_detail::mmvq_rows_avx2(m.type, m.data, m.row_bytes, m.k, r0, r1, q, ds, out))
+    const CpuIsa level = std::min(isa, cpu_isa_hardware());
+    if (level >= CpuIsa::avx512 && mmvq_detail::mmvq_rows_avx512(m.type, m.data, m.row_bytes, m.k, r0, r1, q, ds, out))
+        return;
+    if (level >= CpuIsa::avx2 && mmvq_detail::mmvq_rows_avx2(m.type, m.data, m.row_bytes, m.k, r0, r1, q, ds, out))
         return;
     for (int64_t r = r0; r < r1; r++) out[r - r0] = mmvq_host_dot(m.type, m.data + size_t(r) * m.row_bytes, m.k, q, ds);
 }

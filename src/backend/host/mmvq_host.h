@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "backend/cpu_isa.h"
 #include "format/dtype.h"
 
 namespace strata {
@@ -46,10 +47,21 @@ float host_silu_mul(float v, float m);
 // One weight row of type t (k values) against activations (q, ds) in that layout: the GPU kernel's result.
 float mmvq_host_dot(DType t, const uint8_t *row, int64_t k, const int8_t *q, const ActScale *ds);
 
-// Rows [r0, r1) of m against (q, ds): out[r - r0] = mmvq_host_dot of row r. `vectorized`: eight rows at a time
-// with AVX2 where the CPU runs it (and STRATA_CPU_ISA is not "scalar"), the same bits; false: row by row.
-bool mmvq_host_vectorized();  // whether mmvq_host_rows takes eight rows at a time here
+// The form mmvq_host_rows takes by default: the faster of AVX2 and AVX-512 on this CPU, timed once on first use
+// (about a millisecond on a Q4_K matrix in cache: 512-bit vectors are not faster everywhere, e.g. where the core
+// splits them in two), capped by STRATA_CPU_ISA=scalar|avx2|avx512 (cpu_isa_requested). The forms give the same
+// bits, so the choice changes only the speed.
+CpuIsa mmvq_host_form();
+// The two timings behind mmvq_host_form's choice, in microseconds (0 where the CPU runs no such form).
+struct MmvqHostTiming {
+    double avx2_us = 0, avx512_us = 0;
+};
+MmvqHostTiming mmvq_host_timing();
+
+// Rows [r0, r1) of m against (q, ds): out[r - r0] = mmvq_host_dot of row r, the same bits in every form: row by
+// row (CpuIsa::scalar), eight rows at a time with AVX2, or sixteen with AVX-512 and VNNI. `isa`: the highest form to
+// take (one the CPU does not run falls back to the best it does); by default mmvq_host_form().
 void mmvq_host_rows(const HostMatrix &m, int64_t r0, int64_t r1, const int8_t *q, const ActScale *ds, float *out,
-                    bool vectorized = true);
+                    CpuIsa isa = mmvq_host_form());
 
 }  // namespace strata
