@@ -6,7 +6,7 @@
 # under `--routing uniform` with the defaults (the decode mode), the device alone and split always
 # (`STRATA_DECODE_CHOOSE=0`), and (the 30B) under zipf:1.0 with LRU and LFU, each with the decode mode and split
 # always; the host's expert mat-vec in its AVX2 and AVX-512 forms (bench_host_experts, and decode under uniform
-# routing with `STRATA_CPU_ISA=avx2`).
+# routing with `STRATA_CPU_ISA=avx2`); four sequences decoding together (`--parallel 4`, llama-batched-bench -npl 4).
 # Here first: ../shared/peer/prepare.sh && scripts/device-debs.sh && cp ../shared/peer/device.sh .peer/. There
 # (carry .peer; start it in the background and poll until /tmp/budget/main.log says ALL_DONE, in the same call or
 # the next one right after; a machine still warm from the call before keeps both builds):
@@ -61,6 +61,7 @@ sb $U --routing uniform
 sb $U --routing uniform --cpu-share 0
 STRATA_DECODE_CHOOSE=0 sb $U --routing uniform
 STRATA_CPU_ISA=avx2 sb $U --routing uniform
+sb $U --routing uniform --parallel 4
 sb $B -p $RPP -n $((2 * N))
 if [ $ZIPF = 1 ]; then
   sb $U --routing zipf:1.0
@@ -69,6 +70,7 @@ if [ $ZIPF = 1 ]; then
   STRATA_DECODE_CHOOSE=0 sb $U --routing zipf:1.0 --expert-cache-policy lfu
 fi
 lb -ncmoe $NCMOE -p $PP -n $N
+lbb -ncmoe $NCMOE -npp 16 -ntg $N -npl 4
 [ $PEER_RESIDENT = 1 ] && lb -p $RPP -n $((2 * N))  # the 80B's resident pair was measured in one call in the eighth round
 cp $L/strata-all.txt $OUT/ 2>/dev/null
 echo "done at $(el) s"; echo ALL_DONE

@@ -4,6 +4,7 @@
 #   el                 seconds since the script started
 #   sb ARGS...         strata bench ARGS (STRATA_* from the environment named), the table's rows kept in the log
 #   lb ARGS...         llama-bench on $F in the best configuration's flags plus ARGS, its peak GPU memory, once built
+#   lbb ARGS...        llama-batched-bench on $F likewise (parallel sequences: -npp, -ntg, -npl in ARGS)
 source .peer/device.sh env; source scripts/device-env.sh
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
@@ -24,3 +25,9 @@ lb() { while [ ! -f $L/llama.done ]; do sleep 3; done
     bash .peer/device.sh peak $LB -m $F -ngl 99 -lm none -fa 1 -t 16 -ub 4096 -b 4096 -r 1 "$@" > $L/l.txt 2>&1
     grep -E "^\| |peak" $L/l.txt | grep -v -- "---"
   else echo "(llama.cpp did not build: $(tail -3 $L/llama-build.log))"; fi; }
+lbb() { while [ ! -f $L/llama.done ]; do sleep 3; done
+  local BB=/tmp/llama.cpp/build/bin/llama-batched-bench
+  if [ -x $BB ]; then echo "== llama-batched-bench $* at $(el) s"
+    bash .peer/device.sh peak $BB -m $F -ngl 99 -fa 1 -t 16 -ub 4096 -b 4096 -c 8192 "$@" > $L/lbb.txt 2>&1
+    grep -E "^\| |peak|rror" $L/lbb.txt | grep -v -- "---"
+  else echo "(llama-batched-bench did not build)"; fi; }
