@@ -301,9 +301,10 @@ void MoeSchedule::stream_next(int64_t il, int64_t T, int64_t k, double share) {
     while (nl < int64_t(experts_.size()) && !experts_[size_t(nl)].present()) nl++;
     if (nl >= int64_t(experts_.size())) return;
     const int64_t n_next = experts_[size_t(nl)].gate->ne[2];
-    // auto: full where this layer's routing reached at least 90% of its experts (the next is taken to be alike)
-    if (schedule_ == PrefillSchedule::Auto && share < 0.9) return;
-    const bool predicted = schedule_ == PrefillSchedule::Predicted;
+    // auto: full where this layer's routing reached at least 90% of its experts (the next is taken to be alike),
+    // predicted otherwise
+    const bool predicted =
+        schedule_ == PrefillSchedule::Predicted || (schedule_ == PrefillSchedule::Auto && share < k_full_share);
     if (predicted && pred_next_layer_ != nl) return;
     std::vector<int32_t> tokens;  // predicted: the next layer's tokens per expert
     if (predicted) {
@@ -569,13 +570,18 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
             last_layer_ = il;
             be_.route_draws(logits, p, draws_of(override_), il, new_pass, ids_be, wts);
         }
-        // The predicted schedule: the next MoE layer's router on this layer's input (the logits buffer is done
-        // with), its top-k read back right after this layer's routing (the first download waits for both).
-        const int64_t pred_layer = schedule_ == PrefillSchedule::Predicted && slots_ && !slots_->all_resident() &&
-                                           !on_device && !override_.active() &&
-                                           (stream_ahead_set_ || T * k > k_decode_max_pairs) && stream_ahead_ > 0
-                                       ? next_moe_layer(il)
-                                       : -1;
+        // The predicted schedule (and auto, which may take it): the next MoE layer's router on this layer's input
+        // (the logits buffer is done with, where the next router is as wide), its top-k read back right after this
+        // layer's routing (the first download waits for both).
+        // Auto predicts only after a layer that took the predicted schedule (the layers of a pass route alike):
+        // where every expert is routed, the next router's product is work for nothing.
+        int64_t pred_layer = (schedule_ == PrefillSchedule::Predicted ||
+                              (schedule_ == PrefillSchedule::Auto && last_share_ < k_full_share)) &&
+                                     slots_ && !slots_->all_resident() && !on_device && !override_.active() &&
+                                     (stream_ahead_set_ || T * k > k_decode_max_pairs) && stream_ahead_ > 0
+                                 ? next_moe_layer(il)
+                                 : -1;
+        if (pred_layer >= 0 && routers_[size_t(pred_layer)]->ne[1] != n_exp) pred_layer = -1;
         pred_next_layer_ = -1;
         const Backend::ScratchMark pred_mark = be_.scratch_mark();
         int32_t *pred_be = nullptr;
@@ -583,7 +589,6 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
             Region rp(be_, "route_next");
             pred_be = be_.alloc_i32(T * k);
             float *pred_wts = be_.alloc(1, T * k).data;
-            STRATA_ASSERT(routers_[size_t(pred_layer)]->ne[1] == n_exp);  // its logits go where this layer's were
             be_.matmul(*routers_[size_t(pred_layer)], x, logits);
             be_.route_topk(logits, p, pred_be, pred_wts);
         }
@@ -642,6 +647,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
         // the fills beside the shared expert's kernels where those went first
         const bool fills_ahead = shared && decode && slot_fills_ahead_;
         const double share = double(g.used.size()) / double(n_exp);
+        last_share_ = share;
         if (host.empty()) {
             // a layer of the split that gives the host nothing still tells the model what the device's part costs
             int64_t misses = 0;

@@ -25,7 +25,7 @@
 // earlier experts compute. The slot table keeps every expert acquired ahead until it has computed (acquire's
 // keep_since); a backend orders each fill after the compute that read the slot before and each compute after the
 // fills of the slots it reads.
-// Schedules of a streamed pass (STRATA_PREFILL_SCHEDULE=routed|full|auto, default auto):
+// Schedules of a streamed pass (STRATA_PREFILL_SCHEDULE=routed|full|predicted|auto, default auto):
 //   - routed: only the experts a layer's routing names are filled, once it has routed; the copy stream idles from a
 //     layer's last fill to the next layer's routing (its combine, shared expert and mixer);
 //   - full: after a layer's experts are issued, the next MoE layer's experts not in a slot are filled ahead in the id
@@ -33,14 +33,16 @@
 //     default a quarter of the slots), and pinned until that layer has routed, so the copy stream works through the
 //     layer's end and the next mixer instead of waiting for the next routing. An expert filled so and then not
 //     routed to costs its copy, nothing else;
-//   - predicted (opt-in until measured on the GPU): as full, but only the experts the next MoE layer's router,
-//     applied to this layer's input, gives a token (its top-k, computed and read back with this layer's routing):
-//     for chunks whose routing reaches only part of the experts, where full moves experts no token needs;
+//   - predicted: as full, but only the experts the next MoE layer's router, applied to this layer's input, gives a
+//     token (its top-k, computed and read back with this layer's routing): for chunks whose routing reaches only
+//     part of the experts, where full moves experts no token needs;
 //   - auto: full where the layer's routing reached at least 90% of its experts (the next layer is taken to be
-//     alike), routed otherwise. Measured on the H200 at 12 GiB: full is 1.15-1.18x on Next-80B's 4096- and
-//     8192-token chunks (every expert routed, 6% of them cached), and 0.63-0.91x on the 30B-A3B's 512- and
-//     4096-token chunks (68% of a layer's experts routed, 44% cached: the experts filled ahead and not routed
-//     evicted cached ones, and 1.6x the bytes crossed the bus).
+//     alike), predicted otherwise (where the next router is as wide as this one; routed where not). Measured on
+//     the H200 at 12 GiB: full is 1.15-1.18x of routed on Next-80B's 4096- and 8192-token chunks (every expert
+//     routed, 6% of them cached; predicted 0.94x of full at 16384), and 0.63-0.91x of routed on the 30B-A3B's 512-
+//     and 4096-token chunks (68% of a layer's experts routed, 44% cached: the experts filled ahead and not routed
+//     evicted cached ones, and 1.6x the bytes crossed the bus), where predicted is 1.28x / 1.05x of routed (92% of
+//     the experts it filled ahead were then routed to; bench/RESULTS.md, eleventh round).
 // Scan fence (STRATA_PREFILL_SCAN_FENCE, on; =0 off): each layer fences the slot table as it starts, so the fills of
 // a sweep take slots of earlier layers, whose compute is done, and the copy stream does not wait for the compute of
 // the layer whose experts it is replacing (the full schedule's fills for the next layer waited for this layer's).
@@ -125,6 +127,8 @@ struct PrefetchStats {
 };
 
 enum class PrefillSchedule { Routed, Full, Auto, Predicted };
+// auto's line: full where a layer's routing reached at least this share of its experts, predicted below it.
+constexpr double k_full_share = 0.9;
 // STRATA_PREFILL_SCHEDULE: "routed", "full", "auto" or "predicted" (unset: auto; throws strata::Error naming the
 // choices).
 PrefillSchedule prefill_schedule_from_env();
@@ -222,6 +226,7 @@ class MoeSchedule final : public ExpertRunner {
     std::vector<int32_t> pred_ids_;        // its predicted top-k per token
     std::vector<int32_t> pinned_;          // slots pinned for it
     PrefillSchedule schedule_;             // STRATA_PREFILL_SCHEDULE
+    double last_share_ = 0.0;  // the last layer grouped on the host: its routed experts over its experts (auto)
     int64_t ring_;                         // STRATA_PREFILL_RING: next-layer experts filled ahead (-1: default)
     std::vector<int32_t> next_pinned_;     // slots filled ahead for the next layer, pinned until it routes
     std::vector<int32_t> next_ahead_;      // the experts filled so (for streamed_next_used)

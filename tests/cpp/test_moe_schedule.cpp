@@ -746,10 +746,11 @@ TEST_P(MoeScheduleSlots, DecodeOverlapChangesNoBit) {
     ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
 }
 
-// auto takes the full schedule after a layer whose routing reached at least 90% of its experts and only then: a
-// 23-token prompt in one pass reaches every expert of these 8-expert layers (fills ahead), passes of one or two
-// tokens (at most 2 k of the experts) never do; the bits are those of experts read in place either way.
-TEST_P(MoeScheduleSlots, AutoFillsAheadAfterLayersThatReachedTheirExperts) {
+// Auto takes the full schedule after a layer whose routing reached 90% of its experts (a 23-token prompt in one pass
+// reaches every expert of these 8-expert layers) and the predicted one below (2-token passes reach at most 2 k):
+// over a prompt it fills ahead exactly what the schedule it takes fills, and the logits stay those of the experts
+// read in place.
+TEST_P(MoeScheduleSlots, AutoIsFullAfterLayersThatReachedTheirExpertsAndPredictedBelow) {
     const std::string path = model_path(GetParam());
     ::setenv("STRATA_PREFILL_STREAM_AHEAD", "4", 1);  // every pass streamed, so the rule alone decides
     for (bool whole_prompt : {true, false}) {
@@ -758,19 +759,31 @@ TEST_P(MoeScheduleSlots, AutoFillsAheadAfterLayersThatReachedTheirExperts) {
         auto in_place = make_cpu_engine(path, cfg);
         const int64_t n_expert = in_place->hparams().n_expert, k = in_place->hparams().n_expert_used;
         ASSERT_LE(2 * k, n_expert * 9 / 10) << "two tokens must not reach 90% of the experts";
-        const std::vector<float> ref = run(*in_place);
+        auto prompt_logits = [](Engine &e) {
+            std::vector<int32_t> prompt;
+            for (int i = 0; i < 23; i++) prompt.push_back(int32_t((i * 37 + 11) % e.n_vocab()));
+            std::vector<std::vector<float>> lg;
+            e.decode({{e.new_sequence(), prompt, true}}, lg);
+            return lg[0];
+        };
+        const std::vector<float> ref = prompt_logits(*in_place);
         cfg.expert_slots = n_expert;
-        auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
-        auto e = std::make_unique<Engine>(load_model(path), std::move(be), cfg);
-        const std::vector<float> got = run(*e);
-        ASSERT_EQ(got.size(), ref.size());
-        EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0)
+        auto filled_ahead = [&](const char *schedule) {
+            ::setenv("STRATA_PREFILL_SCHEDULE", schedule, 1);
+            auto e =
+                std::make_unique<Engine>(load_model(path), std::make_unique<HostSlotBackend>(uint64_t(1) << 34), cfg);
+            ::unsetenv("STRATA_PREFILL_SCHEDULE");
+            const std::vector<float> got = prompt_logits(*e);
+            EXPECT_EQ(got.size(), ref.size());
+            EXPECT_EQ(std::memcmp(got.data(), ref.data(), std::min(got.size(), ref.size()) * 4), 0)
+                << schedule << (whole_prompt ? ", one pass" : ", 2-token passes");
+            return e->expert_stats().prefetch.streamed_next;
+        };
+        const uint64_t a = filled_ahead("auto");
+        EXPECT_GT(a, 0u);
+        EXPECT_EQ(a, filled_ahead(whole_prompt ? "full" : "predicted"))
             << (whole_prompt ? "one pass" : "2-token passes");
-        if (whole_prompt) {
-            EXPECT_GT(e->expert_stats().prefetch.streamed_next, 0u);
-        } else {
-            EXPECT_EQ(e->expert_stats().prefetch.streamed_next, 0u);
-        }
+        EXPECT_EQ(filled_ahead("routed"), 0u);
     }
     ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
 }
