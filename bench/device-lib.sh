@@ -1,6 +1,7 @@
 # Sourced by bench/device-budget.sh and bench/device-choose.sh on the GPU machine, after L (the log folder) is set and
 # the output redirected: the build environment, the llama.cpp build started in the background (kept from the call
-# before on a warm machine; none with NO_LLAMA=1), Strata's build, and the helpers each row uses:
+# before on a warm machine; none with NO_LLAMA=1; at the lowest CPU priority, as rows beside it share the host),
+# Strata's build, and the helpers each row uses:
 #   el                 seconds since the script started
 #   sb ARGS...         strata bench ARGS (STRATA_* from the environment named), the table's rows kept in the log
 #   lb ARGS...         llama-bench on $F in the best configuration's flags plus ARGS, its peak GPU memory, once built
@@ -12,7 +13,7 @@ lscpu | grep -E "^CPU\(s\)|Thread|Core|Model name"
 S=/tmp/strata/bin/strata; LB=/tmp/llama.cpp/build/bin/llama-bench
 if [ -n "${NO_LLAMA:-}" ]; then touch $L/llama.done; echo "llama.cpp: not built (NO_LLAMA)"
 elif [ -x $LB ]; then touch $L/llama.done; echo "llama.cpp: the build of the call before"
-else rm -f $L/llama.done; (bash .peer/device.sh llama > $L/llama-build.log 2>&1; touch $L/llama.done) & fi
+else rm -f $L/llama.done; (nice -n 19 bash .peer/device.sh llama > $L/llama-build.log 2>&1; touch $L/llama.done) & fi
 CM="-DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_CUDA_ARCHS=90 -DCMAKE_PREFIX_PATH=/tmp/deps/usr
     -DPKG_CONFIG_EXECUTABLE=/tmp/deps/usr/bin/pkgconf -DGTest_DIR=/tmp/deps/usr/lib/x86_64-linux-gnu/cmake/GTest
     -DSTRATA_PYTHON=/nonexistent"
