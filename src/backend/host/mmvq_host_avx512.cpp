@@ -129,41 +129,19 @@ void rows_t(const uint8_t *data, size_t row_bytes, int64_t k, int64_t r0, int64_
     }
 }
 
+template <DType T>
+struct RowsOf {
+    static void run(const uint8_t *data, size_t row_bytes, int64_t k, int64_t r0, int64_t r1, const int8_t *q,
+                    const ActScale *ds, float *out) {
+        rows_t<T>(data, row_bytes, k, r0, r1, q, ds, out);
+    }
+};
+
 }  // namespace
 
 bool mmvq_rows_avx512(DType t, const uint8_t *data, size_t row_bytes, int64_t k, int64_t r0, int64_t r1,
                       const int8_t *q, const ActScale *ds, float *out) {
-    switch (t) {
-        case DType::Q8_0:
-            rows_t<DType::Q8_0>(data, row_bytes, k, r0, r1, q, ds, out);
-            return true;
-        case DType::Q4_0:
-            rows_t<DType::Q4_0>(data, row_bytes, k, r0, r1, q, ds, out);
-            return true;
-        case DType::MXFP4:
-            rows_t<DType::MXFP4>(data, row_bytes, k, r0, r1, q, ds, out);
-            return true;
-        case DType::IQ4_XS:
-            rows_t<DType::IQ4_XS>(data, row_bytes, k, r0, r1, q, ds, out);
-            return true;
-        case DType::Q4_K:
-            rows_t<DType::Q4_K>(data, row_bytes, k, r0, r1, q, ds, out);
-            return true;
-        case DType::Q5_K:
-            rows_t<DType::Q5_K>(data, row_bytes, k, r0, r1, q, ds, out);
-            return true;
-        case DType::Q6_K:
-            rows_t<DType::Q6_K>(data, row_bytes, k, r0, r1, q, ds, out);
-            return true;
-        case DType::IQ2_XXS:
-            rows_t<DType::IQ2_XXS>(data, row_bytes, k, r0, r1, q, ds, out);
-            return true;
-        case DType::IQ1_M:
-            rows_t<DType::IQ1_M>(data, row_bytes, k, r0, r1, q, ds, out);
-            return true;
-        default:
-            return false;
-    }
+    return by_type<RowsOf>(t, data, row_bytes, k, r0, r1, q, ds, out);
 }
 
 }  // namespace strata::mmvq_detail

@@ -277,5 +277,41 @@ struct Scales<DType::IQ2_XXS> {
     }
 };
 
+// Rows<T>::run(args...) for the types with a vector form, true; false for the others.
+template <template <DType> class Rows, typename... Args>
+bool by_type(DType t, Args... args) {
+    switch (t) {
+        case DType::Q8_0:
+            Rows<DType::Q8_0>::run(args...);
+            return true;
+        case DType::Q4_0:
+            Rows<DType::Q4_0>::run(args...);
+            return true;
+        case DType::MXFP4:
+            Rows<DType::MXFP4>::run(args...);
+            return true;
+        case DType::IQ4_XS:
+            Rows<DType::IQ4_XS>::run(args...);
+            return true;
+        case DType::Q4_K:
+            Rows<DType::Q4_K>::run(args...);
+            return true;
+        case DType::Q5_K:
+            Rows<DType::Q5_K>::run(args...);
+            return true;
+        case DType::Q6_K:
+            Rows<DType::Q6_K>::run(args...);
+            return true;
+        case DType::IQ2_XXS:
+            Rows<DType::IQ2_XXS>::run(args...);
+            return true;
+        case DType::IQ1_M:
+            Rows<DType::IQ1_M>::run(args...);
+            return true;
+        default:
+            return false;
+    }
+}
+
 }  // namespace
 }  // namespace strata::mmvq_detail
