@@ -126,13 +126,13 @@ float mmvq_host_dot(DType t, const uint8_t *row, int64_t k, const int8_t *q, con
 
 namespace {
 
-// Each vectorized form's best time of a few turns over 256 rows of 2048 Q4_K values (the experts' commonest shape
-// and type; 288 KB, in cache after the first turn), the forms taking turns so that a clock change hits both.
 // The highest form this CPU runs and STRATA_CPU_ISA allows.
 CpuIsa top_form() {
     return std::min(cpu_isa_hardware(), cpu_isa_requested().value_or(CpuIsa::avx512));
 }
 
+// Each vectorized form's best time of a few turns over 256 rows of 2048 Q4_K values (the experts' commonest shape
+// and type; 288 KB, in cache after the first turn), the forms taking turns so that a clock change hits both.
 MmvqHostTiming time_forms() {
     MmvqHostTiming t;
     const CpuIsa top = top_form();
