@@ -4,6 +4,7 @@
 #include "backend/cuda/attention.cuh"
 
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "core/error.h"
 
 namespace strata::cuda {
@@ -25,6 +26,8 @@ __device__ __forceinline__ float kv_elem(const uint8_t *row, int64_t i) {
 // One warp per 32 values of a row (q8_0: one block); f32 and f16 just convert.
 template <KvType KT>
 __global__ void k_kv_store(KvCacheView c, Rows k, Rows v, const int2 *seq_pos) {
+    pdl_wait();
+    pdl_release();
     const int64_t r = blockIdx.y;
     const int2 sp = seq_pos[r];
     const size_t off = (size_t(sp.x) * size_t(c.n_ctx) + size_t(sp.y)) * c.row_bytes;
@@ -55,6 +58,8 @@ constexpr int k_att_threads = 128, k_att_tile = 64, k_att_max_dim = 512;
 template <KvType KT>
 __global__ __launch_bounds__(k_att_threads) void k_attention(KvCacheView c, Rows q, Rows out, int64_t group,
                                                              int64_t head_dim, float scale, const int2 *seq_pos) {
+    pdl_wait();
+    pdl_release();
     __shared__ float qh[k_att_max_dim];
     __shared__ float sc[k_att_tile];
     const int64_t h = blockIdx.x, r = blockIdx.y, kvh = h / group;
@@ -125,13 +130,13 @@ void launch_kv_store(const KvCacheView &c, Rows k, Rows v, const int2 *seq_pos_d
     const dim3 grid(ceil_div(c.kv_cols, 128), unsigned(k.rows));
     switch (c.type) {
         case KvType::F32:
-            k_kv_store<KvType::F32><<<grid, 128, 0, stream>>>(c, k, v, seq_pos_dev);
+            pdl_launch(k_kv_store<KvType::F32>, grid, 128, 0, stream, c, k, v, seq_pos_dev);
             break;
         case KvType::F16:
-            k_kv_store<KvType::F16><<<grid, 128, 0, stream>>>(c, k, v, seq_pos_dev);
+            pdl_launch(k_kv_store<KvType::F16>, grid, 128, 0, stream, c, k, v, seq_pos_dev);
             break;
         case KvType::Q8_0:
-            k_kv_store<KvType::Q8_0><<<grid, 128, 0, stream>>>(c, k, v, seq_pos_dev);
+            pdl_launch(k_kv_store<KvType::Q8_0>, grid, 128, 0, stream, c, k, v, seq_pos_dev);
             break;
     }
     STRATA_CUDA_LAUNCH_CHECK("k_kv_store");
@@ -147,16 +152,16 @@ void launch_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_head, in
     const int64_t group = n_head / n_head_kv;
     switch (c.type) {
         case KvType::F32:
-            k_attention<KvType::F32>
-                <<<grid, k_att_threads, 0, stream>>>(c, q, out, group, head_dim, scale, seq_pos_dev);
+            pdl_launch(k_attention<KvType::F32>, grid, k_att_threads, 0, stream, c, q, out, group, head_dim, scale,
+                       seq_pos_dev);
             break;
         case KvType::F16:
-            k_attention<KvType::F16>
-                <<<grid, k_att_threads, 0, stream>>>(c, q, out, group, head_dim, scale, seq_pos_dev);
+            pdl_launch(k_attention<KvType::F16>, grid, k_att_threads, 0, stream, c, q, out, group, head_dim, scale,
+                       seq_pos_dev);
             break;
         case KvType::Q8_0:
-            k_attention<KvType::Q8_0>
-                <<<grid, k_att_threads, 0, stream>>>(c, q, out, group, head_dim, scale, seq_pos_dev);
+            pdl_launch(k_attention<KvType::Q8_0>, grid, k_att_threads, 0, stream, c, q, out, group, head_dim, scale,
+                       seq_pos_dev);
             break;
     }
     STRATA_CUDA_LAUNCH_CHECK("k_attention");

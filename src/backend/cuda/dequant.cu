@@ -3,6 +3,7 @@
 
 #include <mutex>
 
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/quant_device.cuh"
 #include "core/error.h"
 #include "format/iq_grids.h"
@@ -73,6 +74,8 @@ __global__ void k_dequantize_rows(const uint8_t *src, size_t row_bytes, int64_t 
 template <DType T>
 __global__ void k_embed_rows(const uint8_t *src, size_t row_bytes, int64_t k, const int32_t *ids, float *dst,
                              int64_t dst_stride, IqGrids g) {
+    pdl_wait();
+    pdl_release();
     const int64_t r = blockIdx.x;
     const uint8_t *row = src + size_t(ids[r]) * row_bytes;
     for (int64_t i = threadIdx.x; i < k; i += blockDim.x) dst[r * dst_stride + i] = row_elem<T>(row, i, g);
@@ -109,7 +112,7 @@ void embed_rows(DType t, const void *src, size_t row_bytes, int64_t k, const int
     switch (t) {
 #define X(T_)                                                                                                     \
     case DType::T_:                                                                                               \
-        k_embed_rows<DType::T_><<<grid, 256, 0, stream>>>(static_cast<const uint8_t *>(src), row_bytes, k, ids, \
+        pdl_launch(k_embed_rows<DType::T_>, grid, 256, 0, stream, static_cast<const uint8_t *>(src), row_bytes, k, ids, \
                                                           dst, dst_stride, g);                                    \
         break;
         STRATA_CUDA_DTYPES(X)

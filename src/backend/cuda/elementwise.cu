@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/exact_math.h"
 #include "core/error.h"
 
@@ -25,16 +26,22 @@ Grid2 rows_grid(int64_t rows, int64_t cols) {
     for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < (cols); c += int64_t(gridDim.x) * blockDim.x)
 
 __global__ void k_add(Rows a, Rows b, Rows out) {
+    pdl_wait();
+    pdl_release();
     const int64_t r = blockIdx.y;
     FOR_COLS(c, a.cols) out.data[r * out.stride + c] = a.data[r * a.stride + c] + b.data[r * b.stride + c];
 }
 
 __global__ void k_mul_sigmoid(Rows x, Rows g) {
+    pdl_wait();
+    pdl_release();
     const int64_t r = blockIdx.y;
     FOR_COLS(c, x.cols) x.data[r * x.stride + c] *= 1.0f / (1.0f + expf(-g.data[r * g.stride + c]));
 }
 
 __global__ void k_silu_mul(Rows g, Rows u) {
+    pdl_wait();
+    pdl_release();
     const int64_t r = blockIdx.y;
     FOR_COLS(c, g.cols) {
         const float v = g.data[r * g.stride + c];
@@ -43,12 +50,16 @@ __global__ void k_silu_mul(Rows g, Rows u) {
 }
 
 __global__ void k_gather_rows(Rows src, const int32_t *rows, Rows dst) {
+    pdl_wait();
+    pdl_release();
     const int64_t r = blockIdx.y;
     const float *s = src.data + int64_t(rows[r]) * src.stride;
     FOR_COLS(c, dst.cols) dst.data[r * dst.stride + c] = s[c];
 }
 
 __global__ void k_deinterleave(Rows src, int64_t width, Rows a, Rows b) {
+    pdl_wait();
+    pdl_release();
     const int64_t r = blockIdx.y;
     FOR_COLS(c, a.cols) {
         const int64_t pair = c / width, i = c % width;
@@ -59,6 +70,8 @@ __global__ void k_deinterleave(Rows src, int64_t width, Rows a, Rows b) {
 
 // One block per (row, group); sum of squares in f32 over a fixed tree.
 __global__ void k_rms_norm(Rows x, const float *w, int64_t group, float eps, Rows out) {
+    pdl_wait();
+    pdl_release();
     __shared__ float red[32];
     const int64_t r = blockIdx.y, g0 = int64_t(blockIdx.x) * group;
     const float *xr = x.data + r * x.stride + g0;
@@ -77,6 +90,8 @@ __global__ void k_rms_norm(Rows x, const float *w, int64_t group, float eps, Row
 template <int KPT, bool ADD>
 __global__ void __launch_bounds__(256)
     k_rms_norm_wide(Rows x, Rows y, const float *w, int64_t group, float eps, Rows out) {
+    pdl_wait();
+    pdl_release();
     __shared__ float red[32];
     const int64_t r = blockIdx.y, g0 = int64_t(blockIdx.x) * group;
     float4 *xr = reinterpret_cast<float4 *>(x.data + r * x.stride + g0);
@@ -124,6 +139,8 @@ __global__ void __launch_bounds__(256)
 }
 
 __global__ void k_rope_neox(Rows x, int64_t head_dim, int64_t half, const float *inv_freq, const int2 *seq_pos) {
+    pdl_wait();
+    pdl_release();
     const int64_t r = blockIdx.y;
     const int64_t n_head = x.cols / head_dim;
     const float p = float(seq_pos[r].y);
@@ -145,6 +162,8 @@ __global__ void k_rope_neox(Rows x, int64_t head_dim, int64_t half, const float 
 // arithmetic as k_rope_neox: the results are those of the four separate kernels, from one launch.
 __global__ void k_qk_norm_rope(Rows q, Rows k, const float *wq, const float *wk, int64_t head_dim, float eps,
                                int64_t half, const float *inv_freq, const int2 *seq_pos) {
+    pdl_wait();
+    pdl_release();
     __shared__ float red[32];
     __shared__ float y[256];
     const int64_t r = blockIdx.y, n_q = q.cols / head_dim;
@@ -225,7 +244,7 @@ void launch_add(Rows a, Rows b, Rows out, cudaStream_t stream) {
     if (a.rows == 0) return;
     for_row_slices(a.rows, [&](int64_t r0, int64_t n) {
         const Grid2 g = rows_grid(n, a.cols);
-        k_add<<<g.grid, g.threads, 0, stream>>>(slice(a, r0, n), slice(b, r0, n), slice(out, r0, n));
+        pdl_launch(k_add, g.grid, g.threads, 0, stream, slice(a, r0, n), slice(b, r0, n), slice(out, r0, n));
     });
     STRATA_CUDA_LAUNCH_CHECK("k_add");
 }
@@ -234,7 +253,7 @@ void launch_mul_sigmoid(Rows x, Rows gate, cudaStream_t stream) {
     if (x.rows == 0) return;
     for_row_slices(x.rows, [&](int64_t r0, int64_t n) {
         const Grid2 g = rows_grid(n, x.cols);
-        k_mul_sigmoid<<<g.grid, g.threads, 0, stream>>>(slice(x, r0, n), slice(gate, r0, n));
+        pdl_launch(k_mul_sigmoid, g.grid, g.threads, 0, stream, slice(x, r0, n), slice(gate, r0, n));
     });
     STRATA_CUDA_LAUNCH_CHECK("k_mul_sigmoid");
 }
@@ -243,7 +262,7 @@ void launch_silu_mul(Rows gt, Rows u, cudaStream_t stream) {
     if (gt.rows == 0) return;
     for_row_slices(gt.rows, [&](int64_t r0, int64_t n) {
         const Grid2 g = rows_grid(n, gt.cols);
-        k_silu_mul<<<g.grid, g.threads, 0, stream>>>(slice(gt, r0, n), slice(u, r0, n));
+        pdl_launch(k_silu_mul, g.grid, g.threads, 0, stream, slice(gt, r0, n), slice(u, r0, n));
     });
     STRATA_CUDA_LAUNCH_CHECK("k_silu_mul");
 }
@@ -252,7 +271,7 @@ void launch_gather_rows(Rows src, const int32_t *rows_dev, Rows dst, cudaStream_
     if (dst.rows == 0) return;
     for_row_slices(dst.rows, [&](int64_t r0, int64_t n) {
         const Grid2 g = rows_grid(n, dst.cols);
-        k_gather_rows<<<g.grid, g.threads, 0, stream>>>(src, rows_dev + r0, slice(dst, r0, n));
+        pdl_launch(k_gather_rows, g.grid, g.threads, 0, stream, src, rows_dev + r0, slice(dst, r0, n));
     });
     STRATA_CUDA_LAUNCH_CHECK("k_gather_rows");
 }
@@ -261,7 +280,8 @@ void launch_deinterleave(Rows src, int64_t width, Rows a, Rows b, cudaStream_t s
     if (src.rows == 0) return;
     for_row_slices(src.rows, [&](int64_t r0, int64_t n) {
         const Grid2 g = rows_grid(n, a.cols);
-        k_deinterleave<<<g.grid, g.threads, 0, stream>>>(slice(src, r0, n), width, slice(a, r0, n), slice(b, r0, n));
+        pdl_launch(k_deinterleave, g.grid, g.threads, 0, stream, slice(src, r0, n), width, slice(a, r0, n),
+                   slice(b, r0, n));
     });
     STRATA_CUDA_LAUNCH_CHECK("k_deinterleave");
 }
@@ -283,13 +303,13 @@ void launch_wide(Rows x, Rows y, const float *w, int64_t group, float eps, Rows 
         const dim3 grid(unsigned(x.cols / group), unsigned(n));
         const Rows xs = slice(x, r0, n), ys = ADD ? slice(y, r0, n) : xs, os = slice(out, r0, n);
         if (n4 <= 256)
-            k_rms_norm_wide<1, ADD><<<grid, 256, 0, stream>>>(xs, ys, w, group, eps, os);
+            pdl_launch(k_rms_norm_wide<1, ADD>, grid, 256, 0, stream, xs, ys, w, group, eps, os);
         else if (n4 <= 512)
-            k_rms_norm_wide<2, ADD><<<grid, 256, 0, stream>>>(xs, ys, w, group, eps, os);
+            pdl_launch(k_rms_norm_wide<2, ADD>, grid, 256, 0, stream, xs, ys, w, group, eps, os);
         else if (n4 <= 1024)
-            k_rms_norm_wide<4, ADD><<<grid, 256, 0, stream>>>(xs, ys, w, group, eps, os);
+            pdl_launch(k_rms_norm_wide<4, ADD>, grid, 256, 0, stream, xs, ys, w, group, eps, os);
         else
-            k_rms_norm_wide<8, ADD><<<grid, 256, 0, stream>>>(xs, ys, w, group, eps, os);
+            pdl_launch(k_rms_norm_wide<8, ADD>, grid, 256, 0, stream, xs, ys, w, group, eps, os);
     });
     STRATA_CUDA_LAUNCH_CHECK("k_rms_norm_wide");
 }
@@ -303,8 +323,8 @@ void launch_rms_norm(Rows x, const float *w, int64_t group, float eps, Rows out,
         return launch_wide<false>(x, x, w, group, eps, out, stream);
     const unsigned threads = group >= 1024 ? 256 : group >= 128 ? 128 : 32;
     for_row_slices(x.rows, [&](int64_t r0, int64_t n) {
-        k_rms_norm<<<dim3(unsigned(x.cols / group), unsigned(n)), threads, 0, stream>>>(slice(x, r0, n), w, group, eps,
-                                                                                        slice(out, r0, n));
+        pdl_launch(k_rms_norm, dim3(unsigned(x.cols / group), unsigned(n)), threads, 0, stream, slice(x, r0, n), w,
+                   group, eps, slice(out, r0, n));
     });
     STRATA_CUDA_LAUNCH_CHECK("k_rms_norm");
 }
@@ -326,8 +346,8 @@ void launch_qk_norm_rope(Rows q, Rows k, const float *wq, const float *wk, int64
     const unsigned threads = head_dim >= 1024 ? 256 : head_dim >= 128 ? 128 : 32;  // launch_rms_norm's choice
     const unsigned heads = unsigned(q.cols / head_dim + k.cols / head_dim);
     for_row_slices(q.rows, [&](int64_t r0, int64_t n) {
-        k_qk_norm_rope<<<dim3(heads, unsigned(n)), threads, 0, stream>>>(
-            slice(q, r0, n), slice(k, r0, n), wq, wk, head_dim, eps, n_rot / 2, inv_freq_dev, seq_pos_dev + r0);
+        pdl_launch(k_qk_norm_rope, dim3(heads, unsigned(n)), threads, 0, stream, slice(q, r0, n), slice(k, r0, n), wq,
+                   wk, head_dim, eps, n_rot / 2, inv_freq_dev, seq_pos_dev + r0);
     });
     STRATA_CUDA_LAUNCH_CHECK("k_qk_norm_rope");
 }
@@ -338,8 +358,8 @@ void launch_rope_neox(Rows x, int64_t head_dim, int64_t n_rot, const float *inv_
     const int64_t work = (x.cols / head_dim) * (n_rot / 2);
     const unsigned threads = work >= 128 ? 128 : 32;
     for_row_slices(x.rows, [&](int64_t r0, int64_t n) {
-        k_rope_neox<<<dim3(std::min<unsigned>(ceil_div(work, threads), 64), unsigned(n)), threads, 0, stream>>>(
-            slice(x, r0, n), head_dim, n_rot / 2, inv_freq_dev, seq_pos_dev + r0);
+        pdl_launch(k_rope_neox, dim3(std::min<unsigned>(ceil_div(work, threads), 64), unsigned(n)), threads, 0, stream,
+                   slice(x, r0, n), head_dim, n_rot / 2, inv_freq_dev, seq_pos_dev + r0);
     });
     STRATA_CUDA_LAUNCH_CHECK("k_rope_neox");
 }

@@ -7,6 +7,7 @@
 #include "backend/cuda/attention.cuh"
 
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "core/error.h"
 
 namespace strata::cuda {
@@ -113,6 +114,8 @@ __device__ __forceinline__ float group_sum8(float v) {
 template <KvType KT, int D, bool SMALL>
 __global__ __launch_bounds__(k_threads) void k_flash(KvCacheView c, Rows q, Rows out, int group, int n_kv, float scale,
                                                      const AttnTile *tiles, int n_split, int chunk, float *ws) {
+    pdl_wait();
+    pdl_release();
     using C = Cfg<D, SMALL>;
     constexpr int M = C::M, N = C::N, RM = C::RM, RN = C::RN, RD = C::RD, QP = C::QP, PP = C::PP;
     extern __shared__ float4 smem4[];
@@ -243,6 +246,8 @@ __global__ __launch_bounds__(k_threads) void k_flash(KvCacheView c, Rows q, Rows
 // vectors per tile of the kernel that wrote the partials.
 __global__ void k_flash_merge(Rows out, int D, int M, int group, int n_kv, const AttnTile *tiles, int n_split,
                               const float *ws) {
+    pdl_wait();
+    pdl_release();
     const AttnTile t = tiles[blockIdx.x];
     const int kvh = blockIdx.y, n_vec = t.n_rows * group;
     for (int i = threadIdx.x; i < n_vec * D; i += blockDim.x) {
@@ -266,8 +271,8 @@ __global__ void k_flash_merge(Rows out, int D, int M, int group, int n_kv, const
 
 void launch_flash_merge(Rows out, int64_t head_dim, int vectors_per_tile, int group, int n_kv, const AttnTile *tiles,
                         int n_tiles, int n_split, const float *ws, cudaStream_t stream) {
-    k_flash_merge<<<dim3(unsigned(n_tiles), unsigned(n_kv)), 256, 0, stream>>>(out, int(head_dim), vectors_per_tile,
-                                                                                group, n_kv, tiles, n_split, ws);
+    pdl_launch(k_flash_merge, dim3(unsigned(n_tiles), unsigned(n_kv)), 256, 0, stream, out, int(head_dim),
+               vectors_per_tile, group, n_kv, tiles, n_split, ws);
     STRATA_CUDA_LAUNCH_CHECK("k_flash_merge");
 }
 
@@ -282,8 +287,8 @@ void launch_typed(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, f
     }();
     if (!attr) fail("CUDA attention: %zu bytes of shared memory per block are not available", Cfg<D, SMALL>::smem);
     const dim3 grid{unsigned(n_tiles), unsigned(n_kv), unsigned(n_split)};
-    k_flash<KT, D, SMALL>
-        <<<grid, k_threads, Cfg<D, SMALL>::smem, stream>>>(c, q, out, group, n_kv, scale, tiles, n_split, chunk, ws);
+    pdl_launch(k_flash<KT, D, SMALL>, grid, k_threads, Cfg<D, SMALL>::smem, stream, c, q, out, group, n_kv, scale,
+               tiles, n_split, chunk, ws);
     STRATA_CUDA_LAUNCH_CHECK("k_flash");
     if (n_split > 1) launch_flash_merge(out, D, Cfg<D, SMALL>::M, group, n_kv, tiles, n_tiles, n_split, ws, stream);
 }

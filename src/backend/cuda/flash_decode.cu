@@ -10,6 +10,7 @@
 #include "backend/cuda/attention.cuh"
 
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "core/error.h"
 
 namespace strata::cuda {
@@ -130,6 +131,8 @@ template <KvType KT, int D>
 __global__ __launch_bounds__(k_flash_decode_max_vectors * 32) void k_flash_decode(KvCacheView c, Rows q, Rows out,
                                                                                   int group, float scale,
                                                                                   const AttnTile *tiles) {
+    pdl_wait();
+    pdl_release();
     constexpr int R = D / 32;
     const AttnTile t = tiles[blockIdx.x];
     const int kvh = blockIdx.y, v = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -156,6 +159,8 @@ __device__ __forceinline__ F *part_at(F *ws, int tile, int kvh_v, int n_kvv, int
 template <KvType KT, int D>
 __global__ __launch_bounds__(32) void k_flash_decode_part(KvCacheView c, Rows q, int group, int vectors, float scale,
                                                           const AttnTile *tiles, float *ws) {
+    pdl_wait();
+    pdl_release();
     constexpr int R = D / 32;
     const AttnTile t = tiles[blockIdx.x];
     const int kvh = int(blockIdx.y) / vectors, v = int(blockIdx.y) % vectors, s = blockIdx.z, lane = threadIdx.x;
@@ -174,6 +179,8 @@ __global__ __launch_bounds__(32) void k_flash_decode_part(KvCacheView c, Rows q,
 template <int D>
 __global__ __launch_bounds__(32) void k_flash_decode_merge(Rows out, int group, int vectors, const AttnTile *tiles,
                                                            const float *ws) {
+    pdl_wait();
+    pdl_release();
     constexpr int R = D / 32;
     const AttnTile t = tiles[blockIdx.x];
     const int kvh = int(blockIdx.y) / vectors, v = int(blockIdx.y) % vectors, lane = threadIdx.x;
@@ -205,18 +212,21 @@ void launch_dim(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, flo
         const dim3 grid{unsigned(n_tiles), unsigned(n_kv * vectors), unsigned(k_parts)};
         switch (c.type) {
             case KvType::F32:
-                k_flash_decode_part<KvType::F32, D><<<grid, 32, 0, stream>>>(c, q, group, vectors, scale, tiles, ws);
+                pdl_launch(k_flash_decode_part<KvType::F32, D>, grid, 32, 0, stream, c, q, group, vectors, scale, tiles,
+                           ws);
                 break;
             case KvType::F16:
-                k_flash_decode_part<KvType::F16, D><<<grid, 32, 0, stream>>>(c, q, group, vectors, scale, tiles, ws);
+                pdl_launch(k_flash_decode_part<KvType::F16, D>, grid, 32, 0, stream, c, q, group, vectors, scale, tiles,
+                           ws);
                 break;
             case KvType::Q8_0:
-                k_flash_decode_part<KvType::Q8_0, D><<<grid, 32, 0, stream>>>(c, q, group, vectors, scale, tiles, ws);
+                pdl_launch(k_flash_decode_part<KvType::Q8_0, D>, grid, 32, 0, stream, c, q, group, vectors, scale,
+                           tiles, ws);
                 break;
         }
         STRATA_CUDA_LAUNCH_CHECK("k_flash_decode_part");
-        k_flash_decode_merge<D><<<dim3{unsigned(n_tiles), unsigned(n_kv * vectors)}, 32, 0, stream>>>(out, group, vectors,
-                                                                                                     tiles, ws);
+        pdl_launch(k_flash_decode_merge<D>, dim3{unsigned(n_tiles), unsigned(n_kv * vectors)}, 32, 0, stream, out,
+                   group, vectors, tiles, ws);
         STRATA_CUDA_LAUNCH_CHECK("k_flash_decode_merge");
         return;
     }
@@ -224,13 +234,13 @@ void launch_dim(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, flo
     const unsigned threads = unsigned(vectors) * 32;
     switch (c.type) {
         case KvType::F32:
-            k_flash_decode<KvType::F32, D><<<grid, threads, 0, stream>>>(c, q, out, group, scale, tiles);
+            pdl_launch(k_flash_decode<KvType::F32, D>, grid, threads, 0, stream, c, q, out, group, scale, tiles);
             break;
         case KvType::F16:
-            k_flash_decode<KvType::F16, D><<<grid, threads, 0, stream>>>(c, q, out, group, scale, tiles);
+            pdl_launch(k_flash_decode<KvType::F16, D>, grid, threads, 0, stream, c, q, out, group, scale, tiles);
             break;
         case KvType::Q8_0:
-            k_flash_decode<KvType::Q8_0, D><<<grid, threads, 0, stream>>>(c, q, out, group, scale, tiles);
+            pdl_launch(k_flash_decode<KvType::Q8_0, D>, grid, threads, 0, stream, c, q, out, group, scale, tiles);
             break;
     }
     STRATA_CUDA_LAUNCH_CHECK("k_flash_decode");

@@ -5,6 +5,7 @@
 #include "backend/cuda/gdn.cuh"
 
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "core/env.h"
 #include "core/error.h"
 
@@ -15,6 +16,8 @@ namespace {
 constexpr int k_chunk = 64;
 
 __global__ void k_gdn_conv(GdnShape s, Rows qkv, const float *w_conv, const float *state, float *state_tmp, float *xc) {
+    pdl_wait();
+    pdl_release();
     const int64_t t = blockIdx.y, n = qkv.rows, K = s.conv_kernel, C = s.conv_dim();
     for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
         auto xin = [&](int64_t row) {
@@ -31,6 +34,8 @@ __global__ void k_gdn_conv(GdnShape s, Rows qkv, const float *w_conv, const floa
 }
 
 __global__ void k_gdn_qk_norm(GdnShape s, float *xc, float q_scale) {
+    pdl_wait();
+    pdl_release();
     const int64_t t = blockIdx.y, h = blockIdx.x;  // h < 2 n_k: q heads, then k heads
     float *x = xc + t * s.conv_dim() + h * s.d_k;
     float ss = 0.0f;
@@ -43,6 +48,8 @@ __global__ void k_gdn_qk_norm(GdnShape s, float *xc, float q_scale) {
 
 __global__ void k_gdn_gates(GdnShape s, Rows beta_in, Rows alpha_in, const float *dt_bias, const float *a_neg, float *g,
                             float *beta) {
+    pdl_wait();
+    pdl_release();
     const int64_t t = blockIdx.x;
     const int64_t r = s.n_v / s.n_k;
     for (int64_t j = threadIdx.x; j < s.n_v; j += blockDim.x) {
@@ -69,6 +76,8 @@ __device__ __forceinline__ int64_t k_head_of(const GdnShape &s, int64_t j) {
 // One block per v-head, thread j owns state column j (d_v threads, rounded up to a warp multiple).
 __global__ void k_delta_rule_recurrent(GdnShape s, const float *xc, const float *g, const float *beta, int64_t n,
                                        float *states, Rows out) {
+    pdl_wait();
+    pdl_release();
     extern __shared__ float smem[];
     const int64_t head = blockIdx.x, kh = k_head_of(s, head), dk = s.d_k, dv = s.d_v, C = s.conv_dim();
     float *S = smem, *qs = smem + dk * dv, *ks = qs + dk;
@@ -114,6 +123,8 @@ constexpr int k_max_row_warps = 32;  // d_k <= 1024
 
 __global__ void k_delta_rule_columns(GdnShape s, const float *xc, const float *g, const float *beta, int64_t n,
                                      float *states, Rows out) {
+    pdl_wait();
+    pdl_release();
     __shared__ float red[2][k_max_row_warps][32];
     const int64_t head = blockIdx.x, kh = k_head_of(s, head), dk = s.d_k, dv = s.d_v, C = s.conv_dim();
     const int w = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, n_w = int(blockDim.x) / 32;
@@ -249,6 +260,8 @@ __global__ void k_delta_rule_chunked(GdnShape s, const float *xc, const float *g
 }
 
 __global__ void k_gdn_gated_norm(GdnShape s, Rows out, Rows z, const float *w) {
+    pdl_wait();
+    pdl_release();
     __shared__ float red[32];
     const int64_t t = blockIdx.y, j = blockIdx.x;
     float *o = out.data + t * out.stride + j * s.d_v;
@@ -272,8 +285,8 @@ void launch_gdn_conv(const GdnShape &s, Rows qkv, const float *w_conv, float *st
     STRATA_ASSERT(n <= 65535 && K >= 1);
     // One block row per token, and at least K - 1 of them: block t < K - 1 also writes state row t.
     const int64_t rows = std::max(n, K - 1);
-    k_gdn_conv<<<dim3(std::min<unsigned>(ceil_div(C, 256), 64), unsigned(rows)), 256, 0, stream>>>(
-        s, qkv, w_conv, state, state_tmp, xc);
+    pdl_launch(k_gdn_conv, dim3(std::min<unsigned>(ceil_div(C, 256), 64), unsigned(rows)), 256, 0, stream, s, qkv,
+               w_conv, state, state_tmp, xc);
     STRATA_CUDA_LAUNCH_CHECK("k_gdn_conv");
     if (K > 1)
         STRATA_CUDA_CHECK(cudaMemcpyAsync(state, state_tmp, size_t((K - 1) * C) * 4, cudaMemcpyDeviceToDevice, stream));
@@ -281,14 +294,14 @@ void launch_gdn_conv(const GdnShape &s, Rows qkv, const float *w_conv, float *st
 
 void launch_gdn_qk_norm(const GdnShape &s, float *xc, int64_t n, cudaStream_t stream) {
     if (n == 0) return;
-    k_gdn_qk_norm<<<dim3(unsigned(2 * s.n_k), unsigned(n)), 32, 0, stream>>>(s, xc, 1.0f / sqrtf(float(s.d_k)));
+    pdl_launch(k_gdn_qk_norm, dim3(unsigned(2 * s.n_k), unsigned(n)), 32, 0, stream, s, xc, 1.0f / sqrtf(float(s.d_k)));
     STRATA_CUDA_LAUNCH_CHECK("k_gdn_qk_norm");
 }
 
 void launch_gdn_gates(const GdnShape &s, Rows beta_in, Rows alpha_in, const float *dt_bias, const float *a_neg,
                       float *g, float *beta, int64_t n, cudaStream_t stream) {
     if (n == 0) return;
-    k_gdn_gates<<<unsigned(n), 64, 0, stream>>>(s, beta_in, alpha_in, dt_bias, a_neg, g, beta);
+    pdl_launch(k_gdn_gates, unsigned(n), 64, 0, stream, s, beta_in, alpha_in, dt_bias, a_neg, g, beta);
     STRATA_CUDA_LAUNCH_CHECK("k_gdn_gates");
 }
 
@@ -307,7 +320,7 @@ void launch_gdn_delta_rule(const GdnShape &s, const float *xc, const float *g, c
     if (gdn_columns_enabled() && s.d_k <= k_rows_per_warp * k_max_row_warps) {
         const dim3 grid(unsigned(s.n_v), unsigned(ceil_div(s.d_v, 32)));
         const unsigned threads = unsigned(ceil_div(s.d_k, k_rows_per_warp)) * 32;
-        k_delta_rule_columns<<<grid, threads, 0, stream>>>(s, xc, g, beta, n, states, out);
+        pdl_launch(k_delta_rule_columns, grid, threads, 0, stream, s, xc, g, beta, n, states, out);
         STRATA_CUDA_LAUNCH_CHECK("k_delta_rule_columns");
         return;
     }
@@ -326,7 +339,7 @@ void launch_gdn_delta_rule(const GdnShape &s, const float *xc, const float *g, c
             cudaFuncSetAttribute(k_delta_rule_recurrent, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     const unsigned threads = std::min<unsigned>(1024, ceil_div(s.d_v, 32) * 32);
     if (s.d_v > 1024) fail("CUDA Gated DeltaNet: head_v_dim %lld is above 1024", (long long)s.d_v);
-    k_delta_rule_recurrent<<<unsigned(s.n_v), threads, smem, stream>>>(s, xc, g, beta, n, states, out);
+    pdl_launch(k_delta_rule_recurrent, unsigned(s.n_v), threads, smem, stream, s, xc, g, beta, n, states, out);
     STRATA_CUDA_LAUNCH_CHECK("k_delta_rule_recurrent");
 }
 
@@ -334,7 +347,7 @@ void launch_gdn_gated_norm(const GdnShape &s, Rows out, Rows z, const float *nor
     if (out.rows == 0) return;
     STRATA_ASSERT(out.rows <= 65535);
     const unsigned threads = s.d_v >= 128 ? 128 : 32;
-    k_gdn_gated_norm<<<dim3(unsigned(s.n_v), unsigned(out.rows)), threads, 0, stream>>>(s, out, z, norm_w);
+    pdl_launch(k_gdn_gated_norm, dim3(unsigned(s.n_v), unsigned(out.rows)), threads, 0, stream, s, out, z, norm_w);
     STRATA_CUDA_LAUNCH_CHECK("k_gdn_gated_norm");
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backend/cuda/mmv_split.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/quant_device.cuh"
 #include "core/error.h"
 
@@ -81,6 +82,8 @@ constexpr int k_mmv_warps = 8;  // weight rows per block, one warp each
 
 template <DType T>
 __global__ __launch_bounds__(k_mmv_warps * 32) void k_mmv_generic(MatmulArgs a, IqGrids g) {
+    pdl_wait();
+    pdl_release();
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     const int64_t n = int64_t(blockIdx.x) * k_mmv_warps + warp;
     if (n >= a.n) return;
@@ -112,6 +115,8 @@ __global__ __launch_bounds__(k_mmv_warps * 32) void k_mmv_generic(MatmulArgs a, 
 // in flight to stream the matrix at memory speed.
 template <DType T>
 __global__ __launch_bounds__(k_mmv_split_threads) void k_mmv_split(MatmulArgs a, IqGrids g) {
+    pdl_wait();
+    pdl_release();
     __shared__ float red[32];
     mmv_split_row<T>(a, a.groups ? a.groups[blockIdx.y] : a.single, blockIdx.x, g, red);
 }
@@ -155,8 +160,8 @@ void launch_mmv_generic(const MatmulArgs &a, cudaStream_t stream) {
     switch (a.type) {
 #define X(T_)                                                                                    \
     case DType::T_:                                                                              \
-        if (split) k_mmv_split<DType::T_><<<grid, k_mmv_split_threads, 0, stream>>>(a, g);       \
-        else k_mmv_generic<DType::T_><<<grid, k_mmv_warps * 32, 0, stream>>>(a, g);              \
+        if (split) pdl_launch(k_mmv_split<DType::T_>, grid, k_mmv_split_threads, 0, stream, a, g);       \
+        else pdl_launch(k_mmv_generic<DType::T_>, grid, k_mmv_warps * 32, 0, stream, a, g);              \
         break;
         STRATA_CUDA_DTYPES(X)
 #undef X

@@ -9,8 +9,10 @@
 
 #include <algorithm>
 
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/qv_device.cuh"
 #include "backend/exact_math.h"
+#include "core/env.h"
 #include "core/error.h"
 
 namespace strata::cuda {
@@ -27,6 +29,7 @@ constexpr int k_mmvq_warps = 4;
 // (or its groups along y).
 struct MmvqParts {
     int32_t n_parts = 0;
+    int32_t prefetch = 0;  // the rows of a resident matrix brought into L2 before pdl_wait (STRATA_CUDA_PREFETCH)
     uint32_t block0[k_mmvq_max_parts] = {};
     MmvqPart part[k_mmvq_max_parts] = {};
 };
@@ -34,7 +37,7 @@ struct MmvqParts {
 template <DType T>
 __global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrids g, MmvqParts parts) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    MatmulGroup grp = a.groups ? a.groups[blockIdx.y] : a.single;
+    MatmulGroup grp = a.single;
     int64_t n_w = a.n, y_stride = a.y_stride;
     float *y = a.y;
     uint32_t blk = blockIdx.x;
@@ -48,6 +51,15 @@ __global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrid
         blk -= b0;
     }
     const int64_t n = int64_t(blk) * k_mmvq_warps + warp;
+    // A matrix named by the parameters (not by a group table a kernel wrote) is a resident weight: its row is brought
+    // into L2 while the kernel before still runs (pdl.cuh), then read from there.
+    if (!a.groups && n < n_w && parts.prefetch) {
+        const char *r = static_cast<const char *>(grp.w) + size_t(n) * a.row_bytes;
+        for (size_t o = size_t(lane) * 128; o < a.row_bytes; o += 32 * 128) prefetch_l2(r + o);
+    }
+    pdl_wait();
+    pdl_release();
+    if (a.groups) grp = a.groups[blockIdx.y];
     if (n >= n_w) return;
     const int rows = grp.n_rows;
     const uint8_t *wrow = static_cast<const uint8_t *>(grp.w) + size_t(n) * a.row_bytes;
@@ -100,6 +112,8 @@ __device__ __forceinline__ float act_in(const float *x, int64_t x_stride, const 
 
 __global__ void k_quantize_act_q8_0(const float *x, int64_t x_stride, const float *m, int64_t m_stride, int64_t k,
                                     int8_t *qs, float2 *ds) {
+    pdl_wait();
+    pdl_release();
     const int64_t r = blockIdx.y;
     const int64_t blk = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x & 31;
@@ -120,6 +134,8 @@ __global__ void k_quantize_act_q8_0(const float *x, int64_t x_stride, const floa
 // is one 32-element sub-block).
 __global__ void k_quantize_act_q8_k(const float *x, int64_t x_stride, const float *m, int64_t m_stride, int64_t k,
                                     int8_t *qs, float2 *ds) {
+    pdl_wait();
+    pdl_release();
     const int64_t r = blockIdx.y;
     const int64_t blk = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x & 31;
@@ -174,12 +190,14 @@ bool mmvq_supported(DType t) {
 
 namespace {
 
-void launch(const MatmulArgs &a, const MmvqParts &parts, dim3 grid, cudaStream_t stream) {
+void launch(const MatmulArgs &a, MmvqParts parts, dim3 grid, cudaStream_t stream) {
+    static const bool prefetch = env_switch("STRATA_CUDA_PREFETCH", true);
+    parts.prefetch = prefetch && pdl_enabled();
     const IqGrids &g = iq_grids();
     // clang-format off
     switch (a.type) {
 #define X(T_) \
-    case DType::T_: k_mmvq<DType::T_><<<grid, k_mmvq_warps * 32, 0, stream>>>(a, g, parts); break;
+    case DType::T_: pdl_launch(k_mmvq<DType::T_>, grid, k_mmvq_warps * 32, 0, stream, a, g, parts); break;
         X(Q8_0) X(Q4_0) X(MXFP4) X(IQ4_XS) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ2_XXS) X(IQ1_M)
 #undef X
         default: fail("CUDA: no quantized mat-vec kernel for %s", dtype_name(a.type));
@@ -220,13 +238,13 @@ void launch_quantize_act(DType vt, const float *x, int64_t x_stride, int64_t row
             case DType::Q8_0:
             case DType::Q8_1:
                 STRATA_ASSERT(k % 32 == 0);
-                k_quantize_act_q8_0<<<dim3(ceil_div(k / 32, 8), unsigned(n)), 256, 0, stream>>>(
-                    xs, x_stride, ms, mul_stride, k, qs + r0 * k, ds + r0 * (k / 32));
+                pdl_launch(k_quantize_act_q8_0, dim3(ceil_div(k / 32, 8), unsigned(n)), 256, 0, stream, xs, x_stride,
+                           ms, mul_stride, k, qs + r0 * k, ds + r0 * (k / 32));
                 break;
             case DType::Q8_K:
                 STRATA_ASSERT(k % 256 == 0);
-                k_quantize_act_q8_k<<<dim3(ceil_div(k / 256, 4), unsigned(n)), 128, 0, stream>>>(
-                    xs, x_stride, ms, mul_stride, k, qs + r0 * k, ds + r0 * (k / 32));  // ds rows: k / 32 each
+                pdl_launch(k_quantize_act_q8_k, dim3(ceil_div(k / 256, 4), unsigned(n)), 128, 0, stream, xs, x_stride,
+                           ms, mul_stride, k, qs + r0 * k, ds + r0 * (k / 32));  // ds rows: k / 32 each
                 break;
             default:
                 fail("CUDA: no 8-bit activation format %s", dtype_name(vt));

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/mmv_split.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/route_draws.h"
 #include "core/error.h"
 
@@ -112,6 +113,8 @@ __global__ void k_count_pass(int64_t *pass) {
 }
 
 __global__ void k_router_topk(Rows logits, int64_t k, bool norm, float scale, int32_t *ids, float *weights) {
+    pdl_wait();
+    pdl_release();
     extern __shared__ float prob[];
     router_topk_token(logits, blockIdx.x, k, norm, scale, prob, ids, weights);
 }
@@ -123,6 +126,8 @@ template <DType T>
 __global__ __launch_bounds__(k_mmv_split_threads) void k_router_fused(MatmulArgs a, IqGrids g, int64_t k, bool norm,
                                                                       float scale, int32_t *ids, float *weights,
                                                                       unsigned *done) {
+    pdl_wait();
+    pdl_release();
     extern __shared__ float prob[];
     __shared__ float red[32];
     __shared__ bool last;
@@ -143,6 +148,8 @@ __global__ __launch_bounds__(k_mmv_split_threads) void k_router_fused(MatmulArgs
 
 __global__ void k_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx, const float *weights, int64_t k,
                               Rows out) {
+    pdl_wait();
+    pdl_release();
     const int64_t t = blockIdx.y;
     for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < out.cols;
          c += int64_t(gridDim.x) * blockDim.x) {
@@ -158,6 +165,8 @@ __global__ void k_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx,
 __global__ void k_moe_pair_groups(const int32_t *ids, int64_t n_tokens, int64_t k, const uint8_t *const *table,
                                   MatmulGroup *gate, MatmulGroup *up, MatmulGroup *down, int32_t *yrow, int32_t *widx,
                                   const uint8_t *from_host, unsigned long long *counts) {
+    pdl_wait();
+    pdl_release();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n_tokens * k) return;
     const int64_t t = i / k;
@@ -175,6 +184,8 @@ __global__ void k_moe_pair_groups(const int32_t *ids, int64_t n_tokens, int64_t 
 }
 
 __global__ void k_shared_expert_add(Rows x, const float *w, Rows y, Rows out) {
+    pdl_wait();
+    pdl_release();
     __shared__ float red[32];
     __shared__ float gate;
     const int64_t t = blockIdx.x;
@@ -191,6 +202,8 @@ __global__ void k_shared_expert_add(Rows x, const float *w, Rows y, Rows out) {
 // A block per gathered row (and slice of 65535 of them: grid y): its int8 values 16 bytes a thread, then its scales.
 __global__ void k_gather_q8(const int8_t *q, const float2 *ds, int64_t k, const int32_t *rows, int8_t *q_out,
                             float2 *ds_out) {
+    pdl_wait();
+    pdl_release();
     const int64_t i = int64_t(blockIdx.y) * 65535 + blockIdx.x, src = rows[i];
     const int4 *qs = reinterpret_cast<const int4 *>(q + src * k);
     int4 *qd = reinterpret_cast<int4 *>(q_out + i * k);
@@ -208,7 +221,7 @@ void launch_router_topk(Rows logits, int64_t k, bool norm, float scale, int32_t 
     STRATA_ASSERT(k >= 1 && k <= logits.cols);
     const size_t smem = size_t(logits.cols) * sizeof(float);
     if (smem > 48 * 1024) fail("CUDA routing: %lld experts are more than this kernel takes", (long long)logits.cols);
-    k_router_topk<<<unsigned(logits.rows), 32, smem, stream>>>(logits, k, norm, scale, ids, weights);
+    pdl_launch(k_router_topk, unsigned(logits.rows), 32, smem, stream, logits, k, norm, scale, ids, weights);
     STRATA_CUDA_LAUNCH_CHECK("k_router_topk");
 }
 
@@ -246,16 +259,16 @@ void launch_router_fused(const MatmulArgs &a, int64_t k, bool norm, float scale,
     const unsigned grid = unsigned(a.n);
     switch (a.type) {
         case DType::F32:
-            k_router_fused<DType::F32>
-                <<<grid, k_mmv_split_threads, smem, stream>>>(a, g, k, norm, scale, ids, weights, done);
+            pdl_launch(k_router_fused<DType::F32>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale, ids,
+                       weights, done);
             break;
         case DType::F16:
-            k_router_fused<DType::F16>
-                <<<grid, k_mmv_split_threads, smem, stream>>>(a, g, k, norm, scale, ids, weights, done);
+            pdl_launch(k_router_fused<DType::F16>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale, ids,
+                       weights, done);
             break;
         case DType::BF16:
-            k_router_fused<DType::BF16>
-                <<<grid, k_mmv_split_threads, smem, stream>>>(a, g, k, norm, scale, ids, weights, done);
+            pdl_launch(k_router_fused<DType::BF16>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale, ids,
+                       weights, done);
             break;
         default:
             fail("CUDA: no one-launch router for %s", dtype_name(a.type));
@@ -269,8 +282,8 @@ void launch_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx, const
     for (int64_t t0 = 0; t0 < out.rows; t0 += 65535) {  // slices of the tokens a grid's y takes
         const int64_t n = std::min<int64_t>(65535, out.rows - t0);
         const Rows os{out.data + t0 * out.stride, n, out.cols, out.stride};
-        k_moe_combine<<<dim3(std::min<unsigned>(ceil_div(out.cols, 256), 16), unsigned(n)), 256, 0, stream>>>(
-            ys, yrow + t0 * k, widx + t0 * k, weights, k, os);
+        pdl_launch(k_moe_combine, dim3(std::min<unsigned>(ceil_div(out.cols, 256), 16), unsigned(n)), 256, 0, stream,
+                   ys, yrow + t0 * k, widx + t0 * k, weights, k, os);
         STRATA_CUDA_LAUNCH_CHECK("k_moe_combine");
     }
 }
@@ -279,8 +292,8 @@ void launch_moe_pair_groups(const int32_t *ids, int64_t n_tokens, int64_t k, con
                             MatmulGroup *gate, MatmulGroup *up, MatmulGroup *down, int32_t *yrow, int32_t *widx,
                             const uint8_t *from_host, unsigned long long *counts, cudaStream_t stream) {
     if (n_tokens == 0) return;
-    k_moe_pair_groups<<<ceil_div(n_tokens * k, 64), 64, 0, stream>>>(ids, n_tokens, k, table, gate, up, down, yrow,
-                                                                     widx, from_host, counts);
+    pdl_launch(k_moe_pair_groups, ceil_div(n_tokens * k, 64), 64, 0, stream, ids, n_tokens, k, table, gate, up, down,
+               yrow, widx, from_host, counts);
     STRATA_CUDA_LAUNCH_CHECK("k_moe_pair_groups");
 }
 
@@ -291,17 +304,16 @@ void launch_gather_q8(const int8_t *q, const float2 *ds, int64_t k, const int32_
                   reinterpret_cast<uintptr_t>(q_out) % 16 == 0);
     // whole slices of 65535 rows in one launch (grid y), the rest in another
     const int64_t full = n / 65535, rest = n % 65535;
-    if (full) k_gather_q8<<<dim3(65535, unsigned(full)), 128, 0, stream>>>(q, ds, k, rows, q_out, ds_out);
+    if (full) pdl_launch(k_gather_q8, dim3(65535, unsigned(full)), 128, 0, stream, q, ds, k, rows, q_out, ds_out);
     if (rest)
-        k_gather_q8<<<dim3(unsigned(rest), 1), 128, 0, stream>>>(q, ds, k, rows + full * 65535,
-                                                                 q_out + full * 65535 * k,
-                                                                 ds_out + full * 65535 * (k / 32));
+        pdl_launch(k_gather_q8, dim3(unsigned(rest), 1), 128, 0, stream, q, ds, k, rows + full * 65535,
+                   q_out + full * 65535 * k, ds_out + full * 65535 * (k / 32));
     STRATA_CUDA_LAUNCH_CHECK("k_gather_q8");
 }
 
 void launch_shared_expert_add(Rows x, const float *w, Rows y, Rows out, cudaStream_t stream) {
     if (out.rows == 0) return;
-    k_shared_expert_add<<<unsigned(out.rows), 256, 0, stream>>>(x, w, y, out);
+    pdl_launch(k_shared_expert_add, unsigned(out.rows), 256, 0, stream, x, w, y, out);
     STRATA_CUDA_LAUNCH_CHECK("k_shared_expert_add");
 }
 

@@ -1,0 +1,66 @@
+// Programmatic dependent launch (sm_90 and later): a decoding pass is a chain of hundreds of small kernels, each of
+// which used to wait for the one before to finish and drain before its own blocks were even scheduled (a gap of about
+// 1.3 us between kernels inside a replayed graph, plus each kernel's ramp). Launched with pdl_launch, a kernel's
+// blocks may be scheduled while the kernel before it in the stream still runs; they hold at pdl_wait() until that
+// kernel has finished and its writes are visible, so the results are the same bits.
+//
+// Protocol for a kernel launched with pdl_launch:
+//   - pdl_wait() comes before its first access to any global memory that another kernel or copy writes or reads (the
+//     activations, tables, caches, scratch it writes: a write before it could land while the kernel before still
+//     reads the old contents). Only read-only data that no kernel of the stream writes (resident weights) may be
+//     touched before it, and then only as an L2 prefetch.
+//   - pdl_release() after pdl_wait(): from then on the next kernel's blocks may be scheduled beside this one's. So
+//     at most two kernels of a chain overlap, and every kernel's pdl_wait() returns only after all before it are done
+//     (each finished only after its own wait returned).
+//   - A kernel launched without pdl_launch (<<<>>>) is ordered after everything before it as usual; the kernel after
+//     it then starts when it is done.
+// On devices before sm_90, or with STRATA_CUDA_PDL=0, pdl_launch is a plain launch, and pdl_wait/pdl_release compile
+// to nothing below sm_90.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+namespace strata::cuda {
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// A hint that brings the 128-byte line at p into L2 (any address; it changes no result).
+__device__ __forceinline__ void prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// Whether kernels on the current device launch programmatically (compute capability 9.0 or later, and
+// STRATA_CUDA_PDL not 0). Read once per device.
+bool pdl_enabled();
+
+// kernel<<<grid, block, smem, stream>>>(args...), programmatic where pdl_enabled(). The caller checks the launch
+// (STRATA_CUDA_LAUNCH_CHECK) as after <<<>>>.
+template <typename... P, typename... A>
+void pdl_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A &&...args) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl_enabled() ? 1 : 0;
+    // A failed launch leaves its error for cudaGetLastError, as <<<>>> does.
+    (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+}
+
+}  // namespace strata::cuda
