@@ -7,8 +7,7 @@
 // Protocol for a kernel launched with pdl_launch:
 //   - pdl_wait() comes before its first access to any global memory that another kernel or copy writes or reads (the
 //     activations, tables, caches, scratch it writes: a write before it could land while the kernel before still
-//     reads the old contents). Only read-only data that no kernel of the stream writes (resident weights) may be
-//     touched before it, and then only as an L2 prefetch.
+//     reads the old contents).
 //   - pdl_release() after pdl_wait(): from then on the next kernel's blocks may be scheduled beside this one's. So
 //     at most two kernels of a chain overlap, and every kernel's pdl_wait() returns only after all before it are done
 //     (each finished only after its own wait returned).
@@ -34,11 +33,6 @@ __device__ __forceinline__ void pdl_release() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-}
-
-// A hint that brings the 128-byte line at p into L2 (any address; it changes no result).
-__device__ __forceinline__ void prefetch_l2(const void *p) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
 // Whether kernels on the current device launch programmatically (compute capability 9.0 or later, and
