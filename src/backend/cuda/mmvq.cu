@@ -12,7 +12,6 @@
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/qv_device.cuh"
 #include "backend/exact_math.h"
-#include "core/env.h"
 #include "core/error.h"
 
 namespace strata::cuda {
@@ -33,8 +32,7 @@ struct MmvqParts {
     MmvqPart part[k_mmvq_max_parts] = {};
 };
 
-// U: sub-blocks a lane loads before it computes any (the same order of sums for every U: sb, sb + 32, ...).
-template <DType T, int U>
+template <DType T>
 __global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrids g, MmvqParts parts) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     MatmulGroup grp = a.single;
@@ -61,38 +59,30 @@ __global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrid
     float acc[k_mmv_max_rows];
 #pragma unroll
     for (int t = 0; t < k_mmv_max_rows; t++) acc[t] = 0.0f;
-    for (int64_t sb0 = lane; sb0 < n_sub; sb0 += 32 * U) {
-        WSub wu[U];
+    for (int64_t sb = lane; sb < n_sub; sb += 32) {
+        WSub w;
+        QV<T>::load(wrow, int(sb), w, g);
 #pragma unroll
-        for (int u = 0; u < U; u++)
-            if (sb0 + 32 * u < n_sub) QV<T>::load(wrow, int(sb0 + 32 * u), wu[u], g);
+        for (int t = 0; t < k_mmv_max_rows; t++) {
+            if (t >= rows) break;
+            const int64_t xr = grp.x_row0 + t;
+            const int4 *xp = reinterpret_cast<const int4 *>(a.xq + xr * a.k + sb * 32);
+            const int4 x0 = xp[0], x1 = xp[1];
+            const int x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+            const float2 ds = a.xds[xr * n_sub + sb];
+            // Every rounding step spelled out (no contraction left to the compiler), so that the host's copy of this
+            // kernel (backend/host/mmvq_host.cpp) gives the same bits.
+            float s = 0.0f;
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int64_t sb = sb0 + 32 * u;
-            if (sb >= n_sub) break;
-            const WSub &w = wu[u];
-#pragma unroll
-            for (int t = 0; t < k_mmv_max_rows; t++) {
-                if (t >= rows) break;
-                const int64_t xr = grp.x_row0 + t;
-                const int4 *xp = reinterpret_cast<const int4 *>(a.xq + xr * a.k + sb * 32);
-                const int4 x0 = xp[0], x1 = xp[1];
-                const int x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-                const float2 ds = a.xds[xr * n_sub + sb];
-                // Every rounding step spelled out (no contraction left to the compiler), so that the host's copy of
-                // this kernel (backend/host/mmvq_host.cpp) gives the same bits.
-                float s = 0.0f;
-#pragma unroll
-                for (int gi = 0; gi < 4; gi++) {
-                    const int dot = __dp4a(w.q[2 * gi + 1], x[2 * gi + 1], __dp4a(w.q[2 * gi], x[2 * gi], 0));
-                    s = __fmaf_rn(w.scale[gi], float(dot), s);
-                    if constexpr (QV<T>::k_bias) {
-                        const int xs = __dp4a(0x01010101, x[2 * gi + 1], __dp4a(0x01010101, x[2 * gi], 0));
-                        s = __fmaf_rn(w.bias[gi], float(xs), s);
-                    }
+            for (int gi = 0; gi < 4; gi++) {
+                const int dot = __dp4a(w.q[2 * gi + 1], x[2 * gi + 1], __dp4a(w.q[2 * gi], x[2 * gi], 0));
+                s = __fmaf_rn(w.scale[gi], float(dot), s);
+                if constexpr (QV<T>::k_bias) {
+                    const int xs = __dp4a(0x01010101, x[2 * gi + 1], __dp4a(0x01010101, x[2 * gi], 0));
+                    s = __fmaf_rn(w.bias[gi], float(xs), s);
                 }
-                acc[t] = __fadd_rn(acc[t], __fmaf_rn(ds.x, s, __fmul_rn(w.off, ds.y)));
             }
+            acc[t] = __fadd_rn(acc[t], __fmaf_rn(ds.x, s, __fmul_rn(w.off, ds.y)));
         }
     }
 #pragma unroll
@@ -132,40 +122,43 @@ __global__ void k_quantize_act_q8_0(const float *x, int64_t x_stride, const floa
     if (lane == 0) ds[r * (k / 32) + blk] = make_float2(dr, dr * sum);
 }
 
-// Q8_K levels and scale per 256 elements, a block of 256 threads per 256 (element e in thread e, so warp w holds
-// sub-block w): the largest magnitude, the first of equals, found by a butterfly per warp and then across the warps.
-__global__ void __launch_bounds__(256) k_quantize_act_q8_k(const float *x, int64_t x_stride, const float *m,
-                                                           int64_t m_stride, int64_t k, int8_t *qs, float2 *ds) {
+// Q8_K levels and scale per 256 elements (one warp, element i * 32 + lane in lane's slot i, so slot i of all lanes
+// is one 32-element sub-block).
+__global__ void k_quantize_act_q8_k(const float *x, int64_t x_stride, const float *m, int64_t m_stride, int64_t k,
+                                    int8_t *qs, float2 *ds) {
     pdl_wait();
     pdl_release();
-    __shared__ float s_amax[8], s_smax[8];
-    __shared__ int s_idx[8];
-    const int64_t r = blockIdx.y, blk = blockIdx.x;
-    const int e = threadIdx.x, lane = e & 31, warp = e >> 5;
-    const float v = act_in(x, x_stride, m, m_stride, r, blk * 256 + e);
+    const int64_t r = blockIdx.y;
+    const int64_t blk = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (blk * 256 >= k) return;
+    float v[8];
     float amax = 0.0f, smax = 0.0f;
     int idx = 1 << 30;
-    if (fabsf(v) > amax) amax = fabsf(v), smax = v, idx = e;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        v[i] = act_in(x, x_stride, m, m_stride, r, blk * 256 + i * 32 + lane);
+        const float a = fabsf(v[i]);
+        if (a > amax) amax = a, smax = v[i], idx = i * 32 + lane;
+    }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         const float a2 = __shfl_xor_sync(k_full_mask, amax, o), s2 = __shfl_xor_sync(k_full_mask, smax, o);
         const int i2 = __shfl_xor_sync(k_full_mask, idx, o);
         if (a2 > amax || (a2 == amax && i2 < idx)) amax = a2, smax = s2, idx = i2;
     }
-    if (lane == 0) s_amax[warp] = amax, s_smax[warp] = smax, s_idx[warp] = idx;
-    __syncthreads();
-    amax = s_amax[0], smax = s_smax[0], idx = s_idx[0];
-#pragma unroll
-    for (int w = 1; w < 8; w++)
-        if (s_amax[w] > amax || (s_amax[w] == amax && s_idx[w] < idx))
-            amax = s_amax[w], smax = s_smax[w], idx = s_idx[w];
     const float iscale = smax != 0.0f ? __fdiv_rn(-127.0f, smax) : 0.0f;
     const float d = smax != 0.0f ? __fdiv_rn(1.0f, iscale) : 0.0f;
-    const float sc = __fmul_rn(iscale, v);
-    const int q = smax == 0.0f ? 0 : !(sc > -128.0f) ? -128 : sc >= 127.0f ? 127 : int(rintf(sc));
-    qs[r * k + blk * 256 + e] = int8_t(q);
-    const float sum = warp_sum(float(q));
-    if (lane == 0) ds[r * (k / 32) + blk * 8 + warp] = make_float2(d, d * sum);
+    int8_t *qb = qs + r * k + blk * 256;
+    float2 *db = ds + r * (k / 32) + blk * 8;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const float s = __fmul_rn(iscale, v[i]);
+        const int q = smax == 0.0f ? 0 : !(s > -128.0f) ? -128 : s >= 127.0f ? 127 : int(rintf(s));
+        qb[i * 32 + lane] = int8_t(q);
+        const float sum = warp_sum(float(q));
+        if (lane == 0) db[i] = make_float2(d, d * sum);
+    }
 }
 
 }  // namespace
@@ -191,17 +184,10 @@ namespace {
 
 void launch(const MatmulArgs &a, const MmvqParts &parts, dim3 grid, cudaStream_t stream) {
     const IqGrids &g = iq_grids();
-    // Rows of more than 32 sub-blocks: each lane's next weight sub-block loaded before it computes the one before
-    // (STRATA_CUDA_MMVQ_AHEAD=0: one at a time).
-    static const bool ahead = env_switch("STRATA_CUDA_MMVQ_AHEAD", true);
-    const bool two = ahead && a.k > 32 * 32;
     // clang-format off
     switch (a.type) {
 #define X(T_) \
-    case DType::T_: \
-        if (two) pdl_launch(k_mmvq<DType::T_, 2>, grid, k_mmvq_warps * 32, 0, stream, a, g, parts); \
-        else pdl_launch(k_mmvq<DType::T_, 1>, grid, k_mmvq_warps * 32, 0, stream, a, g, parts); \
-        break;
+    case DType::T_: pdl_launch(k_mmvq<DType::T_>, grid, k_mmvq_warps * 32, 0, stream, a, g, parts); break;
         X(Q8_0) X(Q4_0) X(MXFP4) X(IQ4_XS) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ2_XXS) X(IQ1_M)
 #undef X
         default: fail("CUDA: no quantized mat-vec kernel for %s", dtype_name(a.type));
@@ -247,8 +233,8 @@ void launch_quantize_act(DType vt, const float *x, int64_t x_stride, int64_t row
                 break;
             case DType::Q8_K:
                 STRATA_ASSERT(k % 256 == 0);
-                pdl_launch(k_quantize_act_q8_k, dim3(unsigned(k / 256), unsigned(n)), 256, 0, stream, xs, x_stride, ms,
-                           mul_stride, k, qs + r0 * k, ds + r0 * (k / 32));  // ds rows: k / 32 each
+                pdl_launch(k_quantize_act_q8_k, dim3(ceil_div(k / 256, 4), unsigned(n)), 128, 0, stream, xs, x_stride,
+                           ms, mul_stride, k, qs + r0 * k, ds + r0 * (k / 32));  // ds rows: k / 32 each
                 break;
             default:
                 fail("CUDA: no 8-bit activation format %s", dtype_name(vt));
