@@ -12,6 +12,7 @@ exec > $L/main.log 2>&1
 [ -n "${LLAMA:-}" ] || NO_LLAMA=1
 source bench/device-lib.sh
 (cmake --build /tmp/strata -j6 --target test_cuda_engine test_cuda_ops > $L/build2.log 2>&1; echo "tests build rc=$? at $(el) s") &
+TESTS_BUILD=$!  # waited for by itself: a plain wait would also wait for llama.cpp's build
 F=/tmp/kern30.gguf
 [ -f $F ] || { $S synth --preset qwen3-30b-a3b --type Q4_K --dense-type Q8_0 -o $F > $L/synth.log 2>&1; echo "synth rc=$? at $(el) s"; }
 rows() { sb -m $F "$@"
@@ -22,7 +23,7 @@ if [ "${TRACE:-1}" != 0 ]; then
   CUDA_INJECTION64_PATH=/tmp/kernel_trace.so STRATA_KERNEL_TRACE=$L/strata.csv $S bench -m $F -p 1 -n 32 -r 1 > $L/tr.out 2>&1
   python3 -m tools.profile.timeline $L/strata.csv --marker embed --passes 16 | head -24
 fi
-wait
+wait $TESTS_BUILD
 timeout 200 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 > $L/ops.log 2>&1
 echo "test_cuda_ops rc=$? at $(el) s"; grep -E "FAILED|PASSED|tests ran" $L/ops.log | head
 timeout 300 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 > $L/engine.log 2>&1
