@@ -318,8 +318,9 @@ def test_belady_bounds_and_monotone_sizes(tmp_path, seed):
         hits["lfu"].append(int(summary.lfu_hits(acc.key, cap).sum()))
         hits["lfu_decay"].append(int(summary.lfu_hits(acc.key, cap, cap).sum()))
         hits["belady"].append(int(summary.belady_hits(acc.key, cap, acc.next_use).sum()))
+        hits["markov"].append(int(summary.markov_hits(acc, 16, cap).sum()))
     for i in range(len(summary.DEFAULT_SIZES)):
-        assert hits["belady"][i] >= max(hits["lru"][i], hits["lfu"][i], hits["lfu_decay"][i])
+        assert hits["belady"][i] >= max(hits["lru"][i], hits["lfu"][i], hits["lfu_decay"][i], hits["markov"][i])
     for p in ("lru", "belady"):
         assert hits[p] == sorted(hits[p]), p
     assert hits["belady"][-1] <= len(acc) - int(np.isinf(acc.distance).sum())  # first uses always miss
@@ -329,6 +330,37 @@ def test_belady_bounds_and_monotone_sizes(tmp_path, seed):
     assert [round(r * len(acc)) for r in rates["hit_rate"]["belady"]] == hits["belady"]
     lru_decode = summary.lru_hits(acc.key, rates["capacities"][0])[acc.decode]
     assert rates["decode_hit_rate"]["lru"][0] == pytest.approx(lru_decode.mean())
+
+
+def _sticky_records(rng, moe=(0, 2, 5), n_expert=16, k=4, passes=400, stay=0.9):
+    """Decode passes whose routing sticks: a layer keeps each of its k experts from one pass to the next with
+    probability `stay`, else swaps it for one drawn by a Zipf-like popularity (so frequency alone says less)."""
+    zipf = np.arange(1, n_expert + 1, dtype=float) ** -0.6
+    pop = {layer: zipf[rng.permutation(n_expert)] / zipf.sum() for layer in moe}
+    cur = {layer: list(rng.choice(n_expert, k, replace=False, p=pop[layer])) for layer in moe}
+    out = []
+    for i in range(passes):
+        for layer in moe:
+            ids = cur[layer]
+            for j in range(k):
+                if rng.random() >= stay:
+                    free = [e for e in range(n_expert) if e not in ids]
+                    w = pop[layer][free] / pop[layer][free].sum()
+                    ids[j] = int(rng.choice(free, p=w))
+            out.append((i, layer, [list(ids)], None))
+    return out
+
+
+def test_markov_next_use_sees_routing_that_sticks(tmp_path):
+    # Where an expert used at its layer's last turn is likely used again, the two-state estimate keeps those and
+    # beats counting (LFU, with or without decay) by far: here 89% and 93% of the accesses against 38-69% and 53-87%.
+    t = read_trace(_write(tmp_path / "s.trace", _sticky_records(np.random.default_rng(7)), with_weights=False))
+    acc = summary.accesses(t)
+    for cap in (12, 18):
+        markov = summary.markov_hits(acc, 16, cap).mean()
+        assert markov > summary.lfu_hits(acc.key, cap).mean() + 0.05
+        assert markov > summary.lfu_hits(acc.key, cap, 4 * 3 * 4).mean() + 0.05
+        assert markov <= summary.belady_hits(acc.key, cap, acc.next_use).mean()
 
 
 # ---- command line ------------------------------------------------------------------------------------------------

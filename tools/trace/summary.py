@@ -23,7 +23,8 @@ several sequences) count as prefill.
   period, 32 x MoE layers x k, unless --decay-every); Belady (the key used again farthest in the future, never-again first). Hit rates over all
   accesses and over the decode passes' accesses only (prefill passes still update the cache). On request
   (--policies), LRU and LFU decay frozen in decode: decode passes only look, as the engine's mapped misses leave the
-  cache as the prompts filled it.
+  cache as the prompts filled it. Markov next use (--policies markov, markov_hits): each key a two-state chain over
+  its layer's turns, the key expected to be needed farthest ahead evicted.
 """
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ from .trace import Trace, read_trace
 DEFAULT_SIZES = list(range(10, 100, 10))
 POLICIES = {"lru": "LRU", "lfu": "LFU", "lfu_decay": "LFU decay", "belady": "Belady",
             "lru_frozen": "LRU, frozen in decode", "lfu_decay_frozen": "LFU decay, frozen in decode",
-            "lfu_decay_admit": "LFU decay, admitting in decode"}
+            "lfu_decay_admit": "LFU decay, admitting in decode", "markov": "Markov next use"}
+MARKOV_PRIOR = 2.0  # Markov next use: the weight, in observations, of the layer-wide rates each key's estimate starts from
 # The frozen forms are what the engine's mapped misses do (STRATA_DECODE_MAPPED): the policy fills the cache in
 # prompt passes, and decode passes read their misses in place, so decoding hits only what the prompts left. The
 # admitting form is a decode that reads a miss in place unless its count beats the victim's (then it is filled).
@@ -308,8 +310,79 @@ def belady_hits(keys, capacity: int, next_use=None) -> np.ndarray:
     return np.frombuffer(hits, dtype=bool)
 
 
+def markov_hits(acc: Accesses, n_expert: int, capacity: int, prior: float = MARKOV_PRIOR) -> np.ndarray:
+    """Evict the cached key whose next use is expected farthest, each key a two-state chain over its layer's turns.
+
+    A key's layer has a turn once per pass (its record). At each turn every key of the layer was used at its last turn
+    or not (state 1 or 0) and is used now or not; per key, counts of the two transitions from each state give
+    a = P(used | used last turn) and b = P(used | not), each started from the rate over all keys with `prior`
+    observations' weight. The expected wait to a key's next use, in turns, is the part of a pass until its layer comes
+    round (this pass if its layer is later in the pass, else the next; a whole pass for the current layer), plus, from
+    state 1, (1 - a) / b, from state 0, 1 / b - 1 (geometric waits). The current record's own experts are never
+    evicted for one another. The layer's turn is the place of the key's layer among the MoE layers (key // n_expert).
+    """
+    key, passes = acc.key, acc.pass_ordinal
+    n = int(key.shape[0])
+    n_keys = int(key.max()) + 1 if n else 1
+    n_layers = (n_keys + n_expert - 1) // n_expert
+    n_keys = n_layers * n_expert
+    last = np.full(n_keys, -(1 << 40), dtype=np.int64)  # the pass of each key's last use
+    t1, t11, t0, t01 = (np.zeros(n_keys) for _ in range(4))  # turns from state 1 / 0, and uses among them
+    rate1, rate0 = [1.0, 2.0], [1.0, 8.0]  # uses and turns over all keys, from each state
+    cache: set = set()
+    hits = np.zeros(n, dtype=bool)
+    i = 0
+    while i < n:
+        p, layer = int(passes[i]), int(key[i]) // n_expert
+        j = i
+        while j < n and passes[j] == p and int(key[j]) // n_expert == layer:
+            j += 1
+        used = set(key[i:j].tolist())
+        for k in range(layer * n_expert, (layer + 1) * n_expert):
+            u = k in used
+            if last[k] == p - 1:
+                t1[k] += 1
+                t11[k] += u
+                rate1[0] += u
+                rate1[1] += 1
+            else:
+                t0[k] += 1
+                t01[k] += u
+                rate0[0] += u
+                rate0[1] += 1
+        r1, r0 = rate1[0] / rate1[1], rate0[0] / rate0[1]
+        for idx in range(i, j):
+            k = int(key[idx])
+            if k in cache:
+                hits[idx] = True
+                continue
+            if len(cache) >= capacity:
+                victim, far = None, -1.0
+                for c in cache:
+                    if c in used:
+                        continue
+                    cl = c // n_expert
+                    a = (t11[c] + prior * r1) / (t1[c] + prior)
+                    b = max((t01[c] + prior * r0) / (t0[c] + prior), 1e-6)
+                    ahead = ((cl - layer) % n_layers) / n_layers or 1.0
+                    # used at its layer's last turn: this pass's if that came already; the current layer's turn
+                    # is now, and c is not among its experts
+                    state1 = cl != layer and last[c] == (p if cl < layer else p - 1)
+                    wait = ahead + ((1.0 - a) / b if state1 else 1.0 / b - 1.0)
+                    if wait > far or (wait == far and c < victim):
+                        victim, far = c, wait
+                if victim is None:  # every cached key is one of this record's: the new one is read, not kept
+                    continue
+                cache.discard(victim)
+            cache.add(k)
+        for k in used:
+            last[k] = p
+        i = j
+    return hits
+
+
 def cache_rates(acc: Accesses, n_keys: int, sizes: list[int], decay_every: int | None = None,
-                policies: Sequence[str] = DEFAULT_POLICIES) -> dict:
+                policies: Sequence[str] = DEFAULT_POLICIES, n_expert: int = 1) -> dict:
     """Hit rates of the policies at each size (percent of n_keys), over all accesses and over decode accesses."""
     keys, nxt = acc.key.tolist(), acc.next_use.tolist()
     capacities = [max(1, n_keys * x // 100) for x in sizes]
@@ -321,6 +394,7 @@ def cache_rates(acc: Accesses, n_keys: int, sizes: list[int], decay_every: int |
         "lru_frozen": lambda cap: lru_hits(keys, cap, acc.decode),
         "lfu_decay_frozen": lambda cap: lfu_hits(keys, cap, decay_every or cap, acc.decode),
         "lfu_decay_admit": lambda cap: lfu_hits(keys, cap, decay_every or cap, admit=acc.decode),
+        "markov": lambda cap: markov_hits(acc, n_expert, cap),
     }
     rates: dict = {p: [] for p in policies}
     decode_rates: dict = {p: [] for p in policies}
@@ -348,7 +422,8 @@ def summarize(trace: Trace, sizes: list[int] = DEFAULT_SIZES, decay_every: int |
         "header": header_facts(trace, acc),
         "popularity": popularity(trace),
         "reuse": reuse(acc),
-        "cache": cache_rates(acc, moe_layers(trace).shape[0] * trace.n_expert, sizes, decay_every, policies),
+        "cache": cache_rates(acc, moe_layers(trace).shape[0] * trace.n_expert, sizes, decay_every, policies,
+                             trace.n_expert),
     }
 
 
