@@ -18,6 +18,7 @@ F=/tmp/kern30.gguf
 rows() { sb -m $F "$@"
   for sw in ${SWITCHES:-STRATA_CUDA_PDL=0 STRATA_CUDA_MMVQ_AHEAD=0}; do export "$sw"; sb -m $F "$@"; unset "${sw%%=*}"; done; }
 rows -p 512 -n 128 -r 2 --chunk 4096
+sb -m $F -p 512 -n 64 -r 1 --chunk 4096 -d 8192  # decode and prefill over a long context
 if [ "${TRACE:-1}" != 0 ]; then
   bash tools/profile/build_kernel_trace.sh /tmp/kernel_trace.so > $L/kt.log 2>&1 || cat $L/kt.log
   CUDA_INJECTION64_PATH=/tmp/kernel_trace.so STRATA_KERNEL_TRACE=$L/strata.csv $S bench -m $F -p 1 -n 32 -r 1 > $L/tr.out 2>&1
@@ -36,7 +37,7 @@ F=/tmp/kern80.gguf
 [ -f $F ] || { $S synth --preset qwen3-next-80b-a3b --type Q4_K --dense-type Q8_0 -o $F > $L/synth80.log 2>&1; echo "synth 80B rc=$? at $(el) s"; }
 rows -p 512,4096 -n 64 -r 1 --chunk 4096
 if [ -n "${LLAMA:-}" ]; then
-  F=/tmp/kern30.gguf; lb -p 512 -n 128 -r 2
+  F=/tmp/kern30.gguf; lb -p 512 -n 128 -r 2; lb -p 512 -n 64 -d 8192
   [ "${LLAMA80:-1}" = 0 ] || { F=/tmp/kern80.gguf; lb -p 512,4096 -n 64; }
 fi
 echo ALL_DONE

@@ -29,7 +29,8 @@ using json = nlohmann::ordered_json;
 constexpr int64_t k_max_tokens = int64_t(1) << 24;
 
 struct BenchTest {
-    std::string name;      // "pp512", "tg128", "tg128 x4"
+    std::string name;      // "pp512", "tg128", "tg128 x4", "tg128 @ d4096"
+    int64_t depth = 0;     // context tokens each sequence holds before the test (prefilled, not timed)
     int64_t n_prompt = 0;  // pp: tokens prefilled; tg: the untimed 1-token prompt
     int64_t n_gen = 0;     // tg: tokens decoded one at a time (timed); 0 for pp
     int64_t n_seq = 1;     // tg: sequences decoding together, a token of each per pass
@@ -42,8 +43,8 @@ struct TestResult {
     ExpertCacheStats cache;       // expert-cache counters over the timed parts of the repetitions
 };
 
-// "512,4096" -> {512, 4096}; every entry a whole number in [1, k_max_tokens].
-std::vector<int64_t> parse_counts(const std::string &flag, const std::string &s) {
+// "512,4096" -> {512, 4096}; every entry a whole number in [lo, k_max_tokens].
+std::vector<int64_t> parse_counts(const std::string &flag, const std::string &s, int64_t lo = 1) {
     std::vector<int64_t> out;
     std::stringstream ss(s);
     std::string item;
@@ -53,32 +54,38 @@ std::vector<int64_t> parse_counts(const std::string &flag, const std::string &s)
         char *end = nullptr;
         const long long v = item.empty() ? 0 : std::strtoll(item.c_str(), &end, 10);
         if (item.empty() || *end != '\0')
-            usage_fail("%s: '%s' is not a token count (expected whole numbers >= 1, comma-separated, e.g. 512,4096)",
-                       flag.c_str(), item.c_str());
-        if (v < 1 || v > k_max_tokens)
-            usage_fail("%s: %lld is out of range (expected token counts from 1 to %lld)", flag.c_str(), v,
-                       (long long)k_max_tokens);
+            usage_fail("%s: '%s' is not a token count (expected whole numbers >= %lld, comma-separated, e.g. 512,4096)",
+                       flag.c_str(), item.c_str(), (long long)lo);
+        if (v < lo || v > k_max_tokens)
+            usage_fail("%s: %lld is out of range (expected token counts from %lld to %lld)", flag.c_str(), v,
+                       (long long)lo, (long long)k_max_tokens);
         out.push_back(v);
     }
     if (out.empty()) usage_fail("%s: no token counts given (expected e.g. 512,4096)", flag.c_str());
     return out;
 }
 
-std::vector<BenchTest> make_tests(const std::vector<int64_t> &prompts, const std::vector<int64_t> &gens,
-                                  int64_t n_seq) {
+// Every test at every depth, depth by depth (llama-bench's -d): "pp512", "tg128 x4", "tg128 @ d4096".
+std::vector<BenchTest> make_tests(const std::vector<int64_t> &prompts, const std::vector<int64_t> &gens, int64_t n_seq,
+                                  const std::vector<int64_t> &depths) {
     std::vector<BenchTest> tests;
-    for (int64_t p : prompts) tests.push_back({strfmt("pp%lld", (long long)p), p, 0, 1});
-    for (int64_t n : gens)
-        tests.push_back(
-            {n_seq > 1 ? strfmt("tg%lld x%lld", (long long)n, (long long)n_seq) : strfmt("tg%lld", (long long)n), 1, n,
-             n_seq});
+    for (int64_t d : depths) {
+        const std::string at = d > 0 ? strfmt(" @ d%lld", (long long)d) : "";
+        for (int64_t p : prompts) tests.push_back({strfmt("pp%lld", (long long)p) + at, d, p, 0, 1});
+        for (int64_t n : gens)
+            tests.push_back(
+                {(n_seq > 1 ? strfmt("tg%lld x%lld", (long long)n, (long long)n_seq) : strfmt("tg%lld", (long long)n)) +
+                     at,
+                 d, 1, n, n_seq});
+    }
     return tests;
 }
 
-// The context every test fits in: the longest prompt, or a 1-token prompt plus the longest generation.
+// The context every test fits in: its depth, then the longest prompt, or a 1-token prompt plus the longest
+// generation.
 int64_t context_for(const std::vector<BenchTest> &tests) {
     int64_t n_ctx = 1;
-    for (const BenchTest &t : tests) n_ctx = std::max(n_ctx, t.n_prompt + t.n_gen);
+    for (const BenchTest &t : tests) n_ctx = std::max(n_ctx, t.depth + t.n_prompt + t.n_gen);
     return n_ctx;
 }
 
@@ -146,17 +153,20 @@ struct RunResult {
     ExpertCacheStats cache;  // counters over the timed part alone
 };
 
-// One run of a test in fresh sequences, timing the prefill up to its logits (pp), or the n_gen steps after the
-// untimed prompts (tg), each step a token of every sequence in one call (one pass of n_seq rows).
+// One run of a test in fresh sequences, after `depth` context tokens each (untimed), timing the prefill up to its
+// logits (pp), or the n_gen steps after the untimed prompts (tg), each step a token of every sequence in one call
+// (one pass of n_seq rows).
 RunResult run_once(Engine &eng, const BenchTest &t, uint64_t seed) {
     std::vector<int32_t> seqs;
-    std::vector<SeqInput> step;
+    std::vector<SeqInput> step, context;
     for (int64_t s = 0; s < t.n_seq; s++) {
         seqs.push_back(eng.new_sequence());
-        step.push_back(
-            {seqs.back(), bench_tokens(t.n_prompt, eng.n_vocab(), seed + 0x1000003ull * uint64_t(s)), false});
+        const uint64_t sseed = seed + 0x1000003ull * uint64_t(s);
+        if (t.depth > 0) context.push_back({seqs.back(), bench_tokens(t.depth, eng.n_vocab(), ~sseed), false});
+        step.push_back({seqs.back(), bench_tokens(t.n_prompt, eng.n_vocab(), sseed), false});
     }
     std::vector<std::vector<float>> logits;
+    if (!context.empty()) eng.decode(context, logits);
     if (t.n_gen > 0) eng.decode(step, logits);
     const ExpertCacheStats before = eng.expert_stats();
     const auto t0 = std::chrono::steady_clock::now();
@@ -423,6 +433,7 @@ json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string
         const std::vector<double> tps = rates(r);
         json t;
         t["test"] = r.test.name;
+        t["depth"] = r.test.depth;        // context tokens before the test, not timed
         t["n_prompt"] = r.test.n_prompt;  // tg: the 1-token prompt, not timed
         t["n_gen"] = r.test.n_gen;
         t["n_seq"] = r.test.n_seq;
@@ -454,7 +465,8 @@ json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string
 
 Run add_bench(CLI::App &app) {
     struct Args {
-        std::string model, prompts = "512", gens = "128", kv_type = "f16", routing_trace, routing = "model";
+        std::string model, prompts = "512", gens = "128", depths = "0", kv_type = "f16", routing_trace,
+                           routing = "model";
         uint64_t routing_seed = 1;
         DeviceOptions dev;
         int repetitions = 3, threads = 0, parallel = 1;
@@ -467,6 +479,10 @@ Run add_bench(CLI::App &app) {
     sub->add_option("-p,--n-prompt", a->prompts, "Prompt lengths to prefill, comma-separated (a ppN test each)")
         ->capture_default_str();
     sub->add_option("-n,--n-gen", a->gens, "Generation lengths, comma-separated (a tgN test each)")
+        ->capture_default_str();
+    sub->add_option("-d,--depth", a->depths,
+                    "Context tokens each sequence holds before each test (prefilled, not timed), comma-separated: "
+                    "every test runs at every depth")
         ->capture_default_str();
     sub->add_option("--parallel", a->parallel,
                     "Sequences decoding together in the tgN tests (a token of each per pass; t/s counts them all)")
@@ -499,7 +515,8 @@ Run add_bench(CLI::App &app) {
         }
         route.seed = a->routing_seed;
         const std::vector<BenchTest> tests =
-            make_tests(parse_counts("-p/--n-prompt", a->prompts), parse_counts("-n/--n-gen", a->gens), a->parallel);
+            make_tests(parse_counts("-p/--n-prompt", a->prompts), parse_counts("-n/--n-gen", a->gens), a->parallel,
+                       parse_counts("-d/--depth", a->depths, 0));
 
         EngineConfig cfg;
         cfg.n_threads = a->threads;

@@ -1,10 +1,12 @@
 """`strata bench` on the embedded tiny model (CPU): the markdown table's shape, the JSON report's tests and fields,
-the context sized from the largest test, and bad flag values refused with a message naming the flag."""
+the context sized from the largest test and its depth, and bad flag values refused with a message naming the flag."""
 import json
 import re
 import subprocess
 
 import pytest
+
+from tools.trace import read_trace
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +123,26 @@ def test_parallel_sequences(strata_bin, tiny_model):
     assert [r[4] for r in rows[2:]] == ["pp8", "tg4 x2"]
 
 
+def test_depth(strata_bin, tiny_model, tmp_path):
+    """-d D: every test after D context tokens per sequence, prefilled untimed; the trace shows they were run."""
+    trace = tmp_path / "d.trace"
+    d = json.loads(bench(strata_bin, tiny_model, "--json", "-p", "8", "-n", "4", "-r", "1", "-d", "0,16",
+                         "--routing-trace", str(trace)).stdout)
+    assert [(t["test"], t["depth"]) for t in d["tests"]] == [("pp8", 0), ("tg4", 0), ("pp8 @ d16", 16),
+                                                             ("tg4 @ d16", 16)]
+    assert d["n_ctx"] == 16 + 8
+    assert [t["timed_tokens"] for t in d["tests"]] == [8, 4, 8, 4]  # the context is not timed
+    t = read_trace(trace)
+    first = t.layers == t.layers.min()
+    # each test once untimed and once timed: pp 8, tg 1 + 4, and the same again after 16 context tokens each
+    assert int(t.n_tokens[first].sum()) == 2 * (8 + 5) + 2 * ((16 + 8) + (16 + 5))
+    _, rows = first_table(bench(strata_bin, tiny_model, "-p", "8", "-n", "4", "-r", "1", "-d", "16").stdout)
+    assert [r[4] for r in rows[2:]] == ["pp8 @ d16", "tg4 @ d16"]
+
+
 @pytest.mark.parametrize("args, flag", [
+    (["-d", "-1"], "-d/--depth"),
+    (["-d", "x"], "-d/--depth"),
     (["-p", "0"], "-p/--n-prompt"),
     (["-p", "abc"], "-p/--n-prompt"),
     (["-p", "64,,8"], "-p/--n-prompt"),
