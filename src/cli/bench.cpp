@@ -18,6 +18,7 @@
 #include "core/units.h"
 #include "format/gguf.h"
 #include "runtime/engine.h"
+#include "runtime/sampler.h"
 
 namespace strata::cli {
 
@@ -104,9 +105,6 @@ std::vector<int32_t> bench_tokens(int64_t n, int64_t n_vocab, uint64_t seed) {
     return ids;
 }
 
-int32_t argmax(const std::vector<float> &logits) {
-    return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());  // first maximum: lowest id
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -172,7 +170,7 @@ RunResult run_once(Engine &eng, const BenchTest &t, uint64_t seed) {
     const auto t0 = std::chrono::steady_clock::now();
     if (t.n_gen == 0) eng.decode(step, logits);
     for (int64_t i = 0; i < t.n_gen; i++) {
-        for (size_t s = 0; s < step.size(); s++) step[s].tokens = {argmax(logits[s])};
+        for (size_t s = 0; s < step.size(); s++) step[s].tokens = {argmax(logits[s].data(), int64_t(logits[s].size()))};
         eng.decode(step, logits);
     }
     RunResult r{seconds_since(t0), stats_delta(eng.expert_stats(), before)};

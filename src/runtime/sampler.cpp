@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <unordered_map>
 
@@ -22,11 +23,73 @@ void validate(const SamplerParams &p) {
     if (p.repeat_last_n < 0) fail("repeat_last_n must be >= 0 (got %d)", p.repeat_last_n);
 }
 
+namespace {
+
+// Eight floats as one value (GCC/Clang vector extensions): SIMD whether or not the build lets the auto-vectorizer
+// run (cmake/CompilerChecks.cmake may turn it off).
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef int32_t i32x8 __attribute__((vector_size(32)));
+
+f32x8 load8(const float *p) {
+    f32x8 v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+// Lane-wise v > m ? v : m: a NaN in v never replaces m.
+f32x8 max8(f32x8 m, f32x8 v) {
+    return v > m ? v : m;
+}
+
+bool any_equal8(f32x8 v, float x) {
+    const i32x8 eq = v == x;
+    int32_t any = 0;
+    for (int j = 0; j < 8; j++) any |= eq[j];
+    return any != 0;
+}
+
+}  // namespace
+
+// The first index of the largest value, as a scan that moves on only to a strictly larger value picks it (a NaN is
+// never larger, and one at index 0 is never left). Two passes over 8-float vectors: the largest value (v > m ? v :
+// m skips NaNs), then the first index holding it. A single scan carries its comparison from one element to the next:
+// several times slower over a 152k vocabulary, a cost paid every token.
 int32_t argmax(const float *logits, int64_t n) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (logits[i] > logits[best]) best = i;
-    return int32_t(best);
+    if (n <= 1 || logits[0] != logits[0]) return 0;
+    const float x0 = logits[0];
+    f32x8 m0 = {x0, x0, x0, x0, x0, x0, x0, x0}, m1 = m0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        m0 = max8(m0, load8(logits + i));
+        m1 = max8(m1, load8(logits + i + 8));
+    }
+    m0 = max8(m0, m1);
+    float best = m0[0];
+    for (int j = 1; j < 8; j++) best = m0[j] > best ? m0[j] : best;
+    for (; i < n; i++) best = logits[i] > best ? logits[i] : best;
+    // -0 and +0 compare equal, as they do in the scan: the first of either is its pick too
+    for (i = 0; i + 8 <= n; i += 8)
+        if (any_equal8(load8(logits + i), best)) break;
+    for (; i < n; i++)
+        if (logits[i] == best) return int32_t(i);
+    return 0;  // not reached: best is one of the values
+}
+
+// Log-probabilities of the penalised distribution, for reporting: made when asked for (a full pass of exp over the
+// vocabulary, most of a sample's cost had every token paid it).
+const std::vector<float> &Sampler::last_logprobs() {
+    if (!logprobs_stale_) return logprobs_;
+    const std::vector<float> &logits = penalised_;
+    logprobs_.resize(logits.size());
+    if (!logits.empty()) {
+        float mx = *std::max_element(logits.begin(), logits.end());
+        double sum = 0;
+        for (float l : logits) sum += std::exp(double(l - mx));
+        const float lse = mx + float(std::log(sum));
+        for (size_t i = 0; i < logits.size(); i++) logprobs_[i] = logits[i] - lse;
+    }
+    logprobs_stale_ = false;
+    return logprobs_;
 }
 
 Sampler::Sampler(const SamplerParams &p, std::unique_ptr<TokenConstraint> constraint)
@@ -34,8 +97,60 @@ Sampler::Sampler(const SamplerParams &p, std::unique_ptr<TokenConstraint> constr
     validate(p);
 }
 
+// The k best of ids (all of 0..n-1 where ids is null) by `better` (higher logit, ties to the lower id), best first:
+// what a partial sort of every candidate gives, without ordering them all. A heap of the k kept, its worst on top;
+// most candidates fall below that at one comparison, and blocks of them whose largest logit does are skipped whole.
+std::vector<int32_t> best_candidates(const float *logits, const std::vector<int32_t> *ids, int64_t n, size_t k) {
+    auto better = [&](int32_t a, int32_t b) {
+        return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+    };
+    const size_t count = ids ? ids->size() : size_t(n);
+    k = std::min(k, count);
+    std::vector<int32_t> heap;
+    heap.reserve(k);
+    auto offer = [&](int32_t id) {
+        if (heap.size() < k) {
+            heap.push_back(id);
+            std::push_heap(heap.begin(), heap.end(), better);
+        } else if (better(id, heap.front())) {
+            std::pop_heap(heap.begin(), heap.end(), better);
+            heap.back() = id;
+            std::push_heap(heap.begin(), heap.end(), better);
+        }
+    };
+    if (k == 0) return heap;
+    if (2 * k >= count) {  // most of them kept: a partial sort of all is cheaper than the heap
+        std::vector<int32_t> all = ids ? *ids : std::vector<int32_t>(count);
+        if (!ids) std::iota(all.begin(), all.end(), 0);
+        std::partial_sort(all.begin(), all.begin() + int64_t(k), all.end(), better);
+        all.resize(k);
+        return all;
+    }
+    if (ids) {
+        for (int32_t id : *ids) offer(id);
+    } else {
+        constexpr int64_t B = 16;
+        int64_t i = 0;
+        for (; i + B <= n; i += B) {
+            if (heap.size() == k) {  // a block none of whose logits reaches the worst kept one adds nothing
+                const float worst = logits[size_t(heap.front())];
+                const f32x8 v = max8(load8(logits + i), load8(logits + i + 8));
+                bool reach = false;
+                for (int j = 0; j < 8; j++) reach |= !(v[j] < worst);
+                if (!reach) continue;
+            }
+            for (int64_t j = 0; j < B; j++) offer(int32_t(i + j));
+        }
+        for (; i < n; i++) offer(int32_t(i));
+    }
+    std::sort(heap.begin(), heap.end(), better);
+    return heap;
+}
+
 int32_t Sampler::sample(const float *logits_in, int64_t n_vocab, const std::vector<int32_t> &history) {
-    std::vector<float> logits(logits_in, logits_in + n_vocab);
+    std::vector<float> &logits = penalised_;
+    logits.assign(logits_in, logits_in + n_vocab);
+    logprobs_stale_ = true;
 
     // Penalties over the recent window.
     const bool penalise = p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
@@ -49,16 +164,6 @@ int32_t Sampler::sample(const float *logits_in, int64_t n_vocab, const std::vect
             l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
             l -= p_.presence_penalty + p_.frequency_penalty * float(c);
         }
-    }
-
-    // Log-probabilities of the penalised distribution, for reporting.
-    logprobs_.resize(size_t(n_vocab));
-    {
-        float mx = *std::max_element(logits.begin(), logits.end());
-        double sum = 0;
-        for (float l : logits) sum += std::exp(double(l - mx));
-        const float lse = mx + float(std::log(sum));
-        for (int64_t i = 0; i < n_vocab; i++) logprobs_[size_t(i)] = logits[size_t(i)] - lse;
     }
 
     // The constraint's mask: a greedy pick that it allows is the pick under the mask too, and costs one check.
@@ -96,16 +201,9 @@ int32_t Sampler::sample(const float *logits_in, int64_t n_vocab, const std::vect
     }
 
     // Candidates sorted by logit (ties: lower id first), truncated by top-k.
-    if (!mask) {
-        cand.resize(static_cast<size_t>(n_vocab));
-        std::iota(cand.begin(), cand.end(), 0);
-    }
-    auto better = [&](int32_t a, int32_t b) {
-        return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
-    };
-    size_t k = p_.top_k > 0 ? std::min<size_t>(size_t(p_.top_k), cand.size()) : cand.size();
-    std::partial_sort(cand.begin(), cand.begin() + int64_t(k), cand.end(), better);
-    cand.resize(k);
+    const size_t n_cand = mask ? cand.size() : size_t(n_vocab);
+    const size_t k = p_.top_k > 0 ? std::min<size_t>(size_t(p_.top_k), n_cand) : n_cand;
+    cand = best_candidates(logits.data(), mask ? &cand : nullptr, n_vocab, k);
 
     std::vector<double> prob(k);
     const double mx = logits[size_t(cand[0])];

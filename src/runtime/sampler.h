@@ -57,16 +57,23 @@ public:
     int32_t sample(const float *logits, int64_t n_vocab, const std::vector<int32_t> &history);
     // The log-probabilities of the last sample() call's distribution after penalties (before truncation and before
     // a constraint's mask: the model's own view), for logprobs reporting: log softmax of the penalised logits.
-    const std::vector<float> &last_logprobs() const { return logprobs_; }
+    const std::vector<float> &last_logprobs();
     TokenConstraint *constraint() const { return constraint_.get(); }
 
 private:
     SamplerParams p_;
     std::mt19937_64 rng_;
-    std::vector<float> logprobs_;
+    std::vector<float> penalised_;  // the last sample()'s logits after penalties
+    std::vector<float> logprobs_;   // made from them when asked for
+    bool logprobs_stale_ = false;
     std::unique_ptr<TokenConstraint> constraint_;
 };
 
+// The first index of the largest logit (a NaN never counts as larger; one at index 0 is the pick).
 int32_t argmax(const float *logits, int64_t n);
+
+// The k best of the candidate ids (every id 0..n-1 where ids is null) by logit, ties to the lower id, best first:
+// the first k of a partial sort of them all (the sampler's top-k), found without sorting them all.
+std::vector<int32_t> best_candidates(const float *logits, const std::vector<int32_t> *ids, int64_t n, size_t k);
 
 }  // namespace strata
