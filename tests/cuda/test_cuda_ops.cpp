@@ -119,6 +119,38 @@ TEST(CudaActivations, RoundTripIsExact) {
     }
 }
 
+// The decode kernels' 8-bit activation form (launch_quantize_act, in the form STRATA_CUDA_Q8K_WIDE picks: the suite
+// runs again with it off) against the host's copy bit for bit, on values that exercise the pick of each block's
+// scale: zeros, an all-zero block, a NaN, equal magnitudes of either sign (the first index wins), and the gated form
+// (silu(x) * m).
+TEST(CudaActivations, EightBitFormIsTheHostsOnOddValues) {
+    const int64_t k = 768, rows = 4;
+    std::vector<float> x = randn(size_t(rows * k), 41, 2.0f), m = randn(size_t(rows * k), 42);
+    for (int i = 0; i < 256; i++) x[size_t(256 + i)] = 0.0f;  // row 0's second 256 block: all zero
+    x[size_t(k + 3)] = std::nanf("");
+    x[size_t(2 * k + 300)] = 9.0f, x[size_t(2 * k + 290)] = -9.0f;  // a tie: index 290 (negative) is the pick
+    x[size_t(3 * k + 40)] = -7.5f, x[size_t(3 * k + 200)] = 7.5f;   // a tie: index 40
+    DevBuf xd(x.size() * 4), md(m.size() * 4), qd(x.size()), dd(x.size() / 32 * 8);
+    CUDA_OK(cudaMemcpy(xd.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(md.p, m.data(), m.size() * 4, cudaMemcpyHostToDevice));
+    for (DType vt : {DType::Q8_0, DType::Q8_K})
+        for (bool gated : {false, true}) {
+            cuda::launch_quantize_act(vt, xd.as<float>(), k, rows, k, qd.as<int8_t>(), dd.as<float2>(), nullptr,
+                                      gated ? md.as<float>() : nullptr, k);
+            CUDA_OK(cudaDeviceSynchronize());
+            std::vector<int8_t> qg(x.size()), qh(x.size());
+            std::vector<ActScale> dg(x.size() / 32), dh(x.size() / 32);
+            CUDA_OK(cudaMemcpy(qg.data(), qd.p, qg.size(), cudaMemcpyDeviceToHost));
+            CUDA_OK(cudaMemcpy(dg.data(), dd.p, dg.size() * 8, cudaMemcpyDeviceToHost));
+            for (int64_t r = 0; r < rows; r++)
+                quantize_act_gpu(vt, x.data() + r * k, k, qh.data() + r * k, dh.data() + r * (k / 32),
+                                 gated ? m.data() + r * k : nullptr);
+            const std::string what = std::string(dtype_name(vt)) + (gated ? ", gated" : "");
+            ASSERT_EQ(std::memcmp(qh.data(), qg.data(), qh.size()), 0) << what;
+            ASSERT_EQ(std::memcmp(dh.data(), dg.data(), dh.size() * 8), 0) << what;
+        }
+}
+
 // ---- matmul -----------------------------------------------------------------------------------------------------
 
 struct MatmulCase {

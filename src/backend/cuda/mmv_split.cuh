@@ -24,7 +24,7 @@ __device__ __forceinline__ void mmv_split_row(const MatmulArgs &a, const MatmulG
         const float w = row_elem<T>(wrow, k, g);
 #pragma unroll
         for (int t = 0; t < k_mmv_max_rows; t++)
-            if (t < grp.n_rows) acc[t] += w * x[t * a.x_stride + k];
+            if (t < grp.n_rows) acc[t] = __fmaf_rn(w, x[t * a.x_stride + k], acc[t]);
     }
     for (int t = 0; t < grp.n_rows; t++) {
         const float s = block_sum(acc[t], red);
