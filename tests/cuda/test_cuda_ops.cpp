@@ -371,6 +371,46 @@ TEST(CudaMmq, FormsAreTheSameBits) {
 // one-block form and a double-precision reference: within rounding, for f16 and f32 caches, head sizes 64 and 128,
 // a GQA group of 8, positions inside the first part, on a part boundary, and the last position the kernel takes; and
 // a vector's result the same bits whether its tile is launched alone or beside others.
+// The merge of split partials in its two forms, bit for bit: random partial outputs, maxima and sums for 1..70
+// splits, splits that saw no key (maximum -inf), tiles of fewer vectors than the tile holds, head sizes 64/128/256.
+TEST(CudaFlashMerge, VectorFormIsTheBlockForm) {
+    const int n_kv = 3, group = 4, M = 16;
+    for (int D : {64, 128, 256})
+        for (int n_split : {1, 2, 33, 70}) {
+            const std::vector<cuda::AttnTile> tiles{{0, 4, 0, 100}, {4, 3, 1, 7}};  // 16 and 12 vectors
+            const int n_tiles = int(tiles.size()), rows = 7;
+            const size_t n_ws = size_t(n_tiles) * n_kv * n_split * M * (D + 2);
+            std::vector<float> ws = randn(n_ws, uint64_t(D * 100 + n_split), 2.0f);
+            for (size_t i = 0; i < n_ws / size_t(D + 2); i++) {
+                float *p = ws.data() + i * size_t(D + 2);
+                p[D + 1] = std::fabs(p[D + 1]) + 0.5f;                 // a sum of weights: positive
+                if (i % 5 == 3) p[D] = -INFINITY, p[D + 1] = 0.0f;    // a split that saw no key
+            }
+            DevBuf wd(n_ws * 4), td(tiles.size() * sizeof(cuda::AttnTile));
+            const size_t n_out = size_t(rows) * n_kv * group * D;
+            DevBuf o1(n_out * 4), o2(n_out * 4);
+            CUDA_OK(cudaMemcpy(wd.p, ws.data(), n_ws * 4, cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(td.p, tiles.data(), tiles.size() * sizeof(cuda::AttnTile), cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemset(o1.p, 0, n_out * 4));
+            CUDA_OK(cudaMemset(o2.p, 0, n_out * 4));
+            const int64_t cols = int64_t(n_kv) * group * D;
+            const cuda::Rows r1{o1.as<float>(), rows, cols, cols}, r2{o2.as<float>(), rows, cols, cols};
+            const auto *tp = static_cast<const cuda::AttnTile *>(td.p);
+            cuda::launch_flash_merge(r1, D, M, group, n_kv, tp, n_tiles, n_split, wd.as<float>(), nullptr,
+                                     cuda::MergeForm::Block);
+            cuda::launch_flash_merge(r2, D, M, group, n_kv, tp, n_tiles, n_split, wd.as<float>(), nullptr,
+                                     cuda::MergeForm::Vector);
+            CUDA_OK(cudaDeviceSynchronize());
+            std::vector<float> a(n_out), b(n_out);
+            CUDA_OK(cudaMemcpy(a.data(), o1.p, n_out * 4, cudaMemcpyDeviceToHost));
+            CUDA_OK(cudaMemcpy(b.data(), o2.p, n_out * 4, cudaMemcpyDeviceToHost));
+            ASSERT_EQ(std::memcmp(a.data(), b.data(), n_out * 4), 0) << "D " << D << ", " << n_split << " splits";
+            size_t finite = 0;
+            for (float x : b) finite += std::isfinite(x) && x != 0.0f;
+            EXPECT_GT(finite, n_out / 2) << "D " << D << ", " << n_split << " splits";  // the outputs were written
+        }
+}
+
 TEST(CudaFlashDecode, SplitFormIsTheOneBlockForm) {
     for (KvType kt : {KvType::F16, KvType::F32})
         for (int64_t D : {64, 128}) {

@@ -34,7 +34,7 @@ struct AttnTile {
 // Rows per tile for this head size and GQA group, or 0 where the tiled kernel does not apply (head sizes 64, 128
 // and 256 are covered). small: tiles of 16 query vectors (decoding), else 64 (head size <= 128) or 32.
 int flash_rows_per_tile(int64_t head_dim, int64_t group, bool small);
-// Workspace for n_split > 1 (keys split over blocks, each block `chunk` keys, a multiple of 64).
+// Workspace for n_split > 1 (keys split over blocks, each block `chunk` keys, a multiple of 32).
 size_t flash_workspace_floats(int n_tiles, int64_t n_head_kv, int n_split, int64_t head_dim, bool small);
 void launch_flash_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                             float scale, bool small, const AttnTile *tiles_dev, int n_tiles, int n_split, int chunk,
@@ -54,9 +54,13 @@ void launch_flash_decode(const KvCacheView &c, Rows q, Rows out, int64_t n_head,
                          float scale, const AttnTile *tiles_dev, int n_tiles, int rows_per_tile, cudaStream_t stream,
                          float *ws = nullptr);
 
-// Merges the partials of n_split > 1 (written per tile of vectors_per_tile query vectors) into out.
+// Merges the partials of n_split > 1 (written per tile of vectors_per_tile query vectors) into out. Forms of the same
+// bits: a block per KV head of a tile (Block), or a block per vector and a thread per value (Vector); Auto: Vector
+// unless STRATA_CUDA_FLASH_MERGE_VEC=0 or its shared memory (8 bytes a split) is over 48 KiB.
+enum class MergeForm { Auto, Block, Vector };
 void launch_flash_merge(Rows out, int64_t head_dim, int vectors_per_tile, int group, int n_kv, const AttnTile *tiles,
-                        int n_tiles, int n_split, const float *ws, cudaStream_t stream);
+                        int n_tiles, int n_split, const float *ws, cudaStream_t stream,
+                        MergeForm form = MergeForm::Auto);
 
 // The tensor-core kernel (flash_attention_mma.cu) for prefill tiles: f16 caches, head sizes 64, 128, 256, GPUs of
 // compute capability 8 and later; tiles of 64 query vectors; fp32 precision through fp16 hi/lo splits.

@@ -9,7 +9,6 @@
 #include "backend/cuda/mmv_split.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/route_draws.h"
-#include "core/env.h"
 #include "core/error.h"
 
 namespace strata::cuda {
@@ -147,118 +146,6 @@ __global__ __launch_bounds__(k_mmv_split_threads) void k_router_fused(MatmulArgs
     if (threadIdx.x == 0) *done = 0;
 }
 
-// The router's one-launch form, faster (k_router_fused above computes the same bits; STRATA_CUDA_ROUTER_RANK=0 keeps
-// it): each thread's elements of its block's weight row, k = thread, thread + 256, ..., are loaded before the wait
-// (the router is a resident dense matrix that no kernel or copy writes), so their latency passes while the kernel
-// before still runs; the products are summed in mmv_split_row's order. The block that finishes last loads every
-// token's logits into shared memory at once and routes each token with the whole block: the softmax as
-// router_softmax_warp computes it (warp 0, the same partial sums and butterflies), then each expert's rank among all
-// by (probability, then the lower id) counted by a thread of its own, which writes it at its rank when it is among
-// the k: what router_topk_token's k rounds of arg-max pick, in the same order, renormalised the same way.
-constexpr int k_router_preload = 16;  // weights a thread loads before the wait: rows up to 4096 long
-
-template <DType T>
-__global__ __launch_bounds__(k_mmv_split_threads) void k_router_rank(MatmulArgs a, IqGrids g, int64_t k, bool norm,
-                                                                     float scale, int32_t *ids, float *weights,
-                                                                     unsigned *done) {
-    extern __shared__ float sm[];
-    __shared__ float red[32];
-    __shared__ bool last;
-    const int tid = threadIdx.x;
-    const int64_t n = blockIdx.x;
-    const uint8_t *wrow = static_cast<const uint8_t *>(a.single.w) + size_t(n) * a.row_bytes;
-    float w[k_router_preload];
-#pragma unroll
-    for (int i = 0; i < k_router_preload; i++) {
-        const int64_t c = tid + int64_t(i) * k_mmv_split_threads;
-        w[i] = c < a.k ? row_elem<T>(wrow, c, g) : 0.0f;
-    }
-    pdl_wait();
-    pdl_release();
-    const int rows = a.single.n_rows;
-    const float *x = a.x + int64_t(a.single.x_row0) * a.x_stride;
-    float acc[k_mmv_max_rows];
-#pragma unroll
-    for (int t = 0; t < k_mmv_max_rows; t++) acc[t] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < k_router_preload; i++) {
-        const int64_t c = tid + int64_t(i) * k_mmv_split_threads;
-        if (c < a.k)
-#pragma unroll
-            for (int t = 0; t < k_mmv_max_rows; t++)
-                if (t < rows) acc[t] = __fmaf_rn(w[i], x[t * a.x_stride + c], acc[t]);
-    }
-    for (int64_t c = tid + int64_t(k_router_preload) * k_mmv_split_threads; c < a.k; c += k_mmv_split_threads) {
-        const float wc = row_elem<T>(wrow, c, g);
-#pragma unroll
-        for (int t = 0; t < k_mmv_max_rows; t++)
-            if (t < rows) acc[t] = __fmaf_rn(wc, x[t * a.x_stride + c], acc[t]);
-    }
-#pragma unroll
-    for (int t = 0; t < k_mmv_max_rows; t++) {
-        if (t >= rows) break;  // the same for every thread of the block
-        const float s = block_sum(acc[t], red);
-        if (tid == 0) a.y[int64_t(a.single.y_row0 + t) * a.y_stride + n] = s;
-        __syncthreads();
-    }
-    if (tid == 0) {
-        __threadfence();  // this block's logits reach every block before it is counted
-        last = atomicAdd(done, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const int ne = int(a.n);
-    float *lg = sm;                          // rows x ne logits
-    float *prob = sm + size_t(rows) * ne;    // ne
-    float *sel = prob + ne;                  // the chosen probabilities in rank order (k <= ne)
-    float *stat = sel + ne;                  // the softmax's sum
-    for (int i = tid; i < rows * ne; i += k_mmv_split_threads)
-        lg[i] = __ldcg(a.y + int64_t(i / ne) * a.y_stride + i % ne);
-    __syncthreads();
-    for (int t = 0; t < rows; t++) {
-        const float *l = lg + size_t(t) * ne;
-        if (tid < 32) {
-            float mx = -INFINITY;
-            for (int e = tid; e < ne; e += 32) mx = fmaxf(mx, l[e]);
-            mx = warp_max(mx);
-            float sum = 0.0f;
-            for (int e = tid; e < ne; e += 32) {
-                const float v = expf(l[e] - mx);
-                prob[e] = v;
-                sum += v;
-            }
-            sum = warp_sum(sum);
-            if (tid == 0) stat[0] = sum;
-        }
-        __syncthreads();
-        const float sum = stat[0];
-        for (int e = tid; e < ne; e += k_mmv_split_threads) prob[e] /= sum;
-        __syncthreads();
-        for (int e = tid; e < ne; e += k_mmv_split_threads) {
-            const float p = prob[e], key = p == p ? p : -FLT_MAX;  // a NaN below every number, as the rounds rank it
-            int r = 0;
-            for (int f = 0; f < ne; f++) {
-                const float q = prob[f], kq = q == q ? q : -FLT_MAX;
-                r += kq > key || (kq == key && f < e);
-            }
-            if (r < k) {
-                ids[t * k + r] = e;
-                weights[t * k + r] = p;
-                sel[r] = p;
-            }
-        }
-        __syncthreads();
-        if (tid == 0) {
-            float wsum = 0.0f;
-            for (int64_t j = 0; j < k; j++) wsum += sel[j];  // in rank order, as the reference sums
-            router_scale_weights(weights + t * k, k, wsum, norm, scale);
-        }
-        __syncthreads();
-    }
-    if (tid == 0) *done = 0;
-}
-
 __global__ void k_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx, const float *weights, int64_t k,
                               Rows out) {
     pdl_wait();
@@ -357,25 +244,10 @@ void launch_route_draws(Rows logits, int64_t k, bool norm, float scale, uint64_t
     }
 }
 
-namespace {
-
-// STRATA_CUDA_ROUTER_RANK=0 keeps the one-launch router on k_router_fused (the same bits; A/B of k_router_rank).
-bool router_rank_enabled() {
-    static const bool on = env_switch("STRATA_CUDA_ROUTER_RANK", true);
-    return on;
-}
-
-size_t router_rank_smem(int64_t n_expert, int64_t n_tokens) {
-    return (size_t(n_tokens) + 2) * size_t(n_expert) * sizeof(float) + sizeof(float);
-}
-
-}  // namespace
-
 bool router_fused_supported(DType t, int64_t n_expert, int64_t k_row, int64_t n_tokens) {
     const bool type = t == DType::F32 || t == DType::F16 || t == DType::BF16;
     return type && mmv_split_applies(n_expert, k_row) && n_tokens >= 1 && n_tokens <= k_mmv_max_rows &&
-           size_t(k_mmv_split_threads / 32) * size_t(n_expert) * sizeof(float) <= 48 * 1024 &&
-           router_rank_smem(n_expert, k_mmv_max_rows) <= 48 * 1024;
+           size_t(k_mmv_split_threads / 32) * size_t(n_expert) * sizeof(float) <= 48 * 1024;
 }
 
 void launch_router_fused(const MatmulArgs &a, int64_t k, bool norm, float scale, int32_t *ids, float *weights,
@@ -383,29 +255,8 @@ void launch_router_fused(const MatmulArgs &a, int64_t k, bool norm, float scale,
     STRATA_ASSERT(router_fused_supported(a.type, a.n, a.k, a.single.n_rows) && a.groups == nullptr);
     STRATA_ASSERT(k >= 1 && k <= a.n && a.single.x_row0 == 0 && a.single.y_row0 == 0);
     const IqGrids &g = iq_grids();
-    const unsigned grid = unsigned(a.n);
-    if (router_rank_enabled()) {
-        const size_t smem = router_rank_smem(a.n, a.single.n_rows);
-        switch (a.type) {
-            case DType::F32:
-                pdl_launch(k_router_rank<DType::F32>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale,
-                           ids, weights, done);
-                break;
-            case DType::F16:
-                pdl_launch(k_router_rank<DType::F16>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale,
-                           ids, weights, done);
-                break;
-            case DType::BF16:
-                pdl_launch(k_router_rank<DType::BF16>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale,
-                           ids, weights, done);
-                break;
-            default:
-                fail("CUDA: no one-launch router for %s", dtype_name(a.type));
-        }
-        STRATA_CUDA_LAUNCH_CHECK("k_router_rank");
-        return;
-    }
     const size_t smem = size_t(k_mmv_split_threads / 32) * size_t(a.n) * sizeof(float);  // a warp's probabilities
+    const unsigned grid = unsigned(a.n);
     switch (a.type) {
         case DType::F32:
             pdl_launch(k_router_fused<DType::F32>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale, ids,
