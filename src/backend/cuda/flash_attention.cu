@@ -295,14 +295,23 @@ __global__ void k_flash_merge_vec(Rows out, int D, int M, int group, int n_kv, c
     mx = block_max(mx, red);
     for (int s = d; s < n_split; s += blockDim.x) wt[s] = wt[s] == -INFINITY ? -1.0f : expf(wt[s] - mx);
     __syncthreads();
+    // The splits' values in batches of B loaded together (each a dependent L2 round trip otherwise), then summed in
+    // split order.
+    constexpr int B = 16;
     float num = 0.0f, den = 0.0f;
-#pragma unroll 8
-    for (int s = 0; s < n_split; s++) {
-        const float w = wt[s];
-        const float o = ws[(base + int64_t(s) * M) * (D + 2) + d];
-        if (w < 0.0f) continue;  // a split with no visible key
-        num = __fmaf_rn(o, w, num);
-        den = __fmaf_rn(ls[s], w, den);
+    for (int s0 = 0; s0 < n_split; s0 += B) {
+        float o[B];
+#pragma unroll
+        for (int j = 0; j < B; j++)
+            o[j] = s0 + j < n_split ? ws[(base + int64_t(s0 + j) * M) * (D + 2) + d] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < B; j++) {
+            if (s0 + j >= n_split) break;
+            const float w = wt[s0 + j];
+            if (w < 0.0f) continue;  // a split with no visible key
+            num = __fmaf_rn(o[j], w, num);
+            den = __fmaf_rn(ls[s0 + j], w, den);
+        }
     }
     out.data[int64_t(t.row0 + v / group) * out.stride + int64_t(kvh * group + v % group) * D + d] = num / den;
 }
