@@ -26,27 +26,10 @@ void validate(const SamplerParams &p) {
 namespace {
 
 // Eight floats as one value (GCC/Clang vector extensions): SIMD whether or not the build lets the auto-vectorizer
-// run (cmake/CompilerChecks.cmake may turn it off).
+// run (cmake/CompilerChecks.cmake may turn it off). Used inside functions only: a 32-byte vector passed or returned
+// by value changes the ABI where AVX is off, and GCC warns of it.
 typedef float f32x8 __attribute__((vector_size(32)));
 typedef int32_t i32x8 __attribute__((vector_size(32)));
-
-f32x8 load8(const float *p) {
-    f32x8 v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
-
-// Lane-wise v > m ? v : m: a NaN in v never replaces m.
-f32x8 max8(f32x8 m, f32x8 v) {
-    return v > m ? v : m;
-}
-
-bool any_equal8(f32x8 v, float x) {
-    const i32x8 eq = v == x;
-    int32_t any = 0;
-    for (int j = 0; j < 8; j++) any |= eq[j];
-    return any != 0;
-}
 
 }  // namespace
 
@@ -57,19 +40,26 @@ bool any_equal8(f32x8 v, float x) {
 int32_t argmax(const float *logits, int64_t n) {
     if (n <= 1 || logits[0] != logits[0]) return 0;
     const float x0 = logits[0];
-    f32x8 m0 = {x0, x0, x0, x0, x0, x0, x0, x0}, m1 = m0;
+    f32x8 m0 = {x0, x0, x0, x0, x0, x0, x0, x0}, m1 = m0, v0, v1;
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        m0 = max8(m0, load8(logits + i));
-        m1 = max8(m1, load8(logits + i + 8));
+    for (; i + 16 <= n; i += 16) {  // lane-wise v > m ? v : m: a NaN never replaces m
+        std::memcpy(&v0, logits + i, sizeof v0);
+        std::memcpy(&v1, logits + i + 8, sizeof v1);
+        m0 = v0 > m0 ? v0 : m0;
+        m1 = v1 > m1 ? v1 : m1;
     }
-    m0 = max8(m0, m1);
+    m0 = m1 > m0 ? m1 : m0;
     float best = m0[0];
     for (int j = 1; j < 8; j++) best = m0[j] > best ? m0[j] : best;
     for (; i < n; i++) best = logits[i] > best ? logits[i] : best;
     // -0 and +0 compare equal, as they do in the scan: the first of either is its pick too
-    for (i = 0; i + 8 <= n; i += 8)
-        if (any_equal8(load8(logits + i), best)) break;
+    for (i = 0; i + 8 <= n; i += 8) {
+        std::memcpy(&v0, logits + i, sizeof v0);
+        const i32x8 eq = v0 == best;
+        int32_t any = 0;
+        for (int j = 0; j < 8; j++) any |= eq[j];
+        if (any) break;
+    }
     for (; i < n; i++)
         if (logits[i] == best) return int32_t(i);
     return 0;  // not reached: best is one of the values
@@ -134,7 +124,10 @@ std::vector<int32_t> best_candidates(const float *logits, const std::vector<int3
         for (; i + B <= n; i += B) {
             if (heap.size() == k) {  // a block none of whose logits reaches the worst kept one adds nothing
                 const float worst = logits[size_t(heap.front())];
-                const f32x8 v = max8(load8(logits + i), load8(logits + i + 8));
+                f32x8 v, w;
+                std::memcpy(&v, logits + i, sizeof v);
+                std::memcpy(&w, logits + i + 8, sizeof w);
+                v = w > v ? w : v;
                 bool reach = false;
                 for (int j = 0; j < 8; j++) reach |= !(v[j] < worst);
                 if (!reach) continue;
