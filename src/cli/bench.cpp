@@ -105,7 +105,6 @@ std::vector<int32_t> bench_tokens(int64_t n, int64_t n_vocab, uint64_t seed) {
     return ids;
 }
 
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

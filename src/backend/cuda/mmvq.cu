@@ -190,7 +190,8 @@ __global__ __launch_bounds__(256) void k_quantize_act_q8_k_wide(const float *x, 
     amax = s_amax[0], smax = s_smax[0], idx = s_idx[0];
 #pragma unroll
     for (int w = 1; w < 8; w++)
-        if (s_amax[w] > amax || (s_amax[w] == amax && s_idx[w] < idx)) amax = s_amax[w], smax = s_smax[w], idx = s_idx[w];
+        if (s_amax[w] > amax || (s_amax[w] == amax && s_idx[w] < idx))
+            amax = s_amax[w], smax = s_smax[w], idx = s_idx[w];
     const float iscale = smax != 0.0f ? __fdiv_rn(-127.0f, smax) : 0.0f;
     const float d = smax != 0.0f ? __fdiv_rn(1.0f, iscale) : 0.0f;
     const float sc = __fmul_rn(iscale, v);
