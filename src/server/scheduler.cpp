@@ -313,9 +313,8 @@ void Scheduler::admit(std::shared_ptr<Job> job) {
         }
         t.act = std::make_unique<Active>(job, tok_, std::move(constraint));
     } catch (const std::exception &e) {
-        job->out.push({Event::Kind::Error, {}, {}, {}, {}, e.what()});
-        job->finished = true;
         local_.jobs_failed++;
+        ends_.push_back({job, {Event::Kind::Error, {}, {}, {}, {}, e.what()}});
         return;
     }
     Active &a = *t.act;
@@ -350,16 +349,14 @@ void Scheduler::finish(Slot &s, const char *reason) {
     e.usage = a.usage;
     e.usage.completion_tokens = int64_t(a.generated.size());
     e.usage.gen_ms = a.t_first > 0 ? (now_s() - a.t_first) * 1e3 : 0;
-    a.job->out.push(std::move(e));
-    a.job->finished = true;
     local_.jobs_done++;
+    ends_.push_back({a.job, std::move(e)});
     release(s);
 }
 
 void Scheduler::fail_job(Slot &s, const std::string &what) {
-    s.act->job->out.push({Event::Kind::Error, {}, {}, {}, {}, what});
-    s.act->job->finished = true;
     local_.jobs_failed++;
+    ends_.push_back({s.act->job, {Event::Kind::Error, {}, {}, {}, {}, what}});
     try {
         engine_.rewind(s.seq, 0);
     } catch (const std::exception &) {
@@ -410,13 +407,9 @@ void Scheduler::emit_token(Slot &s, int32_t token, const std::vector<float> &log
         TokenLogprob t;
         t.id = token;
         t.logprob = lp[size_t(token)];
-        const size_t k = std::min(size_t(p.top_logprobs), lp.size());
-        std::vector<int32_t> ids(lp.size());
-        for (size_t i = 0; i < ids.size(); i++) ids[i] = int32_t(i);
-        std::partial_sort(ids.begin(), ids.begin() + int64_t(k), ids.end(), [&](int32_t x, int32_t y) {
-            return lp[size_t(x)] > lp[size_t(y)] || (lp[size_t(x)] == lp[size_t(y)] && x < y);
-        });
-        for (size_t i = 0; i < k; i++) t.top.emplace_back(ids[i], lp[size_t(ids[i])]);
+        // the top_logprobs best by log-probability, ties to the lower id
+        for (int32_t id : best_candidates(lp.data(), nullptr, int64_t(lp.size()), size_t(p.top_logprobs)))
+            t.top.emplace_back(id, lp[size_t(id)]);
         a.logprobs.push_back(std::move(t));
     }
     a.generated.push_back(token);
@@ -609,21 +602,28 @@ void Scheduler::step() {
         slot_states.push_back(st);
     }
     ExpertCacheStats bs = engine_.expert_stats();
-    std::lock_guard<std::mutex> lock(mu_);
-    const uint64_t rejected = stats_.jobs_rejected;
-    const double t = now_s();
-    stats_ = local_;
-    stats_.jobs_rejected = rejected;
-    stats_.queued = int64_t(queue_.size());
-    stats_.running = running;
-    stats_.kv_tokens_active = active_kv;
-    stats_.kv_tokens_cached = cached_kv;
-    stats_.kv_capacity = int64_t(slots_.size()) * engine_.config().n_ctx;
-    stats_.backend = bs;
-    stats_.slots = std::move(slot_states);
-    rate_samples_.push_back({t, local_.generated_tokens, local_.prompt_tokens_computed, bs.expert_cache_hits,
-                             bs.expert_cache_misses, bs.hybrid.host_experts, bs.bytes_streamed});
-    while (rate_samples_.size() > 2 && rate_samples_[1].t < t - kRateWindow) rate_samples_.pop_front();
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        const uint64_t rejected = stats_.jobs_rejected;
+        const double t = now_s();
+        stats_ = local_;
+        stats_.jobs_rejected = rejected;
+        stats_.queued = int64_t(queue_.size());
+        stats_.running = running;
+        stats_.kv_tokens_active = active_kv;
+        stats_.kv_tokens_cached = cached_kv;
+        stats_.kv_capacity = int64_t(slots_.size()) * engine_.config().n_ctx;
+        stats_.backend = bs;
+        stats_.slots = std::move(slot_states);
+        rate_samples_.push_back({t, local_.generated_tokens, local_.prompt_tokens_computed, bs.expert_cache_hits,
+                                 bs.expert_cache_misses, bs.hybrid.host_experts, bs.bytes_streamed});
+        while (rate_samples_.size() > 2 && rate_samples_[1].t < t - kRateWindow) rate_samples_.pop_front();
+    }
+    for (auto &[job, e] : ends_) {
+        job->out.push(std::move(e));
+        job->finished = true;
+    }
+    ends_.clear();
 }
 
 }  // namespace strata::server

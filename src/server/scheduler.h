@@ -184,6 +184,9 @@ class Scheduler {
     bool stop_ = false, draining_ = false;
     SchedulerStats stats_;                                                       // published after each step
     SchedulerStats local_;                                                       // the scheduler thread's own counters
+    // A step's last events of its jobs (done, failed), sent once the step's counters and slots are published: a
+    // client that has its answer and then reads /metrics or /slots sees the request ended there too.
+    std::vector<std::pair<std::shared_ptr<Job>, Event>> ends_;
     struct RateSample {
         double t;
         uint64_t generated, computed, hits, misses, host, streamed;  // misses: copied in; host: computed there
