@@ -70,6 +70,24 @@ struct MoeParams {
     float weights_scale = 0.0f;  // 0: none
 };
 
+// The residual step after a block: resid += y, then normed = rms_norm(resid) with w (Backend::add_rms_norm).
+struct ResidualNorm {
+    Act resid;
+    const Weight *w = nullptr;
+    float eps = 0.0f;
+    Act normed;
+};
+
+// What follows the combination of a decoding MoE layer's routed experts (Backend::experts_device_routed), so that a
+// backend may do it in the same pass over the output: where shared_gate is set, the shared expert's gated rows
+// (shared_expert_add(x, *shared_gate, shared_y, out)); then, where then.w is set, add_rms_norm(then.resid, out,
+// *then.w, then.eps, then.normed).
+struct MoeTail {
+    const Weight *shared_gate = nullptr;
+    Act shared_y;
+    ResidualNorm then;
+};
+
 // The router's arithmetic, shared by the CPU's route_topk and benchmark routing (strata/route_override.h): the
 // softmax over one token's logits in fp32, and the weights of its k chosen experts (ids in rank order), renormalised
 // and scaled as MoeParams asks.
@@ -264,6 +282,13 @@ class Backend {
         matmul(router, x, logits);
         route_topk(logits, p, ids, weights);
     }
+    // route() for a layer whose experts w then run through experts_device_routed with these ids and nothing in
+    // between writes them: a backend may make that call's tables from the routing in the same pass.
+    virtual void route_for_device(const Weight &router, const ExpertWeights &w, Act x, const MoeParams &p, Act logits,
+                                  int32_t *ids, float *weights) {
+        (void)w;
+        route(router, x, p, logits, ids, weights);
+    }
     // Benchmark routing (route_draws.h): ids = k distinct experts per token drawn for this pass at layer il instead
     // of route_topk's choice, weights the router's for them by these logits (router_weights, in the backend's own
     // arithmetic), ids in its order; both in this backend's memory. new_pass: the pass count goes up by one first
@@ -337,8 +362,9 @@ class Backend {
         uint64_t from_slots = 0, from_host = 0, host_bytes = 0;
     };
     virtual MappedReads mapped_reads() const { return {}; }
+    // The tail's steps follow (MoeTail), in that order.
     virtual void experts_device_routed(const ExpertWeights &w, Act x, int64_t k, const int32_t *ids,
-                                       const float *weights, Act out) {
+                                       const float *weights, Act out, const MoeTail &tail) {
         fail("the %s backend does not route experts on the device", name().c_str());
     }
     // out[t] = sum over j < k of weights[widx[t k + j]] * ys[yrow[t k + j]], the entries added in the order given
@@ -347,6 +373,11 @@ class Backend {
                              const float *weights, int64_t k, Act out) = 0;
     // out[t] += sigmoid(gate . x[t]) * y[t] (gate: x.cols weights): the shared expert's gated contribution.
     virtual void shared_expert_add(Act x, const Weight &gate, Act y, Act out) = 0;
+    // A MoeTail's steps as separate ops, after out holds the combination (x: the MoE layer's input).
+    void moe_tail(Act x, Act out, const MoeTail &t) {
+        if (t.shared_gate) shared_expert_add(x, *t.shared_gate, t.shared_y, out);
+        if (t.then.w) add_rms_norm(t.then.resid, out, *t.then.w, t.then.eps, t.then.normed);
+    }
 
     // ---- decode misses computed on the host (strata/decode_hybrid.h) ----
     // Whether expert_ffn computes each row of a group of n_rows rows of w exactly as expert_ffn_host

@@ -91,7 +91,7 @@ Act gdn_block(const ForwardCtx &c, int64_t il, Act cur) {
     return out;
 }
 
-Act moe_block(const ForwardCtx &c, int64_t il, Act cur) {
+Act moe_block(const ForwardCtx &c, int64_t il, Act cur, const ResidualNorm *then) {
     const HParams &hp = c.m.hp;
     const LayerWeights &L = c.m.layers[size_t(il)];
     // The router runs inside the MoE schedule, which reports nothing. A tracer that asks for the router logits
@@ -104,7 +104,7 @@ Act moe_block(const ForwardCtx &c, int64_t il, Act cur) {
     }
     MoeParams p{hp.n_expert, hp.n_expert_used, hp.expert_weights_norm, hp.expert_weights_scale};
     Act out = c.be.alloc(cur.rows, hp.n_embd);
-    c.moe.run(il, L, cur, p, out);
+    c.moe.run(il, L, cur, p, out, then);
     return out;
 }
 

@@ -25,7 +25,10 @@ struct Tracer {
 class ExpertRunner {
   public:
     virtual ~ExpertRunner() = default;
-    virtual void run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out) = 0;
+    // out = the layer's MoE FFN of x; then, where `then` is given, the residual step after it (then->resid += out,
+    // then->normed = rms_norm(then->resid)), which may be done in the same pass over out. then->normed may be x.
+    virtual void run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out,
+                     const ResidualNorm *then) = 0;
     // A pass of n_tokens starts (before reads_back is asked for it); traced: a tracer reads its intermediates.
     virtual void start_pass(int64_t n_tokens, bool traced) { (void)n_tokens, (void)traced; }
     // Whether run() reads intermediate results back at once in this pass (a routing observer): the pass cannot be
@@ -57,7 +60,7 @@ void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *toke
 // Shared blocks; each returns the block's output (the residual is added by the caller).
 Act attention_block(const ForwardCtx &c, int64_t il, Act cur);
 Act gdn_block(const ForwardCtx &c, int64_t il, Act cur);
-Act moe_block(const ForwardCtx &c, int64_t il, Act cur);
+Act moe_block(const ForwardCtx &c, int64_t il, Act cur, const ResidualNorm *then);
 
 // The architecture loops: embeddings to the final hidden state (before output_norm).
 Act trunk_qwen3moe(const ForwardCtx &c, const int32_t *tokens);

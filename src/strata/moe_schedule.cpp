@@ -526,7 +526,8 @@ void MoeSchedule::shared_ffn(const LayerWeights &L, Act x, Act sy) {
     be_.scratch_release(mark);
 }
 
-void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out) {
+void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out,
+                      const ResidualNorm *then) {
     STRATA_ASSERT(il >= 0 && size_t(il) < experts_.size() && experts_[size_t(il)].present());
     const ExpertWeights &w = experts_[size_t(il)];
     const int64_t T = x.rows, E = x.cols, k = p.n_expert_used, n_exp = p.n_expert;
@@ -561,7 +562,10 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
     if (hybrid) host_x_.resize(size_t(T * E));
     {
         Region r(be_, "route");
-        be_.route(L.gate_inp, x, p, logits, ids_be, wts_be);
+        if (on_device && !override_.active())
+            be_.route_for_device(L.gate_inp, w, x, p, logits, ids_be, wts_be);
+        else
+            be_.route(L.gate_inp, x, p, logits, ids_be, wts_be);
         if (tm) tm->phase_end(TimingPhase::Route);
         if (override_.active()) {
             // the draws, with the weights the router gives them, in place of the router's choice
@@ -629,8 +633,17 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
         sy = be_.alloc(T, E);
         shared_ffn(L, x, sy);
     }
+    bool shared_done = false, then_done = false;
     if (on_device) {
-        be_.experts_device_routed(w, x, k, ids_be, wts_be, out);
+        // The shared expert's rows and the residual step go with the experts' combination (the backend may take
+        // them in one pass), unless something below still reads x (the next-layer prediction), which the residual
+        // step may overwrite.
+        MoeTail tail;
+        if (!prefetch_on_) {
+            if (shared && sy.data) tail.shared_gate = &L.gate_inp_shexp, tail.shared_y = sy, shared_done = true;
+            if (then && (!shared || shared_done)) tail.then = *then, then_done = true;
+        }
+        be_.experts_device_routed(w, x, k, ids_be, wts_be, out, tail);
     } else {
         // 3-5. Grouped on the host, experts in sets, combined in expert-id order.
         const std::vector<int32_t> host = hybrid ? host_experts(w, ids, n_exp) : std::vector<int32_t>{};
@@ -673,7 +686,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
     if (prefetch_on_) predict_next(il, x, p);
 
     // 6. The shared expert (its FFN here unless it went first), gated, added.
-    if (shared) {
+    if (shared && !shared_done) {
         if (!decode) {  // a prompt pass's scratch peaks in the experts: the shared expert's comes after
             sy = be_.alloc(T, E);
             shared_ffn(L, x, sy);
@@ -681,6 +694,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
         Region r(be_, "shared_expert");
         be_.shared_expert_add(x, L.gate_inp_shexp, sy, out);
     }
+    if (then && !then_done) be_.add_rms_norm(then->resid, out, *then->w, then->eps, then->normed);
     if (tm) {
         tm->phase_end(TimingPhase::Shared);
         tm->layer_end();

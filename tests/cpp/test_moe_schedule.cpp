@@ -143,7 +143,7 @@ class HostSlotBackend final : public Backend {
         return mapped_ && n_tokens <= 8 && host_computes_like(w, 1);
     }
     void experts_device_routed(const ExpertWeights &w, Act x, int64_t k, const int32_t *ids, const float *weights,
-                               Act out) override {
+                               Act out, const MoeTail &tail) override {
         const int64_t T = x.rows, E = x.cols, n_ff = w.gate->ne[1], M = T * k;
         Act ys = cpu_->alloc(M, E);
         std::vector<int32_t> yrow(static_cast<size_t>(M)), widx(static_cast<size_t>(M));
@@ -173,6 +173,7 @@ class HostSlotBackend final : public Backend {
                 widx[size_t(t * k + r)] = int32_t(i);
             }
         cpu_->moe_combine(ys, yrow, widx, weights, k, out);
+        moe_tail(x, out, tail);
     }
     MappedReads mapped_reads() const override { return reads_; }
     uint64_t grouped_mapped() const { return grouped_mapped_; }

@@ -411,6 +411,72 @@ TEST(CudaFlashMerge, VectorFormIsTheBlockForm) {
         }
 }
 
+// A decoding MoE layer's tail in one launch against the launches it replaces (combine, shared expert, residual add
+// and norm), bit for bit: with and without the shared expert and the norm, 1 and 3 tokens, rows of 1024 to 6144
+// floats (each KPT form), the normed rows written over the layer's input as the trunk does.
+TEST(CudaMoeTail, OneLaunchIsTheSeparateOnes) {
+    const int64_t k = 8, n_pairs_per_token = k;
+    for (int64_t E : {1024, 2048, 4096, 6144})
+        for (int64_t T : {1, 3})
+            for (int form = 0; form < 4; form++) {
+                const bool shared = form & 1, norm = form & 2;
+                const int64_t M = T * n_pairs_per_token;
+                const uint64_t seed = uint64_t(E * 10 + T * 4 + form);
+                std::vector<float> ys = randn(size_t(M * E), seed), x = randn(size_t(T * E), seed + 1),
+                                   sy = randn(size_t(T * E), seed + 2), resid = randn(size_t(T * E), seed + 3, 4.0f),
+                                   gw = randn(size_t(E), seed + 4, 0.05f), nw = randn(size_t(E), seed + 5),
+                                   wts = randn(size_t(M), seed + 6);
+                std::vector<int32_t> yrow(static_cast<size_t>(M)), widx(static_cast<size_t>(M));
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t j = 0; j < k; j++) {  // a token's pairs in some order of rows
+                        yrow[size_t(t * k + j)] = int32_t(t * k + (j * 3) % k);
+                        widx[size_t(t * k + j)] = int32_t(t * k + (j * 5) % k);
+                    }
+                DevBuf d_ys(ys.size() * 4), d_sy(sy.size() * 4), d_gw(gw.size() * 4), d_nw(nw.size() * 4),
+                    d_w(wts.size() * 4), d_yrow(yrow.size() * 4), d_widx(widx.size() * 4);
+                CUDA_OK(cudaMemcpy(d_ys.p, ys.data(), ys.size() * 4, cudaMemcpyHostToDevice));
+                CUDA_OK(cudaMemcpy(d_sy.p, sy.data(), sy.size() * 4, cudaMemcpyHostToDevice));
+                CUDA_OK(cudaMemcpy(d_gw.p, gw.data(), gw.size() * 4, cudaMemcpyHostToDevice));
+                CUDA_OK(cudaMemcpy(d_nw.p, nw.data(), nw.size() * 4, cudaMemcpyHostToDevice));
+                CUDA_OK(cudaMemcpy(d_w.p, wts.data(), wts.size() * 4, cudaMemcpyHostToDevice));
+                CUDA_OK(cudaMemcpy(d_yrow.p, yrow.data(), yrow.size() * 4, cudaMemcpyHostToDevice));
+                CUDA_OK(cudaMemcpy(d_widx.p, widx.data(), widx.size() * 4, cudaMemcpyHostToDevice));
+                std::vector<float> got[2][3];  // [form][out, resid, normed]
+                for (int fused = 0; fused < 2; fused++) {
+                    DevBuf d_x(x.size() * 4), d_out(x.size() * 4), d_res(resid.size() * 4);
+                    CUDA_OK(cudaMemcpy(d_x.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+                    CUDA_OK(cudaMemcpy(d_res.p, resid.data(), resid.size() * 4, cudaMemcpyHostToDevice));
+                    CUDA_OK(cudaMemset(d_out.p, 0xff, x.size() * 4));
+                    const cuda::Rows r_ys{d_ys.as<float>(), M, E, E}, r_x{d_x.as<float>(), T, E, E},
+                        r_sy{d_sy.as<float>(), T, E, E}, r_out{d_out.as<float>(), T, E, E},
+                        r_res{d_res.as<float>(), T, E, E};
+                    const auto *yr = static_cast<const int32_t *>(d_yrow.p);
+                    const auto *wi = static_cast<const int32_t *>(d_widx.p);
+                    ASSERT_TRUE(cuda::moe_tail_fuses(r_out, E));
+                    if (fused) {
+                        cuda::launch_moe_tail(r_ys, yr, wi, d_w.as<float>(), k, r_x,
+                                              shared ? d_gw.as<float>() : nullptr, r_sy, r_out, r_res,
+                                              norm ? d_nw.as<float>() : nullptr, 1e-6f, r_x, nullptr);
+                    } else {
+                        cuda::launch_moe_combine(r_ys, yr, wi, d_w.as<float>(), k, r_out, nullptr);
+                        if (shared) cuda::launch_shared_expert_add(r_x, d_gw.as<float>(), r_sy, r_out, nullptr);
+                        if (norm) cuda::launch_add_rms_norm(r_res, r_out, d_nw.as<float>(), E, 1e-6f, r_x, nullptr);
+                    }
+                    CUDA_OK(cudaDeviceSynchronize());
+                    for (int i = 0; i < 3; i++) got[fused][i].resize(x.size());
+                    CUDA_OK(cudaMemcpy(got[fused][0].data(), d_out.p, x.size() * 4, cudaMemcpyDeviceToHost));
+                    CUDA_OK(cudaMemcpy(got[fused][1].data(), d_res.p, x.size() * 4, cudaMemcpyDeviceToHost));
+                    CUDA_OK(cudaMemcpy(got[fused][2].data(), d_x.p, x.size() * 4, cudaMemcpyDeviceToHost));
+                }
+                for (int i = 0; i < 3; i++)
+                    ASSERT_EQ(std::memcmp(got[0][i].data(), got[1][i].data(), x.size() * 4), 0)
+                        << "E " << E << ", T " << T << ", shared " << shared << ", norm " << norm << ", part " << i;
+                // the combination was written and the norm moved the input where asked
+                EXPECT_TRUE(std::isfinite(got[1][0][0]) && got[1][0][0] != 0.0f);
+                EXPECT_EQ(norm, std::memcmp(got[1][2].data(), x.data(), x.size() * 4) != 0);
+            }
+}
+
 TEST(CudaFlashDecode, SplitFormIsTheOneBlockForm) {
     for (KvType kt : {KvType::F16, KvType::F32})
         for (int64_t D : {64, 128}) {
@@ -520,6 +586,16 @@ TEST(MmvqHost, IsTheKernelBitForBit) {
             CUDA_OK(cudaMemcpy(dg.data(), dd.p, dg.size() * 8, cudaMemcpyDeviceToHost));
             CUDA_OK(cudaMemcpy(yg.data(), yd.p, yg.size() * 4, cudaMemcpyDeviceToHost));
             const std::string what = std::string(dtype_name(t)) + ", k " + std::to_string(k);
+            {  // the one-activation-row form on the first row: the same bits
+                cuda::MatmulArgs a1 = qp.a;
+                a1.single.n_rows = 1;
+                CUDA_OK(cudaMemset(yd.p, 0xff, yg.size() * 4));
+                cuda::launch_mmvq(a1, nullptr, true);
+                CUDA_OK(cudaDeviceSynchronize());
+                std::vector<float> yf(static_cast<size_t>(n));  // y row 0: n values
+                CUDA_OK(cudaMemcpy(yf.data(), yd.p, yf.size() * 4, cudaMemcpyDeviceToHost));
+                ASSERT_EQ(std::memcmp(yf.data(), yg.data(), yf.size() * 4), 0) << what << ", one activation row";
+            }
             {  // the gated form (an expert's down-matrix input): silu(x) * m quantized, on the device and here
                 const std::vector<float> m = randn(size_t(R * k), uint64_t(k) * 31 + 3);
                 DevBuf md(m.size() * 4), q2(size_t(R * k)), d2(size_t(R * k / 32) * 8);
@@ -1101,7 +1177,7 @@ std::vector<float> run_moe(Backend &be, MemoryStrata &st, const MoeModel &mm, co
     be.reset_scratch();
     Act xa = be.alloc(T, mm.m.hp.n_embd), o = be.alloc(T, mm.m.hp.n_embd);
     put(xa, x, dev);
-    st.moe().run(0, mm.m.layers[0], xa, mm.p, o);
+    st.moe().run(0, mm.m.layers[0], xa, mm.p, o, nullptr);
     return get(be, o);
 }
 
@@ -1206,6 +1282,44 @@ TEST(CudaRouter, DrawsOnTheDeviceAreTheHostDraws) {
 // scaled or not, 1..8 tokens, f32, f16 and bf16 routers, one launch after another on one backend (each must leave its
 // block counter at zero for the next). Two experts with the same router row tie (the lower id wins on both), and a
 // token with a NaN routes alike.
+// The routing's top-k in its register form against the shared-memory form, bit for bit: 64, 100, 128 and 512 experts,
+// top-1, 8, 10 and 32, renormalised or not, scaled or not; logits with ties (equal values, so equal probabilities:
+// the lower id first), a NaN, an -inf, and all equal.
+TEST(CudaRouter, RegisterFormIsTheSharedMemoryForm) {
+    uint64_t seed = 7100;
+    for (int64_t ne : {64, 100, 128, 512})
+        for (int64_t k : {1, 8, 10, 32})
+            for (int form = 0; form < 4; form++) {
+                const bool norm = form & 1;
+                const float scale = form & 2 ? 2.5f : 0.0f;
+                const int64_t T = 6;
+                std::vector<float> l = randn(size_t(T * ne), seed++);
+                for (int64_t e = 0; e < ne; e += 3) l[size_t(ne + e)] = l[size_t(ne + (e * 7) % ne)];  // ties
+                l[size_t(2 * ne + 5)] = std::nanf("");
+                l[size_t(3 * ne + 1)] = -INFINITY;
+                for (int64_t e = 0; e < ne; e++) l[size_t(4 * ne + e)] = 0.25f;  // every probability equal
+                for (int64_t e = 0; e < ne; e += 2) l[size_t(5 * ne + e)] = float(e % 5);  // many equal
+                DevBuf ld(l.size() * 4), i1(size_t(T * k) * 4), i2(size_t(T * k) * 4), w1(size_t(T * k) * 4),
+                    w2(size_t(T * k) * 4);
+                CUDA_OK(cudaMemcpy(ld.p, l.data(), l.size() * 4, cudaMemcpyHostToDevice));
+                const cuda::Rows lr{ld.as<float>(), T, ne, ne};
+                cuda::launch_router_topk(lr, k, norm, scale, i1.as<int32_t>(), w1.as<float>(), nullptr, 0);
+                cuda::launch_router_topk(lr, k, norm, scale, i2.as<int32_t>(), w2.as<float>(), nullptr, 1);
+                CUDA_OK(cudaDeviceSynchronize());
+                std::vector<int32_t> a(size_t(T * k)), b(a.size());
+                std::vector<float> wa(a.size()), wb(a.size());
+                CUDA_OK(cudaMemcpy(a.data(), i1.p, a.size() * 4, cudaMemcpyDeviceToHost));
+                CUDA_OK(cudaMemcpy(b.data(), i2.p, b.size() * 4, cudaMemcpyDeviceToHost));
+                CUDA_OK(cudaMemcpy(wa.data(), w1.p, wa.size() * 4, cudaMemcpyDeviceToHost));
+                CUDA_OK(cudaMemcpy(wb.data(), w2.p, wb.size() * 4, cudaMemcpyDeviceToHost));
+                const std::string what = std::to_string(ne) + " experts, top-" + std::to_string(k) +
+                                         (norm ? " normed" : "") + (scale != 0.0f ? " scaled" : "");
+                ASSERT_EQ(a, b) << what;
+                ASSERT_EQ(std::memcmp(wa.data(), wb.data(), wa.size() * 4), 0) << what;
+                for (int64_t j = 0; j < k; j++) EXPECT_EQ(a[size_t(4 * k + j)], j) << what << ": equal, lower id first";
+            }
+}
+
 TEST(CudaRouter, OneLaunchIsTheTwoLaunches) {
     auto be = cuda_backend();
     ThreadPool pool(2);

@@ -32,6 +32,7 @@
 #include "backend/cuda/gdn.cuh"
 #include "backend/cuda/host_stager.h"
 #include "backend/cuda/matmul.cuh"
+#include "backend/cuda/moe.cuh"
 #include "backend/cuda/op_profiler.h"
 
 namespace strata::cuda {
@@ -98,6 +99,8 @@ class CudaBackend final : public Backend {
     // MoE steps (cuda_matmul.cpp) and expert slots (cuda_slots.cpp).
     void route_topk(Act logits, const MoeParams &p, int32_t *ids, float *weights) override;
     void route(const Weight &router, Act x, const MoeParams &p, Act logits, int32_t *ids, float *weights) override;
+    void route_for_device(const Weight &router, const ExpertWeights &w, Act x, const MoeParams &p, Act logits,
+                          int32_t *ids, float *weights) override;
     void route_draws(Act logits, const MoeParams &p, const RouteDraws &d, int64_t il, bool new_pass, int32_t *ids,
                      Act weights) override;
     void reset_draws() override;
@@ -120,7 +123,7 @@ class CudaBackend final : public Backend {
     void expert_ffn(const ExpertWeights &w, Act xs, const std::vector<ExpertGroup> &groups, Act ys) override;
     bool device_routing_applies(const ExpertWeights &w, int64_t n_tokens) const override;
     void experts_device_routed(const ExpertWeights &w, Act x, int64_t k, const int32_t *ids, const float *weights,
-                               Act out) override;
+                               Act out, const MoeTail &tail) override;
     void moe_combine(Act ys, const std::vector<int32_t> &yrow, const std::vector<int32_t> &widx, const float *weights,
                      int64_t k, Act out) override;
     void shared_expert_add(Act x, const Weight &gate, Act y, Act out) override;
@@ -220,6 +223,9 @@ class CudaBackend final : public Backend {
     };
     void grouped_matmul(const WeightShape &w, const std::vector<MatmulGroup> &groups, PreparedAct &x, Rows y);
     void quantize(PreparedAct &x, DType vt);  // x.q8 in activation format vt, made unless it is there
+    // route() with the one-launch router where it applies (false: the two-launch default ran, pairs not made).
+    bool route_launch(const Weight &router, Act x, const MoeParams &p, Act logits, int32_t *ids, float *weights,
+                      const RouterPairs &pairs);
     void matvec_parts(const std::vector<MatmulOut> &outs, PreparedAct &x, std::vector<bool> &done);
     // STRATA_CUDA_FUSE=0 undoes the decode fusions (shared input quantization, several matrices of one input or gate
     // and up in one launch, silu fused into the down matrices' quantization, q/k norm and rope in one kernel, the
@@ -361,6 +367,14 @@ class CudaBackend final : public Backend {
     std::map<std::tuple<int64_t, double, uint64_t, int64_t>, std::pair<double *, int32_t *>> zipf_dev_;
 
     unsigned *route_done_ = nullptr;  // the one-launch router's count of finished blocks (zero between launches)
+    // The tables experts_device_routed reads, made by route_for_device's launch for these ids of layer il (il -1:
+    // none). Taken by the next experts_device_routed of that layer and ids; route_draws drops them (it rewrites ids).
+    struct RoutedPairs {
+        int64_t il = -1, n_tokens = 0, k = 0;
+        const int32_t *ids = nullptr;
+        MatmulGroup *groups = nullptr;
+        int32_t *yrow = nullptr, *widx = nullptr;
+    } routed_pairs_;
 
     OpProfiler prof_;
     double copy_rate_gbs_ = -1.0;    // measured once (copy_rate_gbs)

@@ -24,6 +24,12 @@ bool mmq_enabled() {
     static const bool on = env_switch("STRATA_CUDA_MMQ", true);
     return on;
 }
+// STRATA_CUDA_MOE_TAIL=0 keeps a decoding MoE layer's combination, shared expert and residual step in separate
+// launches (A/B of k_moe_tail; the same bits).
+bool moe_tail_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_MOE_TAIL", true);
+    return on;
+}
 // STRATA_CUDA_DEVICE_ROUTING=0 sends decoding through the host-grouped MoE path as well.
 bool device_routing_enabled() {
     static const bool on = env_switch("STRATA_CUDA_DEVICE_ROUTING", true);
@@ -202,6 +208,7 @@ void CudaBackend::matmuls(Act x, const std::vector<MatmulOut> &outs) {
 // ---- MoE steps ----
 
 void CudaBackend::route_topk(Act logits, const MoeParams &p, int32_t *ids, float *weights) {
+    routed_pairs_.il = -1;
     launch_router_topk(rows_of(logits), p.n_expert_used, p.norm_weights, p.weights_scale, ids, weights, stream_);
 }
 
@@ -209,6 +216,7 @@ void CudaBackend::route_topk(Act logits, const MoeParams &p, int32_t *ids, float
 void CudaBackend::route_draws(Act logits, const MoeParams &p, const RouteDraws &d, int64_t il, bool new_pass,
                               int32_t *ids, Act weights) {
     STRATA_CUDA_OP("route_draws");
+    routed_pairs_.il = -1;  // ids rewritten: tables made from the router's choice no longer hold
     STRATA_ASSERT(draw_pass_dev_ && logits.cols == p.n_expert &&
                   weights.rows * weights.cols == logits.rows * p.n_expert_used);
     const double *cdf = nullptr;
@@ -247,10 +255,16 @@ void CudaBackend::reset_draws() {
 // At decode sizes the router's mat-vec and the top-k are one launch (moe.cu), each logit and each pick computed as
 // the two launches compute them.
 void CudaBackend::route(const Weight &router, Act x, const MoeParams &p, Act logits, int32_t *ids, float *weights) {
+    routed_pairs_.il = -1;
+    route_launch(router, x, p, logits, ids, weights, RouterPairs{});
+}
+
+bool CudaBackend::route_launch(const Weight &router, Act x, const MoeParams &p, Act logits, int32_t *ids,
+                               float *weights, const RouterPairs &pairs) {
     STRATA_ASSERT(x.cols == router.ne[0] && logits.cols == router.ne[1] && logits.rows == x.rows);
     if (!fusion_enabled() || !router_fused_supported(router.type, router.ne[1], router.ne[0], x.rows)) {
         Backend::route(router, x, p, logits, ids, weights);
-        return;
+        return false;
     }
     STRATA_CUDA_OP("router");
     STRATA_ASSERT(route_done_);  // made with the plan's memory
@@ -264,7 +278,28 @@ void CudaBackend::route(const Weight &router, Act x, const MoeParams &p, Act log
     a.y = logits.data;
     a.y_stride = logits.stride;
     a.single = MatmulGroup{dev_matrix(router), 0, int32_t(x.rows), 0};
-    launch_router_fused(a, p.n_expert_used, p.norm_weights, p.weights_scale, ids, weights, route_done_, stream_);
+    launch_router_fused(a, p.n_expert_used, p.norm_weights, p.weights_scale, ids, weights, route_done_, stream_,
+                        pairs);
+    return true;
+}
+
+// The one-launch router also makes the layer's pair groups where experts_device_routed will read every expert from
+// a fixed table (all resident, not mapped: a mapped table is brought up to date by that call first).
+// STRATA_CUDA_ROUTER_PAIRS=0: the groups by their own launch (A/B; the same tables).
+void CudaBackend::route_for_device(const Weight &router, const ExpertWeights &w, Act x, const MoeParams &p, Act logits,
+                                   int32_t *ids, float *weights) {
+    static const bool on = env_switch("STRATA_CUDA_ROUTER_PAIRS", true);
+    routed_pairs_.il = -1;
+    if (!on || maps_host_experts(w) || !device_routing_applies(w, x.rows)) {
+        route_launch(router, x, p, logits, ids, weights, RouterPairs{});
+        return;
+    }
+    const int64_t M = x.rows * p.n_expert_used;
+    RoutedPairs rp{w.il, x.rows, p.n_expert_used, ids, scratch_array<MatmulGroup>(3 * M), scratch_array<int32_t>(M),
+                   scratch_array<int32_t>(M)};
+    if (route_launch(router, x, p, logits, ids, weights,
+                     RouterPairs{expert_tables_[size_t(w.il)], rp.groups, rp.yrow, rp.widx}))
+        routed_pairs_ = rp;
 }
 
 void CudaBackend::download_i32(const int32_t *src, int64_t n, int32_t *host) {
@@ -437,20 +472,28 @@ bool CudaBackend::device_routing_applies(const ExpertWeights &w, int64_t n_token
 }
 
 void CudaBackend::experts_device_routed(const ExpertWeights &w, Act x, int64_t k, const int32_t *ids_dev,
-                                        const float *wts_dev, Act out) {
+                                        const float *wts_dev, Act out, const MoeTail &tail) {
     STRATA_CUDA_OP("experts_device_routed");
     STRATA_ASSERT(device_routing_applies(w, x.rows));
     const bool mapped = maps_host_experts(w);
     if (mapped) flush_mapped(w.il);
     wait_for_fills();
     const int64_t T = x.rows, E = x.cols, n_ff = w.gate->ne[1], M = T * k;
-    MatmulGroup *groups = scratch_array<MatmulGroup>(3 * M);
-    int32_t *yrow = scratch_array<int32_t>(M), *widx = scratch_array<int32_t>(M);
-    const uint8_t *const *table = expert_tables_[size_t(w.il)];
-    // a mapped table's byte per expert (1: from the host copy) follows its pointers; each pair is counted
-    const uint8_t *from_host = mapped ? reinterpret_cast<const uint8_t *>(table + 3 * w.gate->ne[2]) : nullptr;
-    launch_moe_pair_groups(ids_dev, T, k, table, groups, groups + M, groups + 2 * M, yrow, widx, from_host,
-                           mapped ? mapped_counts_ + 2 * w.il : nullptr, stream_);
+    const RoutedPairs rp = routed_pairs_;
+    routed_pairs_.il = -1;
+    MatmulGroup *groups;
+    int32_t *yrow, *widx;
+    if (rp.il == w.il && rp.ids == ids_dev && rp.n_tokens == T && rp.k == k && !mapped) {
+        groups = rp.groups, yrow = rp.yrow, widx = rp.widx;  // made by the router's launch
+    } else {
+        groups = scratch_array<MatmulGroup>(3 * M);
+        yrow = scratch_array<int32_t>(M), widx = scratch_array<int32_t>(M);
+        const uint8_t *const *table = expert_tables_[size_t(w.il)];
+        // a mapped table's byte per expert (1: from the host copy) follows its pointers; each pair is counted
+        const uint8_t *from_host = mapped ? reinterpret_cast<const uint8_t *>(table + 3 * w.gate->ne[2]) : nullptr;
+        launch_moe_pair_groups(ids_dev, T, k, table, groups, groups + M, groups + 2 * M, yrow, widx, from_host,
+                               mapped ? mapped_counts_ + 2 * w.il : nullptr, stream_);
+    }
     // gate rows 0..M-1 and up rows M..2M-1 of one buffer: the pair groups address both from its start, so where gate
     // and up share a type one launch computes both.
     Act gu = alloc(2 * M, n_ff), ys = alloc(M, E);
@@ -477,7 +520,7 @@ void CudaBackend::experts_device_routed(const ExpertWeights &w, Act x, int64_t k
         a.y_stride = y.stride;
         a.groups = gs;
         a.n_groups = int32_t(n_groups);
-        launch_mmvq(a, stream_);
+        launch_mmvq(a, stream_, true);  // a group per pair: one row each
     };
     const int8_t *xq = nullptr, *gq = nullptr;
     const float2 *xds = nullptr, *gds = nullptr;
@@ -495,7 +538,25 @@ void CudaBackend::experts_device_routed(const ExpertWeights &w, Act x, int64_t k
         launch_silu_mul(rows_of(g), rows_of(u), stream_);
         run(*w.down, groups + 2 * M, M, g, ys, gq, gds, gt);
     }
-    launch_moe_combine(rows_of(ys), yrow, widx, wts_dev, k, rows_of(out), stream_);
+    // The combination and the tail (the shared expert's rows, the residual step) in one launch where the shapes
+    // allow (STRATA_CUDA_MOE_TAIL=0: separate launches; the same bits).
+    const bool norm = tail.then.w != nullptr;
+    const float *norm_w = norm ? dev_vector(*tail.then.w) : nullptr;
+    const bool fused = fusion_enabled() && moe_tail_enabled() && T <= 65535 && k <= k_moe_tail_max_k &&
+                       moe_tail_fuses(rows_of(out), out.cols) && moe_tail_fuses(rows_of(ys), out.cols) &&
+                       (!tail.shared_gate || moe_tail_fuses(rows_of(tail.shared_y), out.cols)) &&
+                       (!norm || (tail.then.w->ne[0] == out.cols && (reinterpret_cast<uintptr_t>(norm_w) & 15) == 0 &&
+                                  moe_tail_fuses(rows_of(tail.then.resid), out.cols) &&
+                                  moe_tail_fuses(rows_of(tail.then.normed), out.cols)));
+    if (fused) {
+        launch_moe_tail(rows_of(ys), yrow, widx, wts_dev, k, rows_of(x),
+                        tail.shared_gate ? dev_vector(*tail.shared_gate) : nullptr, rows_of(tail.shared_y),
+                        rows_of(out), rows_of(tail.then.resid), norm_w, tail.then.eps, rows_of(tail.then.normed),
+                        stream_);
+    } else {
+        launch_moe_combine(rows_of(ys), yrow, widx, wts_dev, k, rows_of(out), stream_);
+        moe_tail(x, out, tail);
+    }
     if (mapped && !capturing_) {
         // a later fill into any slot waits for this pass's reads (a recorded pass is waited for when it runs)
         const uint64_t n = ++ffn_seq_;

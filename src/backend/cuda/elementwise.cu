@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/norm_row.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/exact_math.h"
 #include "core/error.h"
@@ -111,14 +112,6 @@ __global__ void __launch_bounds__(256)
             }
         }
     }
-    float ss = 0.0f;
-#pragma unroll
-    for (int j = 0; j < KPT; j++) {
-        ss += v[j].x * v[j].x;
-        ss += v[j].y * v[j].y;
-        ss += v[j].z * v[j].z;
-        ss += v[j].w * v[j].w;
-    }
     if (ADD) {
 #pragma unroll
         for (int j = 0; j < KPT; j++) {
@@ -126,16 +119,7 @@ __global__ void __launch_bounds__(256)
             if (i < n4) xr[i] = v[j];
         }
     }
-    ss = block_sum(ss, red);
-    const float scale = 1.0f / sqrtf(ss / float(group) + eps);
-    float4 *yo = reinterpret_cast<float4 *>(out.data + r * out.stride + g0);
-#pragma unroll
-    for (int j = 0; j < KPT; j++) {
-        const int i = int(threadIdx.x) + j * 256;
-        if (i < n4)
-            yo[i] = make_float4(v[j].x * scale * wv[j].x, v[j].y * scale * wv[j].y, v[j].z * scale * wv[j].z,
-                                v[j].w * scale * wv[j].w);
-    }
+    rms_norm_wide_row<KPT>(v, wv, n4, group, eps, red, reinterpret_cast<float4 *>(out.data + r * out.stride + g0));
 }
 
 __global__ void k_rope_neox(Rows x, int64_t head_dim, int64_t half, const float *inv_freq, const int2 *seq_pos) {

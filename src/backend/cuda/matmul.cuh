@@ -58,7 +58,9 @@ inline bool mmv_split_applies(int64_t n, int64_t k) {
 
 // Quantized mat-vec kernels (k a multiple of 32); activations from launch_quantize_act.
 bool mmvq_supported(DType t);
-void launch_mmvq(const MatmulArgs &a, cudaStream_t stream);  // every group <= k_mmv_max_rows rows
+// every group <= k_mmv_max_rows rows; one_row: every group has exactly one (a kernel form with fewer registers, the
+// same bits)
+void launch_mmvq(const MatmulArgs &a, cudaStream_t stream, bool one_row = false);
 
 // Several matrices of one type and row length times the same activation rows in one mat-vec launch (decode's q, k
 // and v): a's type, k, row_bytes, activations and single group (x rows 0.., y rows 0..) hold for all of them, a's w,

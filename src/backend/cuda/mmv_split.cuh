@@ -33,4 +33,29 @@ __device__ __forceinline__ void mmv_split_row(const MatmulArgs &a, const MatmulG
     }
 }
 
+// The same row with its weights loaded beforehand (w[i] = element threadIdx.x + i k_mmv_split_threads of the row, 0
+// past its end; rows of at most PRE k_mmv_split_threads elements): the same products in the same order, so the same
+// bits, with the weights' loads free to run before the kernel's wait for its input (pdl.cuh).
+template <int PRE>
+__device__ __forceinline__ void mmv_split_row_loaded(const MatmulArgs &a, const MatmulGroup &grp, int64_t n,
+                                                     const float (&w)[PRE], float *red) {
+    const float *x = a.x + int64_t(grp.x_row0) * a.x_stride;
+    float acc[k_mmv_max_rows];
+#pragma unroll
+    for (int t = 0; t < k_mmv_max_rows; t++) acc[t] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PRE; i++) {
+        const int64_t k = threadIdx.x + int64_t(i) * k_mmv_split_threads;
+        if (k >= a.k) break;
+#pragma unroll
+        for (int t = 0; t < k_mmv_max_rows; t++)
+            if (t < grp.n_rows) acc[t] = __fmaf_rn(w[i], x[t * a.x_stride + k], acc[t]);
+    }
+    for (int t = 0; t < grp.n_rows; t++) {
+        const float s = block_sum(acc[t], red);
+        if (threadIdx.x == 0) a.y[int64_t(grp.y_row0 + t) * a.y_stride + n] = s;
+        __syncthreads();  // red is reused by the next row's sum
+    }
+}
+
 }  // namespace strata::cuda

@@ -33,7 +33,9 @@ struct MmvqParts {
     MmvqPart part[k_mmvq_max_parts] = {};
 };
 
-template <DType T>
+// One warp per weight row, MAXT activation rows at most (k_mmv_max_rows; 1 for a decoding token's groups, a form
+// with fewer registers).
+template <DType T, int MAXT>
 __global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrids g, MmvqParts parts) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     MatmulGroup grp = a.single;
@@ -54,17 +56,17 @@ __global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrid
     pdl_release();
     if (a.groups) grp = a.groups[blockIdx.y];
     if (n >= n_w) return;
-    const int rows = grp.n_rows;
+    const int rows = MAXT == 1 ? 1 : grp.n_rows;
     const uint8_t *wrow = static_cast<const uint8_t *>(grp.w) + size_t(n) * a.row_bytes;
     const int64_t n_sub = a.k / 32;
-    float acc[k_mmv_max_rows];
+    float acc[MAXT];
 #pragma unroll
-    for (int t = 0; t < k_mmv_max_rows; t++) acc[t] = 0.0f;
+    for (int t = 0; t < MAXT; t++) acc[t] = 0.0f;
     for (int64_t sb = lane; sb < n_sub; sb += 32) {
         WSub w;
         QV<T>::load(wrow, int(sb), w, g);
 #pragma unroll
-        for (int t = 0; t < k_mmv_max_rows; t++) {
+        for (int t = 0; t < MAXT; t++) {
             if (t >= rows) break;
             const int64_t xr = grp.x_row0 + t;
             const int4 *xp = reinterpret_cast<const int4 *>(a.xq + xr * a.k + sb * 32);
@@ -87,7 +89,7 @@ __global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrid
         }
     }
 #pragma unroll
-    for (int t = 0; t < k_mmv_max_rows; t++) {
+    for (int t = 0; t < MAXT; t++) {
         if (t >= rows) break;
         const float s = warp_sum(acc[t]);
         if (lane == 0) y[int64_t(grp.y_row0 + t) * y_stride + n] = s;
@@ -228,12 +230,16 @@ bool mmvq_supported(DType t) {
 
 namespace {
 
-void launch(const MatmulArgs &a, const MmvqParts &parts, dim3 grid, cudaStream_t stream) {
+// one_row: every group has one activation row (a decoding token's).
+void launch(const MatmulArgs &a, const MmvqParts &parts, dim3 grid, bool one_row, cudaStream_t stream) {
     const IqGrids &g = iq_grids();
     // clang-format off
     switch (a.type) {
 #define X(T_) \
-    case DType::T_: pdl_launch(k_mmvq<DType::T_>, grid, k_mmvq_warps * 32, 0, stream, a, g, parts); break;
+    case DType::T_: \
+        if (one_row) pdl_launch(k_mmvq<DType::T_, 1>, grid, k_mmvq_warps * 32, 0, stream, a, g, parts); \
+        else pdl_launch(k_mmvq<DType::T_, k_mmv_max_rows>, grid, k_mmvq_warps * 32, 0, stream, a, g, parts); \
+        break;
         X(Q8_0) X(Q4_0) X(MXFP4) X(IQ4_XS) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ2_XXS) X(IQ1_M)
 #undef X
         default: fail("CUDA: no quantized mat-vec kernel for %s", dtype_name(a.type));
@@ -244,10 +250,11 @@ void launch(const MatmulArgs &a, const MmvqParts &parts, dim3 grid, cudaStream_t
 
 }  // namespace
 
-void launch_mmvq(const MatmulArgs &a, cudaStream_t stream) {
+void launch_mmvq(const MatmulArgs &a, cudaStream_t stream, bool one_row) {
     if (a.n_groups == 0 || a.n == 0) return;
     STRATA_ASSERT(a.k % 32 == 0 && a.n_groups <= 65535);
-    launch(a, MmvqParts{}, dim3(ceil_div(a.n, k_mmvq_warps), unsigned(a.n_groups)), stream);
+    STRATA_ASSERT(!one_row || a.groups || a.single.n_rows == 1);
+    launch(a, MmvqParts{}, dim3(ceil_div(a.n, k_mmvq_warps), unsigned(a.n_groups)), one_row, stream);
 }
 
 void launch_mmvq_parts(const MatmulArgs &a, const MmvqPart *parts, int n_parts, cudaStream_t stream) {
@@ -261,7 +268,7 @@ void launch_mmvq_parts(const MatmulArgs &a, const MmvqPart *parts, int n_parts, 
         blocks += ceil_div(parts[p].n, k_mmvq_warps);  // each matrix's rows start a block: its warps as alone
     }
     if (blocks == 0 || a.single.n_rows == 0) return;
-    launch(a, mp, dim3(blocks, 1), stream);
+    launch(a, mp, dim3(blocks, 1), a.single.n_rows == 1, stream);
 }
 
 void launch_quantize_act(DType vt, const float *x, int64_t x_stride, int64_t rows, int64_t k, int8_t *qs, float2 *ds,

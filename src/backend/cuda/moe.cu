@@ -7,8 +7,10 @@
 
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/mmv_split.cuh"
+#include "backend/cuda/norm_row.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/route_draws.h"
+#include "core/env.h"
 #include "core/error.h"
 
 namespace strata::cuda {
@@ -77,6 +79,143 @@ __device__ __forceinline__ void router_topk_token(Rows logits, int64_t t, int64_
     if (lane == 0) router_scale_weights(weights + t * k, k, wsum, norm, scale);
 }
 
+// Pair i = t k + j of the routing: its three matmul groups, and its place among token t's pairs by expert id.
+__device__ __forceinline__ void pair_group(int64_t i, const int32_t *ids, int64_t n_tokens, int64_t k,
+                                           const uint8_t *const *table, MatmulGroup *gate, MatmulGroup *up,
+                                           MatmulGroup *down, int32_t *yrow, int32_t *widx, const uint8_t *from_host,
+                                           unsigned long long *counts) {
+    const int64_t t = i / k;
+    const int32_t *id = ids + t * k;
+    const int32_t e = ids[i];
+    if (counts) atomicAdd(counts + (from_host[e] ? 1 : 0), 1ull);
+    gate[i] = {table[3 * e + 0], int32_t(t), 1, int32_t(i)};
+    up[i] = {table[3 * e + 1], int32_t(t), 1, int32_t(n_tokens * k + i)};  // rows after the gate's
+    down[i] = {table[3 * e + 2], int32_t(i), 1, int32_t(i)};
+    // rank of this pair among the token's pairs by expert id (ids of one token are distinct)
+    int64_t r = 0;
+    for (int64_t j2 = 0; j2 < k; j2++) r += id[j2] < e;
+    yrow[t * k + r] = int32_t(i);
+    widx[t * k + r] = int32_t(i);
+}
+
+// The register form of router_topk_token, for up to 32 PER experts and k <= 32 (the same picks and weights, bit for
+// bit): lane l holds the probabilities of experts l + 32 i in p[i]; a round takes the warp's largest by one integer
+// maximum over an order-preserving key (redux.sync where the device has it) and the lowest id among equals by one
+// integer minimum, where the shared-memory form walked five shuffle steps a round; pick j stays in lane j's registers,
+// the weights are renormalised there and written by k lanes at once (the shared-memory form's lane 0 read back and
+// rewrote each weight in global memory, one after another). With pairs, the same lanes then make the pair's matmul
+// groups as pair_group does (the same entries).
+__device__ __forceinline__ unsigned warp_max_u32(unsigned v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    return __reduce_max_sync(k_full_mask, v);
+#else
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(k_full_mask, v, o));
+    return v;
+#endif
+}
+__device__ __forceinline__ unsigned warp_min_u32(unsigned v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    return __reduce_min_sync(k_full_mask, v);
+#else
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(k_full_mask, v, o));
+    return v;
+#endif
+}
+// Larger q, larger key; -0 taken as +0 (equal, as the comparisons of the shared-memory form find them).
+__device__ __forceinline__ unsigned order_key(float q) {
+    const unsigned u = __float_as_uint(q == 0.0f ? 0.0f : q);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+template <int PER>
+__device__ __forceinline__ void router_topk_regs(const float *l, int64_t ne, int64_t t, int64_t k, bool norm,
+                                                 float scale, int32_t *ids, float *weights, const RouterPairs *pairs,
+                                                 int64_t n_tokens) {
+    const int lane = threadIdx.x & 31;
+    float p[PER];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        const int64_t e = lane + 32 * i;
+        p[i] = e < ne ? __ldcg(l + e) : -INFINITY;
+        mx = fmaxf(mx, p[i]);
+    }
+    mx = warp_max(mx);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PER; i++)
+        if (lane + 32 * i < ne) {
+            p[i] = expf(p[i] - mx);
+            sum += p[i];
+        }
+    sum = warp_sum(sum);
+#pragma unroll
+    for (int i = 0; i < PER; i++)
+        if (lane + 32 * i < ne) p[i] /= sum;
+    int32_t my_id = 0;
+    float my_w = 0.0f, wsum = 0.0f;
+    for (int64_t j = 0; j < k; j++) {
+        // this lane's best: the largest key, the first of equals (lowest id); experts past ne never
+        unsigned bu = 0;
+        int bi = 0;
+        float bv = 0.0f;
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            if (lane + 32 * i >= ne) continue;
+            const unsigned u = order_key(p[i] == p[i] ? p[i] : -FLT_MAX);
+            if (u > bu) bu = u, bi = i, bv = p[i];
+        }
+        const unsigned top = warp_max_u32(bu);
+        const unsigned best_id = warp_min_u32(bu == top ? unsigned(lane + 32 * bi) : 0xffffffffu);
+        const int owner = int(best_id & 31u);
+        const float best = __shfl_sync(k_full_mask, bv, owner);
+        if (lane == owner) {
+#pragma unroll
+            for (int i = 0; i < PER; i++)
+                if (i == int(best_id >> 5)) p[i] = -INFINITY;
+        }
+        if (lane == j) my_id = int32_t(best_id), my_w = best;
+        wsum += best;  // in rank order, as the reference sums
+    }
+    if (norm) my_w /= fmaxf(wsum, 6.103515625e-5f);
+    if (scale != 0.0f) my_w *= scale;
+    if (lane < k) ids[t * k + lane] = my_id, weights[t * k + lane] = my_w;
+    if (!pairs) return;
+    int64_t r = 0;  // the pair's rank among the token's by expert id
+    for (int64_t j2 = 0; j2 < k; j2++) r += __shfl_sync(k_full_mask, my_id, int(j2)) < my_id;
+    if (lane >= k) return;
+    const int64_t i = t * k + lane, M = n_tokens * k;
+    const uint8_t *const *tb = pairs->table + 3 * size_t(my_id);
+    pairs->groups[i] = {tb[0], int32_t(t), 1, int32_t(i)};
+    pairs->groups[M + i] = {tb[1], int32_t(t), 1, int32_t(M + i)};
+    pairs->groups[2 * M + i] = {tb[2], int32_t(i), 1, int32_t(i)};
+    pairs->yrow[t * k + r] = int32_t(i);
+    pairs->widx[t * k + r] = int32_t(i);
+}
+
+// Whether the register form takes a layer's routing (regs: STRATA_CUDA_ROUTER_REGS, on).
+__host__ __device__ constexpr bool router_regs_take(int64_t ne, int64_t k) {
+    return k <= 32 && ne <= 512;
+}
+
+// Token t's routing by one warp: the register form where regs is set (router_regs_take holding), else
+// router_topk_token with prob (no pairs).
+__device__ __forceinline__ void router_topk_any(Rows logits, int64_t t, int64_t k, bool norm, float scale, bool regs,
+                                                float *prob, int32_t *ids, float *weights, const RouterPairs *pairs) {
+    const int64_t ne = logits.cols;
+    const float *l = logits.data + t * logits.stride;
+    if (!regs)
+        router_topk_token(logits, t, k, norm, scale, prob, ids, weights);
+    else if (ne <= 128)
+        router_topk_regs<4>(l, ne, t, k, norm, scale, ids, weights, pairs, logits.rows);
+    else if (ne <= 256)
+        router_topk_regs<8>(l, ne, t, k, norm, scale, ids, weights, pairs, logits.rows);
+    else
+        router_topk_regs<16>(l, ne, t, k, norm, scale, ids, weights, pairs, logits.rows);
+}
+
 // Benchmark routing's draws (route_draws.h), a warp per token: lane 0 draws k distinct experts (the
 // host's draw, the same integers), ranks them by the softmax of the logits (larger first, ties to the lower id) and
 // weights them as router_topk_token weights its choice. Token blockIdx.x of those from row0. smem: the logits'
@@ -112,11 +251,11 @@ __global__ void k_count_pass(int64_t *pass) {
     *pass += 1;
 }
 
-__global__ void k_router_topk(Rows logits, int64_t k, bool norm, float scale, int32_t *ids, float *weights) {
+__global__ void k_router_topk(Rows logits, int64_t k, bool norm, float scale, bool regs, int32_t *ids, float *weights) {
     pdl_wait();
     pdl_release();
     extern __shared__ float prob[];
-    router_topk_token(logits, blockIdx.x, k, norm, scale, prob, ids, weights);
+    router_topk_any(logits, blockIdx.x, k, norm, scale, regs, prob, ids, weights, nullptr);
 }
 
 // The router's mat-vec and top-k in one launch (decode): block n computes logit n of every token exactly as the
@@ -124,14 +263,30 @@ __global__ void k_router_topk(Rows logits, int64_t k, bool norm, float scale, in
 // done counts the finished blocks; the last one sets it back to zero for the next launch (a graph replays it as is).
 template <DType T>
 __global__ __launch_bounds__(k_mmv_split_threads) void k_router_fused(MatmulArgs a, IqGrids g, int64_t k, bool norm,
-                                                                      float scale, int32_t *ids, float *weights,
-                                                                      unsigned *done) {
+                                                                      float scale, bool regs, int32_t *ids,
+                                                                      float *weights, unsigned *done,
+                                                                      RouterPairs pairs) {
+    // the weights first (constant: no wait needed), while the kernel before still runs
+    constexpr int PRE = 16;
+    const bool loaded = a.k <= PRE * k_mmv_split_threads;
+    float w[PRE];
+    if (loaded) {
+        const uint8_t *wrow = static_cast<const uint8_t *>(a.single.w) + size_t(blockIdx.x) * a.row_bytes;
+#pragma unroll
+        for (int i = 0; i < PRE; i++) {
+            const int64_t kk = threadIdx.x + int64_t(i) * k_mmv_split_threads;
+            w[i] = kk < a.k ? row_elem<T>(wrow, kk, g) : 0.0f;
+        }
+    }
     pdl_wait();
     pdl_release();
     extern __shared__ float prob[];
     __shared__ float red[32];
     __shared__ bool last;
-    mmv_split_row<T>(a, a.single, blockIdx.x, g, red);
+    if (loaded)
+        mmv_split_row_loaded<PRE>(a, a.single, blockIdx.x, w, red);
+    else
+        mmv_split_row<T>(a, a.single, blockIdx.x, g, red);
     if (threadIdx.x == 0) {
         __threadfence();  // this block's logits (thread 0 wrote them) reach every block before it is counted
         last = atomicAdd(done, 1u) == gridDim.x - 1;
@@ -142,8 +297,35 @@ __global__ __launch_bounds__(k_mmv_split_threads) void k_router_fused(MatmulArgs
     const Rows logits{a.y, a.single.n_rows, a.n, a.y_stride};
     const int warp = threadIdx.x / 32;
     for (int64_t t = warp; t < logits.rows; t += k_mmv_split_threads / 32)
-        router_topk_token(logits, t, k, norm, scale, prob + warp * logits.cols, ids, weights);
+        router_topk_any(logits, t, k, norm, scale, regs, prob + warp * logits.cols, ids, weights,
+                        pairs.table ? &pairs : nullptr);
     if (threadIdx.x == 0) *done = 0;
+    if (!pairs.table || regs) return;  // the register form made the pairs
+    __syncthreads();                   // the block's ids are visible to all its threads
+    const int64_t M = logits.rows * k;
+    for (int64_t i = threadIdx.x; i < M; i += blockDim.x)
+        pair_group(i, ids, logits.rows, k, pairs.table, pairs.groups, pairs.groups + M, pairs.groups + 2 * M,
+                   pairs.yrow, pairs.widx, nullptr, nullptr);
+}
+
+// Column c of token t's combination, the pairs' products added in the order given from zero (each a fused
+// multiply-add, spelled out so that every kernel below that combines gives the same bits).
+__device__ __forceinline__ float combine_at(const Rows &ys, const int32_t *yrow, const int32_t *widx,
+                                            const float *weights, int64_t k, int64_t t, int64_t c) {
+    float o = 0.0f;
+    for (int64_t j = 0; j < k; j++)
+        o = __fmaf_rn(weights[widx[t * k + j]], ys.data[int64_t(yrow[t * k + j]) * ys.stride + c], o);
+    return o;
+}
+
+// The shared expert's gate for token t, sigmoid(w . x[t]), by a block of 256 threads (thread i adding columns i,
+// i + 256, ..., then the block's tree).
+__device__ __forceinline__ float shared_gate_of(const Rows &x, const float *w, int64_t t, float *red) {
+    const float *xr = x.data + t * x.stride;
+    float d = 0.0f;
+    for (int64_t c = threadIdx.x; c < x.cols; c += 256) d = __fmaf_rn(w[c], xr[c], d);
+    d = block_sum(d, red);
+    return 1.0f / (1.0f + expf(-d));
 }
 
 __global__ void k_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx, const float *weights, int64_t k,
@@ -151,13 +333,65 @@ __global__ void k_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx,
     pdl_wait();
     pdl_release();
     const int64_t t = blockIdx.y;
-    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < out.cols;
-         c += int64_t(gridDim.x) * blockDim.x) {
-        float o = 0.0f;
-        for (int64_t j = 0; j < k; j++)
-            o += weights[widx[t * k + j]] * ys.data[int64_t(yrow[t * k + j]) * ys.stride + c];
-        out.data[t * out.stride + c] = o;
+    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < out.cols; c += int64_t(gridDim.x) * blockDim.x)
+        out.data[t * out.stride + c] = combine_at(ys, yrow, widx, weights, k, t, c);
+}
+
+// A decoding MoE layer's last steps in one launch, a block of 256 threads per token: out = the combination (as
+// k_moe_combine), plus the shared expert's gated rows where shared_w is set (as k_shared_expert_add), then where
+// norm_w is set the residual step (resid += out; normed = rms_norm(resid), as k_rms_norm_wide<KPT, true>). Each
+// value is computed by the same expressions as in those kernels, so the bits are theirs. normed may be x (the
+// layer's input, which the gate reads first).
+template <int KPT>
+__global__ __launch_bounds__(256) void k_moe_tail(Rows ys, const int32_t *yrow, const int32_t *widx,
+                                                  const float *weights, int64_t k, Rows x, const float *shared_w,
+                                                  Rows shared_y, Rows out, Rows resid, const float *norm_w, float eps,
+                                                  Rows normed) {
+    pdl_wait();
+    pdl_release();
+    __shared__ float red[32];
+    __shared__ float pw[k_moe_tail_max_k];
+    __shared__ const float4 *py[k_moe_tail_max_k];
+    const int64_t t = blockIdx.x;
+    if (threadIdx.x < k) {  // the token's pairs: weight and row, in the order to add them
+        pw[threadIdx.x] = weights[widx[t * k + threadIdx.x]];
+        py[threadIdx.x] = reinterpret_cast<const float4 *>(ys.data + int64_t(yrow[t * k + threadIdx.x]) * ys.stride);
     }
+    const float gate = shared_w ? shared_gate_of(x, shared_w, t, red) : 0.0f;  // ends with a barrier
+    if (!shared_w) __syncthreads();
+    const int n4 = int(out.cols >> 2);
+    float4 v[KPT], wv[KPT];
+#pragma unroll
+    for (int j = 0; j < KPT; j++) {
+        const int i = int(threadIdx.x) + j * 256;
+        v[j] = wv[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (i >= n4) continue;
+        // combine_at's sums for four columns: from zero, a fused multiply-add a pair, in the order given
+        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+        for (int64_t p = 0; p < k; p++) {
+            const float4 y = py[p][i];
+            const float wp = pw[p];
+            o = make_float4(__fmaf_rn(wp, y.x, o.x), __fmaf_rn(wp, y.y, o.y), __fmaf_rn(wp, y.z, o.z),
+                            __fmaf_rn(wp, y.w, o.w));
+        }
+        if (shared_w) {
+            const float4 sy = reinterpret_cast<const float4 *>(shared_y.data + t * shared_y.stride)[i];
+            o = make_float4(__fmaf_rn(gate, sy.x, o.x), __fmaf_rn(gate, sy.y, o.y), __fmaf_rn(gate, sy.z, o.z),
+                            __fmaf_rn(gate, sy.w, o.w));
+        }
+        reinterpret_cast<float4 *>(out.data + t * out.stride)[i] = o;
+        if (norm_w) {
+            float4 *rr = reinterpret_cast<float4 *>(resid.data + t * resid.stride);
+            const float4 r = rr[i];
+            v[j] = make_float4(r.x + o.x, r.y + o.y, r.z + o.z, r.w + o.w);
+            wv[j] = reinterpret_cast<const float4 *>(norm_w)[i];
+            rr[i] = v[j];
+        }
+    }
+    if (norm_w)
+        rms_norm_wide_row<KPT>(v, wv, n4, out.cols, eps, red,
+                               reinterpret_cast<float4 *>(normed.data + t * normed.stride));
 }
 
 // One thread per (token, pair): every load of a thread is independent of the others (one thread per token walking
@@ -169,34 +403,17 @@ __global__ void k_moe_pair_groups(const int32_t *ids, int64_t n_tokens, int64_t 
     pdl_release();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n_tokens * k) return;
-    const int64_t t = i / k;
-    const int32_t *id = ids + t * k;
-    const int32_t e = ids[i];
-    if (counts) atomicAdd(counts + (from_host[e] ? 1 : 0), 1ull);
-    gate[i] = {table[3 * e + 0], int32_t(t), 1, int32_t(i)};
-    up[i] = {table[3 * e + 1], int32_t(t), 1, int32_t(n_tokens * k + i)};  // rows after the gate's
-    down[i] = {table[3 * e + 2], int32_t(i), 1, int32_t(i)};
-    // rank of this pair among the token's pairs by expert id (ids of one token are distinct)
-    int64_t r = 0;
-    for (int64_t j2 = 0; j2 < k; j2++) r += id[j2] < e;
-    yrow[t * k + r] = int32_t(i);
-    widx[t * k + r] = int32_t(i);
+    pair_group(i, ids, n_tokens, k, table, gate, up, down, yrow, widx, from_host, counts);
 }
 
 __global__ void k_shared_expert_add(Rows x, const float *w, Rows y, Rows out) {
     pdl_wait();
     pdl_release();
     __shared__ float red[32];
-    __shared__ float gate;
     const int64_t t = blockIdx.x;
-    const float *xr = x.data + t * x.stride;
-    float d = 0.0f;
-    for (int64_t c = threadIdx.x; c < x.cols; c += blockDim.x) d += w[c] * xr[c];
-    d = block_sum(d, red);
-    if (threadIdx.x == 0) gate = 1.0f / (1.0f + expf(-d));
-    __syncthreads();
+    const float gate = shared_gate_of(x, w, t, red);
     for (int64_t c = threadIdx.x; c < out.cols; c += blockDim.x)
-        out.data[t * out.stride + c] += gate * y.data[t * y.stride + c];
+        out.data[t * out.stride + c] = __fmaf_rn(gate, y.data[t * y.stride + c], out.data[t * out.stride + c]);
 }
 
 // A block per gathered row (and slice of 65535 of them: grid y): its int8 values 16 bytes a thread, then its scales.
@@ -213,15 +430,22 @@ __global__ void k_gather_q8(const int8_t *q, const float2 *ds, int64_t k, const 
     for (int64_t c = threadIdx.x; c < k / 32; c += blockDim.x) dd[c] = dsrc[c];
 }
 
+// STRATA_CUDA_ROUTER_REGS=0: the routing's top-k in its shared-memory form (A/B; the same picks and weights).
+bool router_regs_on() {
+    static const bool on = env_switch("STRATA_CUDA_ROUTER_REGS", true);
+    return on;
+}
+
 }  // namespace
 
 void launch_router_topk(Rows logits, int64_t k, bool norm, float scale, int32_t *ids, float *weights,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, int regs) {
     if (logits.rows == 0) return;
     STRATA_ASSERT(k >= 1 && k <= logits.cols);
     const size_t smem = size_t(logits.cols) * sizeof(float);
     if (smem > 48 * 1024) fail("CUDA routing: %lld experts are more than this kernel takes", (long long)logits.cols);
-    pdl_launch(k_router_topk, unsigned(logits.rows), 32, smem, stream, logits, k, norm, scale, ids, weights);
+    pdl_launch(k_router_topk, unsigned(logits.rows), 32, smem, stream, logits, k, norm, scale,
+               (regs < 0 ? router_regs_on() : regs > 0) && router_regs_take(logits.cols, k), ids, weights);
     STRATA_CUDA_LAUNCH_CHECK("k_router_topk");
 }
 
@@ -251,24 +475,25 @@ bool router_fused_supported(DType t, int64_t n_expert, int64_t k_row, int64_t n_
 }
 
 void launch_router_fused(const MatmulArgs &a, int64_t k, bool norm, float scale, int32_t *ids, float *weights,
-                         unsigned *done, cudaStream_t stream) {
+                         unsigned *done, cudaStream_t stream, const RouterPairs &pairs) {
     STRATA_ASSERT(router_fused_supported(a.type, a.n, a.k, a.single.n_rows) && a.groups == nullptr);
     STRATA_ASSERT(k >= 1 && k <= a.n && a.single.x_row0 == 0 && a.single.y_row0 == 0);
     const IqGrids &g = iq_grids();
     const size_t smem = size_t(k_mmv_split_threads / 32) * size_t(a.n) * sizeof(float);  // a warp's probabilities
     const unsigned grid = unsigned(a.n);
+    const bool regs = router_regs_on() && router_regs_take(a.n, k);
     switch (a.type) {
         case DType::F32:
-            pdl_launch(k_router_fused<DType::F32>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale, ids,
-                       weights, done);
+            pdl_launch(k_router_fused<DType::F32>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale, regs,
+                       ids, weights, done, pairs);
             break;
         case DType::F16:
-            pdl_launch(k_router_fused<DType::F16>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale, ids,
-                       weights, done);
+            pdl_launch(k_router_fused<DType::F16>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale, regs,
+                       ids, weights, done, pairs);
             break;
         case DType::BF16:
-            pdl_launch(k_router_fused<DType::BF16>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale, ids,
-                       weights, done);
+            pdl_launch(k_router_fused<DType::BF16>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale, regs,
+                       ids, weights, done, pairs);
             break;
         default:
             fail("CUDA: no one-launch router for %s", dtype_name(a.type));
@@ -286,6 +511,36 @@ void launch_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx, const
                    ys, yrow + t0 * k, widx + t0 * k, weights, k, os);
         STRATA_CUDA_LAUNCH_CHECK("k_moe_combine");
     }
+}
+
+bool moe_tail_fuses(const Rows &out, int64_t norm_group) {
+    auto wide = [](const Rows &r) { return (reinterpret_cast<uintptr_t>(r.data) & 15) == 0 && r.stride % 4 == 0; };
+    return out.cols >= 1024 && out.cols <= 8192 && out.cols % 4 == 0 && norm_group == out.cols && wide(out);
+}
+
+void launch_moe_tail(Rows ys, const int32_t *yrow, const int32_t *widx, const float *weights, int64_t k, Rows x,
+                     const float *shared_w, Rows shared_y, Rows out, Rows resid, const float *norm_w, float eps,
+                     Rows normed, cudaStream_t stream) {
+    if (out.rows == 0) return;
+    STRATA_ASSERT(out.rows <= 65535 && k >= 1 && k <= k_moe_tail_max_k && moe_tail_fuses(out, out.cols) &&
+                  moe_tail_fuses(ys, out.cols) && (!shared_w || moe_tail_fuses(shared_y, out.cols)) &&
+                  (!norm_w || (moe_tail_fuses(resid, out.cols) && moe_tail_fuses(normed, out.cols) &&
+                               (reinterpret_cast<uintptr_t>(norm_w) & 15) == 0)));
+    const int64_t n4 = out.cols / 4;
+    const unsigned grid = unsigned(out.rows);
+#define TAIL(KPT_)                                                                                                    \
+    pdl_launch(k_moe_tail<KPT_>, grid, 256, 0, stream, ys, yrow, widx, weights, k, x, shared_w, shared_y, out, resid, \
+               norm_w, eps, normed)
+    if (n4 <= 256)
+        TAIL(1);
+    else if (n4 <= 512)
+        TAIL(2);
+    else if (n4 <= 1024)
+        TAIL(4);
+    else
+        TAIL(8);
+#undef TAIL
+    STRATA_CUDA_LAUNCH_CHECK("k_moe_tail");
 }
 
 void launch_moe_pair_groups(const int32_t *ids, int64_t n_tokens, int64_t k, const uint8_t *const *table,

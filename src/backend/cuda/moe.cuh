@@ -10,9 +10,11 @@
 
 namespace strata::cuda {
 
-// logits: n_tokens x n_expert. ids, weights: n_tokens x k (device), in rank order (most probable first).
+// logits: n_tokens x n_expert. ids, weights: n_tokens x k (device), in rank order (most probable first). regs: the
+// warp's form (the same picks and weights either way): 1 the register form where it takes the shape (k <= 32, at
+// most 512 experts), 0 the shared-memory form, -1 as STRATA_CUDA_ROUTER_REGS says (default on).
 void launch_router_topk(Rows logits, int64_t k, bool norm, float scale, int32_t *ids, float *weights,
-                        cudaStream_t stream);
+                        cudaStream_t stream, int regs = -1);
 
 // Benchmark routing (route_draws.h): for each token, k distinct experts drawn for (seed, il, *pass, row) instead of
 // the top k (cdf / expert_of_rank: the layer's Zipf table on the device, or null for uniform draws), in rank order
@@ -26,14 +28,33 @@ void launch_route_draws(Rows logits, int64_t k, bool norm, float scale, uint64_t
 // BF16, a shape the split mat-vec takes) times a.single's x rows into a.y, as launch_mmv_generic computes them (the
 // same bits), then the top-k as launch_router_topk ranks them (the same bits). done: a device counter at zero, left at
 // zero.
+// Where pairs.table is set, the same launch then makes launch_moe_pair_groups' groups (gate, up and down: 3 n_tokens k
+// entries from pairs.groups), yrow and widx from those ids (the same entries; no mapped table, no counts).
+struct RouterPairs {
+    const uint8_t *const *table = nullptr;
+    MatmulGroup *groups = nullptr;
+    int32_t *yrow = nullptr, *widx = nullptr;
+};
 bool router_fused_supported(DType t, int64_t n_expert, int64_t k_row, int64_t n_tokens);
 void launch_router_fused(const MatmulArgs &a, int64_t k, bool norm, float scale, int32_t *ids, float *weights,
-                         unsigned *done, cudaStream_t stream);
+                         unsigned *done, cudaStream_t stream, const RouterPairs &pairs = {});
 
 // out[t] = sum over j < k of weights[widx[t k + j]] * ys[yrow[t k + j]]: entries in the order to add them (by
 // expert id), starting from zero.
 void launch_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx, const float *weights, int64_t k, Rows out,
                         cudaStream_t stream);
+
+// A decoding MoE layer's last steps in one launch (a block per token; rows <= 65535): out = launch_moe_combine's sum,
+// then, where shared_w is set, out += sigmoid(shared_w . x) shared_y (launch_shared_expert_add), then, where norm_w is
+// set, resid += out and normed = rms_norm(resid) with norm_w over whole rows (launch_add_rms_norm). The same bits as
+// those launches, where moe_tail_fuses holds for out (and for resid and normed where norm_w is set, norm_w 16-byte
+// aligned): rows of 1024..8192 floats, a multiple of 4, 16-byte aligned, the norm's group the whole row.
+// Also ys and shared_y (where shared_w is set) 16-byte aligned rows, and k <= k_moe_tail_max_k.
+constexpr int64_t k_moe_tail_max_k = 32;
+bool moe_tail_fuses(const Rows &out, int64_t norm_group);
+void launch_moe_tail(Rows ys, const int32_t *yrow, const int32_t *widx, const float *weights, int64_t k, Rows x,
+                     const float *shared_w, Rows shared_y, Rows out, Rows resid, const float *norm_w, float eps,
+                     Rows normed, cudaStream_t stream);
 
 // Decoding with every expert resident (or mapped), without the host: for each token t and rank j, pair i = t k + j gets
 // the matmul groups {gate of ids[i], x row t, 1 row, row i}, {up of ids[i], x row t, 1 row, row M + i} (M = n_tokens k:

@@ -84,12 +84,12 @@ Act trunk_qwen3next(const ForwardCtx &c, const int32_t *tokens) {
         Act mix = L.recurrent ? gdn_block(c, il, cur) : attention_block(c, il, cur);
         c.trace(il, L.recurrent ? "linear_attn_out" : "attn_out", mix);
         be.add_rms_norm(x, mix, L.ffn_norm, hp.rms_eps, cur);
-        Act moe = moe_block(c, il, cur);
+        // the residual step into the next block's norm, which the MoE block may take in its last pass
+        const bool last = il + 1 == hp.n_layer;
+        const ResidualNorm next{x, last ? nullptr : &c.m.layers[size_t(il + 1)].attn_norm, hp.rms_eps, cur};
+        Act moe = moe_block(c, il, cur, last ? nullptr : &next);
         c.trace(il, "ffn_moe_out", moe);
-        if (il + 1 < hp.n_layer)
-            be.add_rms_norm(x, moe, c.m.layers[size_t(il + 1)].attn_norm, hp.rms_eps, cur);
-        else
-            be.add(x, moe, x);
+        if (last) be.add(x, moe, x);
         c.trace(il, "l_out", x);
         be.scratch_release(layer_mark);
     }
