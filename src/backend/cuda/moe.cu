@@ -98,13 +98,7 @@ __device__ __forceinline__ void pair_group(int64_t i, const int32_t *ids, int64_
     widx[t * k + r] = int32_t(i);
 }
 
-// The register form of router_topk_token, for up to 32 PER experts and k <= 32 (the same picks and weights, bit for
-// bit): lane l holds the probabilities of experts l + 32 i in p[i]; a round takes the warp's largest by one integer
-// maximum over an order-preserving key (redux.sync where the device has it) and the lowest id among equals by one
-// integer minimum, where the shared-memory form walked five shuffle steps a round; pick j stays in lane j's registers,
-// the weights are renormalised there and written by k lanes at once (the shared-memory form's lane 0 read back and
-// rewrote each weight in global memory, one after another). With pairs, the same lanes then make the pair's matmul
-// groups as pair_group does (the same entries).
+// Warp-wide integer maximum and minimum (redux.sync where the device has it).
 __device__ __forceinline__ unsigned warp_max_u32(unsigned v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     return __reduce_max_sync(k_full_mask, v);
@@ -129,6 +123,13 @@ __device__ __forceinline__ unsigned order_key(float q) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+// The register form of router_topk_token, for up to 32 PER experts and k <= 32 (the same picks and weights, bit for
+// bit): lane l holds the probabilities of experts l + 32 i in p[i]; a round takes the warp's largest by one integer
+// maximum over an order-preserving key (redux.sync where the device has it) and the lowest id among equals by one
+// integer minimum, where the shared-memory form walked five shuffle steps a round; pick j stays in lane j's registers,
+// the weights are renormalised there and written by k lanes at once (the shared-memory form's lane 0 read back and
+// rewrote each weight in global memory, one after another). With pairs, the same lanes then make the pair's matmul
+// groups as pair_group does (the same entries).
 template <int PER>
 __device__ __forceinline__ void router_topk_regs(const float *l, int64_t ne, int64_t t, int64_t k, bool norm,
                                                  float scale, int32_t *ids, float *weights, const RouterPairs *pairs,
