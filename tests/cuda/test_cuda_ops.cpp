@@ -442,6 +442,7 @@ TEST(CudaMoeTail, OneLaunchIsTheSeparateOnes) {
                 CUDA_OK(cudaMemcpy(d_yrow.p, yrow.data(), yrow.size() * 4, cudaMemcpyHostToDevice));
                 CUDA_OK(cudaMemcpy(d_widx.p, widx.data(), widx.size() * 4, cudaMemcpyHostToDevice));
                 std::vector<float> got[2][3];  // [form][out, resid, normed]
+                DevBuf d_q(size_t(T * E)), d_ds(size_t(T * E / 32) * 8), d_q2(size_t(T * E)), d_ds2(size_t(T * E / 32) * 8);
                 for (int fused = 0; fused < 2; fused++) {
                     DevBuf d_x(x.size() * 4), d_out(x.size() * 4), d_res(resid.size() * 4);
                     CUDA_OK(cudaMemcpy(d_x.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
@@ -450,13 +451,13 @@ TEST(CudaMoeTail, OneLaunchIsTheSeparateOnes) {
                     const cuda::Rows r_ys{d_ys.as<float>(), M, E, E}, r_x{d_x.as<float>(), T, E, E},
                         r_sy{d_sy.as<float>(), T, E, E}, r_out{d_out.as<float>(), T, E, E},
                         r_res{d_res.as<float>(), T, E, E};
-                    const auto *yr = static_cast<const int32_t *>(d_yrow.p);
-                    const auto *wi = static_cast<const int32_t *>(d_widx.p);
+                    const auto *yr = static_cast<const int32_t *>(d_yrow.p), *wi = static_cast<const int32_t *>(d_widx.p);
                     ASSERT_TRUE(cuda::moe_tail_fuses(r_out, E));
                     if (fused) {
-                        cuda::launch_moe_tail(r_ys, yr, wi, d_w.as<float>(), k, r_x,
-                                              shared ? d_gw.as<float>() : nullptr, r_sy, r_out, r_res,
-                                              norm ? d_nw.as<float>() : nullptr, 1e-6f, r_x, nullptr);
+                        const cuda::NormQ8 q8{d_q.as<int8_t>(), d_ds.as<float2>(), norm ? (E % 256 == 0 ? 2 : 1) : 0};
+                        cuda::launch_moe_tail(r_ys, yr, wi, d_w.as<float>(), k, r_x, shared ? d_gw.as<float>() : nullptr,
+                                              r_sy, r_out, r_res, norm ? d_nw.as<float>() : nullptr, 1e-6f, r_x, nullptr,
+                                              q8);
                     } else {
                         cuda::launch_moe_combine(r_ys, yr, wi, d_w.as<float>(), k, r_out, nullptr);
                         if (shared) cuda::launch_shared_expert_add(r_x, d_gw.as<float>(), r_sy, r_out, nullptr);
@@ -471,10 +472,74 @@ TEST(CudaMoeTail, OneLaunchIsTheSeparateOnes) {
                 for (int i = 0; i < 3; i++)
                     ASSERT_EQ(std::memcmp(got[0][i].data(), got[1][i].data(), x.size() * 4), 0)
                         << "E " << E << ", T " << T << ", shared " << shared << ", norm " << norm << ", part " << i;
+                if (norm) {  // the normed rows' 8-bit form, as launch_quantize_act makes it from them
+                    DevBuf d_n(x.size() * 4);
+                    CUDA_OK(cudaMemcpy(d_n.p, got[1][2].data(), x.size() * 4, cudaMemcpyHostToDevice));
+                    cuda::launch_quantize_act(E % 256 == 0 ? DType::Q8_K : DType::Q8_0, d_n.as<float>(), E, T, E,
+                                              d_q2.as<int8_t>(), d_ds2.as<float2>(), nullptr);
+                    CUDA_OK(cudaDeviceSynchronize());
+                    std::vector<uint8_t> a(size_t(T * E) + size_t(T * E / 32) * 8), b(a.size());
+                    CUDA_OK(cudaMemcpy(a.data(), d_q.p, size_t(T * E), cudaMemcpyDeviceToHost));
+                    CUDA_OK(cudaMemcpy(b.data(), d_q2.p, size_t(T * E), cudaMemcpyDeviceToHost));
+                    CUDA_OK(cudaMemcpy(a.data() + T * E, d_ds.p, size_t(T * E / 32) * 8, cudaMemcpyDeviceToHost));
+                    CUDA_OK(cudaMemcpy(b.data() + T * E, d_ds2.p, size_t(T * E / 32) * 8, cudaMemcpyDeviceToHost));
+                    EXPECT_EQ(a, b) << "E " << E << ", T " << T << ", shared " << shared << ": 8-bit form";
+                }
                 // the combination was written and the norm moved the input where asked
                 EXPECT_TRUE(std::isfinite(got[1][0][0]) && got[1][0][0] != 0.0f);
                 EXPECT_EQ(norm, std::memcmp(got[1][2].data(), x.data(), x.size() * 4) != 0);
             }
+}
+
+// A norm's 8-bit output made by the norm's kernel (NormQ8) against launch_quantize_act of its output, bit for bit:
+// the Q8_0 and Q8_K forms, rows of 1024 to 4096 values (a partial turn of the kernel's threads at 2304), one and
+// three rows, the residual form and the plain one; rows with a block of zeros, a NaN, equal magnitudes of either
+// sign (the first by index is the Q8_K pick) and a huge value. And the MoE tail's normed rows likewise.
+TEST(CudaNormQuant, EpilogueIsTheQuantizeKernel) {
+    uint64_t seed = 8300;
+    for (int form : {1, 2})
+        for (int64_t E : {1024, 2048, 2304, 4096})
+            for (int64_t T : {1, 3})
+                for (int add = 0; add < 2; add++) {
+                    const DType vt = form == 2 ? DType::Q8_K : DType::Q8_0;
+                    std::vector<float> x = randn(size_t(T * E), seed++), y = randn(size_t(T * E), seed++),
+                                       w = randn(size_t(E), seed++);
+                    for (int64_t c = 256; c < 512; c++) x[size_t(c)] = 0.0f, y[size_t(c)] = 0.0f;  // a zero block
+                    x[size_t(E / 2 + 3)] = 40.0f, x[size_t(E / 2 + 9)] = -40.0f;  // equal magnitudes
+                    y[size_t(E / 2 + 3)] = 0.0f, y[size_t(E / 2 + 9)] = 0.0f;
+                    if (T > 1) x[size_t(E + 700)] = std::nanf("");
+                    if (T > 2) x[size_t(2 * E + 5)] = 1e30f;
+                    DevBuf xd(x.size() * 4), yd(y.size() * 4), wd(w.size() * 4), o1(x.size() * 4), o2(x.size() * 4),
+                        q1(x.size()), q2(x.size()), d1(x.size() / 32 * 8), d2(x.size() / 32 * 8), x2(x.size() * 4);
+                    CUDA_OK(cudaMemcpy(xd.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+                    CUDA_OK(cudaMemcpy(x2.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+                    CUDA_OK(cudaMemcpy(yd.p, y.data(), y.size() * 4, cudaMemcpyHostToDevice));
+                    CUDA_OK(cudaMemcpy(wd.p, w.data(), w.size() * 4, cudaMemcpyHostToDevice));
+                    const cuda::Rows rx{xd.as<float>(), T, E, E}, rx2{x2.as<float>(), T, E, E},
+                        ry{yd.as<float>(), T, E, E}, r1{o1.as<float>(), T, E, E}, r2{o2.as<float>(), T, E, E};
+                    ASSERT_TRUE(cuda::norm_quantizes(rx, r1, E, wd.as<float>(), form));
+                    const cuda::NormQ8 q8{q1.as<int8_t>(), d1.as<float2>(), form};
+                    if (add) {
+                        cuda::launch_add_rms_norm(rx, ry, wd.as<float>(), E, 1e-6f, r1, nullptr, q8);
+                        cuda::launch_add_rms_norm(rx2, ry, wd.as<float>(), E, 1e-6f, r2, nullptr);
+                    } else {
+                        cuda::launch_rms_norm(rx, wd.as<float>(), E, 1e-6f, r1, nullptr, q8);
+                        cuda::launch_rms_norm(rx2, wd.as<float>(), E, 1e-6f, r2, nullptr);
+                    }
+                    cuda::launch_quantize_act(vt, o2.as<float>(), E, T, E, q2.as<int8_t>(), d2.as<float2>(), nullptr);
+                    CUDA_OK(cudaDeviceSynchronize());
+                    const std::string what = std::string(dtype_name(vt)) + ", " + std::to_string(E) + " x " +
+                                             std::to_string(T) + (add ? ", residual" : "");
+                    auto same = [&](DevBuf &a, DevBuf &b, size_t n, const char *part) {
+                        std::vector<uint8_t> ha(n), hb(n);
+                        CUDA_OK(cudaMemcpy(ha.data(), a.p, n, cudaMemcpyDeviceToHost));
+                        CUDA_OK(cudaMemcpy(hb.data(), b.p, n, cudaMemcpyDeviceToHost));
+                        EXPECT_EQ(ha, hb) << what << ": " << part;
+                    };
+                    same(o1, o2, x.size() * 4, "normed rows");
+                    same(q1, q2, x.size(), "levels");
+                    same(d1, d2, x.size() / 32 * 8, "scales");
+                }
 }
 
 TEST(CudaFlashDecode, SplitFormIsTheOneBlockForm) {

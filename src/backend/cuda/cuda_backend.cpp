@@ -90,6 +90,8 @@ CudaBackend::CudaBackend(const CudaOptions &o)
     // the fused router's count of finished blocks (route) and the rope tables' room, made here so that no pass
     // allocates them
     route_done_ = static_cast<unsigned *>(dev_alloc(sizeof(unsigned), "routing counter"));
+    norm_q_ = static_cast<int8_t *>(dev_alloc(size_t(k_norm_quant_values), "norm activations"));
+    norm_ds_ = static_cast<float2 *>(dev_alloc(size_t(k_norm_quant_values / 32) * sizeof(float2), "norm activations"));
     rope_area_ = static_cast<float *>(dev_alloc(k_rope_floats * sizeof(float), "rope tables"));
     STRATA_CUDA_CHECK(cudaMemsetAsync(route_done_, 0, sizeof(unsigned), stream_));
     iq_grids();
@@ -302,6 +304,7 @@ Act CudaBackend::alloc(int64_t rows, int64_t cols) {
 void CudaBackend::reset_scratch() {
     if (capturing_) drop_capture();  // a pass left without end_pass or abort_pass
     expert_input_ = {};              // in the scratch being reset
+    norm_quant_.src = nullptr;
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
     prof_.step();
     // Chunks added past the plan are folded into one (a loan's borrowed chunk stays first, as it is).
@@ -353,6 +356,8 @@ void CudaBackend::end_loan() {
 
 void CudaBackend::scratch_release(ScratchMark m) {
     release({m.a, m.b});
+    const NormQuant &n = norm_quant_;  // a norm's form over rows whose scratch goes
+    if (n.src && n.chunk != SIZE_MAX && (n.chunk > m.a || (n.chunk == m.a && n.off >= m.b))) norm_quant_.src = nullptr;
     // Pass tables that did not fit their buffer lie in scratch, perhaps in what was released.
     if (seq_pos_in_scratch_) seq_pos_rows_ = -1, seq_pos_dev_ = nullptr;
     if (tiles_in_scratch_) tiles_key_.clear(), tiles_dev_ = nullptr;
@@ -405,6 +410,7 @@ void *CudaBackend::upload(const void *host, size_t bytes, UploadSrc src) {
 }
 
 void CudaBackend::upload_rows(const float *host, Act dst) {
+    wrote(dst);
     if (dst.rows == 0) return;
     if (capturing_) fail("internal: an upload inside a recorded pass");
     const size_t row = size_t(dst.cols) * sizeof(float);
@@ -724,6 +730,7 @@ const float *CudaBackend::inv_freq(const RopeParams &rp) {
 // ---- small ops ----------------------------------------------------------------------------------------------
 
 void CudaBackend::embed(const Weight &tok_embd, const int32_t *ids, Act out) {
+    wrote(out);
     STRATA_CUDA_OP("embed");
     STRATA_ASSERT(out.cols == tok_embd.ne[0]);
     for (int64_t t = 0; t < out.rows; t++)
@@ -741,29 +748,40 @@ void CudaBackend::embed(const Weight &tok_embd, const int32_t *ids, Act out) {
 void CudaBackend::rms_norm(Act x, const Weight &w, float eps, Act out) {
     STRATA_CUDA_OP("rms_norm");
     STRATA_ASSERT(out.rows == x.rows && out.cols == x.cols);
-    launch_rms_norm(rows_of(x), dev_vector(w), w.ne[0], eps, rows_of(out), stream_);
+    wrote(out);
+    const float *wd = dev_vector(w);
+    const NormQ8 q8 = norm_quant_begin(wd, x, out, w.ne[0] == x.cols);
+    launch_rms_norm(rows_of(x), wd, w.ne[0], eps, rows_of(out), stream_, q8);
+    norm_quant_made(q8, out);
 }
 
 void CudaBackend::add_rms_norm(Act x, Act y, const Weight &w, float eps, Act out) {
     if (!fusion_enabled()) return Backend::add_rms_norm(x, y, w, eps, out);
     STRATA_CUDA_OP("add_rms_norm");
     STRATA_ASSERT(y.rows == x.rows && y.cols == x.cols && out.rows == x.rows && out.cols == x.cols);
-    launch_add_rms_norm(rows_of(x), rows_of(y), dev_vector(w), w.ne[0], eps, rows_of(out), stream_);
+    wrote(x), wrote(out);
+    const float *wd = dev_vector(w);
+    const NormQ8 q8 = norm_quant_begin(wd, x, out, w.ne[0] == x.cols && norm_quantizes(rows_of(y), rows_of(y), w.ne[0], wd, 1));
+    launch_add_rms_norm(rows_of(x), rows_of(y), wd, w.ne[0], eps, rows_of(out), stream_, q8);
+    norm_quant_made(q8, out);
 }
 
 void CudaBackend::add(Act a, Act b, Act out) {
+    wrote(out);
     STRATA_CUDA_OP("add");
     STRATA_ASSERT(a.rows == b.rows && a.cols == b.cols && out.rows == a.rows && out.cols == a.cols);
     launch_add(rows_of(a), rows_of(b), rows_of(out), stream_);
 }
 
 void CudaBackend::mul_sigmoid(Act x, Act gate) {
+    wrote(x);
     STRATA_CUDA_OP("mul_sigmoid");
     STRATA_ASSERT(x.rows == gate.rows && x.cols == gate.cols);
     launch_mul_sigmoid(rows_of(x), rows_of(gate), stream_);
 }
 
 void CudaBackend::gather_rows(Act src, const std::vector<int64_t> &rows, Act dst) {
+    wrote(dst);
     STRATA_CUDA_OP("gather_rows");
     STRATA_ASSERT(dst.rows == int64_t(rows.size()) && dst.cols == src.cols);
     std::vector<int32_t> r32(rows.size());
@@ -780,6 +798,7 @@ void CudaBackend::gather_rows(Act src, const std::vector<int64_t> &rows, Act dst
 }
 
 void CudaBackend::deinterleave(Act src, int64_t width, Act a, Act b) {
+    wrote(a), wrote(b);
     STRATA_CUDA_OP("deinterleave");
     const int64_t n_pairs = src.cols / (2 * width);
     STRATA_ASSERT(src.cols == 2 * width * n_pairs && a.cols == width * n_pairs && b.cols == a.cols);
@@ -793,11 +812,13 @@ void CudaBackend::qk_norm_rope(Act q, Act k, const Weight &q_norm, const Weight 
                       rp.n_rot <= hd && rp.n_rot % 2 == 0 && k.rows == q.rows && fusion_enabled();
     if (!fits) return Backend::qk_norm_rope(q, k, q_norm, k_norm, eps, rp, b);
     STRATA_CUDA_OP("qk_norm_rope");
+    wrote(q), wrote(k);
     launch_qk_norm_rope(rows_of(q), rows_of(k), dev_vector(q_norm), dev_vector(k_norm), hd, eps, rp.n_rot, inv_freq(rp),
                         seq_pos(b), stream_);
 }
 
 void CudaBackend::rope(Act x, const RopeParams &rp, const BatchInfo &b) {
+    wrote(x);
     STRATA_CUDA_OP("rope");
     STRATA_ASSERT(x.cols % rp.head_dim == 0 && rp.n_rot <= rp.head_dim && rp.n_rot % 2 == 0);
     launch_rope_neox(rows_of(x), rp.head_dim, rp.n_rot, inv_freq(rp), seq_pos(b), stream_);

@@ -223,6 +223,30 @@ class CudaBackend final : public Backend {
     };
     void grouped_matmul(const WeightShape &w, const std::vector<MatmulGroup> &groups, PreparedAct &x, Rows y);
     void quantize(PreparedAct &x, DType vt);  // x.q8 in activation format vt, made unless it is there
+    // Norms that quantize for the next mat-vec (cuda_matmul.cpp; STRATA_CUDA_NORM_Q8=0: off, for A/B). A decode-sized
+    // norm of whole rows also writes its output's 8-bit form (NormQ8) where the first matmul that quantized that
+    // norm's output the time before (the norm known by its weight: norm_wants_) took a form the kernel makes; that
+    // matmul then takes those bytes instead of quantizing (the same bytes). The form holds for norm_quant_.src's rows
+    // until an op writes memory under them (wrote) or the scratch under them is released.
+    struct NormQuant {
+        const float *src = nullptr;
+        int64_t rows = 0, k = 0, stride = 0;
+        DType vt = DType::F32;
+        size_t chunk = SIZE_MAX, off = 0;  // where src lies in the scratch (chunk SIZE_MAX: outside it)
+    } norm_quant_;
+    static constexpr int64_t k_norm_quant_values = int64_t(k_mmv_max_rows) * 8192;
+    int8_t *norm_q_ = nullptr;  // room for k_norm_quant_values levels and their scales, made with the backend
+    float2 *norm_ds_ = nullptr;
+    std::unordered_map<const float *, DType> norm_wants_;
+    const float *last_norm_w_ = nullptr, *last_norm_out_ = nullptr;
+    bool norm_want_open_ = false;  // the latest norm's output has not been quantized by a matmul yet
+    // A norm with weight w_dev writing out: the form to make (form 0: none).
+    NormQ8 norm_quant_begin(const float *w_dev, const Act &x, const Act &out, bool wide);
+    void norm_quant_made(const NormQ8 &q, const Act &out);
+    // A matmul about to quantize rows (src, rows, k, stride) to vt: true with the norm's bytes where it made them.
+    bool norm_quant_take(const float *src, int64_t rows, int64_t k, int64_t stride, DType vt, const int8_t *&q,
+                         const float2 *&ds);
+    void wrote(const Act &a);  // an op wrote a: a norm's form over those rows no longer holds
     // route() with the one-launch router where it applies (false: the two-launch default ran, pairs not made).
     bool route_launch(const Weight &router, Act x, const MoeParams &p, Act logits, int32_t *ids, float *weights,
                       const RouterPairs &pairs);

@@ -42,8 +42,67 @@ bool CudaBackend::fusion_enabled() {
     return on;
 }
 
+// ---- norms that quantize for the next mat-vec ----
+
+namespace {
+bool norm_q8_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_NORM_Q8", true);
+    return on;
+}
+bool same_q8_bytes(DType a, DType b) {  // Q8_0 and Q8_1 activations are made alike (launch_quantize_act)
+    auto cls = [](DType t) { return t == DType::Q8_1 ? DType::Q8_0 : t; };
+    return cls(a) == cls(b);
+}
+}  // namespace
+
+NormQ8 CudaBackend::norm_quant_begin(const float *w_dev, const Act &x, const Act &out, bool wide) {
+    norm_quant_.src = nullptr;
+    last_norm_w_ = w_dev, last_norm_out_ = out.data, norm_want_open_ = true;
+    if (!wide || !norm_q_ || !fusion_enabled() || !norm_q8_enabled() || out.rows > k_mmv_max_rows ||
+        out.rows * out.cols > k_norm_quant_values)
+        return {};
+    const auto it = norm_wants_.find(w_dev);
+    if (it == norm_wants_.end()) return {};
+    const int form = same_q8_bytes(it->second, DType::Q8_0) ? 1 : it->second == DType::Q8_K ? 2 : 0;
+    if (!form || !norm_quantizes(rows_of(x), rows_of(out), out.cols, w_dev, form)) return {};
+    return NormQ8{norm_q_, norm_ds_, form};
+}
+
+void CudaBackend::norm_quant_made(const NormQ8 &q, const Act &out) {
+    if (!q.form) return;
+    NormQuant n{out.data, out.rows, out.cols, out.stride, q.form == 2 ? DType::Q8_K : DType::Q8_0};
+    const auto *p = reinterpret_cast<const uint8_t *>(out.data);
+    for (size_t c = 0; c < chunks_.size(); c++)
+        if (p >= chunks_[c].ptr && p < chunks_[c].ptr + chunks_[c].size) n.chunk = c, n.off = size_t(p - chunks_[c].ptr);
+    norm_quant_ = n;
+}
+
+bool CudaBackend::norm_quant_take(const float *src, int64_t rows, int64_t k, int64_t stride, DType vt,
+                                  const int8_t *&q, const float2 *&ds) {
+    if (src == last_norm_out_ && norm_want_open_) {
+        norm_wants_[last_norm_w_] = vt;  // what the next norm with this weight should make
+        norm_want_open_ = false;
+    }
+    const NormQuant &n = norm_quant_;
+    if (!n.src || n.src != src || n.rows != rows || n.k != k || n.stride != stride || !same_q8_bytes(n.vt, vt))
+        return false;
+    q = norm_q_, ds = norm_ds_;
+    return true;
+}
+
+void CudaBackend::wrote(const Act &a) {
+    const NormQuant &n = norm_quant_;
+    if (!n.src || a.rows == 0) return;
+    const float *a_end = a.data + (a.rows - 1) * a.stride + a.cols, *n_end = n.src + (n.rows - 1) * n.stride + n.k;
+    if (a.data < n_end && n.src < a_end) norm_quant_.src = nullptr;
+}
+
 void CudaBackend::quantize(PreparedAct &x, DType vt) {
     if (x.q8 && x.q8_type == vt) return;
+    if (norm_quant_take(x.src, x.rows, x.k, x.stride, vt, x.q8, x.q8_ds)) {
+        x.q8_type = vt;
+        return;
+    }
     int8_t *q = scratch_array<int8_t>(x.rows * x.k);
     float2 *ds = scratch_array<float2>(x.rows * (x.k / 32));
     launch_quantize_act(vt, x.src, x.stride, x.rows, x.k, q, ds, stream_);
@@ -182,6 +241,7 @@ void CudaBackend::matvec_parts(const std::vector<MatmulOut> &outs, PreparedAct &
 // The input is quantized (or rounded) once per activation format and shared by every product that reads it; at
 // decode sizes products of one mat-vec type share a launch as well.
 void CudaBackend::matmuls(Act x, const std::vector<MatmulOut> &outs) {
+    for (const MatmulOut &o : outs) wrote(o.out);
     STRATA_CUDA_OP("matmul");
     if (x.rows == 0) return;
     const Mark m = mark();
@@ -217,6 +277,7 @@ void CudaBackend::route_draws(Act logits, const MoeParams &p, const RouteDraws &
                               int32_t *ids, Act weights) {
     STRATA_CUDA_OP("route_draws");
     routed_pairs_.il = -1;  // ids rewritten: tables made from the router's choice no longer hold
+    wrote(weights);
     STRATA_ASSERT(draw_pass_dev_ && logits.cols == p.n_expert &&
                   weights.rows * weights.cols == logits.rows * p.n_expert_used);
     const double *cdf = nullptr;
@@ -262,6 +323,7 @@ void CudaBackend::route(const Weight &router, Act x, const MoeParams &p, Act log
 bool CudaBackend::route_launch(const Weight &router, Act x, const MoeParams &p, Act logits, int32_t *ids,
                                float *weights, const RouterPairs &pairs) {
     STRATA_ASSERT(x.cols == router.ne[0] && logits.cols == router.ne[1] && logits.rows == x.rows);
+    wrote(logits);
     if (!fusion_enabled() || !router_fused_supported(router.type, router.ne[1], router.ne[0], x.rows)) {
         Backend::route(router, x, p, logits, ids, weights);
         return false;
@@ -328,6 +390,7 @@ void CudaBackend::download_many(std::initializer_list<ActDownload> acts, const i
 // device (a synchronous copy from pageable memory cost a round trip of ~13 us on the H200 machine, three a layer
 // when a benchmark's routing override sends ids and weights up).
 void CudaBackend::upload(const float *host, Act dst) {
+    wrote(dst);
     upload_rows(host, dst);
 }
 
@@ -383,6 +446,7 @@ Act CudaBackend::gather_expert_input(const ExpertWeights &w, Act x, const std::v
 // Only the rows the groups cover are prepared, and activations are quantized row by row, so a call over a set of the
 // groups computes each row exactly as a call over all of them.
 void CudaBackend::expert_ffn(const ExpertWeights &w, Act xs, const std::vector<ExpertGroup> &groups, Act ys) {
+    wrote(ys);
     if (groups.empty()) return;
     if (slot_waits_)
         wait_for_slot_fills(groups);
@@ -474,6 +538,7 @@ bool CudaBackend::device_routing_applies(const ExpertWeights &w, int64_t n_token
 void CudaBackend::experts_device_routed(const ExpertWeights &w, Act x, int64_t k, const int32_t *ids_dev,
                                         const float *wts_dev, Act out, const MoeTail &tail) {
     STRATA_CUDA_OP("experts_device_routed");
+    wrote(out);
     STRATA_ASSERT(device_routing_applies(w, x.rows));
     const bool mapped = maps_host_experts(w);
     if (mapped) flush_mapped(w.il);
@@ -502,7 +567,10 @@ void CudaBackend::experts_device_routed(const ExpertWeights &w, Act x, int64_t k
     auto run = [&](const Weight &mw, const MatmulGroup *gs, int64_t n_groups, const Act &src, Act y, const int8_t *&q,
                    const float2 *&ds, DType &qt, const Act *silu_mul_by = nullptr) {
         const DType vt = dot_act_type(mw.type);
-        if (!q || qt != vt) {
+        if ((!q || qt != vt) && !silu_mul_by &&
+            norm_quant_take(src.data, src.rows, src.cols, src.stride, vt, q, ds)) {
+            qt = vt;
+        } else if (!q || qt != vt) {
             int8_t *qq = scratch_array<int8_t>(src.rows * src.cols);
             float2 *dd = scratch_array<float2>(src.rows * (src.cols / 32));
             launch_quantize_act(vt, src.data, src.stride, src.rows, src.cols, qq, dd, stream_,
@@ -549,10 +617,14 @@ void CudaBackend::experts_device_routed(const ExpertWeights &w, Act x, int64_t k
                                   moe_tail_fuses(rows_of(tail.then.resid), out.cols) &&
                                   moe_tail_fuses(rows_of(tail.then.normed), out.cols)));
     if (fused) {
+        wrote(out);
+        if (norm) wrote(tail.then.resid);
+        const NormQ8 q8 = norm ? norm_quant_begin(norm_w, tail.then.resid, tail.then.normed, true) : NormQ8{};
         launch_moe_tail(rows_of(ys), yrow, widx, wts_dev, k, rows_of(x),
                         tail.shared_gate ? dev_vector(*tail.shared_gate) : nullptr, rows_of(tail.shared_y),
                         rows_of(out), rows_of(tail.then.resid), norm_w, tail.then.eps, rows_of(tail.then.normed),
-                        stream_);
+                        stream_, q8);
+        norm_quant_made(q8, tail.then.normed);
     } else {
         launch_moe_combine(rows_of(ys), yrow, widx, wts_dev, k, rows_of(out), stream_);
         moe_tail(x, out, tail);
@@ -568,15 +640,18 @@ void CudaBackend::experts_device_routed(const ExpertWeights &w, Act x, int64_t k
 void CudaBackend::moe_combine(Act ys, const std::vector<int32_t> &yrow, const std::vector<int32_t> &widx,
                               const float *weights, int64_t k, Act out) {
     STRATA_ASSERT(int64_t(yrow.size()) == out.rows * k && widx.size() == yrow.size() && ys.cols == out.cols);
+    wrote(out);
     launch_moe_combine(rows_of(ys), upload_vec(yrow), upload_vec(widx), weights, k, rows_of(out), stream_);
 }
 
 void CudaBackend::silu_mul(Act g, Act u) {
+    wrote(g);
     STRATA_ASSERT(g.rows == u.rows && g.cols == u.cols);
     launch_silu_mul(rows_of(g), rows_of(u), stream_);
 }
 
 void CudaBackend::shared_expert_add(Act x, const Weight &gate, Act y, Act out) {
+    wrote(out);
     STRATA_ASSERT(y.rows == x.rows && out.rows == x.rows && y.cols == out.cols && gate.ne[0] == x.cols);
     launch_shared_expert_add(rows_of(x), dev_vector(gate), rows_of(y), rows_of(out), stream_);
 }

@@ -45,6 +45,7 @@ bool gdn_parallel_enabled() {
 void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                             float scale, const BatchInfo &b, Act out) {
     STRATA_CUDA_OP("attention");
+    wrote(out);
     STRATA_ASSERT(il >= 0 && il < int64_t(caches_.size()));
     LayerCache &c = caches_[size_t(il)];
     STRATA_ASSERT(c.attn && k.cols == c.kv.kv_cols && v.cols == c.kv.kv_cols && q.cols == n_head * head_dim);
@@ -140,6 +141,7 @@ void CudaBackend::attention_split(int64_t n_tiles, int64_t n_head_kv, int64_t ma
 void CudaBackend::gdn(int64_t il, const GdnWeights &Lw, Act qkv, Act z, Act beta_in, Act alpha_in, const GdnParams &p,
                       const BatchInfo &b, Act out) {
     STRATA_CUDA_OP("gdn");
+    wrote(out);
     STRATA_ASSERT(il >= 0 && il < int64_t(caches_.size()));
     LayerCache &c = caches_[size_t(il)];
     GdnShape s{p.n_k_heads, p.n_v_heads, p.head_k_dim, p.head_v_dim, p.conv_kernel, p.ba_grouped, p.vhead_tiled, p.eps};

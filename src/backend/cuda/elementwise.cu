@@ -90,10 +90,10 @@ __global__ void k_rms_norm(Rows x, const float *w, int64_t group, float eps, Row
 // back to x, so a residual add and the next norm are one pass; the norm's arithmetic is the same either way.
 template <int KPT, bool ADD>
 __global__ void __launch_bounds__(256)
-    k_rms_norm_wide(Rows x, Rows y, const float *w, int64_t group, float eps, Rows out) {
+    k_rms_norm_wide(Rows x, Rows y, const float *w, int64_t group, float eps, Rows out, NormQ8 q8) {
     pdl_wait();
     pdl_release();
-    __shared__ float red[32];
+    __shared__ float red[32], pick[24];
     const int64_t r = blockIdx.y, g0 = int64_t(blockIdx.x) * group;
     float4 *xr = reinterpret_cast<float4 *>(x.data + r * x.stride + g0);
     const float4 *wr = reinterpret_cast<const float4 *>(w);
@@ -119,7 +119,9 @@ __global__ void __launch_bounds__(256)
             if (i < n4) xr[i] = v[j];
         }
     }
-    rms_norm_wide_row<KPT>(v, wv, n4, group, eps, red, reinterpret_cast<float4 *>(out.data + r * out.stride + g0));
+    if (q8.form) q8.q += r * group, q8.ds += r * (group / 32);  // whole rows only (one group a row)
+    rms_norm_wide_row<KPT>(v, wv, n4, group, eps, red, reinterpret_cast<float4 *>(out.data + r * out.stride + g0), q8,
+                           pick);
 }
 
 __global__ void k_rope_neox(Rows x, int64_t head_dim, int64_t half, const float *inv_freq, const int2 *seq_pos) {
@@ -281,30 +283,40 @@ bool wide_rows(const Rows &a, int64_t group) {
 }
 
 template <bool ADD>
-void launch_wide(Rows x, Rows y, const float *w, int64_t group, float eps, Rows out, cudaStream_t stream) {
+void launch_wide(Rows x, Rows y, const float *w, int64_t group, float eps, Rows out, cudaStream_t stream,
+                 NormQ8 q8 = {}) {
     const int64_t n4 = group / 4;
     for_row_slices(x.rows, [&](int64_t r0, int64_t n) {
         const dim3 grid(unsigned(x.cols / group), unsigned(n));
         const Rows xs = slice(x, r0, n), ys = ADD ? slice(y, r0, n) : xs, os = slice(out, r0, n);
+        NormQ8 qs = q8;
+        if (qs.form) qs.q += r0 * group, qs.ds += r0 * (group / 32);
         if (n4 <= 256)
-            pdl_launch(k_rms_norm_wide<1, ADD>, grid, 256, 0, stream, xs, ys, w, group, eps, os);
+            pdl_launch(k_rms_norm_wide<1, ADD>, grid, 256, 0, stream, xs, ys, w, group, eps, os, qs);
         else if (n4 <= 512)
-            pdl_launch(k_rms_norm_wide<2, ADD>, grid, 256, 0, stream, xs, ys, w, group, eps, os);
+            pdl_launch(k_rms_norm_wide<2, ADD>, grid, 256, 0, stream, xs, ys, w, group, eps, os, qs);
         else if (n4 <= 1024)
-            pdl_launch(k_rms_norm_wide<4, ADD>, grid, 256, 0, stream, xs, ys, w, group, eps, os);
+            pdl_launch(k_rms_norm_wide<4, ADD>, grid, 256, 0, stream, xs, ys, w, group, eps, os, qs);
         else
-            pdl_launch(k_rms_norm_wide<8, ADD>, grid, 256, 0, stream, xs, ys, w, group, eps, os);
+            pdl_launch(k_rms_norm_wide<8, ADD>, grid, 256, 0, stream, xs, ys, w, group, eps, os, qs);
     });
     STRATA_CUDA_LAUNCH_CHECK("k_rms_norm_wide");
 }
 
 }  // namespace
 
-void launch_rms_norm(Rows x, const float *w, int64_t group, float eps, Rows out, cudaStream_t stream) {
+bool norm_quantizes(const Rows &x, const Rows &out, int64_t group, const float *w, int form) {
+    return (form == 1 || form == 2) && group == x.cols && group % (form == 2 ? 256 : 32) == 0 &&
+           wide_rows(x, group) && wide_rows(out, group) && aligned16(w);
+}
+
+void launch_rms_norm(Rows x, const float *w, int64_t group, float eps, Rows out, cudaStream_t stream,
+                     const NormQ8 &q8) {
     if (x.rows == 0) return;
     STRATA_ASSERT(group > 0 && x.cols % group == 0);
+    STRATA_ASSERT(!q8.form || norm_quantizes(x, out, group, w, q8.form));
     if (wide_rows(x, group) && wide_rows(out, group) && aligned16(w))
-        return launch_wide<false>(x, x, w, group, eps, out, stream);
+        return launch_wide<false>(x, x, w, group, eps, out, stream, q8);
     const unsigned threads = group >= 1024 ? 256 : group >= 128 ? 128 : 32;
     for_row_slices(x.rows, [&](int64_t r0, int64_t n) {
         pdl_launch(k_rms_norm, dim3(unsigned(x.cols / group), unsigned(n)), threads, 0, stream, slice(x, r0, n), w,
@@ -313,11 +325,13 @@ void launch_rms_norm(Rows x, const float *w, int64_t group, float eps, Rows out,
     STRATA_CUDA_LAUNCH_CHECK("k_rms_norm");
 }
 
-void launch_add_rms_norm(Rows x, Rows y, const float *w, int64_t group, float eps, Rows out, cudaStream_t stream) {
+void launch_add_rms_norm(Rows x, Rows y, const float *w, int64_t group, float eps, Rows out, cudaStream_t stream,
+                         const NormQ8 &q8) {
     if (x.rows == 0) return;
     STRATA_ASSERT(group > 0 && x.cols % group == 0 && y.rows == x.rows && y.cols == x.cols);
+    STRATA_ASSERT(!q8.form || (norm_quantizes(x, out, group, w, q8.form) && wide_rows(y, group)));
     if (wide_rows(x, group) && wide_rows(y, group) && wide_rows(out, group) && aligned16(w))
-        return launch_wide<true>(x, y, w, group, eps, out, stream);
+        return launch_wide<true>(x, y, w, group, eps, out, stream, q8);
     launch_add(x, y, x, stream);
     launch_rms_norm(x, w, group, eps, out, stream);
 }

@@ -17,10 +17,24 @@ void launch_silu_mul(Rows g, Rows u, cudaStream_t stream);                      
 void launch_gather_rows(Rows src, const int32_t *rows_dev, Rows dst, cudaStream_t stream);  // dst[i] = src[rows[i]]
 // src columns in pairs of width-wide blocks [a0 b0 a1 b1 ...] -> a, b
 void launch_deinterleave(Rows src, int64_t width, Rows a, Rows b, cudaStream_t stream);
+// The 8-bit activation form of a norm's output rows, made by the norm's kernel as it writes them (norm_row.cuh), for
+// the next mat-vec, which then quantizes nothing: form 1 Q8_0 / Q8_1 (k_quantize_act_q8_0's levels and scales), 2 Q8_K
+// (k_quantize_act_q8_k's), 0 none; q: rows x cols int8, ds: rows x cols / 32 {d, d * sum}. The same bytes as
+// launch_quantize_act of the output.
+struct NormQ8 {
+    int8_t *q = nullptr;
+    float2 *ds = nullptr;
+    int form = 0;
+};
+// Whether the norm of x into out with w makes form `form` too (whole rows as one group, of 1024..8192 columns, a
+// multiple of the form's block, 16-byte aligned).
+bool norm_quantizes(const Rows &x, const Rows &out, int64_t group, const float *w, int form);
 // out = x / rms(x) * w over groups of `group` columns (w: `group` floats on the device); out may be x.
-void launch_rms_norm(Rows x, const float *w, int64_t group, float eps, Rows out, cudaStream_t stream);
+void launch_rms_norm(Rows x, const float *w, int64_t group, float eps, Rows out, cudaStream_t stream,
+                     const NormQ8 &q8 = {});
 // x += y, then out = rms_norm(x) as launch_rms_norm computes it (the same bits as launch_add and launch_rms_norm).
-void launch_add_rms_norm(Rows x, Rows y, const float *w, int64_t group, float eps, Rows out, cudaStream_t stream);
+void launch_add_rms_norm(Rows x, Rows y, const float *w, int64_t group, float eps, Rows out, cudaStream_t stream,
+                         const NormQ8 &q8 = {});
 // NeoX rotation of the first n_rot dims of every head of x at each row's position (seq_pos_dev: {sequence, position}
 // per row). inv_freq_dev: n_rot / 2 floats, theta^(-2i / n_rot) as the CPU computes them.
 void launch_rope_neox(Rows x, int64_t head_dim, int64_t n_rot, const float *inv_freq_dev, const int2 *seq_pos_dev,

@@ -252,7 +252,8 @@ __global__ void k_count_pass(int64_t *pass) {
     *pass += 1;
 }
 
-__global__ void k_router_topk(Rows logits, int64_t k, bool norm, float scale, bool regs, int32_t *ids, float *weights) {
+__global__ void k_router_topk(Rows logits, int64_t k, bool norm, float scale, bool regs, int32_t *ids,
+                              float *weights) {
     pdl_wait();
     pdl_release();
     extern __shared__ float prob[];
@@ -302,7 +303,7 @@ __global__ __launch_bounds__(k_mmv_split_threads) void k_router_fused(MatmulArgs
                         pairs.table ? &pairs : nullptr);
     if (threadIdx.x == 0) *done = 0;
     if (!pairs.table || regs) return;  // the register form made the pairs
-    __syncthreads();                   // the block's ids are visible to all its threads
+    __syncthreads();  // the block's ids are visible to all its threads
     const int64_t M = logits.rows * k;
     for (int64_t i = threadIdx.x; i < M; i += blockDim.x)
         pair_group(i, ids, logits.rows, k, pairs.table, pairs.groups, pairs.groups + M, pairs.groups + 2 * M,
@@ -334,7 +335,8 @@ __global__ void k_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx,
     pdl_wait();
     pdl_release();
     const int64_t t = blockIdx.y;
-    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < out.cols; c += int64_t(gridDim.x) * blockDim.x)
+    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < out.cols;
+         c += int64_t(gridDim.x) * blockDim.x)
         out.data[t * out.stride + c] = combine_at(ys, yrow, widx, weights, k, t, c);
 }
 
@@ -347,10 +349,10 @@ template <int KPT>
 __global__ __launch_bounds__(256) void k_moe_tail(Rows ys, const int32_t *yrow, const int32_t *widx,
                                                   const float *weights, int64_t k, Rows x, const float *shared_w,
                                                   Rows shared_y, Rows out, Rows resid, const float *norm_w, float eps,
-                                                  Rows normed) {
+                                                  Rows normed, NormQ8 q8) {
     pdl_wait();
     pdl_release();
-    __shared__ float red[32];
+    __shared__ float red[32], pick[24];
     __shared__ float pw[k_moe_tail_max_k];
     __shared__ const float4 *py[k_moe_tail_max_k];
     const int64_t t = blockIdx.x;
@@ -390,9 +392,10 @@ __global__ __launch_bounds__(256) void k_moe_tail(Rows ys, const int32_t *yrow, 
             rr[i] = v[j];
         }
     }
+    if (q8.form) q8.q += t * out.cols, q8.ds += t * (out.cols / 32);
     if (norm_w)
-        rms_norm_wide_row<KPT>(v, wv, n4, out.cols, eps, red,
-                               reinterpret_cast<float4 *>(normed.data + t * normed.stride));
+        rms_norm_wide_row<KPT>(v, wv, n4, out.cols, eps, red, reinterpret_cast<float4 *>(normed.data + t * normed.stride),
+                               q8, pick);
 }
 
 // One thread per (token, pair): every load of a thread is independent of the others (one thread per token walking
@@ -485,16 +488,16 @@ void launch_router_fused(const MatmulArgs &a, int64_t k, bool norm, float scale,
     const bool regs = router_regs_on() && router_regs_take(a.n, k);
     switch (a.type) {
         case DType::F32:
-            pdl_launch(k_router_fused<DType::F32>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale, regs,
-                       ids, weights, done, pairs);
+            pdl_launch(k_router_fused<DType::F32>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale, regs, ids,
+                       weights, done, pairs);
             break;
         case DType::F16:
-            pdl_launch(k_router_fused<DType::F16>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale, regs,
-                       ids, weights, done, pairs);
+            pdl_launch(k_router_fused<DType::F16>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale, regs, ids,
+                       weights, done, pairs);
             break;
         case DType::BF16:
-            pdl_launch(k_router_fused<DType::BF16>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale, regs,
-                       ids, weights, done, pairs);
+            pdl_launch(k_router_fused<DType::BF16>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale, regs, ids,
+                       weights, done, pairs);
             break;
         default:
             fail("CUDA: no one-launch router for %s", dtype_name(a.type));
@@ -521,17 +524,17 @@ bool moe_tail_fuses(const Rows &out, int64_t norm_group) {
 
 void launch_moe_tail(Rows ys, const int32_t *yrow, const int32_t *widx, const float *weights, int64_t k, Rows x,
                      const float *shared_w, Rows shared_y, Rows out, Rows resid, const float *norm_w, float eps,
-                     Rows normed, cudaStream_t stream) {
+                     Rows normed, cudaStream_t stream, const NormQ8 &q8) {
     if (out.rows == 0) return;
     STRATA_ASSERT(out.rows <= 65535 && k >= 1 && k <= k_moe_tail_max_k && moe_tail_fuses(out, out.cols) &&
-                  moe_tail_fuses(ys, out.cols) && (!shared_w || moe_tail_fuses(shared_y, out.cols)) &&
-                  (!norm_w || (moe_tail_fuses(resid, out.cols) && moe_tail_fuses(normed, out.cols) &&
-                               (reinterpret_cast<uintptr_t>(norm_w) & 15) == 0)));
+                  moe_tail_fuses(ys, out.cols) && (!shared_w || moe_tail_fuses(shared_y, out.cols)) && (!norm_w || (moe_tail_fuses(resid, out.cols) &&
+                  moe_tail_fuses(normed, out.cols) && (reinterpret_cast<uintptr_t>(norm_w) & 15) == 0)));
+    STRATA_ASSERT(!q8.form || (norm_w && out.cols % (q8.form == 2 ? 256 : 32) == 0));
     const int64_t n4 = out.cols / 4;
     const unsigned grid = unsigned(out.rows);
-#define TAIL(KPT_)                                                                                                    \
+#define TAIL(KPT_)                                                                                                   \
     pdl_launch(k_moe_tail<KPT_>, grid, 256, 0, stream, ys, yrow, widx, weights, k, x, shared_w, shared_y, out, resid, \
-               norm_w, eps, normed)
+               norm_w, eps, normed, q8)
     if (n4 <= 256)
         TAIL(1);
     else if (n4 <= 512)
