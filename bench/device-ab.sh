@@ -2,10 +2,13 @@
 # A/B of two builds on the GPU machine, in one call: the working tree ("new") against an older commit ("old").
 # Here, first:  ../shared/peer/prepare.sh && scripts/device-debs.sh && cp ../shared/peer/device.sh .peer/
 #               mkdir -p .devrun && git archive OLD_COMMIT | gzip > .devrun/old.tgz
+# (.devrun/ in .git/info/exclude, carried like .peer)
 # There (carry .peer and .devrun; the machine goes back 30 s after a call ends, so start it in the background and
 # poll):  setsid nohup bash bench/device-ab.sh > /dev/null 2>&1 < /dev/null &   then read /tmp/ab/main.log.
 # Builds both (CUDA sm_90), runs the GPU tests of the new one, writes the synthetic files, and runs each bench command
 # with both binaries one after the other, flipping the order from command to command. Logs in /tmp/ab.
+# ROWS=decode: the resident 30B's tg128 instead (each switch of SWITCHES off in the new build beside them, then tg64
+# at a 4096-token context), the GPU suites of the new build (test_cuda_ops again with SWITCHES off) after the rows.
 R=$(pwd); L=/tmp/ab; mkdir -p $L
 exec > $L/main.log 2>&1
 source .peer/device.sh env; source scripts/device-env.sh
@@ -15,11 +18,20 @@ CM="-DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_CUDA_ARCHS=90 -DCMAKE_P
 mkdir -p /tmp/oldsrc && tar xzf .devrun/old.tgz -C /tmp/oldsrc
 cmake -S . -B /tmp/new $CM -DSTRATA_TESTS=ON > $L/cfg-new.log 2>&1
 cmake -S /tmp/oldsrc -B /tmp/old $CM -DSTRATA_TESTS=OFF > $L/cfg-old.log 2>&1
-(cmake --build /tmp/new -j12 > $L/build-new.log 2>&1; echo "new build rc=$?") &
-(cmake --build /tmp/old -j4 --target strata > $L/build-old.log 2>&1; echo "old build rc=$?") &
-wait
-(cd /tmp/new && ctest -L gpu --output-on-failure) > $L/gputest.log 2>&1
-echo "gpu tests rc=$?"; tail -3 $L/gputest.log
+T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
+if [ "${ROWS:-}" = decode ]; then
+  (cmake --build /tmp/new -j8 --target strata > $L/build-new.log 2>&1; echo "new build rc=$? at $(el) s") &
+  (cmake --build /tmp/old -j8 --target strata > $L/build-old.log 2>&1; echo "old build rc=$? at $(el) s") &
+  wait
+  (cmake --build /tmp/new -j14 --target test_cuda_ops test_cuda_engine > $L/build-tests.log 2>&1; echo "tests build rc=$? at $(el) s") &
+  TB=$!
+else
+  (cmake --build /tmp/new -j12 > $L/build-new.log 2>&1; echo "new build rc=$?") &
+  (cmake --build /tmp/old -j4 --target strata > $L/build-old.log 2>&1; echo "old build rc=$?") &
+  wait
+  (cd /tmp/new && ctest -L gpu --output-on-failure) > $L/gputest.log 2>&1
+  echo "gpu tests rc=$?"; tail -3 $L/gputest.log
+fi
 N=/tmp/new/bin/strata; O=/tmp/old/bin/strata
 flip=0
 ab() {  # name, then bench arguments
@@ -27,11 +39,28 @@ ab() {  # name, then bench arguments
     [ $((flip++ % 2)) = 1 ] && order="new old"
     for arm in $order; do
         local b=$O; [ $arm = new ] && b=$N
-        echo "== $name $arm"
-        $b bench "$@" > $L/$name-$arm.txt 2> $L/$name-$arm.err
-        grep -E '^\| synth' $L/$name-$arm.txt
+        echo "== $name $arm ${AB_ENV:-}"
+        env ${AB_ENV:-} $b bench "$@" > $L/$name-$arm.txt 2> $L/$name-$arm.err
+        grep -E '^\| synth' $L/$name-$arm.txt; grep -E 'rror' $L/$name-$arm.err | head -3
     done
 }
+if [ "${ROWS:-}" = decode ]; then
+  F=/tmp/kern30.gguf
+  $N synth --preset qwen3-30b-a3b --type Q4_K --dense-type Q8_0 -o $F > $L/synth.log 2>&1; echo "synth rc=$? at $(el) s"
+  for i in 1 2; do ab tg128-$i -m $F -p 512 -n 128 -r 2 --chunk 4096; done
+  for sw in ${SWITCHES:-}; do echo "== new $sw"; env $sw $N bench -m $F -p 512 -n 128 -r 2 --chunk 4096 > $L/sw.txt 2>&1
+    grep -E '^\| synth' $L/sw.txt; done
+  ab tg64-d4096 -m $F -p 512 -n 64 -r 1 --chunk 4096 -d 4096
+  echo "rows done at $(el) s"; wait $TB
+  timeout 200 /tmp/new/bin/test_cuda_ops --gtest_brief=1 > $L/ops.log 2>&1
+  echo "test_cuda_ops rc=$? at $(el) s"; grep -E "FAILED|PASSED|tests ran" $L/ops.log | head
+  env ${SWITCHES:-} timeout 150 /tmp/new/bin/test_cuda_ops --gtest_brief=1 > $L/ops0.log 2>&1
+  echo "test_cuda_ops with ${SWITCHES:-} rc=$? at $(el) s"; grep -E "FAILED|PASSED|tests ran" $L/ops0.log | head
+  timeout 300 /tmp/new/bin/test_cuda_engine --gtest_brief=1 > $L/engine.log 2>&1
+  echo "test_cuda_engine rc=$? at $(el) s"; grep -E "FAILED|PASSED|tests ran" $L/engine.log | head
+  [ -n "${OUT:-}" ] && cp $L/*.txt $OUT/ 2>/dev/null
+  echo ALL_DONE; exit 0
+fi
 $N synth --preset qwen3-30b-a3b --type Q4_K --dense-type Q8_0 -o /tmp/q30.gguf
 ab q30-r512 -m /tmp/q30.gguf -p 512 -n 128 -r 3
 ab q30-r4096 -m /tmp/q30.gguf -p 4096 --chunk 4096 -n 16 -r 2
