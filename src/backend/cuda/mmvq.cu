@@ -33,19 +33,9 @@ struct MmvqParts {
     MmvqPart part[k_mmvq_max_parts] = {};
 };
 
-// Asks for the whole weight row in L1 before any of it is read: a lane takes every 32nd 128-byte line. The loop
-// below reads a lane's sub-blocks one after another and each read waits for its bytes, so without this a row of 4
-// sub-blocks a lane costs four trips to memory in a row; with it, about one.
-__device__ __forceinline__ void prefetch_row_l1(const uint8_t *row, size_t bytes, int lane) {
-    const uintptr_t end = reinterpret_cast<uintptr_t>(row) + bytes;
-    for (uintptr_t p = (reinterpret_cast<uintptr_t>(row) & ~uintptr_t(127)) + uintptr_t(lane) * 128; p < end;
-         p += 32 * 128)
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-}
-
 // One warp per weight row, MAXT activation rows at most (k_mmv_max_rows; 1 for a decoding token's groups, a form
-// with fewer registers); PF: the row is prefetched into L1 first (prefetch_row_l1).
-template <DType T, int MAXT, bool PF>
+// with fewer registers).
+template <DType T, int MAXT>
 __global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrids g, MmvqParts parts) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     MatmulGroup grp = a.single;
@@ -68,7 +58,6 @@ __global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrid
     if (n >= n_w) return;
     const int rows = MAXT == 1 ? 1 : grp.n_rows;
     const uint8_t *wrow = static_cast<const uint8_t *>(grp.w) + size_t(n) * a.row_bytes;
-    if constexpr (PF) prefetch_row_l1(wrow, a.row_bytes, lane);
     const int64_t n_sub = a.k / 32;
     float acc[MAXT];
 #pragma unroll
@@ -214,12 +203,6 @@ __global__ __launch_bounds__(256) void k_quantize_act_q8_k_wide(const float *x, 
     if (lane == 0) ds[r * (k / 32) + blk * 8 + warp] = make_float2(d, d * sum);
 }
 
-// STRATA_CUDA_MMVQ_PREFETCH=0: the mat-vec reads its rows without asking for them in L1 first (the same bits; A/B).
-bool mmvq_prefetch_enabled() {
-    static const bool on = env_switch("STRATA_CUDA_MMVQ_PREFETCH", true);
-    return on;
-}
-
 // STRATA_CUDA_Q8K_WIDE=0 keeps the warp-per-block Q8_K quantization (the same bits; A/B of the wide form).
 bool q8k_wide_enabled() {
     static const bool on = env_switch("STRATA_CUDA_Q8K_WIDE", true);
@@ -250,15 +233,12 @@ namespace {
 // one_row: every group has one activation row (a decoding token's).
 void launch(const MatmulArgs &a, const MmvqParts &parts, dim3 grid, bool one_row, cudaStream_t stream) {
     const IqGrids &g = iq_grids();
-    const bool pf = mmvq_prefetch_enabled();
     // clang-format off
     switch (a.type) {
 #define X(T_) \
     case DType::T_: \
-        if (one_row && pf) pdl_launch(k_mmvq<DType::T_, 1, true>, grid, k_mmvq_warps * 32, 0, stream, a, g, parts); \
-        else if (one_row) pdl_launch(k_mmvq<DType::T_, 1, false>, grid, k_mmvq_warps * 32, 0, stream, a, g, parts); \
-        else if (pf) pdl_launch(k_mmvq<DType::T_, k_mmv_max_rows, true>, grid, k_mmvq_warps * 32, 0, stream, a, g, parts); \
-        else pdl_launch(k_mmvq<DType::T_, k_mmv_max_rows, false>, grid, k_mmvq_warps * 32, 0, stream, a, g, parts); \
+        if (one_row) pdl_launch(k_mmvq<DType::T_, 1>, grid, k_mmvq_warps * 32, 0, stream, a, g, parts); \
+        else pdl_launch(k_mmvq<DType::T_, k_mmv_max_rows>, grid, k_mmvq_warps * 32, 0, stream, a, g, parts); \
         break;
         X(Q8_0) X(Q4_0) X(MXFP4) X(IQ4_XS) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ2_XXS) X(IQ1_M)
 #undef X
