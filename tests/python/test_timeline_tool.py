@@ -31,7 +31,10 @@ def test_two_passes_of_two_kernels_and_a_copy(tmp_path):
     assert "kernels per pass 2; mean gap between consecutive kernels 2.00 us" in text
     # 6000 bytes over two passes, the engine busy 1 + 2 us: 3000 bytes and 1.5 us a pass, 2 GB/s while busy
     assert "copy engine busy 1.5 us (15.0% of the pass) at 2.00 GB/s while busy" in text
-    assert "| `k_mmvq<Q4_K>` | 1.0 | 4.0 | 80.0% |" in text
+    # run 4 us; to its end 5 us a pass (the gap after the embedding's end and the kernel's own 4 us): half the wall
+    assert "| `k_mmvq<Q4_K>` | 1.0 | 4.0 | 5.0 | 50.0% |" in text
+    # the second pass's embedding takes the gap after the first pass's last kernel: (1 + 5) / 2 a pass
+    assert "| `k_embed` | 1.0 | 1.0 | 3.0 | 30.0% |" in text
     # the first pass's copy runs between its kernels, the second's half beside its second kernel
     assert ("overlap per pass: kernels and host-to-device copies at once 0.5 us, copies alone 1.0 us, kernels alone "
             "4.5 us, neither 4.0 us") in text

@@ -8,11 +8,16 @@ wall time (first kernel start to the next pass's first start), the GPU's busy ti
 intervals), the idle time between kernels, the kernel count and the mean gap from one kernel's end to the next
 one's start, the host-to-device copies (bytes, the time the copy engine was busy, its rate while busy) and the share
 of the pass it was busy, how much of that overlapped kernels (a prefill that streams experts should copy while it
-computes); with --each a row per pass; then the kernels by total time over those passes.
+computes); with --each a row per pass; then the kernels by total time over those passes. A kernel's time is its run
+(start to end: with programmatic dependent launch that includes the wait for the kernel before it) and its share of
+the wall time (from the end of the kernel that ended before it to its own end: what the pass would lose without it,
+the launch gap and the wait included; these add up to the pass but for the idle time after its last kernel). Names are demangled where c++filt is found.
 """
 import argparse
 import csv
 import re
+import shutil
+import subprocess
 import sys
 from collections import defaultdict
 
@@ -83,6 +88,17 @@ def overlap(kernels, copies, lo, hi):
     return sum(e - s for s, e in k), sum(e - s for s, e in c), both_ns(k, c)
 
 
+def demangled(names):
+    """name -> the demangled name without its parameter list (the name itself where c++filt is missing)."""
+    names = sorted(set(names))
+    out = dict(zip(names, names))
+    if shutil.which("c++filt") and names:
+        got = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
+        if len(got) == len(names):
+            out = dict(zip(names, got))
+    return {n: re.sub(r"\(.*", "", re.sub(r"strata::cuda::\(anonymous namespace\)::", "", d)) for n, d in out.items()}
+
+
 def summarise(kernels, copies, marker, n_passes, out=sys.stdout, each=False):
     rx = re.compile(marker)
     starts = [k[0] for k in kernels if rx.search(k[2])]
@@ -121,15 +137,19 @@ def summarise(kernels, copies, marker, n_passes, out=sys.stdout, each=False):
             mib = sum(x for s, _, kind, x in copies if kind == "HtoD" and a <= s < b) / 2**20
             p(f"| {i} | {(b - a) / 1e6:.2f} | {k1 / 1e6:.2f} | {c1 / 1e6:.2f} | {b1 / 1e6:.2f} | "
               f"{(b - a - k1 - c1 + b1) / 1e6:.2f} | {mib:.1f} |")
-    by = defaultdict(lambda: [0, 0])
-    for s, e, name in ks:
-        short = re.sub(r"\(.*", "", name)[:80]
-        by[short][0] += 1
-        by[short][1] += e - s
-    p("\n| kernel | per pass | us per pass | share of busy |")
-    p("|---|---:|---:|---:|")
-    for name, (c, t) in sorted(by.items(), key=lambda kv: -kv[1][1])[:25]:
-        p(f"| `{name}` | {c / n:.1f} | {t / n / 1e3:.1f} | {100 * t / n / busy:.1f}% |")
+    short = demangled([k[2] for k in ks])
+    by = defaultdict(lambda: [0, 0, 0])
+    prev_end = lo
+    for s, e, name in sorted(ks, key=lambda k: k[1]):
+        key = short[name][:90]
+        by[key][0] += 1
+        by[key][1] += e - s
+        by[key][2] += max(0, min(e, hi) - max(prev_end, lo))
+        prev_end = max(prev_end, e)
+    p("\n| kernel | per pass | us per pass (run) | us per pass (to its end) | share of wall |")
+    p("|---|---:|---:|---:|---:|")
+    for name, (c, t, w) in sorted(by.items(), key=lambda kv: -kv[1][2])[:25]:
+        p(f"| `{name}` | {c / n:.1f} | {t / n / 1e3:.1f} | {w / n / 1e3:.1f} | {100 * w / n / wall:.1f}% |")
 
 
 def main(argv=None):

@@ -169,7 +169,10 @@ void CudaBackend::grouped_matmul(const WeightShape &w, const std::vector<MatmulG
         set_groups(a, small);
         if (mmvq_enabled() && mmvq_supported(w.type) && int8_ok) {
             quantized(a);
-            launch_mmvq(a, stream_);
+            // a decoding token's rows (the attention output, the LM head) take the one-row form
+            const bool one_row =
+                std::all_of(small.begin(), small.end(), [](const MatmulGroup &g) { return g.n_rows == 1; });
+            launch_mmvq(a, stream_, one_row);
         } else {
             round_trip(a);
             launch_mmv_generic(a, stream_);
