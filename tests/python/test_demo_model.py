@@ -16,11 +16,15 @@ REFERENCE_SCORED = 1020
 
 
 def test_the_file_is_the_one_the_card_describes():
+    """demo.gguf is training's export (summary.json) with the MTP block appended (mtp.json), both in the card."""
     summary = json.loads((DEMO / "summary.json").read_text())
+    mtp = json.loads((DEMO / "mtp.json").read_text())
+    card = (DEMO / "MODEL_CARD.md").read_text()
     gguf = DEMO / "demo.gguf"
-    assert gguf.stat().st_size == summary["gguf"]["bytes"] <= 32 * 10**6
-    assert hashlib.sha256(gguf.read_bytes()).hexdigest() == summary["gguf"]["sha256"]
-    assert summary["gguf"]["sha256"] in (DEMO / "MODEL_CARD.md").read_text()
+    assert mtp["source"]["sha256"] == summary["gguf"]["sha256"]
+    assert gguf.stat().st_size == mtp["gguf"]["bytes"] <= 32 * 10**6
+    assert hashlib.sha256(gguf.read_bytes()).hexdigest() == mtp["gguf"]["sha256"]
+    assert summary["gguf"]["sha256"] in card and mtp["gguf"]["sha256"] in card
 
 
 def test_perplexity_matches_transformers(strata_bin):
@@ -53,6 +57,6 @@ def test_the_quickstart_command_writes_python(strata_bin):
     assert balanced >= 0.8 * len(lines), new
 
 
-@pytest.mark.parametrize("name", ["prompt.txt", "sample.txt", "tokenizer.json", "loss.png"])
+@pytest.mark.parametrize("name", ["prompt.txt", "sample.txt", "tokenizer.json", "loss.png", "mtp_loss.png"])
 def test_the_demo_folder_has(name):
     assert (DEMO / name).stat().st_size > 0

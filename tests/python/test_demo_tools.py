@@ -1,6 +1,7 @@
 """The demo model's tooling that needs no torch: the data split, the vocabulary, the PNG writer, the card and the GGUF
 tokenizer metadata written for an external vocabulary."""
 import hashlib
+import json
 import struct
 import zlib
 from pathlib import Path
@@ -257,7 +258,7 @@ def test_card_placeholders_and_filling():
     assert "positions 32..62 against the tokens at 33..63" in text and "moving average over 5 steps" in text
     filled = card.fill_section(text, "strata-perplexity", "| device | ppl |\n|---|---|\n| cpu | 1000.1 |\n")
     assert "| cpu | 1000.1 |\n<!-- END strata-perplexity -->" in filled
-    assert filled.count("Not measured yet") == 1  # the other placeholder is untouched
+    assert filled.count("Not measured yet") == len(card.PLACEHOLDERS) - 1  # the other placeholders are untouched
     before, after = text.split("<!-- BEGIN strata-perplexity -->")
     assert filled.startswith(before) and filled.endswith(after.split("<!-- END strata-perplexity -->")[1])
     with pytest.raises(KeyError):
@@ -288,5 +289,18 @@ def test_evaluate_fills_the_card(strata_bin, golden_dir, tmp_path):
     assert set(ev["traces"]) == {"demo model, held-out text", "strata synth tiny-qwen3next, --route-skew 0",
                                  "strata synth tiny-qwen3next, --route-skew 1.2"}
     text = (d / "MODEL_CARD.md").read_text()
-    assert "Not measured yet" not in text
+    assert text.count("Not measured yet") == 1 and "Not measured yet: the next-next-token block" in text  # MTP's
     assert "| demo model, held-out text | 50% |" in text and "vs transformers" in text
+
+
+def test_the_cards_mtp_section_is_the_one_its_result_renders():
+    """models/demo's MTP section is what card.mtp_section makes of mtp.json (no hand edits inside the markers), and it
+    names the file's sha256 and the figures a speculative decoder cares about."""
+    demo = Path(__file__).resolve().parents[2] / "models" / "demo"
+    result = json.loads((demo / "mtp.json").read_text())
+    body = card.mtp_section(result)
+    text = (demo / "MODEL_CARD.md").read_text()
+    assert f"<!-- BEGIN mtp -->\n{body}<!-- END mtp -->" in text
+    assert result["gguf"]["sha256"] in body
+    assert f"**{100 * result['trained']['agreement']:.1f}%**" in body
+    assert f"{result['training']['steps']:,} steps" in body

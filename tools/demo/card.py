@@ -13,6 +13,8 @@ PLACEHOLDERS = {
                           "file type, beside the transformers figure."),
     "routing-trace": ("Routing-trace cache figures",
                       "expert-cache hit rates and bytes moved from a routing trace of the engine on heldout.txt."),
+    "mtp": ("MTP block", "the next-next-token block trained on the frozen trunk (tools/demo/mtp.py), its held-out "
+                         "figures, and the file with the block appended."),
 }
 # Sections written by hand once a run is done (filled with fill_section too).
 BY_HAND = {
@@ -125,7 +127,8 @@ def render(s: dict) -> str:
         "",
         "## Files",
         "",
-        f"- `demo.gguf`: {g['type']} (routers, norms, conv and SSM vectors F32), {g['bytes']:,} bytes, sha256 "
+        f"- `demo.gguf` as training wrote it (the trunk; the MTP section below says what the committed file adds): "
+        f"{g['type']} (routers, norms, conv and SSM vectors F32), {g['bytes']:,} bytes, sha256 "
         f"`{g['sha256']}`; written by tools/golden/convert.py. Its dequantized weights loaded back into "
         f"transformers give logits with NMSE {g['nmse']:.2e} and top-1 agreement {100 * g['top1']:.1f}% against the "
         f"trained model ({g['positions']} held-out positions).",
@@ -143,3 +146,47 @@ def render(s: dict) -> str:
         lines += [f"## {title}", "", f"<!-- BEGIN {key} -->", f"_To be written by hand: {what}_",
                   f"<!-- END {key} -->", ""]
     return "\n".join(lines)
+
+
+def mtp_section(r: dict) -> str:
+    """The MTP section from tools/demo/mtp.py's mtp.json."""
+    t, d, tr, u, g = r["training"], r["data"], r["trained"], r["untrained"], r["gguf"]
+    lines = [
+        f"A Qwen3-Next MTP block (block {r['block']['layer']} of the file, `qwen3next.nextn_predict_layers` 1; "
+        f"{r['block']['params']:,} parameters) trained on the frozen trunk by tools/demo/mtp.py: for position t, the "
+        "embedding of x[t+1] and the trunk's last hidden state at t (after its output norm), each RMS-normed, joined "
+        "and projected back to the hidden size; one gated-attention layer with the trunk's routed experts (top-k) and "
+        "shared expert; the block's own norm; the trunk's LM head: the logits for x[t+2] (llama.cpp's qwen3next draft "
+        "graph reads the block this way).",
+        "",
+        f"Training: {t['steps']:,} steps x {t['batch']} windows x {t['ctx']} tokens ({t['tokens']:,} tokens) in "
+        f"{t['seconds'] / 60:.1f} min on {t['device']}, AdamW (lr {t['lr']:g}, {t['warmup']} warmup steps, cosine to "
+        f"0.1 x), bf16 autocast, the cross-entropy of x[t+2] plus the router's load-balancing loss x "
+        f"{t['aux_loss_coef']:g}; text: the first {d['max_mb']:g} MiB of the training split's seeded order "
+        f"({d['train_files']:,} files, {d['train_tokens']:,} tokens); final training loss {t['final_loss']:.3f} "
+        "(`mtp_loss.csv`, `mtp_loss.png`).",
+        "",
+        f"Held-out ({d['eval_windows']} windows of {d['ctx']} tokens, {tr['positions']:,} positions, teacher-forced):",
+        "",
+        "| | untrained | trained |",
+        "|---|---|---|",
+        f"| cross-entropy of x[t+2] | {u['loss']:.3f} | {tr['loss']:.3f} |",
+        f"| top-1 is the text's x[t+2] | {100 * u['accuracy']:.1f}% | {100 * tr['accuracy']:.1f}% "
+        f"(the trunk's own top-1 one step later: {100 * tr['trunk_accuracy']:.1f}%) |",
+        f"| top-1 is the trunk's top-1 at t+1 (a greedy one-token draft accepted) | {100 * u['agreement']:.1f}% | "
+        f"**{100 * tr['agreement']:.1f}%** |",
+    ]
+    if "acceptance" in tr:
+        lines.append(f"| the same where the trunk's top-1 at t is the text's x[t+1] (the block fed what greedy "
+                     f"decoding feeds it) | - | **{100 * tr['acceptance']:.1f}%** |")
+    if "agreement_where_trunk_right" in tr:
+        lines.append(f"| the same where the trunk's top-1 at t+1 is the text's x[t+2] | - | "
+                     f"{100 * tr['agreement_where_trunk_right']:.1f}% |")
+    lines += [
+        "",
+        f"`demo.gguf` in this folder is training's export with the block appended (every trunk tensor byte for byte, "
+        f"checked): {g['bytes']:,} bytes, sha256 `{g['sha256']}`. The block's dequantized weights loaded back give "
+        f"logits with NMSE {g['nmse']:.2e} and top-1 agreement {100 * g['top1']:.1f}% against the trained block.",
+    ]
+    return "\n".join(lines) + "\n"
+

@@ -2,7 +2,8 @@
 finished demo GGUF, and writes the GGUF again with the block appended.
 
     python -m tools.demo.mtp --gguf models/demo/demo.gguf --dir models/demo --out DIR [--minutes 4] [--steps N]
-                             [--device cuda|cpu] [--max-mb 48] [--batch 32] [--ctx 1024] [--seed 0]
+                             [--device cuda|cpu] [--max-mb 48] [--batch 32] [--ctx 1024] [--seed 0] [--card CARD]
+    python -m tools.demo.mtp --card models/demo/MODEL_CARD.md --result DIR/mtp.json    # the card's MTP section only
 
 The block, as Qwen3-Next's released checkpoints (`mtp.*`) and llama.cpp's draft graph for qwen3next define it: for
 position t, the token embedding of x[t+1] and the trunk's last hidden state h[t] (after the trunk's output norm) are
@@ -19,9 +20,10 @@ trained.
 
 Evaluated on held-out windows, every position with a token two ahead:
 - `accuracy`: the block's top-1 against the text's x[t+2] (the trunk's own top-1 against x[t+1] beside it);
-- `agreement`: the block's top-1 against the trunk's top-1 at t+1. A greedy speculative decoder that drafts one
-  token with the block accepts it exactly when they agree; the figure is that rate where the trunk's token at t+1
-  was the text's.
+- `agreement`: the block's top-1 against the trunk's top-1 at t+1 (a greedy speculative decoder that drafts one
+  token with the block accepts it exactly when they agree);
+- `acceptance`: that agreement over the positions where the trunk's own top-1 at t is the text's x[t+1], i.e. where
+  the block's input is the token a greedy decoder would have fed it (the rest of the context is the text's).
 
 A run saves the trained block as OUT/mtp_block.pt (float32 state, loss rows, figures); --from-block FILE exports
 such a block again without training (on any machine: the export needs no GPU).
@@ -50,7 +52,7 @@ from tqdm import tqdm
 from tools.golden import convert, models, oracle
 from tools.golden.manifest import sha256_file
 
-from . import data, plot, tokenizer, train
+from . import card, data, plot, tokenizer, train
 
 AUX_COEF = 0.01
 
@@ -150,7 +152,7 @@ def load_trunk(gguf_path: Path, summary: dict, tok, device: str):
 @torch.no_grad()
 def evaluate(heads: Heads, mtp: Mtp, windows: np.ndarray, device: str) -> dict:
     mtp.eval()
-    n = hit_text = hit_trunk = trunk_ok = agree_when_ok = 0
+    n = hit_text = hit_trunk = trunk_ok = fed = accepted = 0
     nll = 0.0
     for i in range(0, len(windows), 8):
         x = torch.from_numpy(windows[i: i + 8].astype(np.int64)).to(device)
@@ -162,16 +164,18 @@ def evaluate(heads: Heads, mtp: Mtp, windows: np.ndarray, device: str) -> dict:
         draft = m[:, :-1].argmax(-1)  # positions 0 .. T-3: for x[2 .. T-1]
         greedy = logits[:, 1:-1].argmax(-1)  # the trunk's top-1 at t+1 = 1 .. T-2
         ok = greedy == target
+        input_ok = logits[:, :-2].argmax(-1) == x[:, 1:-1]  # its top-1 at t is the block's input x[t+1]
         nll += float(torch.nn.functional.cross_entropy(m[:, :-1].reshape(-1, m.shape[-1]), target.reshape(-1),
                                                        reduction="sum"))
         n += target.numel()
         hit_text += int((draft == target).sum())
         hit_trunk += int((draft == greedy).sum())
         trunk_ok += int(ok.sum())
-        agree_when_ok += int(((draft == greedy) & ok).sum())
+        fed += int(input_ok.sum())
+        accepted += int(((draft == greedy) & input_ok).sum())
     mtp.train()
     return {"positions": n, "loss": nll / n, "accuracy": hit_text / n, "trunk_accuracy": trunk_ok / n,
-            "agreement": hit_trunk / n, "agreement_where_trunk_right": agree_when_ok / max(trunk_ok, 1)}
+            "agreement": hit_trunk / n, "acceptance": accepted / max(fed, 1), "acceptance_positions": fed}
 
 
 def hf_state(mtp: Mtp) -> dict[str, np.ndarray]:
@@ -296,11 +300,18 @@ def train_block(args, heads: Heads, mtp: Mtp, cfg: dict, batches, eval_windows: 
                          "software": {n: md.version(n) for n in ("torch", "transformers", "tokenizers")}}}
 
 
+def fill_card(path: Path, result: dict) -> None:
+    path.write_text(card.fill_section(path.read_text(encoding="utf-8"), "mtp", card.mtp_section(result)),
+                    encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--gguf", type=Path, required=True, help="the trained demo GGUF (no MTP block)")
-    ap.add_argument("--dir", type=Path, required=True, help="its summary.json and tokenizer.json")
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--gguf", type=Path, help="the trained demo GGUF (no MTP block)")
+    ap.add_argument("--dir", type=Path, help="its summary.json and tokenizer.json")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--card", type=Path, help="a model card whose MTP section the result fills")
+    ap.add_argument("--result", type=Path, help="with --card and nothing else: fill it from this mtp.json")
     ap.add_argument("--from-block", type=Path, help="a trained block (OUT/mtp_block.pt of a run): export only")
     ap.add_argument("--minutes", type=float, default=4.0)
     ap.add_argument("--steps", type=int)
@@ -314,6 +325,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int)
     args = ap.parse_args(argv)
+    if args.result:
+        if not args.card:
+            ap.error("--result fills a card: give --card")
+        fill_card(args.card, json.loads(args.result.read_text(encoding="utf-8")))
+        return 0
+    if not (args.gguf and args.dir and args.out):
+        ap.error("--gguf, --dir and --out are needed to train or export a block")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -344,11 +362,15 @@ def main(argv: list[str] | None = None) -> int:
         run = torch.load(args.from_block, map_location="cpu", weights_only=True)
         mtp.load_state_dict(run.pop("state"))
         mtp.to(device)
+        run["trained"] = {**evaluate(heads, mtp, eval_windows, device), "device": device}
+        log(f"the block: held-out loss {run['trained']['loss']:.3f}, acceptance {run['trained']['acceptance']:.3f}")
     else:
         mtp.init_weights(args.seed)
         mtp.to(device).train()
         batches = train.Windows(train_ids, args.ctx, args.batch, args.seed)
         run = train_block(args, heads, mtp, cfg, batches, eval_windows, device, log)
+        run["data"] = {"max_mb": args.max_mb, "train_files": len(corpus.train), "train_tokens": int(len(train_ids)),
+                       "eval_windows": n_eval, "ctx": args.ctx, "python": sys.version.split()[0]}
         torch.save({"state": {k: v.detach().float().cpu() for k, v in mtp.state_dict().items()}, **run},
                    args.out / "mtp_block.pt")
     rows = run["rows"]
@@ -376,11 +398,13 @@ def main(argv: list[str] | None = None) -> int:
     log(f"{dst}: {written['bytes']:,} bytes; the block from the file: logits NMSE {nmse:.2e}, top-1 {top1:.4f}; "
         f"agreement {reloaded['agreement']:.3f} on {device}")
 
+    here = {"max_mb": args.max_mb, "train_files": len(corpus.train), "train_tokens": int(len(train_ids)),
+            "eval_windows": n_eval, "ctx": args.ctx, "python": sys.version.split()[0]}
     result = {
         "source": {"gguf": str(args.gguf), "sha256": sha256_file(args.gguf)},
         "block": {"params": n_params, "layer": cfg["num_hidden_layers"], "tensors": written["block_tensors"]},
-        "data": {"max_mb": args.max_mb, "train_files": len(corpus.train), "train_tokens": int(len(train_ids)),
-                 "eval_windows": n_eval, "ctx": args.ctx},
+        # the text the block was trained on; with --from-block the held-out windows of this machine's installation
+        "data": run.get("data", here), "eval_data": here,
         "training": run["training"], "untrained": run["untrained"], "trained": run["trained"],
         "from_file": {**reloaded, "device": device},
         "gguf": {"file": dst.name, "bytes": written["bytes"], "sha256": sha256_file(dst), "nmse": nmse, "top1": top1,
@@ -389,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     (args.out / "mtp.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     log(f"wrote {args.out / 'mtp.json'}")
+    if args.card:
+        fill_card(args.card, result)
     return 0
 
 
