@@ -8,7 +8,8 @@
 # Builds both (CUDA sm_90), runs the GPU tests of the new one, writes the synthetic files, and runs each bench command
 # with both binaries one after the other, flipping the order from command to command. Logs in /tmp/ab.
 # ROWS=decode: the resident 30B's tg128 instead (each switch of SWITCHES off in the new build beside them, then tg64
-# at a 4096-token context), the GPU suites of the new build (test_cuda_ops again with SWITCHES off) after the rows.
+# at a 4096-token context), the GPU suites of the new build (test_cuda_ops again with SWITCHES off) after the rows;
+# NCU_KERNELS=RE adds Nsight Compute on those kernels of both builds (warp stall reasons, instructions executed).
 R=$(pwd); L=/tmp/ab; mkdir -p $L
 exec > $L/main.log 2>&1
 source .peer/device.sh env; source scripts/device-env.sh
@@ -51,6 +52,15 @@ if [ "${ROWS:-}" = decode ]; then
   for sw in ${SWITCHES:-}; do echo "== new $sw"; env $sw $N bench -m $F -p 512 -n 128 -r 2 --chunk 4096 > $L/sw.txt 2>&1
     grep -E '^\| synth' $L/sw.txt; done
   ab tg64-d4096 -m $F -p 512 -n 64 -r 1 --chunk 4096 -d 4096
+  if [ -n "${NCU_KERNELS:-}" ]; then  # Nsight Compute, both builds: where the kernels' warps stall (no instruction?)
+    for arm in old new; do b=$O; [ $arm = new ] && b=$N
+      STRATA_CUDA_GRAPHS=0 timeout 120 ncu --clock-control none --kernel-name "regex:$NCU_KERNELS" -s ${NCU_SKIP:-40} \
+        -c ${NCU_COUNT:-6} --section SpeedOfLight --section WarpStateStats --section InstructionStats \
+        --section LaunchStats $b bench -m $F -p 1 -n 4 -r 1 > $L/ncu-$arm.txt 2> $L/ncu-$arm.err
+      echo "== ncu $arm rc=$? at $(el) s"
+      grep -E "^  [a-zA-Z_].*\(|Duration|Executed Instructions  |Stall No Instruction|No Instruction|Warp Cycles Per Issued|Issued Warp" $L/ncu-$arm.txt | cut -c1-140 | head -60
+    done
+  fi
   echo "rows done at $(el) s"; wait $TB
   timeout 200 /tmp/new/bin/test_cuda_ops --gtest_brief=1 > $L/ops.log 2>&1
   echo "test_cuda_ops rc=$? at $(el) s"; grep -E "FAILED|PASSED|tests ran" $L/ops.log | head
