@@ -56,9 +56,10 @@ if [ "${ROWS:-}" = decode ]; then
     for arm in old new; do b=$O; [ $arm = new ] && b=$N
       STRATA_CUDA_GRAPHS=0 timeout 120 ncu --clock-control none --kernel-name "regex:$NCU_KERNELS" -s ${NCU_SKIP:-40} \
         -c ${NCU_COUNT:-6} --section SpeedOfLight --section WarpStateStats --section InstructionStats \
-        --section LaunchStats $b bench -m $F -p 1 -n 4 -r 1 > $L/ncu-$arm.txt 2> $L/ncu-$arm.err
+        --section LaunchStats --page raw $b bench -m $F -p 1 -n 4 -r 1 > $L/ncu-$arm.txt 2> $L/ncu-$arm.err
       echo "== ncu $arm rc=$? at $(el) s"
-      grep -E "^  [a-zA-Z_].*\(|Duration|Executed Instructions  |Stall No Instruction|No Instruction|Warp Cycles Per Issued|Issued Warp" $L/ncu-$arm.txt | cut -c1-140 | head -60
+      grep -E "^  [a-zA-Z_].*\(|gpu__time_duration.sum|smsp__inst_executed.sum |issue_stalled_(no_instruction|long_scoreboard|wait|barrier|membar|branch_resolving|short_scoreboard)[^_]" \
+        $L/ncu-$arm.txt | cut -c1-140 | head -80
     done
   fi
   echo "rows done at $(el) s"; wait $TB
