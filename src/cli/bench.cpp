@@ -18,7 +18,6 @@
 #include "core/units.h"
 #include "format/gguf.h"
 #include "runtime/engine.h"
-#include "runtime/sampler.h"
 
 namespace strata::cli {
 
@@ -163,14 +162,15 @@ RunResult run_once(Engine &eng, const BenchTest &t, uint64_t seed) {
         step.push_back({seqs.back(), bench_tokens(t.n_prompt, eng.n_vocab(), sseed), false});
     }
     std::vector<std::vector<float>> logits;
+    std::vector<int32_t> next;  // tg: each sequence's greedy pick, the arg-max of its last logits
     if (!context.empty()) eng.decode(context, logits);
-    if (t.n_gen > 0) eng.decode(step, logits);
+    if (t.n_gen > 0) eng.decode_argmax(step, next);
     const ExpertCacheStats before = eng.expert_stats();
     const auto t0 = std::chrono::steady_clock::now();
     if (t.n_gen == 0) eng.decode(step, logits);
     for (int64_t i = 0; i < t.n_gen; i++) {
-        for (size_t s = 0; s < step.size(); s++) step[s].tokens = {argmax(logits[s].data(), int64_t(logits[s].size()))};
-        eng.decode(step, logits);
+        for (size_t s = 0; s < step.size(); s++) step[s].tokens = {next[s]};
+        eng.decode_argmax(step, next);
     }
     RunResult r{seconds_since(t0), stats_delta(eng.expert_stats(), before)};
     for (int32_t seq : seqs) eng.drop(seq);

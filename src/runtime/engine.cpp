@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/threads.h"
+#include "runtime/sampler.h"
 #ifdef STRATA_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -139,6 +140,26 @@ void Engine::copy_prefix(int32_t src, int32_t dst, int64_t n_pos, const StateChe
 }
 
 void Engine::decode(const std::vector<SeqInput> &inputs, std::vector<std::vector<float>> &logits) {
+    const int64_t n_vocab_ = n_vocab();
+    // Every row is written (each input's last token, or all of them), so vectors the caller passes back are resized
+    // in place rather than allocated and zeroed again.
+    logits.resize(inputs.size());
+    for (size_t i = 0; i < inputs.size(); i++)
+        logits[i].resize(size_t((inputs[i].all_logits ? int64_t(inputs[i].tokens.size()) : 1) * n_vocab_));
+    run_passes(inputs, [&](const float *row, size_t input, int64_t row_in_logits) {
+        std::copy_n(row, n_vocab_, logits[input].data() + row_in_logits * n_vocab_);
+    });
+}
+
+void Engine::decode_argmax(const std::vector<SeqInput> &inputs, std::vector<int32_t> &ids) {
+    for (const SeqInput &in : inputs)
+        if (in.all_logits) fail("sequence %d: decode_argmax gives one token an input, not every position's", in.seq);
+    const int64_t n_vocab_ = n_vocab();
+    ids.assign(inputs.size(), -1);
+    run_passes(inputs, [&](const float *row, size_t input, int64_t) { ids[input] = argmax(row, n_vocab_); });
+}
+
+void Engine::run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink) {
     // Validate everything before touching any cache, so a bad input changes nothing.
     std::vector<int32_t> seen;
     for (const SeqInput &in : inputs) {
@@ -163,11 +184,6 @@ void Engine::decode(const std::vector<SeqInput> &inputs, std::vector<std::vector
     }
 
     const int64_t n_vocab_ = n_vocab();
-    // Every row is written below (each input's last token, or all of them), so vectors the caller passes back are
-    // resized in place rather than allocated and zeroed again.
-    logits.resize(inputs.size());
-    for (size_t i = 0; i < inputs.size(); i++)
-        logits[i].resize(size_t((inputs[i].all_logits ? int64_t(inputs[i].tokens.size()) : 1) * n_vocab_));
 
     // Pack the remaining tokens of each input into passes of at most n_batch tokens (fewer where the plan's chunk is
     // smaller), in input order. A pass bigger than the resident scratch holds runs on a prompt loan, kept for the
@@ -234,8 +250,7 @@ void Engine::decode(const std::vector<SeqInput> &inputs, std::vector<std::vector
             throw;
         }
         for (size_t j = 0; j < dests.size(); j++)
-            std::copy_n(out + j * size_t(n_vocab_), n_vocab_,
-                        logits[dests[j].input].data() + dests[j].row_in_logits * n_vocab_);
+            sink(out + j * size_t(n_vocab_), dests[j].input, dests[j].row_in_logits);
         for (const BatchSeg &s : b.segs) {
             seq_len_[size_t(s.seq)] += s.n;
             for (size_t i = next; i < inputs.size(); i++)

@@ -110,6 +110,10 @@ class Engine {
     // their state may be half updated: they are marked lost, and decode() refuses them until they are rewound to a
     // checkpoint or cleared (rewind to 0), or dropped.
     void decode(const std::vector<SeqInput> &inputs, std::vector<std::vector<float>> &logits);
+    // The same passes, giving each input only the arg-max of its last position's logits (sampler.h's argmax: the
+    // lowest id among equal maxima), taken where the pass left the logits: greedy decoding without copying a
+    // vocabulary's row per token. Inputs may not ask for all_logits.
+    void decode_argmax(const std::vector<SeqInput> &inputs, std::vector<int32_t> &ids);
 
     // Named intermediates of later decode() calls go to the tracer (nullptr: none).
     void set_tracer(const Tracer *t) { tracer_ = t; }
@@ -120,6 +124,9 @@ class Engine {
 
   private:
     void check_seq(int32_t seq) const;
+    // decode()'s passes; each output row goes to sink(row, input, row within that input's logits) as its pass ends.
+    using RowSink = std::function<void(const float *row, size_t input, int64_t row_in_logits)>;
+    void run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink);
 
     std::unique_ptr<Model> model_;
     std::unique_ptr<Backend> backend_;

@@ -1,6 +1,7 @@
 // Engine behaviour on synthetic tiny models of each architecture: token-by-token decoding equals one prefill,
 // the prefill chunk size does not matter, sequences batched together give what each gives alone, forks
-// continue from their prefix, and bad inputs are refused without changing any sequence.
+// continue from their prefix, greedy decoding by decode_argmax picks the arg-max of decode()'s logits, and bad inputs
+// are refused without changing any sequence.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include "core/error.h"
 #include "synth/synth.h"
 #include "runtime/engine.h"
+#include "runtime/sampler.h"
 #include "synth_cache.h"
 
 using namespace strata;
@@ -162,6 +164,32 @@ TEST_P(EngineTest, BatchedSequencesEqualEachAlone) {
     EXPECT_EQ(both[1], two[0]);
     EXPECT_EQ(step[0], step1[0]);
     EXPECT_EQ(step[1], step2[0]);
+}
+
+// Greedy decoding through decode_argmax picks what the arg-max of decode()'s logits picks, step after step, for two
+// sequences in one call (the second starting from another prompt), and leaves the sequences where decode() does.
+TEST_P(EngineTest, ArgmaxDecodingIsTheArgmaxOfTheLogits) {
+    const std::vector<int32_t> p1 = prompt_tokens(11, 5), p2 = prompt_tokens(6, 6);
+    auto a = make(512), b = make(512);
+    const int32_t a1 = a->new_sequence(), a2 = a->new_sequence(), b1 = b->new_sequence(), b2 = b->new_sequence();
+    std::vector<std::vector<float>> logits;
+    a->decode({{a1, p1, false}, {a2, p2, false}}, logits);
+    std::vector<int32_t> ids;
+    b->decode_argmax({{b1, p1, false}, {b2, p2, false}}, ids);
+    const int64_t V = a->n_vocab();
+    for (int step = 0; step < 6; step++) {
+        ASSERT_EQ(ids.size(), 2u);
+        const int32_t want1 = argmax(logits[0].data(), V), want2 = argmax(logits[1].data(), V);
+        EXPECT_EQ(ids[0], want1) << "step " << step;
+        EXPECT_EQ(ids[1], want2) << "step " << step;
+        a->decode({{a1, {want1}, false}, {a2, {want2}, false}}, logits);
+        b->decode_argmax({{b1, {ids[0]}, false}, {b2, {ids[1]}, false}}, ids);
+    }
+    EXPECT_EQ(b->seq_len(b1), a->seq_len(a1));
+    EXPECT_EQ(b->seq_len(b2), a->seq_len(a2));
+    // every position's logits is decode()'s alone
+    EXPECT_THROW(b->decode_argmax({{b1, {1, 2}, true}}, ids), Error);
+    EXPECT_EQ(b->seq_len(b1), a->seq_len(a1));
 }
 
 TEST_P(EngineTest, ForkContinuesFromThePrefix) {
