@@ -216,12 +216,7 @@ def write_gguf(src: Path, dst: Path, cfg: dict, mtp: Mtp) -> dict:
             t = old[name]
             writer.add_tensor(name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
             continue
-        w = block[name]
-        qtype = convert.tensor_type(name, w.shape, train.FILE_TYPE)
-        if qtype == gguf.GGMLQuantizationType.F32:
-            writer.add_tensor(name, np.ascontiguousarray(w, dtype=np.float32))
-        else:
-            writer.add_tensor(name, gguf.quants.quantize(w, qtype), raw_dtype=qtype)
+        convert.add_typed_tensor(writer, name, block[name], train.FILE_TYPE)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -321,6 +321,17 @@ def add_metadata(w: gguf.GGUFWriter, model_id: str, cfg: dict, file_type: gguf.L
     w.add_chat_template(CHAT_TEMPLATE)
 
 
+def add_typed_tensor(w: gguf.GGUFWriter, name: str, data: np.ndarray, file_type: str) -> None:
+    """One float32 tensor into a writer, in the type tensor_type gives it in a file of file_type."""
+    qtype = tensor_type(name, data.shape, file_type)
+    if qtype == gguf.GGMLQuantizationType.F32:
+        w.add_tensor(name, np.ascontiguousarray(data, dtype=np.float32))
+    elif qtype == gguf.GGMLQuantizationType.F16:
+        w.add_tensor(name, np.ascontiguousarray(data.astype(np.float16)))
+    else:
+        w.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+
+
 def write_gguf(path: Path, model_id: str, cfg: dict, state: dict[str, np.ndarray], file_type: str,
                vocab: Vocab | None = None, tensors: dict[str, np.ndarray] | None = None,
                general_name: str | None = None) -> None:
@@ -336,14 +347,7 @@ def write_gguf(path: Path, model_id: str, cfg: dict, state: dict[str, np.ndarray
     w = gguf.GGUFWriter(str(path), models.ARCH_OF[model_id])
     add_metadata(w, model_id, cfg, ftype, vocab, general_name)
     for name in tensor_order(list(tensors)):
-        data = tensors[name]
-        qtype = tensor_type(name, data.shape, file_type)
-        if qtype == gguf.GGMLQuantizationType.F32:
-            w.add_tensor(name, np.ascontiguousarray(data, dtype=np.float32))
-        elif qtype == gguf.GGMLQuantizationType.F16:
-            w.add_tensor(name, np.ascontiguousarray(data.astype(np.float16)))
-        else:
-            w.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+        add_typed_tensor(w, name, tensors[name], file_type)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
