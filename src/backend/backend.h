@@ -16,6 +16,7 @@
 
 #include "backend/placement.h"
 #include "backend/route_draws.h"
+#include "core/argmax.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "format/weight.h"
@@ -56,6 +57,7 @@ struct PassIo {
     const int32_t *tokens = nullptr;
     const std::vector<int64_t> *out_rows = nullptr;
     float *logits = nullptr;
+    int32_t *ids = nullptr;  // where set, the pass gives each out row's arg-max id here instead of logits
 };
 
 struct RopeParams {
@@ -159,6 +161,10 @@ class Backend {
     virtual void scratch_release(ScratchMark) {}
     virtual void download(const Act &src, float *host) = 0;     // rows x cols, packed
     virtual void download_i32(const int32_t *src, int64_t n, int32_t *host) = 0;  // synchronous
+    // Each row's arg-max (core/argmax.h's pick: NaN never larger, the lowest index among equal maxima) to host[rows],
+    // as download() delivers (inside a pass: once end_pass() has returned). Backends that can take it where the rows
+    // are give one index a row instead of the row.
+    virtual void download_argmax(const Act &src, int32_t *host);
     // Several of those with one wait: each of `acts` as download(), then n ids as download_i32 (none where ids is
     // nullptr). A layer that needs its routing and its input rows on the host waits for the device once.
     struct ActDownload {
@@ -182,7 +188,7 @@ class Backend {
     virtual void abort_pass() {}
     // A whole untraced pass at once, where the backend can run it without the model's ops: the CUDA backend
     // replays a recorded decoding pass whose kernels and arguments are those this batch would issue (cuda_graph.cpp).
-    // true: `io.logits` holds the pass's logits; false: the caller runs the pass op by op.
+    // true: `io.logits` (or `io.ids`) holds the pass's output; false: the caller runs the pass op by op.
     virtual bool replay_pass(const BatchInfo &, const PassIo &) { return false; }
     // Named regions of work for profiling (the CUDA backend's STRATA_CUDA_PROFILE=1); free elsewhere.
     virtual void region_begin(const char *name) { (void)name; }
@@ -402,6 +408,13 @@ class Backend {
   protected:
     int64_t draw_pass_ = -1;  // the default route_draws' pass count
 };
+
+// The rows to the host and the pick made there at once: right for backends whose download() does not defer.
+inline void Backend::download_argmax(const Act &src, int32_t *host) {
+    std::vector<float> rows(size_t(src.rows * src.cols));
+    download(src, rows.data());
+    for (int64_t r = 0; r < src.rows; r++) host[r] = argmax(rows.data() + r * src.cols, src.cols);
+}
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
 

@@ -109,9 +109,9 @@ Act moe_block(const ForwardCtx &c, int64_t il, Act cur, const ResidualNorm *then
 }
 
 void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *tokens, const BatchInfo &batch,
-             const std::vector<int64_t> &out_rows, float *logits, const Tracer *tracer) {
+             const std::vector<int64_t> &out_rows, float *logits, const Tracer *tracer, int32_t *ids) {
     ForwardCtx c{m, be, moe, batch, tracer};
-    const PassIo io{tokens, &out_rows, logits};
+    const PassIo io{tokens, &out_rows, ids ? nullptr : logits, ids};
     moe.start_pass(batch.n_tokens, tracer != nullptr);
     const bool traced = tracer != nullptr || moe.reads_back();
     if (!traced && be.replay_pass(batch, io)) return;
@@ -144,7 +144,10 @@ void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *toke
         Act out = be.alloc(n, V);
         be.matmul(m.output, normed, out);
         c.trace("result_output", out);
-        be.download(out, logits + r0 * V);
+        if (ids)
+            be.download_argmax(out, ids + r0);
+        else
+            be.download(out, logits + r0 * V);
         be.scratch_release(mk);
     }
     scope.open = false;

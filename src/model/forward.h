@@ -53,9 +53,11 @@ struct ForwardCtx {
 constexpr int64_t k_logit_slice_rows = 256;
 
 // Runs the model over tokens[0..batch.n_tokens) and writes the logits of rows out_rows (in that order) to
-// logits[out_rows.size() * n_vocab].
+// logits[out_rows.size() * n_vocab], or, where ids is given, each of those rows' arg-max to ids[out_rows.size()]
+// (Backend::download_argmax; logits unused).
 void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *tokens, const BatchInfo &batch,
-             const std::vector<int64_t> &out_rows, float *logits, const Tracer *tracer = nullptr);
+             const std::vector<int64_t> &out_rows, float *logits, const Tracer *tracer = nullptr,
+             int32_t *ids = nullptr);
 
 // Shared blocks; each returns the block's output (the residual is added by the caller).
 Act attention_block(const ForwardCtx &c, int64_t il, Act cur);

@@ -148,18 +148,17 @@ void Engine::decode(const std::vector<SeqInput> &inputs, std::vector<std::vector
         logits[i].resize(size_t((inputs[i].all_logits ? int64_t(inputs[i].tokens.size()) : 1) * n_vocab_));
     run_passes(inputs, [&](const float *row, size_t input, int64_t row_in_logits) {
         std::copy_n(row, n_vocab_, logits[input].data() + row_in_logits * n_vocab_);
-    });
+    }, nullptr);
 }
 
 void Engine::decode_argmax(const std::vector<SeqInput> &inputs, std::vector<int32_t> &ids) {
     for (const SeqInput &in : inputs)
         if (in.all_logits) fail("sequence %d: decode_argmax gives one token an input, not every position's", in.seq);
-    const int64_t n_vocab_ = n_vocab();
     ids.assign(inputs.size(), -1);
-    run_passes(inputs, [&](const float *row, size_t input, int64_t) { ids[input] = argmax(row, n_vocab_); });
+    run_passes(inputs, nullptr, [&](int32_t id, size_t input) { ids[input] = id; });
 }
 
-void Engine::run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink) {
+void Engine::run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink, const IdSink &id_sink) {
     // Validate everything before touching any cache, so a bad input changes nothing.
     std::vector<int32_t> seen;
     for (const SeqInput &in : inputs) {
@@ -233,8 +232,9 @@ void Engine::run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink
             }
             b.n_tokens += n;
         }
-        // Decoding-sized passes reuse one buffer; a pass wanting many rows (a scored prompt) gets its own.
-        const size_t out_floats = out_rows.size() * size_t(n_vocab_);
+        // Decoding-sized passes reuse one buffer; a pass wanting many rows (a scored prompt) gets its own. A pass
+        // giving ids needs none.
+        const size_t out_floats = id_sink ? 0 : out_rows.size() * size_t(n_vocab_);
         std::vector<float> many;
         if (out_rows.size() <= 16 && pass_logits_.size() < out_floats) pass_logits_.resize(out_floats);
         if (out_rows.size() > 16) many.resize(out_floats);
@@ -242,7 +242,9 @@ void Engine::run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink
         // the first pass is the call's largest: every one but the last has pass_max tokens
         if (b.n_tokens > plan.resident_chunk_tokens) strata_->begin_loan(b.n_tokens);
         try {
-            forward(*model_, *backend_, strata_->moe(), tokens.data(), b, out_rows, out, tracer_);
+            pass_ids_.resize(out_rows.size());
+            forward(*model_, *backend_, strata_->moe(), tokens.data(), b, out_rows, out, tracer_,
+                    id_sink ? pass_ids_.data() : nullptr);
         } catch (...) {
             // Attention rows past a sequence's length are never read, but recurrent state is updated in place.
             if (has_recurrent())
@@ -250,7 +252,10 @@ void Engine::run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink
             throw;
         }
         for (size_t j = 0; j < dests.size(); j++)
-            sink(out + j * size_t(n_vocab_), dests[j].input, dests[j].row_in_logits);
+            if (id_sink)
+                id_sink(pass_ids_[j], dests[j].input);
+            else
+                sink(out + j * size_t(n_vocab_), dests[j].input, dests[j].row_in_logits);
         for (const BatchSeg &s : b.segs) {
             seq_len_[size_t(s.seq)] += s.n;
             for (size_t i = next; i < inputs.size(); i++)

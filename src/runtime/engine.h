@@ -110,9 +110,10 @@ class Engine {
     // their state may be half updated: they are marked lost, and decode() refuses them until they are rewound to a
     // checkpoint or cleared (rewind to 0), or dropped.
     void decode(const std::vector<SeqInput> &inputs, std::vector<std::vector<float>> &logits);
-    // The same passes, giving each input only the arg-max of its last position's logits (sampler.h's argmax: the
-    // lowest id among equal maxima), taken where the pass left the logits: greedy decoding without copying a
-    // vocabulary's row per token. Inputs may not ask for all_logits.
+    // The same passes, giving each input only the arg-max of its last position's logits (core/argmax.h's: the
+    // lowest id among equal maxima), picked by the backend where the logits are (Backend::download_argmax: on a
+    // GPU, one id a row crosses the bus instead of a vocabulary's row): greedy decoding. Inputs may not ask for
+    // all_logits.
     void decode_argmax(const std::vector<SeqInput> &inputs, std::vector<int32_t> &ids);
 
     // Named intermediates of later decode() calls go to the tracer (nullptr: none).
@@ -124,9 +125,12 @@ class Engine {
 
   private:
     void check_seq(int32_t seq) const;
-    // decode()'s passes; each output row goes to sink(row, input, row within that input's logits) as its pass ends.
+    // decode()'s passes; each output row goes to sink(row, input, row within that input's logits) as its pass ends,
+    // or, where id_sink is given instead, the row's arg-max, picked by the backend where the logits are, to
+    // id_sink(id, input).
     using RowSink = std::function<void(const float *row, size_t input, int64_t row_in_logits)>;
-    void run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink);
+    using IdSink = std::function<void(int32_t id, size_t input)>;
+    void run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink, const IdSink &id_sink);
 
     std::unique_ptr<Model> model_;
     std::unique_ptr<Backend> backend_;
@@ -137,6 +141,7 @@ class Engine {
     // A decoding pass's logit rows (at most 16), kept from pass to pass: a vocabulary row is 600 KB on the Qwen
     // models, and allocating and zeroing it (page faults and all) at every step costs the host time the GPU waits.
     std::vector<float> pass_logits_;
+    std::vector<int32_t> pass_ids_;  // a pass's arg-max ids (decode_argmax)
     const Tracer *tracer_ = nullptr;
 };
 

@@ -8,6 +8,8 @@
 #include <random>
 #include <vector>
 
+#include "core/argmax.h"
+
 namespace strata {
 
 struct SamplerParams {
@@ -68,9 +70,6 @@ private:
     bool logprobs_stale_ = false;
     std::unique_ptr<TokenConstraint> constraint_;
 };
-
-// The first index of the largest logit (a NaN never counts as larger; one at index 0 is the pick).
-int32_t argmax(const float *logits, int64_t n);
 
 // The k best of the candidate ids (every id 0..n-1 where ids is null) by logit, ties to the lower id, best first:
 // the first k of a partial sort of them all (the sampler's top-k), found without sorting them all.

@@ -534,6 +534,50 @@ TEST_P(CudaEngine, RouteOverrideGivesTheSameBitsOnEveryBudget) {
     }
 }
 
+// Greedy decoding with the pick made on the device (decode_argmax: the logits never leave it) follows the host's
+// arg-max of the same engine's logits step for step, graphs on and off (with them on, the passes that give ids are
+// recorded and replayed as graphs of their own), for one sequence and for two decoding together.
+TEST_P(CudaEngine, ArgmaxOnTheDeviceIsTheHostsPick) {
+    for (bool graphs : {true, false}) {
+        EngineConfig cfg = config();
+        cfg.cuda_graphs = graphs;
+        auto a = make_cuda_engine(path(), cfg), b = make_cuda_engine(path(), cfg);
+        const std::string what = graphs ? "graphs on" : "graphs off";
+        const int32_t a1 = a->new_sequence(), a2 = a->new_sequence(), b1 = b->new_sequence(), b2 = b->new_sequence();
+        const int64_t V = a->n_vocab();
+        std::vector<std::vector<float>> logits;
+        std::vector<int32_t> ids;
+        a->decode({{a1, prompt_tokens(20, 5), false}}, logits);
+        b->decode_argmax({{b1, prompt_tokens(20, 5), false}}, ids);
+        const EngineStats before = stats_of(*b);
+        int32_t last1 = -1;
+        for (int step = 0; step < 40; step++) {
+            last1 = argmax(logits[0].data(), V);
+            ASSERT_EQ(ids.size(), 1u);
+            ASSERT_EQ(ids[0], last1) << what << ", step " << step;
+            a->decode({{a1, {last1}, false}}, logits);
+            b->decode_argmax({{b1, {ids[0]}, false}}, ids);
+        }
+        if (graphs && quantized() && env_switch("STRATA_CUDA_GRAPH_REPLAY", true)) {
+            EXPECT_GE(stats_of(*b).graph_replays - before.graph_replays, 30u) << what;
+        }
+        last1 = argmax(logits[0].data(), V);
+        ASSERT_EQ(ids[0], last1) << what;
+        a->decode({{a2, prompt_tokens(7, 6), false}}, logits);
+        b->decode_argmax({{b2, prompt_tokens(7, 6), false}}, ids);
+        int32_t last2 = argmax(logits[0].data(), V);
+        ASSERT_EQ(ids[0], last2) << what;
+        for (int step = 0; step < 8; step++) {
+            a->decode({{a1, {last1}, false}, {a2, {last2}, false}}, logits);
+            b->decode_argmax({{b1, {last1}, false}, {b2, {last2}, false}}, ids);
+            last1 = argmax(logits[0].data(), V), last2 = argmax(logits[1].data(), V);
+            ASSERT_EQ(ids.size(), 2u);
+            ASSERT_EQ(ids[0], last1) << what << ", two sequences, step " << step;
+            ASSERT_EQ(ids[1], last2) << what << ", two sequences, step " << step;
+        }
+    }
+}
+
 // Decoding passes recorded and launched as CUDA graphs, and graphs replayed without recording the pass again, give
 // the same bits as the same kernels launched one by one: one sequence token by token past the positions where
 // attention splits its key range differently (64, 128), two sequences decoding together (a 2-row pass), a fork, a

@@ -16,6 +16,7 @@
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/moe.cuh"
+#include "core/argmax.h"
 #include "core/fp16.h"
 #include "cuda_test_util.h"
 #include "format/quant.h"
@@ -93,6 +94,82 @@ TEST_P(CudaDequant, BitExactWithTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, CudaDequant, ::testing::ValuesIn(k_all_types),
                          [](const auto &info) { return std::string(dtype_name(info.param)); });
+
+// The device's half conversions (the hardware's, a NaN's payload kept by a select) are the host's bit for bit, NaN
+// payloads included: every half to float (through the F16 dequantizer), and floats to half (through an f16 cache
+// store) over random bit patterns and the edges (ties at every rounding, the overflow bound, subnormal halves, f32
+// subnormals, infinities, quiet and signalling NaNs of either sign).
+TEST(CudaFp16, ConversionsAreTheHostsBitForBit) {
+    std::vector<uint16_t> halves(65536);
+    for (size_t i = 0; i < halves.size(); i++) halves[i] = uint16_t(i);
+    DevBuf hsrc(halves.size() * 2), hdst(halves.size() * 4);
+    CUDA_OK(cudaMemcpy(hsrc.p, halves.data(), halves.size() * 2, cudaMemcpyHostToDevice));
+    cuda::dequantize_rows(DType::F16, hsrc.p, halves.size() * 2, 1, int64_t(halves.size()), hdst.as<float>(), nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<uint32_t> got32(halves.size());
+    CUDA_OK(cudaMemcpy(got32.data(), hdst.p, got32.size() * 4, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < halves.size(); i++)
+        ASSERT_EQ(got32[i], f32_to_bits(f16_to_f32(halves[i]))) << "half 0x" << std::hex << i;
+
+    const int64_t cols = 4096, rows = 64;
+    std::vector<uint32_t> bits(size_t(2 * cols * rows));
+    std::mt19937_64 rng(77);
+    for (uint32_t &b : bits) b = uint32_t(rng());
+    size_t at = 0;
+    const auto put_edge = [&](uint32_t b) {
+        bits[at++] = b;
+        bits[at++] = b | 0x80000000u;
+    };
+    for (uint32_t e = 90; e < 145; e++)  // every exponent a half's rounding sees, ties and their neighbours
+        for (uint32_t low : {0x0u, 0xfffu, 0x1000u, 0x1001u, 0x2fffu, 0x3000u, 0x3001u, 0x7fffffu, 0x400000u, 0x401000u})
+            put_edge((e << 23) | low);
+    for (uint32_t b : {0x0u, 0x1u, 0x7fffffu, 0x477fefffu, 0x477ff000u, 0x477fffffu, 0x47800000u, 0x7f800000u,
+                       0x7f800001u, 0x7fc00000u, 0x7fffffffu, 0x7fa00100u, 0x7f802000u, 0x33000000u, 0x33000001u,
+                       0x387fe000u, 0x387ff000u, 0x38800000u})
+        put_edge(b);
+    DevBuf fsrc(bits.size() * 4), kc(size_t(cols * rows) * 2), vc(size_t(cols * rows) * 2), sp(size_t(rows) * 8);
+    std::vector<int2> seq_pos(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; r++) seq_pos[size_t(r)] = int2{0, int(r)};
+    CUDA_OK(cudaMemcpy(fsrc.p, bits.data(), bits.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(sp.p, seq_pos.data(), seq_pos.size() * 8, cudaMemcpyHostToDevice));
+    const cuda::KvCacheView c{KvType::F16, kc.as<uint8_t>(), vc.as<uint8_t>(), size_t(cols) * 2, rows, cols};
+    float *f = fsrc.as<float>();
+    cuda::launch_kv_store(c, cuda::Rows{f, rows, cols, cols}, cuda::Rows{f + cols * rows, rows, cols, cols},
+                          sp.as<int2>(), nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<uint16_t> got16(bits.size());
+    CUDA_OK(cudaMemcpy(got16.data(), kc.p, size_t(cols * rows) * 2, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(got16.data() + cols * rows, vc.p, size_t(cols * rows) * 2, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < bits.size(); i++)
+        ASSERT_EQ(got16[i], f32_to_f16(bits_to_f32(bits[i]))) << "float bits 0x" << std::hex << bits[i];
+}
+
+// The device's arg-max (Backend::download_argmax) is the host's pick: rows of a vocabulary's width and narrow ones,
+// the maximum repeated (the lowest index wins), NaNs (skipped, except one at index 0: the pick is 0), -0 against +0,
+// all -inf, and a single column.
+TEST(CudaArgmax, IsTheHostsPick) {
+    auto be = cuda_backend();
+    for (int64_t cols : {int64_t(151936), int64_t(4099), int64_t(300), int64_t(31), int64_t(1)}) {
+        const int64_t rows = 9;
+        std::vector<float> x = randn(size_t(rows * cols), uint64_t(cols), 4.0f);
+        const auto at = [&](int64_t r, int64_t i) -> float & { return x[size_t(r * cols + std::min(i, cols - 1))]; };
+        at(1, cols / 3) = 100.0f, at(1, cols / 2) = 100.0f, at(1, cols - 1) = 100.0f;
+        at(2, 0) = std::nanf("");
+        at(3, 1) = std::nanf(""), at(3, cols / 2) = std::nanf(""), at(3, cols - 1) = 50.0f;
+        for (int64_t i = 0; i < cols; i++) at(4, i) = -INFINITY;
+        for (int64_t i = 0; i < cols; i++) at(5, i) = i % 3 ? -1.0f : -0.0f;
+        at(5, cols - 1) = 0.0f;
+        for (int64_t i = 0; i < cols; i++) at(6, i) = std::nanf("");
+        at(6, cols - 1) = 1.0f, at(6, 0) = -2.0f;
+        at(7, cols - 1) = 1e30f;
+        Act a = be->alloc(rows, cols);
+        put(a, x, true);
+        std::vector<int32_t> got(size_t(rows), -1);
+        be->download_argmax(a, got.data());
+        for (int64_t r = 0; r < rows; r++)
+            EXPECT_EQ(got[size_t(r)], argmax(x.data() + r * cols, cols)) << cols << " columns, row " << r;
+    }
+}
 
 // The generic matmul path takes activations through the reference's activation format: same values, bit for bit.
 TEST(CudaActivations, RoundTripIsExact) {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <optional>
 
+#include "backend/cuda/argmax.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/elementwise.cuh"
@@ -484,6 +485,30 @@ void CudaBackend::download(const Act &src, float *host) {
     const auto issued = Clock::now();
     STRATA_CUDA_CHECK(cudaMemcpy2DAsync(host, size_t(src.cols) * 4, src.data, size_t(src.stride) * 4,
                                         size_t(src.cols) * 4, size_t(src.rows), cudaMemcpyDeviceToHost, stream_));
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    note_direct_pass(issued, Clock::now());
+}
+
+void CudaBackend::download_argmax(const Act &src, int32_t *host) {
+    STRATA_CUDA_OP("argmax");
+    if (src.rows == 0) return;
+    const int64_t parts = argmax_parts(src.cols);
+    float *part_v = scratch_array<float>(src.rows * parts);
+    int32_t *part_i = scratch_array<int32_t>(src.rows * parts);
+    int32_t *ids = scratch_array<int32_t>(src.rows);
+    launch_argmax_rows(rows_of(src), part_v, part_i, ids, stream_);
+    const size_t bytes = size_t(src.rows) * sizeof(int32_t);
+    if (capturing_) {  // as download(): into pinned memory now, to `host` once the graph has run
+        if (dl_used_ + size_t(src.rows) > dl_floats_)
+            fail("internal: a recorded pass downloads more than its %zu floats of pinned memory", dl_floats_);
+        int32_t *pin = reinterpret_cast<int32_t *>(dl_pinned_ + dl_used_);
+        STRATA_CUDA_CHECK(cudaMemcpyAsync(pin, ids, bytes, cudaMemcpyDeviceToHost, stream_));
+        deferred_.push_back({host, pin, bytes, true});
+        dl_used_ += size_t(src.rows);
+        return;
+    }
+    const auto issued = Clock::now();
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(host, ids, bytes, cudaMemcpyDeviceToHost, stream_));
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
     note_direct_pass(issued, Clock::now());
 }

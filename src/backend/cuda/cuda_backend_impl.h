@@ -61,6 +61,7 @@ class CudaBackend final : public Backend {
     void scratch_release(ScratchMark m) override;
     void download(const Act &src, float *host) override;
     void download_i32(const int32_t *src, int64_t n, int32_t *host) override;
+    void download_argmax(const Act &src, int32_t *host) override;
     void download_many(std::initializer_list<ActDownload> acts, const int32_t *ids, int64_t n,
                        int32_t *ids_host) override;
     void upload(const float *host, Act dst) override;
@@ -414,9 +415,10 @@ class CudaBackend final : public Backend {
     bool capturing_ = false;           // inside begin_pass .. end_pass, recording
     std::vector<int64_t> graph_warm_;  // pass sizes that have run once without a graph (tables made, kernels loaded)
     struct Deferred {  // a download recorded in the graph: pinned rows copied to the caller's memory at end_pass
-        float *host;
-        const float *pinned;
+        void *host;
+        const void *pinned;
         size_t bytes;
+        bool ids = false;  // arg-max ids (PassIo::ids), else logit rows (PassIo::logits)
     };
     std::vector<Deferred> deferred_;
     float *dl_pinned_ = nullptr;
@@ -443,7 +445,8 @@ class CudaBackend final : public Backend {
         AttnRecord attn;
         int64_t vocab_rows = 0;  // the embedding's rows, for the token check
         std::vector<StagedUpload> uploads;
-        std::vector<std::pair<size_t, Deferred>> downloads;  // {floats from io.logits, the pinned rows}
+        bool ids = false;                                     // the pass gives arg-max ids (part of the key)
+        std::vector<std::pair<size_t, Deferred>> downloads;  // {elements from io.logits or io.ids, the pinned rows}
         uint64_t last_use = 0;
     };
     std::vector<PassGraph> graphs_;  // a few recorded passes, the least recently used one rebuilt from the next
@@ -451,6 +454,7 @@ class CudaBackend final : public Backend {
     int64_t last_rows_ = -1;         // the previous pass's shape (rows, segments, logit rows)
     std::vector<BatchSeg> last_segs_;
     std::vector<int64_t> last_out_rows_;
+    bool last_ids_ = false;  // whether it gave arg-max ids
     void note_shape(const BatchInfo &b, const PassIo &io);
     BatchInfo pass_batch_;
     bool rec_ok_ = false;  // the pass being recorded can be replayed so far
@@ -462,7 +466,7 @@ class CudaBackend final : public Backend {
     uint64_t graph_gen_ = 0, graph_clock_ = 0;
     uint64_t graph_launches_ = 0, graph_instantiations_ = 0, graph_replays_ = 0;
     void note_upload(uint8_t *pinned, size_t bytes, UploadSrc src);
-    PassGraph *find_graph(const BatchInfo &b, const std::vector<int64_t> &out_rows);
+    PassGraph *find_graph(const BatchInfo &b, const std::vector<int64_t> &out_rows, bool ids);
     void drop_capture();
     void report_graphs() const;  // stderr, at exit: passes, and where their time went
     using Clock = std::chrono::steady_clock;

@@ -17,14 +17,14 @@
 //     split of the key range over blocks, the one launch parameter that depends on the positions, is noted with
 //     it. Any other upload, or a layer choosing differently, makes the recording one that is not replayed.
 //   - The graph's key is what its nodes depend on: the batch's shape (rows, and per segment the sequence, its
-//     length and first row; not its position), the logit rows, and the generation of the memory it addresses
-//     (scratch chunks, the staging and download buffers, caches, slots and expert tables; bumped when any of these
-//     is given back or moved).
+//     length and first row; not its position), the logit rows and whether the pass gives their arg-max ids, and the
+//     generation of the memory it addresses (scratch chunks, the staging and download buffers, caches, slots and
+//     expert tables; bumped when any of these is given back or moved).
 //   - replay_pass(), called by forward() before any op: a graph with the batch's key, replayable, of the current
 //     generation, whose attention split the batch gets too, and token ids inside the vocabulary and positions
 //     inside the context (else the ops run, and they raise the errors): every noted staging range is rewritten
 //     from the batch (passes run op by op since the recording stage their own uploads in the same buffer), the
-//     graph launched, waited for, and its pinned logit rows copied to the caller.
+//     graph launched, waited for, and its pinned logit rows (or arg-max ids) copied to the caller.
 //
 // Rules that keep a recorded pass valid: nothing in it synchronises with the host or reads device results on the
 // host (the eligibility below, and upload() refusing to wrap its staging buffer while recording); host data it
@@ -74,7 +74,7 @@ void CudaBackend::begin_pass(const BatchInfo &b, const PassIo &io, bool traced) 
     // A shape seen in the pass before is likely to come again (a sequence decoding): only those are recorded, so
     // that batches changing from step to step (a server's) do not pay for recordings they never replay.
     const bool repeat = last_rows_ == b.n_tokens && same_shape(last_segs_, b.segs) && io.out_rows &&
-                        last_out_rows_ == *io.out_rows;
+                        last_out_rows_ == *io.out_rows && last_ids_ == (io.ids != nullptr);
     note_shape(b, io);
     if (!graphs_on_ || traced || prof_.on() || !graph_eligible_ || download_cols_ <= 0 || !repeat) return;
     if (b.n_tokens < 1 || b.n_tokens > k_mmv_max_rows) return;
@@ -96,7 +96,7 @@ void CudaBackend::begin_pass(const BatchInfo &b, const PassIo &io, bool traced) 
     deferred_.clear();
     pass_io_ = io;
     pass_batch_ = b;
-    rec_ok_ = replay_enabled() && io.tokens && io.out_rows && io.logits;
+    rec_ok_ = replay_enabled() && io.tokens && io.out_rows && (io.logits || io.ids);
     rec_attn_ = {};
     rec_vocab_ = 0;
     rec_uploads_.clear();
@@ -107,6 +107,7 @@ void CudaBackend::begin_pass(const BatchInfo &b, const PassIo &io, bool traced) 
 
 void CudaBackend::note_shape(const BatchInfo &b, const PassIo &io) {
     last_rows_ = b.n_tokens;
+    last_ids_ = io.ids != nullptr;
     last_segs_ = b.segs;
     if (io.out_rows)
         last_out_rows_ = *io.out_rows;
@@ -119,19 +120,20 @@ void CudaBackend::note_upload(uint8_t *pinned, size_t bytes, UploadSrc src) {
     rec_uploads_.push_back({pinned, bytes, src});
 }
 
-CudaBackend::PassGraph *CudaBackend::find_graph(const BatchInfo &b, const std::vector<int64_t> &out_rows) {
+CudaBackend::PassGraph *CudaBackend::find_graph(const BatchInfo &b, const std::vector<int64_t> &out_rows, bool ids) {
     for (PassGraph &g : graphs_)
         if (g.exec && g.rows == b.n_tokens && g.generation == graph_gen_ && same_shape(g.segs, b.segs) &&
-            g.out_rows == out_rows)
+            g.out_rows == out_rows && g.ids == ids)
             return &g;
     return nullptr;
 }
 
 bool CudaBackend::replay_pass(const BatchInfo &b, const PassIo &io) {
     if (!graphs_on_ || !replay_enabled() || prof_.on() || !graph_eligible_) return false;
-    if (b.n_tokens < 1 || b.n_tokens > k_mmv_max_rows || !io.tokens || !io.out_rows || !io.logits) return false;
+    if (b.n_tokens < 1 || b.n_tokens > k_mmv_max_rows || !io.tokens || !io.out_rows || (!io.logits && !io.ids))
+        return false;
     STRATA_ASSERT(!capturing_);
-    PassGraph *g = find_graph(b, *io.out_rows);
+    PassGraph *g = find_graph(b, *io.out_rows, io.ids != nullptr);
     if (!g || !g->replayable) return false;
     const Clock::time_point t0 = Clock::now();
     for (int64_t t = 0; t < b.n_tokens; t++)
@@ -173,7 +175,9 @@ bool CudaBackend::replay_pass(const BatchInfo &b, const PassIo &io) {
     const Clock::time_point t1 = Clock::now();
     STRATA_CUDA_CHECK(cudaGraphLaunch(g->exec, stream_));
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    for (const auto &d : g->downloads) std::memcpy(io.logits + d.first, d.second.pinned, d.second.bytes);
+    for (const auto &d : g->downloads)
+        std::memcpy(d.second.ids ? static_cast<void *>(io.ids + d.first) : static_cast<void *>(io.logits + d.first),
+                    d.second.pinned, d.second.bytes);
     g->last_use = ++graph_clock_;
     note_shape(b, io);
     graph_launches_++;
@@ -242,7 +246,8 @@ void CudaBackend::end_pass() {
     // the new recording where the driver accepts it, else built anew.
     const std::vector<int64_t> no_rows;
     const std::vector<int64_t> &out_rows = pass_io_.out_rows ? *pass_io_.out_rows : no_rows;
-    PassGraph *g = find_graph(pass_batch_, out_rows);
+    const bool ids = pass_io_.ids != nullptr;
+    PassGraph *g = find_graph(pass_batch_, out_rows, ids);
     if (!g && graphs_.size() < k_kept_graphs) g = &graphs_.emplace_back();
     if (!g)
         g = &*std::min_element(graphs_.begin(), graphs_.end(),
@@ -272,6 +277,7 @@ void CudaBackend::end_pass() {
     g->rows = pass_batch_.n_tokens;
     g->segs = pass_batch_.segs;
     g->out_rows = out_rows;
+    g->ids = ids;
     g->generation = graph_gen_;
     g->attn = rec_attn_;
     g->vocab_rows = rec_vocab_;
@@ -279,7 +285,8 @@ void CudaBackend::end_pass() {
     g->downloads.clear();
     bool replayable = rec_ok_ && rec_vocab_ > 0;
     for (const Deferred &d : deferred_) {
-        const ptrdiff_t off = pass_io_.logits ? d.host - pass_io_.logits : -1;
+        const ptrdiff_t off = d.ids ? (ids ? static_cast<int32_t *>(d.host) - pass_io_.ids : -1)
+                                    : (pass_io_.logits ? static_cast<float *>(d.host) - pass_io_.logits : -1);
         if (off < 0) replayable = false;
         g->downloads.push_back({size_t(std::max<ptrdiff_t>(off, 0)), d});
     }

@@ -3,6 +3,7 @@
 // Included by .cu files only.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <cstdint>
 
@@ -63,16 +64,21 @@ __device__ __forceinline__ uint64_t ld_u64(const uint64_t *p) {
 }
 
 // ---- fp16 ------------------------------------------------------------------------------------------------------
+// The hardware's conversions (one instruction each; exact for every half, subnormals included, and round to nearest
+// even the other way), with a NaN's payload kept as core/fp16.h keeps it by a select, so the bits are the host's.
+// Written by hand, as the host form is, these conversions were most of the decode attention kernels' code.
+
 // IEEE half bits to float, NaN payloads kept (as core/fp16.h's f16_to_f32).
 __device__ __forceinline__ float f16_to_f32(uint32_t h) {
-    const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-    if (exp == 0x1f) return __uint_as_float(sign | 0x7f800000u | (mant << 13));
-    if (exp == 0) {
-        if (mant == 0) return __uint_as_float(sign);
-        const float v = __fmul_rn(float(mant), 5.9604644775390625e-08f);
-        return sign ? -v : v;
-    }
-    return __uint_as_float(sign | ((exp + 112) << 23) | (mant << 13));
+    const float hw = __half2float(__ushort_as_half(uint16_t(h)));
+    const uint32_t nan = ((h & 0x8000u) << 16) | 0x7f800000u | ((h & 0x3ffu) << 13);
+    return (h & 0x7fffu) > 0x7c00u ? __uint_as_float(nan) : hw;
+}
+
+// For values that only enter arithmetic: the device's arithmetic gives one canonical NaN whatever NaN went in, so the
+// payload's select would change no result.
+__device__ __forceinline__ float f16_to_f32_arith(uint32_t h) {
+    return __half2float(__ushort_as_half(uint16_t(h)));
 }
 
 __device__ __forceinline__ float ld_f16(const uint8_t *p) {
@@ -81,27 +87,10 @@ __device__ __forceinline__ float ld_f16(const uint8_t *p) {
 
 // Float to half bits, round to nearest even (as core/fp16.h's f32_to_f16).
 __device__ __forceinline__ uint16_t f32_to_f16(float f) {
+    const uint16_t hw = __half_as_ushort(__float2half_rn(f));
     const uint32_t u = __float_as_uint(f);
-    const uint16_t sign = uint16_t((u >> 16) & 0x8000);
-    const uint32_t abs = u & 0x7fffffffu;
-    if (abs >= 0x7f800000u) {
-        if (abs == 0x7f800000u) return sign | 0x7c00;
-        return uint16_t(sign | 0x7e00 | ((abs >> 13) & 0x3ff));
-    }
-    if (abs >= 0x477ff000u) return sign | 0x7c00;
-    if (abs < 0x38800000u) {
-        const uint32_t exp = abs >> 23;
-        if (exp < 102) return sign;
-        const uint32_t mant = (abs & 0x7fffff) | 0x800000;
-        const uint32_t shift = 126 - exp;
-        uint32_t q = mant >> shift;
-        const uint32_t rem = mant & ((1u << shift) - 1);
-        const uint32_t half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (q & 1))) q++;
-        return uint16_t(sign | q);
-    }
-    const uint32_t r = abs + 0xfff + ((abs >> 13) & 1);
-    return uint16_t(sign | (((r >> 13) - (112u << 10)) & 0x7fff));
+    const uint16_t nan = uint16_t(((u >> 16) & 0x8000u) | 0x7e00u | ((u >> 13) & 0x3ffu));
+    return (u & 0x7fffffffu) > 0x7f800000u ? nan : hw;
 }
 
 __device__ __forceinline__ float sigmoidf_dev(float x) {

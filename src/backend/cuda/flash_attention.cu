@@ -54,7 +54,7 @@ __device__ __forceinline__ void load_kv_tile(const uint8_t *kb, const uint8_t *v
         for (int j = 0; j < PER; j++) {
             const int i = tid + j * k_threads, kk = i / BPR, b = i % BPR;
             if (i >= NB) continue;
-            const float dk = f16_to_f32(kr[j][0]), dv = f16_to_f32(vr[j][0]);
+            const float dk = f16_to_f32_arith(kr[j][0]), dv = f16_to_f32_arith(vr[j][0]);
 #pragma unroll
             for (int e = 0; e < 32; e++) {
                 const int8_t qk = int8_t(kr[j][1 + e / 2] >> (8 * (e % 2)));
@@ -88,8 +88,8 @@ __device__ __forceinline__ void load_kv_tile(const uint8_t *kb, const uint8_t *v
             for (int e = 0; e < EL; e++) {
                 float kf, vf;
                 if constexpr (KT == KvType::F16) {
-                    kf = f16_to_f32((kw[e / 2] >> (16 * (e % 2))) & 0xffffu);
-                    vf = f16_to_f32((vw[e / 2] >> (16 * (e % 2))) & 0xffffu);
+                    kf = f16_to_f32_arith((kw[e / 2] >> (16 * (e % 2))) & 0xffffu);
+                    vf = f16_to_f32_arith((vw[e / 2] >> (16 * (e % 2))) & 0xffffu);
                 } else {
                     kf = __uint_as_float(kw[e]);
                     vf = __uint_as_float(vw[e]);

@@ -34,12 +34,12 @@ __device__ __forceinline__ void load_row(const uint8_t *base, size_t row_bytes, 
 #pragma unroll
         for (int r = 0; r < R; r += 2) {
             const uint32_t w = h[r / 2];
-            v[r] = f16_to_f32(w & 0xffffu), v[r + 1] = f16_to_f32(w >> 16);
+            v[r] = f16_to_f32_arith(w & 0xffffu), v[r + 1] = f16_to_f32_arith(w >> 16);
         }
     } else {
         // 34-byte blocks of 32 (an fp16 scale, then 32 int8): the R values lie in one block.
         const uint8_t *blk = row + size_t(col / 32) * 34;
-        const float d = ld_f16(blk);
+        const float d = f16_to_f32_arith(ld_u16(blk));
         const uint8_t *qs = blk + 2 + col % 32;
 #pragma unroll
         for (int r = 0; r < R; r++) v[r] = __fmul_rn(float(int8_t(qs[r])), d);
