@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/placement.h"
@@ -230,6 +231,9 @@ class Backend {
     // What a copy from pinned host memory to the device moves in GB/s, timed once between passes into the backend's
     // own scratch: the bus a streamed prefill's bytes are quoted against. 0 where the backend has no device memory.
     virtual double upload_rate_gbs() { return 0.0; }
+    // Both rates timed at start, before prepare(), on buffers of the backend's own that it frees after: what a
+    // split model weighs its participants by (strata/split_plan.h). {0, 0} where the backend has no device memory.
+    virtual std::pair<double, double> start_rates_gbs() { return {0.0, 0.0}; }
 
     // ---- ops ----
     virtual void embed(const Weight &tok_embd, const int32_t *ids, Act out) = 0;

@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "cli/usage.h"
 #include "core/error.h"
@@ -18,7 +20,14 @@ void add_device_options(CLI::App *sub, DeviceOptions &o) {
     sub->add_option("--gpu", o.gpu, "Which CUDA device")->capture_default_str()->check(at_least(0));
     sub->add_option("--vram-budget", o.vram_budget,
                     "Device memory the process may hold on the GPU, CUDA runtime included, e.g. 12G (default: what "
-                    "is free); experts that do not fit stay in host memory and are copied in when routed");
+                    "is free); experts that do not fit stay in host memory and are copied in when routed. With "
+                    "--gpus, one per participant (12G,8G) or one for all");
+    sub->add_option("--gpus", o.gpus,
+                    "Split the model's layers over several participants, in layer order: CUDA device numbers or cpu, "
+                    "e.g. 0,1 (a device may appear twice: two participants on one GPU, each with its own budget)");
+    sub->add_option("--split", o.split,
+                    "With --gpus: layers per participant, e.g. 30,18 (default: chosen from each participant's budget "
+                    "and the rates it measures at start)");
     sub->add_option("--host-mem", o.host_mem,
                     "Where experts without a GPU slot live: auto (a pinned copy in host RAM where it fits, else the "
                     "mapped file), pinned (the pinned copy, or refuse), mmap (the mapped file through a pinned "
@@ -41,6 +50,66 @@ void add_device_options(CLI::App *sub, DeviceOptions &o) {
         ->check(at_least(0));
 }
 
+namespace {
+
+std::vector<std::string> split_list(const std::string &s) {
+    std::vector<std::string> v;
+    size_t at = 0;
+    while (true) {
+        const size_t comma = s.find(',', at);
+        v.push_back(s.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+        if (comma == std::string::npos) return v;
+        at = comma + 1;
+    }
+}
+
+// --gpus, --split and a --vram-budget list into cfg.parts.
+void apply_split_options(const DeviceOptions &o, EngineConfig &cfg) {
+    for (const std::string &g : split_list(o.gpus)) {
+        PartConfig p;
+        if (g == "cpu") {
+            p.device = Device::Cpu;
+        } else {
+            char *end = nullptr;
+            const long d = std::strtol(g.c_str(), &end, 10);
+            if (g.empty() || *end != '\0' || d < 0 || d > 255)
+                usage_fail("--gpus: expected CUDA device numbers or cpu separated by commas, got '%s'", o.gpus.c_str());
+            p.device = Device::Cuda;
+            p.cuda_device = int(d);
+        }
+        cfg.parts.push_back(p);
+    }
+    if (!o.vram_budget.empty()) {
+        const std::vector<std::string> b = split_list(o.vram_budget);
+        if (b.size() != 1 && b.size() != cfg.parts.size())
+            usage_fail("--vram-budget %s: expected one budget, or one per participant of --gpus (%zu)",
+                       o.vram_budget.c_str(), cfg.parts.size());
+        for (size_t i = 0; i < cfg.parts.size(); i++) {
+            if (cfg.parts[i].device == Device::Cpu) continue;
+            try {
+                cfg.parts[i].vram_budget = parse_size(b[b.size() == 1 ? 0 : i], "--vram-budget");
+            } catch (const Error &e) {
+                throw UsageError(e.what());
+            }
+        }
+    }
+    if (!o.split.empty()) {
+        const std::vector<std::string> n = split_list(o.split);
+        if (n.size() != cfg.parts.size())
+            usage_fail("--split %s: expected layers for each of the %zu participants of --gpus", o.split.c_str(),
+                       cfg.parts.size());
+        for (size_t i = 0; i < n.size(); i++) {
+            char *end = nullptr;
+            const long long v = std::strtoll(n[i].c_str(), &end, 10);
+            if (n[i].empty() || *end != '\0' || v < 1)
+                usage_fail("--split: expected a positive number of layers per participant, got '%s'", o.split.c_str());
+            cfg.parts[i].n_layers = v;
+        }
+    }
+}
+
+}  // namespace
+
 void apply_device_options(const DeviceOptions &o, EngineConfig &cfg) {
     try {
         cfg.device = parse_device(o.device);
@@ -59,6 +128,10 @@ void apply_device_options(const DeviceOptions &o, EngineConfig &cfg) {
     }
     cfg.cpu_threads = o.cpu_threads;
     cfg.log = [](const std::string &line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+    if (!o.gpus.empty()) return apply_split_options(o, cfg);
+    if (!o.split.empty()) usage_fail("--split: give the participants with --gpus first");
+    if (o.vram_budget.find(',') != std::string::npos)
+        usage_fail("--vram-budget %s: one budget per participant needs --gpus", o.vram_budget.c_str());
     if (o.vram_budget.empty()) return;
     uint64_t budget = 0;
     try {

@@ -108,12 +108,38 @@ Act moe_block(const ForwardCtx &c, int64_t il, Act cur, const ResidualNorm *then
     return out;
 }
 
+void trunk_start(const ForwardCtx &c, const int32_t *tokens, Act &x, Act &cur) {
+    const HParams &hp = c.m.hp;
+    Backend &be = c.be;
+    const int64_t T = c.batch.n_tokens;
+    x = be.alloc(T, hp.n_embd);
+    // cur: the normed input of each block. The residual adds fold into the next norm (add_rms_norm).
+    cur = be.alloc(T, hp.n_embd);
+    if (c.l0 > 0) {
+        STRATA_ASSERT(c.in && int64_t(c.in->x.size()) == T * hp.n_embd && c.in->cur.size() == c.in->x.size());
+        be.upload(c.in->x.data(), x);
+        be.upload(c.in->cur.data(), cur);
+        return;
+    }
+    be.embed(c.m.tok_embd, tokens, x);
+    c.trace("inp_embd", x);
+    if (hp.n_layer > 0) be.rms_norm(x, c.m.layers[0].attn_norm, hp.rms_eps, cur);
+}
+
 void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *tokens, const BatchInfo &batch,
-             const std::vector<int64_t> &out_rows, float *logits, const Tracer *tracer, int32_t *ids) {
+             const std::vector<int64_t> &out_rows, float *logits, const Tracer *tracer, int32_t *ids,
+             const PassPart *part) {
     ForwardCtx c{m, be, moe, batch, tracer};
+    c.l1 = m.hp.n_layer;
+    if (part) {
+        c.l0 = part->l0, c.in = part->in;
+        if (part->l1 >= 0) c.l1 = part->l1;
+    }
+    const bool whole = c.l0 == 0 && c.l1 == m.hp.n_layer;
     const PassIo io{tokens, &out_rows, ids ? nullptr : logits, ids};
     moe.start_pass(batch.n_tokens, tracer != nullptr);
-    const bool traced = tracer != nullptr || moe.reads_back();
+    // a part's pass takes its input from the host and its graph would bake that in: never recorded
+    const bool traced = tracer != nullptr || moe.reads_back() || !whole;
     if (!traced && be.replay_pass(batch, io)) return;
     be.reset_scratch();
     // The pass's bounds for the backend; a throw on the way aborts it.
@@ -126,7 +152,22 @@ void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *toke
     };
     be.begin_pass(batch, io, traced);
     PassScope scope{be};
-    Act h = m.hp.arch == Arch::QWEN3MOE ? trunk_qwen3moe(c, tokens) : trunk_qwen3next(c, tokens);
+    Act h, cur;
+    if (m.hp.arch == Arch::QWEN3MOE)
+        trunk_qwen3moe(c, tokens, h, cur);
+    else
+        trunk_qwen3next(c, tokens, h, cur);
+    if (c.l1 < m.hp.n_layer) {  // a part before the last: the residual stream goes on to the next
+        STRATA_ASSERT(part && part->out);
+        const size_t n = size_t(batch.n_tokens * m.hp.n_embd);
+        part->out->x.resize(n);
+        part->out->cur.resize(n);
+        be.download(h, part->out->x.data());
+        be.download(cur, part->out->cur.data());
+        scope.open = false;
+        be.end_pass();
+        return;
+    }
 
     // Only the rows whose logits are wanted go through the output norm and the vocabulary projection, in slices of
     // rows, so that a pass wanting every position's logits needs scratch for one slice (a tracer gets them whole).

@@ -36,12 +36,30 @@ class ExpertRunner {
     virtual bool reads_back() const { return false; }
 };
 
+// The residual stream between two parts of a split model (runtime/engine.h), in host memory: x, the residual after
+// the part's last layer, and cur, x normed by the next layer's attn_norm (rows x n_embd each). Handing both over
+// keeps the next part's first block on exactly the bits the whole model's pass gives it.
+struct Residual {
+    std::vector<float> x, cur;
+};
+
+// The layers a pass runs: all of them, or one participant's part [l0, l1) of a split model. A part that does not
+// start at layer 0 takes the residual stream from `in` instead of embedding the tokens; one that does not end at the
+// last layer leaves it in `out` instead of computing logits.
+struct PassPart {
+    int64_t l0 = 0, l1 = -1;  // l1 < 0: to the last layer
+    const Residual *in = nullptr;
+    Residual *out = nullptr;
+};
+
 struct ForwardCtx {
     const Model &m;
     Backend &be;
     ExpertRunner &moe;
     const BatchInfo &batch;
     const Tracer *tracer = nullptr;
+    int64_t l0 = 0, l1 = 0;             // the layers this pass runs
+    const Residual *in = nullptr;       // l0 > 0: the residual stream the part before left
 
     void trace(const std::string &name, const Act &a) const;
     void trace(int64_t il, const char *name, const Act &a) const;
@@ -54,18 +72,24 @@ constexpr int64_t k_logit_slice_rows = 256;
 
 // Runs the model over tokens[0..batch.n_tokens) and writes the logits of rows out_rows (in that order) to
 // logits[out_rows.size() * n_vocab], or, where ids is given, each of those rows' arg-max to ids[out_rows.size()]
-// (Backend::download_argmax; logits unused).
+// (Backend::download_argmax; logits unused). Where part is given and not the whole model, only its layers run (see
+// PassPart; a part's pass is never recorded as a graph).
 void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *tokens, const BatchInfo &batch,
              const std::vector<int64_t> &out_rows, float *logits, const Tracer *tracer = nullptr,
-             int32_t *ids = nullptr);
+             int32_t *ids = nullptr, const PassPart *part = nullptr);
 
 // Shared blocks; each returns the block's output (the residual is added by the caller).
 Act attention_block(const ForwardCtx &c, int64_t il, Act cur);
 Act gdn_block(const ForwardCtx &c, int64_t il, Act cur);
 Act moe_block(const ForwardCtx &c, int64_t il, Act cur, const ResidualNorm *then);
 
-// The architecture loops: embeddings to the final hidden state (before output_norm).
-Act trunk_qwen3moe(const ForwardCtx &c, const int32_t *tokens);
-Act trunk_qwen3next(const ForwardCtx &c, const int32_t *tokens);
+// The start of a trunk's layers c.l0..: x, the embedded tokens, and cur, x normed by layer 0's attn_norm; or, for a
+// part after the first, both as the part before left them (uploaded from c.in).
+void trunk_start(const ForwardCtx &c, const int32_t *tokens, Act &x, Act &cur);
+
+// The architecture loops over layers [c.l0, c.l1): the residual stream after them, x (before output_norm at the
+// last layer) and cur (x normed by layer c.l1's attn_norm where c.l1 is not the last).
+void trunk_qwen3moe(const ForwardCtx &c, const int32_t *tokens, Act &x, Act &cur);
+void trunk_qwen3next(const ForwardCtx &c, const int32_t *tokens, Act &x, Act &cur);
 
 }  // namespace strata

@@ -49,6 +49,29 @@ uint64_t decode_weight_bytes(const Model &m) {
     return total;
 }
 
+std::unique_ptr<Model> model_part(const Model &m, int64_t l0, int64_t l1) {
+    const int64_t n = m.hp.n_layer;
+    if (l0 < 0 || l1 <= l0 || l1 > n)
+        fail("a model part needs layers [l0, l1) within 0..%lld, got [%lld, %lld)", (long long)n, (long long)l0,
+             (long long)l1);
+    auto p = std::make_unique<Model>();
+    p->file = m.file;
+    p->hp = m.hp;
+    p->weight_bytes = m.weight_bytes;
+    p->expert_bytes = m.expert_bytes;
+    p->layers.resize(m.layers.size());
+    for (int64_t il = 0; il < int64_t(m.layers.size()); il++) {
+        LayerWeights &L = p->layers[size_t(il)];
+        L.recurrent = m.layers[size_t(il)].recurrent;
+        L.mtp = m.layers[size_t(il)].mtp;
+        if (il >= l0 && il < l1) L = m.layers[size_t(il)];
+    }
+    if (l1 < n) p->layers[size_t(l1)].attn_norm = m.layers[size_t(l1)].attn_norm;
+    if (l0 == 0) p->tok_embd = m.tok_embd;
+    if (l1 == n) p->output_norm = m.output_norm, p->output = m.output;
+    return p;
+}
+
 ExpertWeights expert_weights(int64_t il, const LayerWeights &L) {
     ExpertWeights e;
     e.il = il;
@@ -58,7 +81,7 @@ ExpertWeights expert_weights(int64_t il, const LayerWeights &L) {
 
 GdnWeights gdn_weights(const LayerWeights &L) { return {&L.ssm_conv1d, &L.ssm_dt_bias, &L.ssm_a, &L.ssm_norm}; }
 
-CacheShape cache_shape(const HParams &hp, int32_t n_seqs, int64_t n_ctx, KvType kv_type) {
+CacheShape cache_shape(const HParams &hp, int32_t n_seqs, int64_t n_ctx, KvType kv_type, int64_t l0, int64_t l1) {
     if (n_seqs <= 0 || n_ctx <= 0) fail("cache: need at least one sequence and one position");
     if (kv_type == KvType::Q8_0 && hp.head_dim_k % 32 != 0)
         fail("--kv-type q8_0 needs a head size that is a multiple of 32 (this model: %lld)", (long long)hp.head_dim_k);
@@ -67,7 +90,8 @@ CacheShape cache_shape(const HParams &hp, int32_t n_seqs, int64_t n_ctx, KvType 
     s.n_ctx = n_ctx;
     s.kv_type = kv_type;
     s.layers.resize(size_t(hp.n_layer));
-    for (int64_t il = 0; il < hp.n_layer; il++) {
+    if (l1 < 0) l1 = hp.n_layer;
+    for (int64_t il = std::max<int64_t>(l0, 0); il < std::min(l1, hp.n_layer); il++) {
         CacheShape::Layer &L = s.layers[size_t(il)];
         if (hp.is_recurrent(il)) {
             L.conv_rows = hp.ssm_conv_kernel - 1;

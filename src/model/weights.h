@@ -59,7 +59,7 @@ struct LayerWeights {
 };
 
 struct Model {
-    std::unique_ptr<GgufFile> file;
+    std::shared_ptr<GgufFile> file;  // shared with the parts of a split model (model_part)
     HParams hp;
     Weight tok_embd;     // {n_embd, n_vocab}
     Weight output_norm;  // {n_embd}
@@ -90,6 +90,12 @@ private:
 // Opens, validates and maps a model: hyperparameters, then every tensor its architecture declares.
 std::unique_ptr<Model> load_model(const std::string &path);
 
+// One participant's share of a split model (runtime/engine.h): a copy of m whose layers outside [l0, l1) hold no
+// weights, with the token embedding only where l0 == 0, the output norm and matrix only where l1 == n_layer, and
+// layer l1's attn_norm (the part's last residual step computes the next part's first norm, as the whole model's
+// pass does). Shares m's file; made before any backend writes device views into m's weights.
+std::unique_ptr<Model> model_part(const Model &m, int64_t l0, int64_t l1);
+
 // Per-architecture declarations (model/arch/<name>.cpp).
 void declare_qwen3moe(TensorLoader &tl, Model &m);
 void declare_qwen3next(TensorLoader &tl, Model &m);  // also qwen35moe, whose differences it handles
@@ -104,9 +110,11 @@ uint64_t decode_weight_bytes(const Model &m);
 ExpertWeights expert_weights(int64_t il, const LayerWeights &L);
 GdnWeights gdn_weights(const LayerWeights &L);
 
-// The caches of n_seqs sequences of n_ctx positions for this model's layers. Throws strata::Error naming the flag
+// The caches of n_seqs sequences of n_ctx positions for this model's layers [l0, l1) (l1 < 0: to the last; the
+// others get none). Throws strata::Error naming the flag
 // when the KV type does not fit the model (q8_0 rows need a head size that is a multiple of 32).
-CacheShape cache_shape(const HParams &hp, int32_t n_seqs, int64_t n_ctx, KvType kv_type);
+CacheShape cache_shape(const HParams &hp, int32_t n_seqs, int64_t n_ctx, KvType kv_type, int64_t l0 = 0,
+                       int64_t l1 = -1);
 
 // Layer-name helper: blk_name(3, "attn_q.weight") == "blk.3.attn_q.weight".
 std::string blk_name(int64_t il, const char *suffix);

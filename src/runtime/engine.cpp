@@ -9,19 +9,57 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "runtime/sampler.h"
+#include "strata/placement_plan.h"
+#include "strata/split_plan.h"
 #ifdef STRATA_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
 
 namespace strata {
 
+namespace {
+void check_config(const EngineConfig &cfg) {
+    if (cfg.n_seq_max <= 0) fail("the number of parallel sequences must be at least 1 (got %d)", cfg.n_seq_max);
+    if (cfg.n_ctx <= 0) fail("the context size must be at least 1 (got %lld)", (long long)cfg.n_ctx);
+    if (cfg.n_batch <= 0) fail("the batch size must be at least 1 (got %lld)", (long long)cfg.n_batch);
+}
+}  // namespace
+
 Engine::Engine(std::unique_ptr<Model> model, std::unique_ptr<Backend> backend, const EngineConfig &cfg)
-    : model_(std::move(model)), backend_(std::move(backend)), cfg_(cfg) {
-    if (cfg_.n_seq_max <= 0) fail("the number of parallel sequences must be at least 1 (got %d)", cfg_.n_seq_max);
-    if (cfg_.n_ctx <= 0) fail("the context size must be at least 1 (got %lld)", (long long)cfg_.n_ctx);
-    if (cfg_.n_batch <= 0) fail("the batch size must be at least 1 (got %lld)", (long long)cfg_.n_batch);
+    : model_(std::move(model)), cfg_(cfg) {
+    check_config(cfg_);
+    add_part(std::move(backend), 0, model_->hp.n_layer, cfg_.vram_budget);
+    seq_len_.assign(size_t(cfg_.n_seq_max), -1);
+    state_lost_.assign(size_t(cfg_.n_seq_max), 0);
+}
+
+Engine::Engine(std::unique_ptr<Model> model, std::vector<std::unique_ptr<Backend>> backends,
+               const std::vector<int64_t> &layers, const EngineConfig &cfg)
+    : model_(std::move(model)), cfg_(cfg) {
+    check_config(cfg_);
+    const int64_t n = model_->hp.n_layer;
+    if (backends.empty() || layers.size() != backends.size() + 1 || layers.front() != 0 || layers.back() != n)
+        fail("a split model needs one run of layers per participant, from 0 to %lld", (long long)n);
+    for (size_t i = 0; i < backends.size(); i++) {
+        if (layers[i + 1] <= layers[i])
+            fail("participant %zu of the split runs no layers ([%lld, %lld))", i, (long long)layers[i],
+                 (long long)layers[i + 1]);
+        const uint64_t budget = i < cfg_.parts.size() ? cfg_.parts[i].vram_budget : cfg_.vram_budget;
+        add_part(std::move(backends[i]), layers[i], layers[i + 1], budget);
+    }
+    seq_len_.assign(size_t(cfg_.n_seq_max), -1);
+    state_lost_.assign(size_t(cfg_.n_seq_max), 0);
+}
+
+void Engine::add_part(std::unique_ptr<Backend> backend, int64_t l0, int64_t l1, uint64_t vram_budget) {
+    Part p;
+    const bool whole = l0 == 0 && l1 == model_->hp.n_layer;
+    if (!whole) p.model = model_part(*model_, l0, l1);
+    p.backend = std::move(backend);
+    p.l0 = l0, p.l1 = l1;
+    Model &m = whole ? *model_ : *p.model;
     StrataOptions so;
-    so.plan.vram_budget = cfg_.vram_budget;
+    so.plan.vram_budget = vram_budget;
     so.plan.expert_slots = cfg_.expert_slots;
     so.plan.scratch_bytes = cfg_.scratch_bytes;
     so.plan.chunk_tokens = cfg_.n_batch;
@@ -32,13 +70,48 @@ Engine::Engine(std::unique_ptr<Model> model, std::unique_ptr<Backend> backend, c
     so.n_seqs = cfg_.n_seq_max;
     so.n_ctx = cfg_.n_ctx;
     so.kv_type = cfg_.kv_type;
+    so.l0 = l0, so.l1 = l1;
     so.slot_policy = cfg_.expert_cache_policy;
     so.hybrid.share = cfg_.cpu_share;
     so.hybrid.threads = cfg_.cpu_threads;
-    so.log = cfg_.log;
-    strata_ = std::make_unique<MemoryStrata>(*backend_, *model_, so);
-    seq_len_.assign(size_t(cfg_.n_seq_max), -1);
-    state_lost_.assign(size_t(cfg_.n_seq_max), 0);
+    if (cfg_.log && !whole) {
+        const std::string head = strfmt("part %zu (layers %lld-%lld): ", parts_.size(), (long long)l0,
+                                        (long long)l1 - 1);
+        const auto log = cfg_.log;
+        so.log = [log, head](const std::string &line) { log(head + line); };
+    } else {
+        so.log = cfg_.log;
+    }
+    p.strata = std::make_unique<MemoryStrata>(*p.backend, m, so);
+    parts_.push_back(std::move(p));
+}
+
+ExpertCacheStats Engine::expert_stats() const {
+    ExpertCacheStats s = parts_[0].strata->stats();
+    for (size_t i = 1; i < parts_.size(); i++) {
+        const ExpertCacheStats o = parts_[i].strata->stats();
+        s.n_slots += o.n_slots;
+        s.n_experts += o.n_experts;
+        s.expert_cache_hits += o.expert_cache_hits;
+        s.expert_cache_misses += o.expert_cache_misses;
+        s.bytes_streamed += o.bytes_streamed;
+        s.mapped_misses += o.mapped_misses;
+        s.mapped_admitted += o.mapped_admitted;
+    }
+    return s;
+}
+
+size_t Engine::recurrent_state_bytes() const {
+    size_t n = 0;
+    for (const Part &p : parts_) {
+        const size_t b = p.backend->recurrent_state_bytes();
+        // a part with recurrent layers whose backend cannot save them: no part's state can be restored
+        bool recurrent = false;
+        for (int64_t il = p.l0; il < p.l1; il++) recurrent = recurrent || model_->hp.is_recurrent(il);
+        if (b == 0 && recurrent) return 0;
+        n += b;
+    }
+    return n;
 }
 
 Engine::~Engine() = default;
@@ -50,7 +123,7 @@ void Engine::check_seq(int32_t seq) const {
 int32_t Engine::new_sequence() {
     for (int32_t s = 0; s < cfg_.n_seq_max; s++)
         if (seq_len_[size_t(s)] < 0) {
-            backend_->clear_seq(s);
+            for (Part &p : parts_) p.backend->clear_seq(s);
             seq_len_[size_t(s)] = 0;
             state_lost_[size_t(s)] = 0;
             return s;
@@ -61,7 +134,7 @@ int32_t Engine::new_sequence() {
 int32_t Engine::fork(int32_t seq) {
     check_seq(seq);
     int32_t dst = new_sequence();
-    backend_->copy_seq(seq, dst, seq_len_[size_t(seq)]);
+    for (Part &p : parts_) p.backend->copy_seq(seq, dst, seq_len_[size_t(seq)]);
     seq_len_[size_t(dst)] = seq_len_[size_t(seq)];
     state_lost_[size_t(dst)] = state_lost_[size_t(seq)];
     return dst;
@@ -89,34 +162,46 @@ StateCheckpoint Engine::checkpoint(int32_t seq) {
     if (!has_recurrent()) return cp;
     if (state_lost_[size_t(seq)])
         fail("sequence %d lost its recurrent state in a failed pass: no checkpoint of it", seq);
-    if (!can_rewind()) fail("the %s backend cannot save recurrent state", backend_->name().c_str());
-    cp.data.resize(backend_->recurrent_state_bytes());
-    backend_->save_recurrent_state(seq, cp.data.data());
+    if (!can_rewind()) fail("the %s backend cannot save recurrent state", backend().name().c_str());
+    cp.data.resize(recurrent_state_bytes());
+    uint8_t *at = cp.data.data();
+    for (Part &p : parts_) {  // the parts' states one after the other, in layer order
+        p.backend->save_recurrent_state(seq, at);
+        at += p.backend->recurrent_state_bytes();
+    }
     return cp;
 }
 
 namespace {
 // Checks a checkpoint for a cut to n_pos of a sequence of length len; returns whether it must be loaded.
-bool need_state(const Engine &e, const Backend &b, int64_t n_pos, int64_t len, const StateCheckpoint *cp) {
+bool need_state(const Engine &e, size_t state_bytes, int64_t n_pos, int64_t len, const StateCheckpoint *cp) {
     if (!e.has_recurrent() || n_pos == len || n_pos == 0) return false;
     if (!cp) fail("cutting a recurrent sequence back to %lld positions needs a checkpoint", (long long)n_pos);
     if (cp->pos != n_pos) fail("the checkpoint is at position %lld, not %lld", (long long)cp->pos, (long long)n_pos);
-    if (cp->data.size() != b.recurrent_state_bytes() || cp->data.empty())
-        fail("the checkpoint holds %zu bytes of state, the backend %zu", cp->data.size(), b.recurrent_state_bytes());
+    if (cp->data.size() != state_bytes || cp->data.empty())
+        fail("the checkpoint holds %zu bytes of state, the engine %zu", cp->data.size(), state_bytes);
     return true;
 }
 }  // namespace
+
+void Engine::load_state(int32_t seq, const StateCheckpoint &cp) {
+    const uint8_t *at = cp.data.data();
+    for (Part &p : parts_) {
+        p.backend->load_recurrent_state(seq, at);
+        at += p.backend->recurrent_state_bytes();
+    }
+}
 
 void Engine::rewind(int32_t seq, int64_t n_pos, const StateCheckpoint *cp) {
     check_seq(seq);
     const int64_t len = seq_len_[size_t(seq)];
     if (n_pos < 0 || n_pos > len)
         fail("sequence %d: cannot cut %lld positions back to %lld", seq, (long long)len, (long long)n_pos);
-    const bool load = need_state(*this, *backend_, n_pos, len, cp);
+    const bool load = need_state(*this, recurrent_state_bytes(), n_pos, len, cp);
     if (n_pos == 0)
-        backend_->clear_seq(seq);
+        for (Part &p : parts_) p.backend->clear_seq(seq);
     else if (load)
-        backend_->load_recurrent_state(seq, cp->data.data());
+        load_state(seq, *cp);
     if (n_pos == 0 || load) state_lost_[size_t(seq)] = 0;
     seq_len_[size_t(seq)] = n_pos;
 }
@@ -128,12 +213,12 @@ void Engine::copy_prefix(int32_t src, int32_t dst, int64_t n_pos, const StateChe
     if (n_pos < 0 || n_pos > len)
         fail("sequence %d holds %lld positions, not %lld to copy", src, (long long)len, (long long)n_pos);
     if (src == dst) return rewind(dst, n_pos, cp);
-    const bool load = need_state(*this, *backend_, n_pos, len, cp);
+    const bool load = need_state(*this, recurrent_state_bytes(), n_pos, len, cp);
     if (n_pos == 0) {
-        backend_->clear_seq(dst);
+        for (Part &p : parts_) p.backend->clear_seq(dst);
     } else {
-        backend_->copy_seq(src, dst, n_pos);
-        if (load) backend_->load_recurrent_state(dst, cp->data.data());
+        for (Part &p : parts_) p.backend->copy_seq(src, dst, n_pos);
+        if (load) load_state(dst, *cp);
     }
     state_lost_[size_t(dst)] = n_pos == 0 || load ? 0 : state_lost_[size_t(src)];
     seq_len_[size_t(dst)] = n_pos;
@@ -187,19 +272,21 @@ void Engine::run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink
     // Pack the remaining tokens of each input into passes of at most n_batch tokens (fewer where the plan's chunk is
     // smaller), in input order. A pass bigger than the resident scratch holds runs on a prompt loan, kept for the
     // rest of the call and ended (its slots refilled) before returning.
-    const Placement &plan = strata_->plan();
-    const int64_t pass_max = plan.chunk_tokens > 0 ? std::min(cfg_.n_batch, plan.chunk_tokens) : cfg_.n_batch;
+    // With several participants, the smallest chunk any of their plans allows.
+    int64_t pass_max = cfg_.n_batch;
+    for (const Part &p : parts_)
+        if (p.strata->plan().chunk_tokens > 0) pass_max = std::min(pass_max, p.strata->plan().chunk_tokens);
     struct EndLoan {
-        MemoryStrata &s;
+        std::vector<Part> &parts;
         bool ok = false;
         ~EndLoan() {
             if (ok) return;
-            try {
-                s.end_loan();
-            } catch (...) {  // the call's own error is the one to report
-            }
+            for (Part &p : parts) try {
+                    p.strata->end_loan();
+                } catch (...) {  // the call's own error is the one to report
+                }
         }
-    } end_loan{*strata_};
+    } end_loan{parts_};
     std::vector<size_t> done(inputs.size(), 0);
     size_t next = 0;
     while (next < inputs.size()) {
@@ -240,11 +327,22 @@ void Engine::run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink
         if (out_rows.size() > 16) many.resize(out_floats);
         float *out = out_rows.size() <= 16 ? pass_logits_.data() : many.data();
         // the first pass is the call's largest: every one but the last has pass_max tokens
-        if (b.n_tokens > plan.resident_chunk_tokens) strata_->begin_loan(b.n_tokens);
+        for (Part &p : parts_)
+            if (b.n_tokens > p.strata->plan().resident_chunk_tokens) p.strata->begin_loan(b.n_tokens);
         try {
             pass_ids_.resize(out_rows.size());
-            forward(*model_, *backend_, strata_->moe(), tokens.data(), b, out_rows, out, tracer_,
-                    id_sink ? pass_ids_.data() : nullptr);
+            if (parts_.size() == 1) {
+                forward(*model_, *parts_[0].backend, parts_[0].strata->moe(), tokens.data(), b, out_rows, out,
+                        tracer_, id_sink ? pass_ids_.data() : nullptr);
+            } else {
+                // the parts in layer order, each taking the residual stream the one before left
+                for (size_t i = 0; i < parts_.size(); i++) {
+                    Part &p = parts_[i];
+                    const PassPart pp{p.l0, p.l1, i ? &parts_[i - 1].out : nullptr, &p.out};
+                    forward(*p.model, *p.backend, p.strata->moe(), tokens.data(), b, out_rows, out, tracer_,
+                            id_sink ? pass_ids_.data() : nullptr, &pp);
+                }
+            }
         } catch (...) {
             // Attention rows past a sequence's length are never read, but recurrent state is updated in place.
             if (has_recurrent())
@@ -264,7 +362,7 @@ void Engine::run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink
         while (next < inputs.size() && done[next] == inputs[next].tokens.size()) next++;
     }
     end_loan.ok = true;
-    strata_->end_loan();
+    for (Part &p : parts_) p.strata->end_loan();
 }
 
 void prefault_weights(const Model &m, int n_threads, const std::function<void(uint64_t, uint64_t)> &progress) {
@@ -340,7 +438,94 @@ std::unique_ptr<Engine> make_cuda_engine(const std::string &path, const EngineCo
 #endif
 }
 
+namespace {
+
+// The cost model's view of a model's layers (strata/split_plan.h).
+std::vector<SplitLayer> split_costs(const Model &m, const EngineConfig &cfg) {
+    const HParams &hp = m.hp;
+    const CacheShape caches = cache_shape(hp, cfg.n_seq_max, cfg.n_ctx, cfg.kv_type);
+    auto bytes = [](const Weight &w) { return w.present() ? double(w.matrix_bytes()) : 0.0; };
+    std::vector<SplitLayer> v(size_t(hp.n_layer));
+    for (int64_t il = 0; il < hp.n_layer; il++) {
+        const LayerWeights &L = m.layers[size_t(il)];
+        SplitLayer &s = v[size_t(il)];
+        for (const Weight *w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ssm_qkv, &L.ssm_z, &L.ssm_ba, &L.ssm_beta, &L.ssm_alpha,
+                                &L.ssm_out, &L.gate_inp, &L.gate_shexp, &L.up_shexp, &L.down_shexp, &L.attn_norm,
+                                &L.ffn_norm, &L.q_norm, &L.k_norm, &L.ssm_dt_bias, &L.ssm_a, &L.ssm_norm,
+                                &L.gate_inp_shexp, &L.ssm_conv1d})
+            s.read_bytes += bytes(*w);
+        s.resident_bytes = s.read_bytes + double(caches.first_bytes(size_t(il)) + caches.second_bytes(size_t(il)));
+        const ExpertWeights e = expert_weights(il, L);
+        if (e.present()) {
+            s.expert_bytes = double(e.expert_bytes()) * double(hp.n_expert);
+            s.routed_bytes = double(e.expert_bytes()) * double(hp.n_expert_used);
+        }
+    }
+    return v;
+}
+
+std::unique_ptr<Backend> part_backend(const PartConfig &p, const EngineConfig &cfg) {
+    const bool cuda = p.device == Device::Cuda || (p.device == Device::Auto && cuda_available());
+    if (!cuda) return make_cpu_backend(cfg.n_threads);
+#ifdef STRATA_HAVE_CUDA
+    CudaOptions o;
+    o.device = p.cuda_device;
+    o.graphs = cfg.cuda_graphs;
+    return make_cuda_backend(o);
+#else
+    fail("this build of strata has no CUDA backend (rebuild with -DSTRATA_CUDA=ON)");
+#endif
+}
+
+}  // namespace
+
+std::vector<int64_t> choose_split(const Model &m, std::vector<std::unique_ptr<Backend>> &backends,
+                                  const EngineConfig &cfg) {
+    const int64_t n = m.hp.n_layer;
+    const size_t P = cfg.parts.size();
+    size_t given = 0;
+    for (const PartConfig &p : cfg.parts) given += p.n_layers > 0;
+    std::vector<int64_t> b(P + 1, 0);
+    if (given == P) {
+        for (size_t i = 0; i < P; i++) b[i + 1] = b[i] + cfg.parts[i].n_layers;
+        if (b[P] != n)
+            fail("--split: the parts' layers add up to %lld, the model has %lld", (long long)b[P], (long long)n);
+        return b;
+    }
+    if (given != 0) fail("--split: give every participant's layers or none");
+    std::vector<SplitPart> parts(P);
+    for (size_t i = 0; i < P; i++) {
+        const DeviceFacts f = backends[i]->device_facts();
+        SplitPart &s = parts[i];
+        s.device_memory = f.has_device_memory;
+        const double tok = m.tok_embd.present() ? double(m.tok_embd.matrix_bytes()) : 0.0;
+        const double out = double(m.output.matrix_bytes() + m.output_norm.matrix_bytes());
+        s.first_bytes = m.output.host == m.tok_embd.host ? 0.0 : tok;
+        s.last_bytes = out;
+        if (!s.device_memory) continue;
+        const uint64_t budget = cfg.parts[i].vram_budget;
+        s.capacity_bytes = double(budget ? std::min<uint64_t>(budget, f.free_bytes) : f.free_bytes);
+        s.fixed_bytes = double(f.runtime_bytes + scratch_estimate(m.hp, cfg.n_batch, true) +
+                               stage_estimate(m.hp, cfg.n_batch));
+        const auto [read, bus] = backends[i]->start_rates_gbs();
+        if (read > 0) s.read_gbs = read;
+        if (bus > 0) s.bus_gbs = bus;
+    }
+    return split_layers(split_costs(m, cfg), parts);
+}
+
+std::unique_ptr<Engine> make_split_engine(const std::string &path, const EngineConfig &cfg) {
+    if (cfg.parts.empty()) fail("a split model needs at least one participant");
+    std::unique_ptr<Model> m = load_model(path);
+    prefault_weights(*m, cfg.n_threads, cfg.load_progress);
+    std::vector<std::unique_ptr<Backend>> backends;
+    for (const PartConfig &p : cfg.parts) backends.push_back(part_backend(p, cfg));
+    const std::vector<int64_t> layers = choose_split(*m, backends, cfg);
+    return std::make_unique<Engine>(std::move(m), std::move(backends), layers, cfg);
+}
+
 std::unique_ptr<Engine> make_engine(const std::string &path, const EngineConfig &cfg) {
+    if (!cfg.parts.empty()) return make_split_engine(path, cfg);
     switch (cfg.device) {
         case Device::Cpu:
             return make_cpu_engine(path, cfg);

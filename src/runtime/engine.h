@@ -24,6 +24,15 @@ enum class HostMem { Auto, Pinned, Mmap };
 // Where the forward passes run. Auto: the CUDA backend when the build has it and a GPU is visible, else the CPU.
 enum class Device { Auto, Cpu, Cuda };
 
+// One participant of a split model: a device with its own budget, weights, expert cache and caches, running a
+// contiguous run of the model's layers (Engine).
+struct PartConfig {
+    Device device = Device::Auto;
+    int cuda_device = 0;
+    uint64_t vram_budget = 0;  // 0: what is free
+    int64_t n_layers = 0;      // layers it runs (0: chosen by the split; all parts 0 or none)
+};
+
 struct EngineConfig {
     Device device = Device::Auto;  // make_engine's choice (make_cpu_engine always uses the CPU)
     int cuda_device = 0;           // which GPU
@@ -39,6 +48,9 @@ struct EngineConfig {
     double cpu_share = -1.0;
     int cpu_threads = 0;
     int n_threads = 0;             // CPU threads (0: all)
+    // Given: the model split into contiguous runs of layers, one per participant, in layer order (device, cuda_device
+    // and vram_budget above are then unused; one participant runs the whole model); empty: those three say.
+    std::vector<PartConfig> parts;
     int32_t n_seq_max = 1;         // sequences held at once (rows of the caches)
     int64_t n_ctx = 4096;          // positions per sequence
     int64_t n_batch = 512;         // tokens per forward pass (prefill chunk)
@@ -64,19 +76,34 @@ struct StateCheckpoint {
     std::vector<uint8_t> data;  // the backend's layout (Backend::save_recurrent_state); empty without recurrent layers
 };
 
+// A split model (several participants): each participant holds the weights, expert cache, loan and caches of its
+// layers only, on its own backend; a pass runs the parts in layer order, each handing the residual stream (and its
+// next norm) to the next through host memory (forward.h's PassPart), so the result is bit for bit the one
+// participant's wherever the parts run on backends of one kind. Sequences, checkpoints and cuts span all parts.
 class Engine {
   public:
     Engine(std::unique_ptr<Model> model, std::unique_ptr<Backend> backend, const EngineConfig &cfg);
+    // A split model: backends[i] runs layers [layers[i], layers[i + 1]) (layers: n + 1 boundaries from 0 to n_layer).
+    Engine(std::unique_ptr<Model> model, std::vector<std::unique_ptr<Backend>> backends,
+           const std::vector<int64_t> &layers, const EngineConfig &cfg);
     ~Engine();
 
     const Model &model() const { return *model_; }
     const HParams &hparams() const { return model_->hp; }
     const EngineConfig &config() const { return cfg_; }
-    Backend &backend() { return *backend_; }
-    const Backend &backend() const { return *backend_; }
-    // The placement plan on the backend's device, and the expert cache's traffic since start.
-    const Placement &plan() const { return strata_->plan(); }
-    ExpertCacheStats expert_stats() const { return strata_->stats(); }
+    // The first participant's backend and plan (the only one's unless the model is split).
+    Backend &backend() { return *parts_[0].backend; }
+    const Backend &backend() const { return *parts_[0].backend; }
+    const Placement &plan() const { return parts_[0].strata->plan(); }
+    // Participants: how many, and each one's backend, plan and layers [first, second).
+    size_t n_parts() const { return parts_.size(); }
+    Backend &part_backend(size_t i) { return *parts_[i].backend; }
+    const Placement &part_plan(size_t i) const { return parts_[i].strata->plan(); }
+    std::pair<int64_t, int64_t> part_layers(size_t i) const { return {parts_[i].l0, parts_[i].l1}; }
+    ExpertCacheStats part_stats(size_t i) const { return parts_[i].strata->stats(); }
+    // The expert cache's traffic since start: the one participant's, or for a split model every participant's slots,
+    // experts, hits, misses and bytes summed (the rest as the first participant's).
+    ExpertCacheStats expert_stats() const;
     int64_t n_vocab() const { return model_->hp.n_vocab; }
 
     // Sequences. new_sequence/fork throw strata::Error when every one is taken.
@@ -93,7 +120,7 @@ class Engine {
     // positions.
     bool has_recurrent() const { return model_->hp.has_recurrent(); }
     // Whether sequences can be cut back at all: always without recurrent layers, else when the backend saves state.
-    bool can_rewind() const { return !has_recurrent() || backend_->recurrent_state_bytes() > 0; }
+    bool can_rewind() const { return !has_recurrent() || recurrent_state_bytes() > 0; }
     // The recurrent state of seq now, at seq_len(seq) (data empty for a model without recurrent layers).
     StateCheckpoint checkpoint(int32_t seq);
     // Cuts seq back to n_pos <= seq_len(seq) positions. With recurrent layers, cp must be a checkpoint taken at n_pos
@@ -119,11 +146,27 @@ class Engine {
     // Named intermediates of later decode() calls go to the tracer (nullptr: none).
     void set_tracer(const Tracer *t) { tracer_ = t; }
     // The routing of every MoE layer of later passes goes to o (nullptr: none); see MoeSchedule::set_observer.
-    void set_routing_observer(RoutingObserver *o) { strata_->set_routing_observer(o); }
+    void set_routing_observer(RoutingObserver *o) {
+        for (Part &p : parts_) p.strata->set_routing_observer(o);
+    }
     // Benchmarks: later passes route by seeded draws (strata/route_override.h); RouteOverride{}: the router again.
-    void set_route_override(const RouteOverride &o) { strata_->set_route_override(o); }
+    void set_route_override(const RouteOverride &o) {
+        for (Part &p : parts_) p.strata->set_route_override(o);
+    }
 
   private:
+    // One participant: its view of the model (its layers' weights only; nullptr with one participant, which uses
+    // model_), backend and strata, its layers, and the residual stream it leaves for the next.
+    struct Part {
+        std::unique_ptr<Model> model;
+        std::unique_ptr<Backend> backend;
+        std::unique_ptr<MemoryStrata> strata;
+        int64_t l0 = 0, l1 = 0;
+        Residual out;
+    };
+    void add_part(std::unique_ptr<Backend> backend, int64_t l0, int64_t l1, uint64_t vram_budget);
+    size_t recurrent_state_bytes() const;        // every part's, summed (0: some part cannot save its own)
+    void load_state(int32_t seq, const StateCheckpoint &cp);  // each part its share, in layer order
     void check_seq(int32_t seq) const;
     // decode()'s passes; each output row goes to sink(row, input, row within that input's logits) as its pass ends,
     // or, where id_sink is given instead, the row's arg-max, picked by the backend where the logits are, to
@@ -133,9 +176,8 @@ class Engine {
     void run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink, const IdSink &id_sink);
 
     std::unique_ptr<Model> model_;
-    std::unique_ptr<Backend> backend_;
     EngineConfig cfg_;
-    std::unique_ptr<MemoryStrata> strata_;
+    std::vector<Part> parts_;
     std::vector<int64_t> seq_len_;  // per sequence; -1 when free
     std::vector<char> state_lost_;  // per sequence: a failed pass may have changed its recurrent state
     // A decoding pass's logit rows (at most 16), kept from pass to pass: a vocabulary row is 600 KB on the Qwen
@@ -156,7 +198,16 @@ std::unique_ptr<Engine> make_cpu_engine(const std::string &path, const EngineCon
 // visible, or the model does not fit the budget).
 std::unique_ptr<Engine> make_cuda_engine(const std::string &path, const EngineConfig &cfg);
 
-// The engine cfg.device asks for.
+// Loads a model file and builds a split engine over cfg.parts (one is the whole model on that participant's device
+// and budget): a backend per participant, the layers
+// as each part's n_layers say, or where none is given, as the cost model of strata/split_plan.h chooses from the
+// participants' memory and rates measured at start.
+std::unique_ptr<Engine> make_split_engine(const std::string &path, const EngineConfig &cfg);
+// The boundaries (parts + 1, from 0 to n_layer) make_split_engine uses for these backends.
+std::vector<int64_t> choose_split(const Model &m, std::vector<std::unique_ptr<Backend>> &backends,
+                                  const EngineConfig &cfg);
+
+// The engine cfg.device asks for (cfg.parts given: make_split_engine's).
 std::unique_ptr<Engine> make_engine(const std::string &path, const EngineConfig &cfg);
 
 // Whether Device::Auto picks CUDA here (built with CUDA and a GPU is visible); the name for messages.

@@ -30,7 +30,7 @@ MemoryStrata::MemoryStrata(Backend &be, Model &m, const StrataOptions &o) : be_(
             fail("STRATA_LOAN_REFILL=%s: expected before or last", r);
     }
     loan_sized_ = env_switch("STRATA_LOAN_SIZED", true);
-    const CacheShape caches = cache_shape(m.hp, o.n_seqs, o.n_ctx, o.kv_type);
+    const CacheShape caches = cache_shape(m.hp, o.n_seqs, o.n_ctx, o.kv_type, o.l0, o.l1);
     const DeviceFacts dev = be.device_facts();
     plan_ = plan_placement(ws, m.hp, caches, dev, o.plan);
     be.prepare(ws, plan_);

@@ -173,6 +173,49 @@ TEST_P(CudaEngine, PackingDoesNotMatter) {
     EXPECT_EQ(std::memcmp(lw[0].data(), lw[1].data(), lw[0].size() * 4), 0) << "fork";
 }
 
+// A model split over two participants on the one GPU (each its own backend, streams, weights, expert cache and
+// caches; the residual stream handed over through host memory) gives the one participant's logits and greedy picks
+// bit for bit: all experts resident and with two expert slots a participant (misses copied in), graphs on and off,
+// every cut of the layers.
+TEST_P(CudaEngine, SplitOverTwoParticipantsIsBitIdentical) {
+    const std::vector<int32_t> prompt = prompt_tokens(40, 9);
+    auto go = [&](Engine &e) {
+        std::vector<float> out = run(e, prompt);
+        std::vector<int32_t> ids;
+        const int32_t s = e.new_sequence();
+        e.decode_argmax({{s, prompt_tokens(9, 2), false}}, ids);
+        for (int i = 0; i < 4; i++) {
+            out.push_back(float(ids[0]));
+            e.decode_argmax({{s, {ids[0]}, false}}, ids);
+        }
+        return out;
+    };
+    for (int64_t slots : {int64_t(0), int64_t(2)})
+        for (bool graphs : {true, false}) {
+            EngineConfig cfg = config();
+            cfg.expert_slots = slots;
+            cfg.cuda_graphs = graphs;
+            auto whole = make_cuda_engine(path(), cfg);
+            const std::vector<float> ref = go(*whole);
+            const int64_t n = whole->hparams().n_layer;
+            whole.reset();
+            for (int64_t k = 1; k < n; k++) {
+                EngineConfig sc = cfg;
+                sc.parts = {{Device::Cuda, 0, 0, k}, {Device::Cuda, 0, 0, n - k}};
+                auto e = make_engine(path(), sc);
+                ASSERT_EQ(e->n_parts(), 2u);
+                const std::vector<float> got = go(*e);
+                ASSERT_EQ(got.size(), ref.size());
+                EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0)
+                    << "split " << k << "/" << n - k << ", " << slots << " slots, graphs " << graphs;
+                if (slots) {
+                    EXPECT_GT(e->part_stats(0).expert_cache_misses, 0u);
+                    EXPECT_GT(e->part_stats(1).expert_cache_misses, 0u);
+                }
+            }
+        }
+}
+
 TEST_P(CudaEngine, PlacementDoesNotChangeABit) {
     const std::vector<int32_t> prompt = prompt_tokens(40, 3);
     auto all = make_cuda_engine(path(), config());

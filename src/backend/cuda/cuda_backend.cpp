@@ -221,6 +221,34 @@ double CudaBackend::copy_rate_gbs() {
     return copy_rate_gbs_;
 }
 
+// 64 MiB copied within a device buffer and from a pinned host buffer, both allocated here and freed after (before
+// prepare(): nothing of the budget is held yet); {0, 0} where either cannot be had.
+std::pair<double, double> CudaBackend::start_rates_gbs() {
+    const size_t bytes = size_t(64) << 20;
+    uint8_t *dev = nullptr, *host = nullptr;
+    if (cudaMalloc(reinterpret_cast<void **>(&dev), 2 * bytes) != cudaSuccess) {
+        cudaGetLastError();
+        return {0.0, 0.0};
+    }
+    if (cudaMallocHost(reinterpret_cast<void **>(&host), bytes) != cudaSuccess) {
+        cudaGetLastError();
+        cudaFree(dev);
+        return {0.0, 0.0};
+    }
+    std::memset(host, 0, bytes);
+    const int reps = 5;
+    void *const dd[2] = {dev + bytes, dev};
+    const void *const ds[2] = {dev, dev + bytes};
+    const float copy_ms = time_copies(stream_, dd, ds, bytes, reps);
+    void *const ud[2] = {dev, dev};
+    const void *const us[2] = {host, host};
+    const float up_ms = time_copies(copy_stream_, ud, us, bytes, reps);
+    cudaFreeHost(host);
+    cudaFree(dev);
+    const double gb = double(bytes) * reps / 1e9;
+    return {copy_ms > 0 ? 2.0 * gb / (double(copy_ms) * 1e-3) : 0.0, up_ms > 0 ? gb / (double(up_ms) * 1e-3) : 0.0};
+}
+
 // A pinned host buffer of up to 256 MiB (the size of copy_rate_gbs' halves) copied into the first scratch chunk five
 // times on the copy stream between passes; the host buffer is freed after (host memory, not counted against the
 // budget), so the device allocates nothing.

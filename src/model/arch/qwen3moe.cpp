@@ -21,17 +21,11 @@ void declare_qwen3moe(TensorLoader &tl, Model &m) {
 
 namespace strata {
 
-Act trunk_qwen3moe(const ForwardCtx &c, const int32_t *tokens) {
+void trunk_qwen3moe(const ForwardCtx &c, const int32_t *tokens, Act &x, Act &cur) {
     const HParams &hp = c.m.hp;
     Backend &be = c.be;
-    const int64_t T = c.batch.n_tokens;
-    Act x = be.alloc(T, hp.n_embd);
-    be.embed(c.m.tok_embd, tokens, x);
-    c.trace("inp_embd", x);
-    // cur: the normed input of each block. The residual adds fold into the next norm (add_rms_norm).
-    Act cur = be.alloc(T, hp.n_embd);
-    if (hp.n_layer > 0) be.rms_norm(x, c.m.layers[0].attn_norm, hp.rms_eps, cur);
-    for (int64_t il = 0; il < hp.n_layer; il++) {
+    trunk_start(c, tokens, x, cur);
+    for (int64_t il = c.l0; il < c.l1; il++) {
         const LayerWeights &L = c.m.layers[size_t(il)];
         const Backend::ScratchMark layer_mark = be.scratch_mark();
         Act attn = attention_block(c, il, cur);
@@ -46,7 +40,6 @@ Act trunk_qwen3moe(const ForwardCtx &c, const int32_t *tokens) {
         c.trace(il, "l_out", x);
         be.scratch_release(layer_mark);
     }
-    return x;
 }
 
 }  // namespace strata

@@ -1,0 +1,219 @@
+// A model split over several participants (Engine's split, strata/split_plan.h): two or three CPU participants, each
+// holding its own layers' weights and caches, give the one participant's logits bit for bit over prompts, decoding
+// steps of two sequences, greedy picks, forks and cuts back to checkpoints; and the cost model's split of layers.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <sstream>
+
+#include "core/error.h"
+#include "runtime/engine.h"
+#include "strata/split_plan.h"
+#include "synth/synth.h"
+#include "synth_cache.h"
+
+using namespace strata;
+
+namespace {
+
+std::string model_path(const std::string &preset, bool quantized) {
+    SynthOptions o;
+    o.preset = preset;
+    o.expert_type = quantized ? DType::Q4_K : DType::F32;
+    o.dense_type = quantized ? DType::Q8_0 : DType::F32;
+    o.seed = 7;
+    return test::cached_synth_model(preset + "-" + dtype_name(o.expert_type) + "-" + dtype_name(o.dense_type), o);
+}
+
+std::vector<int32_t> prompt_tokens(int n, int salt) {
+    std::vector<int32_t> t;
+    for (int i = 0; i < n; i++) t.push_back(int32_t((i * 37 + salt * 11 + 5) % 250));
+    return t;
+}
+
+bool same_bits(const std::vector<float> &a, const std::vector<float> &b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+EngineConfig base_config(int64_t n_batch) {
+    EngineConfig cfg;
+    cfg.n_threads = 2;
+    cfg.n_ctx = 256;
+    cfg.n_batch = n_batch;
+    cfg.n_seq_max = 3;
+    cfg.kv_type = KvType::F16;
+    cfg.device = Device::Cpu;
+    return cfg;
+}
+
+// A CPU engine split at the given layer counts (empty: not split).
+std::unique_ptr<Engine> make(const std::string &path, const std::vector<int64_t> &layers, int64_t n_batch = 512) {
+    EngineConfig cfg = base_config(n_batch);
+    for (int64_t n : layers) cfg.parts.push_back({Device::Cpu, 0, 0, n});
+    return cfg.parts.empty() ? make_cpu_engine(path, cfg) : make_engine(path, cfg);
+}
+
+// Everything one engine gives over a fixed script of calls, as one vector of floats (ids as floats).
+std::vector<float> script(Engine &e) {
+    std::vector<float> got;
+    auto keep = [&](const std::vector<std::vector<float>> &l) {
+        for (const auto &v : l) got.insert(got.end(), v.begin(), v.end());
+    };
+    std::vector<std::vector<float>> l;
+    const int32_t s1 = e.new_sequence(), s2 = e.new_sequence();
+    e.decode({{s1, prompt_tokens(29, 1), true}, {s2, prompt_tokens(7, 2), true}}, l);
+    keep(l);
+    StateCheckpoint cp;
+    if (e.can_rewind()) cp = e.checkpoint(s1);
+    for (int step = 0; step < 4; step++) {
+        e.decode({{s1, {int32_t(40 + step)}, false}, {s2, {int32_t(90 + step)}, false}}, l);
+        keep(l);
+    }
+    const int32_t f = e.fork(s2);
+    e.decode({{f, prompt_tokens(5, 3), true}}, l);
+    keep(l);
+    std::vector<int32_t> ids;
+    e.decode_argmax({{s2, {7}, false}, {f, {8}, false}}, ids);
+    for (int32_t id : ids) got.push_back(float(id));
+    if (e.can_rewind()) {  // back to the checkpoint, then on another way
+        e.rewind(s1, 29, &cp);
+        e.decode({{s1, {3, 4, 5}, true}}, l);
+        keep(l);
+    }
+    return got;
+}
+
+}  // namespace
+
+class SplitTest : public ::testing::TestWithParam<std::tuple<const char *, bool>> {
+  protected:
+    std::string path() const { return model_path(std::get<0>(GetParam()), std::get<1>(GetParam())); }
+};
+
+// Every way of cutting the model in two, and a cut in three, gives the one participant's results bit for bit.
+TEST_P(SplitTest, PartsGiveTheWholeModelsBits) {
+    auto whole = make(path(), {});
+    const int64_t n = whole->hparams().n_layer;
+    ASSERT_GE(n, 2);
+    const std::vector<float> ref = script(*whole);
+    ASSERT_FALSE(ref.empty());
+    std::vector<std::vector<int64_t>> splits;
+    for (int64_t k = 1; k < n; k++) splits.push_back({k, n - k});
+    if (n >= 3) splits.push_back({1, n - 2, 1});
+    for (const auto &sp : splits) {
+        auto e = make(path(), sp);
+        ASSERT_EQ(e->n_parts(), sp.size());
+        EXPECT_EQ(e->part_layers(0).second, sp[0]);
+        std::ostringstream what;
+        what << "split";
+        for (int64_t k : sp) what << ' ' << k;
+        EXPECT_TRUE(same_bits(script(*e), ref)) << what.str();
+    }
+}
+
+// The chunk size still matters only as it does for the whole model: a split with 7-token passes gives what the
+// whole model gives with 7-token passes.
+TEST_P(SplitTest, ChunkedPromptsAsTheWholeModels) {
+    auto whole = make(path(), {}, 7);
+    const int64_t n = whole->hparams().n_layer;
+    auto e = make(path(), {n / 2, n - n / 2}, 7);
+    std::vector<std::vector<float>> a, b;
+    whole->decode({{whole->new_sequence(), prompt_tokens(40, 4), true}}, a);
+    e->decode({{e->new_sequence(), prompt_tokens(40, 4), true}}, b);
+    EXPECT_TRUE(same_bits(a[0], b[0]));
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, SplitTest,
+                         ::testing::Combine(::testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen35moe"),
+                                            ::testing::Bool()),
+                         [](const auto &info) {
+                             std::string n = std::get<0>(info.param);
+                             for (char &c : n)
+                                 if (c == '-') c = '_';
+                             return n + (std::get<1>(info.param) ? "_q4k" : "_f32");
+                         });
+
+TEST(SplitConfig, BadSplitsAreRefusedByName) {
+    const std::string p = model_path("tiny-qwen3moe", true);
+    auto whole = make(p, {});
+    const int64_t n = whole->hparams().n_layer;
+    try {
+        make(p, {1, n});
+        FAIL() << "a split adding up to more layers than the model was taken";
+    } catch (const Error &e) {
+        EXPECT_NE(std::string(e.what()).find("add up to"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(make(p, {n, 0}), Error);  // some parts given, one not
+    EXPECT_THROW(make(p, {1}), Error);     // one participant runs every layer
+    EXPECT_EQ(make(p, {n})->n_parts(), 1u);
+    EngineConfig cfg = base_config(512);
+    cfg.parts = {{Device::Cpu, 0, 0, 0}, {Device::Cpu, 0, 0, 0}};
+    auto chosen = make_engine(p, cfg);  // the cost model's choice: CPU parts of equal rates share the layers evenly
+    EXPECT_EQ(chosen->n_parts(), 2u);
+    EXPECT_EQ(chosen->part_layers(0).second, n / 2);
+}
+
+// ---- the cost model ----
+
+namespace {
+std::vector<SplitLayer> equal_layers(int n) {
+    SplitLayer l;
+    l.resident_bytes = 100e6, l.read_bytes = 90e6, l.expert_bytes = 1000e6, l.routed_bytes = 40e6;
+    return std::vector<SplitLayer>(size_t(n), l);
+}
+SplitPart gpu(double gib) {
+    SplitPart p;
+    p.capacity_bytes = gib * 1073741824.0;
+    p.fixed_bytes = 500e6;
+    p.read_gbs = 2000, p.bus_gbs = 25;
+    return p;
+}
+}  // namespace
+
+TEST(SplitPlan, EqualPartsShareEqualLayersEvenly) {
+    EXPECT_EQ(split_layers(equal_layers(48), {gpu(12), gpu(12)}), (std::vector<int64_t>{0, 24, 48}));
+    EXPECT_EQ(split_layers(equal_layers(48), {gpu(12), gpu(12), gpu(12)}), (std::vector<int64_t>{0, 16, 32, 48}));
+}
+
+// A part with less memory caches less of its layers' experts, so its misses cost more: it gets fewer layers, and
+// the split's slowest part is faster than the even split's.
+TEST(SplitPlan, TheSmallerPartGetsFewerLayers) {
+    const auto layers = equal_layers(48);
+    const std::vector<SplitPart> parts{gpu(12), gpu(8)};
+    const std::vector<int64_t> b = split_layers(layers, parts);
+    ASSERT_EQ(b.size(), 3u);
+    EXPECT_GT(b[1], 24);
+    auto slowest = [&](int64_t k) {
+        return std::max(split_part_seconds(layers, parts[0], 0, k), split_part_seconds(layers, parts[1], k, 48));
+    };
+    EXPECT_LT(slowest(b[1]), slowest(24));
+    for (int64_t k = 1; k < 48; k++)
+        if (split_part_seconds(layers, parts[0], 0, k) >= 0 && split_part_seconds(layers, parts[1], k, 48) >= 0) {
+            EXPECT_LE(slowest(b[1]), slowest(k)) << k;
+        }
+}
+
+// A slower bus (a part that misses at a lower rate) also moves layers away from it.
+TEST(SplitPlan, RatesMoveTheSplit) {
+    SplitPart slow = gpu(10), fast = gpu(10);
+    slow.bus_gbs = 8;
+    const std::vector<int64_t> b = split_layers(equal_layers(48), {slow, fast});
+    EXPECT_LT(b[1], 24);
+}
+
+TEST(SplitPlan, WhatDoesNotFitIsRefused) {
+    try {
+        split_layers(equal_layers(48), {gpu(1), gpu(1)});
+        FAIL() << "48 layers of 100 MB taken by two 1 GiB parts";
+    } catch (const Error &e) {
+        EXPECT_NE(std::string(e.what()).find("do not fit"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(split_layers(equal_layers(2), {gpu(12), gpu(12), gpu(12)}), Error);  // a part with no layer
+    // the CPU holds what it is given: a small GPU and the host
+    SplitPart host;
+    host.device_memory = false;
+    host.read_gbs = 100;
+    const std::vector<int64_t> b = split_layers(equal_layers(48), {gpu(2), host});
+    EXPECT_GT(b[1], 0);
+    EXPECT_GE(split_part_seconds(equal_layers(48), gpu(2), 0, b[1]), 0.0);
+}
