@@ -486,10 +486,19 @@ std::vector<int64_t> choose_split(const Model &m, std::vector<std::unique_ptr<Ba
     size_t given = 0;
     for (const PartConfig &p : cfg.parts) given += p.n_layers > 0;
     std::vector<int64_t> b(P + 1, 0);
+    auto say = [&](const char *how, const std::string &more) {
+        if (!cfg.log) return;
+        std::string line = strfmt("split (%s): layers", how);
+        for (size_t i = 0; i < P; i++)
+            line += strfmt("%s %lld-%lld on %s", i ? "," : "", (long long)b[i], (long long)b[i + 1] - 1,
+                           backends[i]->name().c_str());
+        cfg.log(line + more);
+    };
     if (given == P) {
         for (size_t i = 0; i < P; i++) b[i + 1] = b[i] + cfg.parts[i].n_layers;
         if (b[P] != n)
             fail("--split: the parts' layers add up to %lld, the model has %lld", (long long)b[P], (long long)n);
+        say("--split", "");
         return b;
     }
     if (given != 0) fail("--split: give every participant's layers or none");
@@ -511,7 +520,22 @@ std::vector<int64_t> choose_split(const Model &m, std::vector<std::unique_ptr<Ba
         if (read > 0) s.read_gbs = read;
         if (bus > 0) s.bus_gbs = bus;
     }
-    return split_layers(split_costs(m, cfg), parts);
+    const std::vector<SplitLayer> costs = split_costs(m, cfg);
+    b = split_layers(costs, parts);
+    // predicted times only where every part's rates were measured (a host part's are relative: 1 GB/s)
+    bool measured = true;
+    for (const SplitPart &p : parts) measured = measured && p.device_memory;
+    std::string more;
+    if (measured) {
+        more = "; predicted ms a token";
+        for (size_t i = 0; i < P; i++)
+            more += strfmt("%s %.2f", i ? " /" : "", 1e3 * split_part_seconds(costs, parts[i], b[i], b[i + 1]));
+        more += " (read / bus GB/s measured at start:";
+        for (size_t i = 0; i < P; i++) more += strfmt("%s %.0f / %.1f", i ? "," : "", parts[i].read_gbs, parts[i].bus_gbs);
+        more += ")";
+    }
+    say("cost model", more);
+    return b;
 }
 
 std::unique_ptr<Engine> make_split_engine(const std::string &path, const EngineConfig &cfg) {
