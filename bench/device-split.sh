@@ -10,14 +10,14 @@ NO_LLAMA=1 source bench/device-lib.sh
 TB=$!
 F=/tmp/kern30.gguf
 $S synth --preset qwen3-30b-a3b --type Q4_K --dense-type Q8_0 -o $F > $L/synth.log 2>&1; echo "synth rc=$? at $(el) s"
+wait $TB
+timeout 240 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 --gtest_filter='*Split*' > $L/split.log 2>&1
+echo "split tests rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|split " $L/split.log | head -20
 for args in "--vram-budget 12G" "--gpus 0,0 --vram-budget 6G,6G"; do
   sb -m $F -p 512,4096 -n 32 -r 1 --chunk 4096 --routing uniform $args; grep -E "^part|CUDA0:" $L/s.err | head -4
 done
 sb -m $F -p 512 -n 64 -r 1 --chunk 4096; sb -m $F -p 512 -n 64 -r 1 --chunk 4096 --gpus 0,0 --split 24,24
 grep -E "^part" $L/s.err | head -4
-wait $TB
-timeout 240 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 --gtest_filter='*Split*' > $L/split.log 2>&1
-echo "split tests rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|split " $L/split.log | head -20
 timeout 150 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 --gtest_filter="-*Split*" > $L/engine.log 2>&1
 echo "test_cuda_engine rc=$? at $(el) s"; grep -E "FAILED|PASSED|tests ran" $L/engine.log | head
 [ -n "${OUT:-}" ] && cp $L/main.log $L/strata-all.txt $L/split.log $OUT/ 2>/dev/null
