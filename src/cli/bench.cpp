@@ -370,12 +370,16 @@ json device_memory_json(const Backend &be) {
             {"budget_bytes", dm.budget}};
 }
 
-void print_device_memory(const Backend &be) {
-    Backend::DeviceMemory dm;
-    if (!be.device_memory(dm)) return;
-    std::printf("\ndevice memory after the runs: %s allocated by Strata, %s as the driver counts it, budget %s\n",
-                format_bytes(dm.held).c_str(), dm.driver ? format_bytes(dm.driver).c_str() : "unknown",
-                format_bytes(dm.budget).c_str());
+// Each participant's (a split model's parts in turn).
+void print_device_memory(Engine &eng) {
+    for (size_t i = 0; i < eng.n_parts(); i++) {
+        Backend::DeviceMemory dm;
+        if (!eng.part_backend(i).device_memory(dm)) continue;
+        const std::string who = eng.n_parts() > 1 ? strfmt(" (part %zu, %s)", i, eng.part_backend(i).name().c_str()) : "";
+        std::printf("%sdevice memory after the runs%s: %s allocated by Strata, %s as the driver counts it, budget %s\n",
+                    i ? "" : "\n", who.c_str(), format_bytes(dm.held).c_str(),
+                    dm.driver ? format_bytes(dm.driver).c_str() : "unknown", format_bytes(dm.budget).c_str());
+    }
 }
 
 // STRATA_PREFILL_TIMING=1 / STRATA_DECODE_TIMING=1: the run's prompt or decode-sized passes (warm-up included) by
@@ -605,7 +609,7 @@ Run add_bench(CLI::App &app) {
         if (const uint64_t n = eng->backend().scratch_overflows())
             std::printf("\nscratch outgrew the plan %llu times (each an allocation during a pass)\n",
                         (unsigned long long)n);
-        print_device_memory(eng->backend());
+        print_device_memory(*eng);
         if (!st.timing.empty()) std::printf("\n%s", timing_table(st.timing, TimingKind::Prompt).c_str());
         if (!st.decode_timing.empty())
             std::printf("\n%s", timing_table(st.decode_timing, TimingKind::Decode).c_str());
