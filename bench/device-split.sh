@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# A split model on the one-GPU machine (issue 18's emulated participants): two participants on the one H200, each
-# with its own budget, against one participant holding the same total, in one call; then the GPU suites' split test
-# (ENGINE_SUITE=1: and the rest of test_cuda_engine). Here first: scripts/device-debs.sh && cp ../shared/peer/device.sh .peer/. There (carry
+# A split model on the one-GPU machine (issue 18's emulated participants): the GPU suites' split test first, then two
+# participants on the one H200, each with its own budget, against one participant holding the same total, and the
+# prompt's chunks pipelined through the parts or not (STRATA_SPLIT_PIPELINE), in one call (ENGINE_SUITE=1: the rest of
+# test_cuda_engine after). Here first: scripts/device-debs.sh && cp ../shared/peer/device.sh .peer/. There (carry
 # .peer): setsid nohup bash bench/device-split.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/split/main.log 570
 L=/tmp/split; mkdir -p $L
 exec > $L/main.log 2>&1
@@ -17,7 +18,8 @@ for args in "--vram-budget 12G" "--gpus 0,0 --vram-budget 6G,6G"; do
   sb -m $F -p 512,4096 -n 32 -r 1 --chunk 4096 --routing uniform $args; grep -E "^part|CUDA0:" $L/s.err | head -4
 done
 sb -m $F -p 512 -n 64 -r 1 --chunk 4096; sb -m $F -p 512 -n 64 -r 1 --chunk 4096 --gpus 0,0 --split 24,24
-grep -E "^part" $L/s.err | head -4
+grep -E "^part|^split" $L/s.err | head -4
+for pipe in 1 0; do STRATA_SPLIT_PIPELINE=$pipe sb -m $F -p 4096 -n 1 -r 1 --chunk 1024 --gpus 0,0 --split 24,24; done
 if [ "${ENGINE_SUITE:-0}" = 1 ]; then
   timeout 150 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 --gtest_filter="-*Split*" > $L/engine.log 2>&1
   echo "test_cuda_engine rc=$? at $(el) s"; grep -E "FAILED|PASSED|tests ran" $L/engine.log | head

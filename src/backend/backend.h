@@ -234,6 +234,9 @@ class Backend {
     // Both rates timed at start, before prepare(), on buffers of the backend's own that it frees after: what a
     // split model weighs its participants by (strata/split_plan.h). {0, 0} where the backend has no device memory.
     virtual std::pair<double, double> start_rates_gbs() { return {0.0, 0.0}; }
+    // Makes the calling thread able to drive this backend (a split model's pipeline runs each part on a thread of its
+    // own; the CUDA backend makes its device current).
+    virtual void bind_thread() {}
 
     // ---- ops ----
     virtual void embed(const Weight &tok_embd, const int32_t *ids, Act out) = 0;

@@ -6,8 +6,10 @@
 #include <atomic>
 #include <mutex>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/threads.h"
+#include "runtime/part_pipeline.h"
 #include "runtime/sampler.h"
 #include "strata/placement_plan.h"
 #include "strata/split_plan.h"
@@ -243,6 +245,15 @@ void Engine::decode_argmax(const std::vector<SeqInput> &inputs, std::vector<int3
     run_passes(inputs, nullptr, [&](int32_t id, size_t input) { ids[input] = id; });
 }
 
+bool Engine::pipelined(size_t n_passes) const {
+    if (parts_.size() < 2 || n_passes < 2 || tracer_ || observed_) return false;
+    // On by default where every part is on the host; parts on GPUs take it with STRATA_SPLIT_PIPELINE=1 (not yet
+    // measured on a GPU).
+    bool host = true;
+    for (const Part &p : parts_) host = host && !p.strata->plan().device;
+    return env_switch("STRATA_SPLIT_PIPELINE", host);
+}
+
 void Engine::run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink, const IdSink &id_sink) {
     // Validate everything before touching any cache, so a bad input changes nothing.
     std::vector<int32_t> seen;
@@ -287,79 +298,131 @@ void Engine::run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink
                 }
         }
     } end_loan{parts_};
-    std::vector<size_t> done(inputs.size(), 0);
-    size_t next = 0;
-    while (next < inputs.size()) {
+    // The call's passes, all packed before the first runs (each segment's position from the lengths so far).
+    struct Dest {
+        size_t input;
+        int64_t row_in_logits;
+    };
+    struct Pass {
         BatchInfo b;
         std::vector<int32_t> tokens;
         std::vector<int64_t> out_rows;
-        struct Dest {
-            size_t input;
-            int64_t row_in_logits;
-        };
         std::vector<Dest> dests;
-        for (size_t i = next; i < inputs.size() && b.n_tokens < pass_max; i++) {
-            const SeqInput &in = inputs[i];
-            const int64_t remaining = int64_t(in.tokens.size() - done[i]);
-            const int64_t n = std::min(remaining, pass_max - b.n_tokens);
-            BatchSeg s;
-            s.seq = in.seq;
-            s.pos0 = seq_len_[size_t(in.seq)];
-            s.n = n;
-            s.row0 = b.n_tokens;
-            b.segs.push_back(s);
-            tokens.insert(tokens.end(), in.tokens.begin() + int64_t(done[i]), in.tokens.begin() + int64_t(done[i]) + n);
-            for (int64_t t = 0; t < n; t++) {
-                const int64_t idx = int64_t(done[i]) + t;  // index within this input's tokens
-                const bool last = idx == int64_t(in.tokens.size()) - 1;
-                if (in.all_logits || last) {
-                    out_rows.push_back(b.n_tokens + t);
-                    dests.push_back({i, in.all_logits ? idx : 0});
+    };
+    std::vector<Pass> passes;
+    {
+        std::vector<size_t> done(inputs.size(), 0);
+        std::vector<int64_t> len = seq_len_;
+        size_t next = 0;
+        while (next < inputs.size()) {
+            Pass ps;
+            BatchInfo &b = ps.b;
+            for (size_t i = next; i < inputs.size() && b.n_tokens < pass_max; i++) {
+                const SeqInput &in = inputs[i];
+                const int64_t remaining = int64_t(in.tokens.size() - done[i]);
+                if (remaining == 0) continue;
+                const int64_t n = std::min(remaining, pass_max - b.n_tokens);
+                BatchSeg sg;
+                sg.seq = in.seq;
+                sg.pos0 = len[size_t(in.seq)];
+                sg.n = n;
+                sg.row0 = b.n_tokens;
+                b.segs.push_back(sg);
+                ps.tokens.insert(ps.tokens.end(), in.tokens.begin() + int64_t(done[i]),
+                                 in.tokens.begin() + int64_t(done[i]) + n);
+                for (int64_t t = 0; t < n; t++) {
+                    const int64_t idx = int64_t(done[i]) + t;  // index within this input's tokens
+                    const bool last = idx == int64_t(in.tokens.size()) - 1;
+                    if (in.all_logits || last) {
+                        ps.out_rows.push_back(b.n_tokens + t);
+                        ps.dests.push_back({i, in.all_logits ? idx : 0});
+                    }
                 }
+                b.n_tokens += n;
+                done[i] += size_t(n);
+                len[size_t(in.seq)] += n;
             }
-            b.n_tokens += n;
+            while (next < inputs.size() && done[next] == inputs[next].tokens.size()) next++;
+            passes.push_back(std::move(ps));
         }
-        // Decoding-sized passes reuse one buffer; a pass wanting many rows (a scored prompt) gets its own. A pass
-        // giving ids needs none.
-        const size_t out_floats = id_sink ? 0 : out_rows.size() * size_t(n_vocab_);
-        std::vector<float> many;
-        if (out_rows.size() <= 16 && pass_logits_.size() < out_floats) pass_logits_.resize(out_floats);
-        if (out_rows.size() > 16) many.resize(out_floats);
-        float *out = out_rows.size() <= 16 ? pass_logits_.data() : many.data();
-        // the first pass is the call's largest: every one but the last has pass_max tokens
-        for (Part &p : parts_)
-            if (b.n_tokens > p.strata->plan().resident_chunk_tokens) p.strata->begin_loan(b.n_tokens);
+    }
+    if (passes.empty()) return;
+    // the first pass is the call's largest: every one but the last has pass_max tokens
+    for (Part &p : parts_)
+        if (passes[0].b.n_tokens > p.strata->plan().resident_chunk_tokens) p.strata->begin_loan(passes[0].b.n_tokens);
+
+    // Decoding-sized passes reuse one buffer; a pass wanting many rows (a scored prompt) gets its own. A pass giving
+    // ids needs none. Only the last part writes them, one pass after the other.
+    std::vector<float> many;
+    auto out_of = [&](const Pass &ps) {
+        const size_t out_floats = id_sink ? 0 : ps.out_rows.size() * size_t(n_vocab_);
+        if (ps.out_rows.size() <= 16) {
+            if (pass_logits_.size() < out_floats) pass_logits_.resize(out_floats);
+            return pass_logits_.data();
+        }
+        many.resize(out_floats);
+        return many.data();
+    };
+    auto deliver = [&](const Pass &ps, const float *out) {
+        for (size_t j = 0; j < ps.dests.size(); j++)
+            if (id_sink)
+                id_sink(pass_ids_[j], ps.dests[j].input);
+            else
+                sink(out + j * size_t(n_vocab_), ps.dests[j].input, ps.dests[j].row_in_logits);
+    };
+    // Part p's share of pass j: its layers, taking the residual stream part p - 1 left for pass j.
+    float *last_out = nullptr;
+    auto run_part = [&](size_t p, size_t j) {
+        const Pass &ps = passes[j];
+        Part &pt = parts_[p];
+        const bool last = p + 1 == parts_.size();
+        float *out = last ? (last_out = out_of(ps)) : nullptr;
+        if (last) pass_ids_.resize(ps.out_rows.size());
+        int32_t *ids = last && id_sink ? pass_ids_.data() : nullptr;
+        if (parts_.size() == 1) {
+            forward(*model_, *pt.backend, pt.strata->moe(), ps.tokens.data(), ps.b, ps.out_rows, out, tracer_, ids);
+            return;
+        }
+        const PassPart pp{pt.l0, pt.l1, p ? &parts_[p - 1].out[j % 2] : nullptr, &pt.out[j % 2]};
+        forward(*pt.model, *pt.backend, pt.strata->moe(), ps.tokens.data(), ps.b, ps.out_rows, out, tracer_, ids,
+                &pp);
+    };
+    auto advance = [&](const Pass &ps) {
+        for (const BatchSeg &sg : ps.b.segs) seq_len_[size_t(sg.seq)] += sg.n;
+    };
+    // Attention rows past a sequence's length are never read, but recurrent state is updated in place: a failed
+    // pass leaves its sequences' state lost (and with the pipeline, every pass a part may have begun).
+    auto lose = [&](size_t from) {
+        if (!has_recurrent()) return;
+        for (size_t j = from; j < passes.size(); j++)
+            for (const BatchSeg &sg : passes[j].b.segs) state_lost_[size_t(sg.seq)] = 1;
+    };
+    if (pipelined(passes.size())) {
+        PartPipeline pl;
+        pl.bind = [&](size_t p) { parts_[p].backend->bind_thread(); };
+        pl.run = run_part;
+        pl.finished = [&](size_t j) { deliver(passes[j], last_out); };
+        size_t finished = 0;
         try {
-            pass_ids_.resize(out_rows.size());
-            if (parts_.size() == 1) {
-                forward(*model_, *parts_[0].backend, parts_[0].strata->moe(), tokens.data(), b, out_rows, out,
-                        tracer_, id_sink ? pass_ids_.data() : nullptr);
-            } else {
-                // the parts in layer order, each taking the residual stream the one before left
-                for (size_t i = 0; i < parts_.size(); i++) {
-                    Part &p = parts_[i];
-                    const PassPart pp{p.l0, p.l1, i ? &parts_[i - 1].out : nullptr, &p.out};
-                    forward(*p.model, *p.backend, p.strata->moe(), tokens.data(), b, out_rows, out, tracer_,
-                            id_sink ? pass_ids_.data() : nullptr, &pp);
-                }
-            }
+            run_part_pipeline(parts_.size(), passes.size(), pl, &finished);
         } catch (...) {
-            // Attention rows past a sequence's length are never read, but recurrent state is updated in place.
-            if (has_recurrent())
-                for (const BatchSeg &sg : b.segs) state_lost_[size_t(sg.seq)] = 1;
+            for (size_t j = 0; j < finished; j++) advance(passes[j]);
+            lose(finished);
             throw;
         }
-        for (size_t j = 0; j < dests.size(); j++)
-            if (id_sink)
-                id_sink(pass_ids_[j], dests[j].input);
-            else
-                sink(out + j * size_t(n_vocab_), dests[j].input, dests[j].row_in_logits);
-        for (const BatchSeg &s : b.segs) {
-            seq_len_[size_t(s.seq)] += s.n;
-            for (size_t i = next; i < inputs.size(); i++)
-                if (inputs[i].seq == s.seq) done[i] += size_t(s.n);
+        for (const Pass &ps : passes) advance(ps);
+    } else {
+        for (size_t j = 0; j < passes.size(); j++) {
+            try {
+                for (size_t p = 0; p < parts_.size(); p++) run_part(p, j);
+            } catch (...) {
+                for (const BatchSeg &sg : passes[j].b.segs)
+                    if (has_recurrent()) state_lost_[size_t(sg.seq)] = 1;
+                throw;
+            }
+            deliver(passes[j], last_out);
+            advance(passes[j]);
         }
-        while (next < inputs.size() && done[next] == inputs[next].tokens.size()) next++;
     }
     end_loan.ok = true;
     for (Part &p : parts_) p.strata->end_loan();

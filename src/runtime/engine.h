@@ -147,6 +147,7 @@ class Engine {
     void set_tracer(const Tracer *t) { tracer_ = t; }
     // The routing of every MoE layer of later passes goes to o (nullptr: none); see MoeSchedule::set_observer.
     void set_routing_observer(RoutingObserver *o) {
+        observed_ = o != nullptr;
         for (Part &p : parts_) p.strata->set_routing_observer(o);
     }
     // Benchmarks: later passes route by seeded draws (strata/route_override.h); RouteOverride{}: the router again.
@@ -162,9 +163,12 @@ class Engine {
         std::unique_ptr<Backend> backend;
         std::unique_ptr<MemoryStrata> strata;
         int64_t l0 = 0, l1 = 0;
-        Residual out;
+        Residual out[2];  // by pass parity (a pipelined call's next pass may be written while this one is read)
     };
     void add_part(std::unique_ptr<Backend> backend, int64_t l0, int64_t l1, uint64_t vram_budget);
+    // Whether a call of n_passes runs its passes through the parts as a pipeline (runtime/part_pipeline.h;
+    // STRATA_SPLIT_PIPELINE, not with a tracer or routing observer, whose sinks expect one thread).
+    bool pipelined(size_t n_passes) const;
     size_t recurrent_state_bytes() const;        // every part's, summed (0: some part cannot save its own)
     void load_state(int32_t seq, const StateCheckpoint &cp);  // each part its share, in layer order
     void check_seq(int32_t seq) const;
@@ -185,6 +189,7 @@ class Engine {
     std::vector<float> pass_logits_;
     std::vector<int32_t> pass_ids_;  // a pass's arg-max ids (decode_argmax)
     const Tracer *tracer_ = nullptr;
+    bool observed_ = false;  // a routing observer is set
 };
 
 // Reads every weight byte once, in parallel, so the first tokens don't wait on page faults; skipped when the file

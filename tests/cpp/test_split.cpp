@@ -3,11 +3,17 @@
 // steps of two sequences, greedy picks, forks and cuts back to checkpoints; and the cost model's split of layers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <sstream>
 
 #include "core/error.h"
 #include "runtime/engine.h"
+#include "runtime/part_pipeline.h"
 #include "strata/split_plan.h"
 #include "synth/synth.h"
 #include "synth_cache.h"
@@ -112,15 +118,35 @@ TEST_P(SplitTest, PartsGiveTheWholeModelsBits) {
 }
 
 // The chunk size still matters only as it does for the whole model: a split with 7-token passes gives what the
-// whole model gives with 7-token passes.
+// whole model gives with 7-token passes, its passes run through the parts as a pipeline (part 1 on pass j while
+// part 0 is on pass j + 1: runtime/part_pipeline.h) or one after the other (STRATA_SPLIT_PIPELINE=0), two sequences
+// in one call, then the script's steps.
 TEST_P(SplitTest, ChunkedPromptsAsTheWholeModels) {
     auto whole = make(path(), {}, 7);
     const int64_t n = whole->hparams().n_layer;
-    auto e = make(path(), {n / 2, n - n / 2}, 7);
     std::vector<std::vector<float>> a, b;
-    whole->decode({{whole->new_sequence(), prompt_tokens(40, 4), true}}, a);
-    e->decode({{e->new_sequence(), prompt_tokens(40, 4), true}}, b);
-    EXPECT_TRUE(same_bits(a[0], b[0]));
+    const int32_t w1 = whole->new_sequence(), w2 = whole->new_sequence();
+    whole->decode({{w1, prompt_tokens(40, 4), true}, {w2, prompt_tokens(19, 5), false}}, a);
+    whole->drop(w1), whole->drop(w2);
+    const std::vector<float> rest = script(*whole);
+    for (const char *pipe : {"1", "0"}) {
+        ::setenv("STRATA_SPLIT_PIPELINE", pipe, 1);
+        std::vector<std::vector<int64_t>> splits{{n / 2, n - n / 2}};
+        if (n >= 3) splits.push_back({1, n - 2, 1});
+        for (const auto &sp : splits) {
+            auto e = make(path(), sp, 7);
+            const int32_t s1 = e->new_sequence(), s2 = e->new_sequence();
+            e->decode({{s1, prompt_tokens(40, 4), true}, {s2, prompt_tokens(19, 5), false}}, b);
+            ASSERT_EQ(b.size(), 2u);
+            EXPECT_TRUE(same_bits(a[0], b[0])) << "STRATA_SPLIT_PIPELINE=" << pipe << ", " << sp.size() << " parts";
+            EXPECT_TRUE(same_bits(a[1], b[1])) << "STRATA_SPLIT_PIPELINE=" << pipe << ", " << sp.size() << " parts";
+            EXPECT_EQ(e->seq_len(s1), 40);
+            EXPECT_EQ(e->seq_len(s2), 19);
+            e->drop(s1), e->drop(s2);
+            EXPECT_TRUE(same_bits(script(*e), rest)) << "STRATA_SPLIT_PIPELINE=" << pipe;
+        }
+    }
+    ::unsetenv("STRATA_SPLIT_PIPELINE");
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, SplitTest,
@@ -151,6 +177,61 @@ TEST(SplitConfig, BadSplitsAreRefusedByName) {
     auto chosen = make_engine(p, cfg);  // the cost model's choice: CPU parts of equal rates share the layers evenly
     EXPECT_EQ(chosen->n_parts(), 2u);
     EXPECT_EQ(chosen->part_layers(0).second, n / 2);
+}
+
+// ---- the pipeline ----
+
+// Each part's passes run in order on one thread; part p starts pass j only after part p - 1 finished it and after
+// part p + 1 finished pass j - 2 (the residual buffer it writes); the last part's finished() comes in pass order.
+TEST(PartPipeline, OrderAndBuffers) {
+    for (size_t parts : {2u, 3u, 4u}) {
+        const size_t n = 9;
+        std::atomic<int> clock{0};
+        std::vector<std::vector<int>> start(parts, std::vector<int>(n, -1)), end = start;
+        std::vector<size_t> finished;
+        PartPipeline pl;
+        pl.run = [&](size_t p, size_t j) {
+            start[p][j] = clock++;
+            std::this_thread::sleep_for(std::chrono::microseconds(200 * (p + 1)));
+            end[p][j] = clock++;
+        };
+        pl.finished = [&](size_t j) { finished.push_back(j); };
+        EXPECT_EQ(run_part_pipeline(parts, n, pl), n);
+        for (size_t p = 0; p < parts; p++)
+            for (size_t j = 0; j < n; j++) {
+                ASSERT_GE(start[p][j], 0);
+                // its own passes in order; its input written; the buffer it writes read by the part after
+                const int prev = j > 0 ? end[p][j - 1] : -1, input = p > 0 ? end[p - 1][j] : -1;
+                const int buffer = p + 1 < parts && j >= 2 ? end[p + 1][j - 2] : -1;
+                EXPECT_LT(std::max({prev, input, buffer}), start[p][j]) << "part " << p << " pass " << j;
+            }
+        ASSERT_EQ(finished.size(), n);
+        for (size_t j = 0; j < n; j++) EXPECT_EQ(finished[j], j);
+    }
+}
+
+// A part that throws stops the pipeline: the error reaches the caller, no part starts a pass after it, and the
+// passes the last part finished are reported.
+TEST(PartPipeline, AnErrorStopsEveryPart) {
+    std::atomic<int> after{0};
+    std::atomic<bool> thrown{false};
+    PartPipeline pl;
+    pl.run = [&](size_t p, size_t j) {
+        if (thrown) after++;
+        if (p == 1 && j == 3) {
+            thrown = true;
+            throw Error("part 1 failed on pass 3");
+        }
+    };
+    size_t done = 99;
+    try {
+        run_part_pipeline(3, 10, pl, &done);
+        FAIL() << "the error was lost";
+    } catch (const Error &e) {
+        EXPECT_NE(std::string(e.what()).find("pass 3"), std::string::npos);
+    }
+    EXPECT_LE(done, 3u);
+    EXPECT_LE(after.load(), 2);  // at most the passes other parts had already begun
 }
 
 // ---- the cost model ----

@@ -190,30 +190,39 @@ TEST_P(CudaEngine, SplitOverTwoParticipantsIsBitIdentical) {
         }
         return out;
     };
-    for (int64_t slots : {int64_t(0), int64_t(2)})
-        for (bool graphs : {true, false}) {
-            EngineConfig cfg = config();
-            cfg.expert_slots = slots;
-            cfg.cuda_graphs = graphs;
-            auto whole = make_cuda_engine(path(), cfg);
-            const std::vector<float> ref = go(*whole);
-            const int64_t n = whole->hparams().n_layer;
-            whole.reset();
-            for (int64_t k = 1; k < n; k++) {
-                EngineConfig sc = cfg;
-                sc.parts = {{Device::Cuda, 0, 0, k}, {Device::Cuda, 0, 0, n - k}};
-                auto e = make_engine(path(), sc);
-                ASSERT_EQ(e->n_parts(), 2u);
-                const std::vector<float> got = go(*e);
-                ASSERT_EQ(got.size(), ref.size());
-                EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0)
-                    << "split " << k << "/" << n - k << ", " << slots << " slots, graphs " << graphs;
-                if (slots) {
-                    EXPECT_GT(e->part_stats(0).expert_cache_misses, 0u);
-                    EXPECT_GT(e->part_stats(1).expert_cache_misses, 0u);
+    // 16-token passes: the prompt's three passes run through the parts as a pipeline (STRATA_SPLIT_PIPELINE=1, each
+    // part driven by a thread of its own) or one after the other
+    for (int64_t n_batch : {int64_t(512), int64_t(16)})
+        for (int64_t slots : {int64_t(0), int64_t(2)})
+            for (bool graphs : {true, false}) {
+                EngineConfig cfg = config(n_batch);
+                cfg.expert_slots = slots;
+                cfg.cuda_graphs = graphs;
+                auto whole = make_cuda_engine(path(), cfg);
+                const std::vector<float> ref = go(*whole);
+                const int64_t n = whole->hparams().n_layer;
+                whole.reset();
+                for (const char *pipe : {"1", "0"}) {
+                    if (n_batch == 512 && pipe[0] == '1') continue;  // one pass a call: nothing to pipeline
+                    ::setenv("STRATA_SPLIT_PIPELINE", pipe, 1);
+                    for (int64_t k = 1; k < n; k++) {
+                        EngineConfig sc = cfg;
+                        sc.parts = {{Device::Cuda, 0, 0, k}, {Device::Cuda, 0, 0, n - k}};
+                        auto e = make_engine(path(), sc);
+                        ASSERT_EQ(e->n_parts(), 2u);
+                        const std::vector<float> got = go(*e);
+                        ASSERT_EQ(got.size(), ref.size());
+                        EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0)
+                            << "split " << k << "/" << n - k << ", " << slots << " slots, graphs " << graphs
+                            << ", passes of " << n_batch << ", STRATA_SPLIT_PIPELINE=" << pipe;
+                        if (slots) {
+                            EXPECT_GT(e->part_stats(0).expert_cache_misses, 0u);
+                            EXPECT_GT(e->part_stats(1).expert_cache_misses, 0u);
+                        }
+                    }
+                    ::unsetenv("STRATA_SPLIT_PIPELINE");
                 }
             }
-        }
 }
 
 TEST_P(CudaEngine, PlacementDoesNotChangeABit) {

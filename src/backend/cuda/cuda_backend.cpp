@@ -221,6 +221,8 @@ double CudaBackend::copy_rate_gbs() {
     return copy_rate_gbs_;
 }
 
+void CudaBackend::bind_thread() { STRATA_CUDA_CHECK(cudaSetDevice(device_)); }
+
 // 64 MiB copied within a device buffer and from a pinned host buffer, both allocated here and freed after (before
 // prepare(): nothing of the budget is held yet); {0, 0} where either cannot be had.
 std::pair<double, double> CudaBackend::start_rates_gbs() {

@@ -68,6 +68,7 @@ class CudaBackend final : public Backend {
     void upload_i32(const int32_t *host, int64_t n, int32_t *dst) override;
     void begin_pass(const BatchInfo &b, const PassIo &io, bool traced) override;
     std::pair<double, double> start_rates_gbs() override;
+    void bind_thread() override;
     bool replay_pass(const BatchInfo &b, const PassIo &io) override;
     void end_pass() override;
     void abort_pass() override;
