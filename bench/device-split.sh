@@ -17,7 +17,7 @@ echo "split tests rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|split " $L/s
 for args in "--vram-budget 12G" "--gpus 0,0 --vram-budget 6G,6G"; do
   sb -m $F -p 512,4096 -n 32 -r 1 --chunk 4096 --routing uniform $args; grep -E "^part|CUDA0:" $L/s.err | head -4
 done
-sb -m $F -p 512 -n 64 -r 1 --chunk 4096; sb -m $F -p 512 -n 64 -r 1 --chunk 4096 --gpus 0,0 --split 24,24
+[ "${RESIDENT:-0}" = 1 ] && { sb -m $F -p 512 -n 64 -r 1 --chunk 4096; sb -m $F -p 512 -n 64 -r 1 --chunk 4096 --gpus 0,0 --split 24,24; }
 grep -E "^part|^split" $L/s.err | head -4
 for pipe in 1 0; do STRATA_SPLIT_PIPELINE=$pipe sb -m $F -p 4096 -n 1 -r 1 --chunk 1024 --gpus 0,0 --split 24,24; done
 if [ "${ENGINE_SUITE:-0}" = 1 ]; then
