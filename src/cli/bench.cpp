@@ -398,6 +398,29 @@ json timing_json(const std::vector<LayerTiming> &layers) {
     return out.empty() ? json(nullptr) : out;
 }
 
+// A split model's participants (null for one): each one's device, layers and budget.
+json parts_json(const Engine &eng, const EngineConfig &cfg) {
+    if (eng.n_parts() < 2) return nullptr;
+    json out = json::array();
+    for (size_t i = 0; i < eng.n_parts(); i++) {
+        const auto [l0, l1] = eng.part_layers(i);
+        const uint64_t b = i < cfg.parts.size() ? cfg.parts[i].vram_budget : 0;
+        out.push_back({{"backend", eng.part_backend(i).name()},
+                       {"first_layer", l0},
+                       {"last_layer", l1 - 1},
+                       {"vram_budget_bytes", b ? json(b) : json(nullptr)}});
+    }
+    return out;
+}
+
+// The table's budget column: the budget, one per participant of a split model, or "-".
+std::string budget_text(const EngineConfig &cfg) {
+    if (cfg.parts.empty()) return cfg.vram_budget ? format_bytes(cfg.vram_budget) : "-";
+    std::string s;
+    for (const PartConfig &p : cfg.parts) s += (s.empty() ? "" : ",") + (p.vram_budget ? format_bytes(p.vram_budget) : "-");
+    return s;
+}
+
 json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string &routing, uint64_t per_token,
                  double copy_gbs, double upload_gbs, const ExpertCacheStats &strata_stats, int repetitions,
                  const std::vector<TestResult> &results, const std::string &backend, const Backend &be) {
@@ -555,13 +578,13 @@ Run add_bench(CLI::App &app) {
             std::any_of(results.begin(), results.end(), [](const TestResult &r) { return r.cache.bytes_streamed > 0; });
         const double upload_gbs = streamed ? eng->backend().upload_rate_gbs() : 0.0;
         if (a->json) {
-            std::printf("%s\n", report_json(m, cfg, routing, decode_weight_bytes(eng->model()), copy_gbs, upload_gbs,
-                                            eng->expert_stats(), a->repetitions, results, backend, eng->backend())
-                                    .dump(2)
-                                    .c_str());
+            json j = report_json(m, cfg, routing, decode_weight_bytes(eng->model()), copy_gbs, upload_gbs,
+                                 eng->expert_stats(), a->repetitions, results, backend, eng->backend());
+            j["parts"] = parts_json(*eng, cfg);
+            std::printf("%s\n", j.dump(2).c_str());
             return 0;
         }
-        print_table(m, cfg.vram_budget ? format_bytes(cfg.vram_budget) : "-", routing, results);
+        print_table(m, budget_text(cfg), routing, results);
         print_decode_bytes(decode_weight_bytes(eng->model()), copy_gbs, results);
         const PrefetchStats pf = eng->expert_stats().prefetch;
         if (pf.picks)

@@ -98,6 +98,7 @@ class Engine {
     // Participants: how many, and each one's backend, plan and layers [first, second).
     size_t n_parts() const { return parts_.size(); }
     Backend &part_backend(size_t i) { return *parts_[i].backend; }
+    const Backend &part_backend(size_t i) const { return *parts_[i].backend; }
     const Placement &part_plan(size_t i) const { return parts_[i].strata->plan(); }
     std::pair<int64_t, int64_t> part_layers(size_t i) const { return {parts_[i].l0, parts_[i].l1}; }
     ExpertCacheStats part_stats(size_t i) const { return parts_[i].strata->stats(); }
