@@ -66,6 +66,7 @@ void Engine::add_part(std::unique_ptr<Backend> backend, int64_t l0, int64_t l1, 
     so.plan.scratch_bytes = cfg_.scratch_bytes;
     so.plan.chunk_tokens = cfg_.n_batch;
     so.plan.loan_floor_slots = cfg_.loan_floor_slots;
+    so.plan.logits = l1 == model_->hp.n_layer;
     so.plan = plan_options_from_env(so.plan);
     if (cfg_.host_mem == HostMem::Mmap) so.plan.host_pinned_copy = false;
     if (cfg_.host_mem == HostMem::Pinned) so.plan.host_pinned_copy = so.plan.require_pinned_copy = true;
@@ -577,7 +578,7 @@ std::vector<int64_t> choose_split(const Model &m, std::vector<std::unique_ptr<Ba
         if (!s.device_memory) continue;
         const uint64_t budget = cfg.parts[i].vram_budget;
         s.capacity_bytes = double(budget ? std::min<uint64_t>(budget, f.free_bytes) : f.free_bytes);
-        s.fixed_bytes = double(f.runtime_bytes + scratch_estimate(m.hp, cfg.n_batch, true) +
+        s.fixed_bytes = double(f.runtime_bytes + scratch_estimate(m.hp, cfg.n_batch, true, i + 1 == P) +
                                stage_estimate(m.hp, cfg.n_batch));
         const auto [read, bus] = backends[i]->start_rates_gbs();
         if (read > 0) s.read_gbs = read;

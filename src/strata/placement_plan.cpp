@@ -17,7 +17,7 @@ size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 }  // namespace
 
-uint64_t scratch_estimate(const HParams &hp, int64_t chunk_tokens, bool int8_rows) {
+uint64_t scratch_estimate(const HParams &hp, int64_t chunk_tokens, bool int8_rows, bool logits) {
     const uint64_t align = 256;
     const uint64_t T = uint64_t(std::max<int64_t>(chunk_tokens, 1)), E = uint64_t(hp.n_embd);
     const uint64_t q_cols = uint64_t(hp.n_head * hp.head_dim_k), kv = uint64_t(hp.n_head_kv * hp.head_dim_k);
@@ -50,7 +50,7 @@ uint64_t scratch_estimate(const HParams &hp, int64_t chunk_tokens, bool int8_row
                                   n_v * 16 * (64 * (3 * uint64_t(hp.ssm_d_state) + 2 * d_v) + 1));
     const uint64_t mm_tmp = 5 * T * K;
     const uint64_t out_rows = std::min<uint64_t>(T, uint64_t(k_logit_slice_rows));
-    const uint64_t out = 4 * out_rows * (2 * E + uint64_t(hp.n_vocab)) + 5 * out_rows * E;
+    const uint64_t out = logits ? 4 * out_rows * (2 * E + uint64_t(hp.n_vocab)) + 5 * out_rows * E : 0;
     const uint64_t total = 4 * T * E + layers + std::max({moe_tmp, gdn_tmp, mm_tmp}) + out;
     return total + total / 8 + (uint64_t(32) << 20);
 }
@@ -131,7 +131,7 @@ Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShap
                         std::find(dev.int8_expert_input_types.begin(), dev.int8_expert_input_types.end(),
                                   e.gate->type) != dev.int8_expert_input_types.end();
     auto scratch_for = [&](int64_t chunk) {
-        return uint64_t(align_up(opt.scratch_bytes ? opt.scratch_bytes : scratch_estimate(hp, chunk, int8_rows), a));
+        return uint64_t(align_up(opt.scratch_bytes ? opt.scratch_bytes : scratch_estimate(hp, chunk, int8_rows, opt.logits), a));
     };
     p.resident_chunk_tokens = opt.chunk_tokens;
     p.scratch_bytes = scratch_for(opt.chunk_tokens);

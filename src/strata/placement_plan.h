@@ -17,6 +17,7 @@ struct PlanOptions {
     int64_t expert_slots = 0;    // at most this many expert slots (0: as many as the budget allows)
     uint64_t scratch_bytes = 0;  // scratch to plan (0: the estimate for chunk_tokens; tests plan less)
     int64_t chunk_tokens = 512;  // the most tokens in one forward pass
+    bool logits = true;          // its passes compute logits (false: a split model's part before the last)
     // Prompt loans (STRATA_PROMPT_LOAN=0: off): with a partial expert cache, scratch for passes of up to
     // k_loan_resident_chunk tokens stays resident and bigger passes borrow expert slots (placement.h); where no loan
     // holds chunk_tokens, the chunk shrinks to the largest one that fits.
@@ -49,9 +50,9 @@ Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShap
                          const PlanOptions &opt);
 
 // The scratch one forward pass of `chunk_tokens` tokens takes (activations of a layer, the largest op's
-// temporaries, the logits of one slice), with a margin.
+// temporaries, the logits of one slice where `logits`), with a margin.
 // int8_rows: the experts' gathered input rows are int8 only (DeviceFacts::int8_expert_input_types).
-uint64_t scratch_estimate(const HParams &hp, int64_t chunk_tokens, bool int8_rows = false);
+uint64_t scratch_estimate(const HParams &hp, int64_t chunk_tokens, bool int8_rows = false, bool logits = true);
 // The pinned host staging a pass of `chunk_tokens` tokens uploads through (routing tables, rows, positions).
 uint64_t stage_estimate(const HParams &hp, int64_t chunk_tokens);
 

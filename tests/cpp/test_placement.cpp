@@ -119,6 +119,28 @@ TEST(PlacementPlan, AllResidentWhenTheDeviceHoldsEverything) {
     }
 }
 
+// A split model's part before the last computes no logits: its scratch leaves out the vocabulary slice, exactly
+// (scratch_estimate's output term), and everything else stays as planned.
+TEST(PlacementPlan, APartWithoutLogitsPlansNoLogitSlice) {
+    const Loaded l = load("tiny-qwen3next");
+    PlanOptions o;
+    o.chunk_tokens = 512;
+    const Placement with = plan(l, device(80 * GiB), o);
+    o.logits = false;
+    const Placement without = plan(l, device(80 * GiB), o);
+    const HParams &hp = l.m->hp;
+    EXPECT_LT(scratch_estimate(hp, 512, false, false), scratch_estimate(hp, 512, false, true));
+    EXPECT_LT(without.scratch_bytes, with.scratch_bytes);
+    const uint64_t rows = std::min<uint64_t>(512, uint64_t(k_logit_slice_rows)), E = uint64_t(hp.n_embd);
+    const uint64_t out = 4 * rows * (2 * E + uint64_t(hp.n_vocab)) + 5 * rows * E;
+    // the estimate's margin is an eighth of the total (each total rounded down on its own)
+    const uint64_t diff = scratch_estimate(hp, 512, false, true) - scratch_estimate(hp, 512, false, false);
+    EXPECT_GE(diff, out + out / 8);
+    EXPECT_LE(diff, out + out / 8 + 1);
+    EXPECT_EQ(without.weight_bytes, with.weight_bytes);
+    EXPECT_EQ(without.cache_bytes, with.cache_bytes);
+}
+
 // The pinned staging for a pass's uploads grows with the chunk (a prompt chunk's routing tables: 12 bytes a
 // token-expert pair per MoE layer at least), from a 4 MiB floor to a 256 MiB cap.
 TEST(PlacementPlan, StagingHoldsAPassOfUploads) {
