@@ -21,12 +21,8 @@ WeightSet weight_set(Model &m) {
     ws.experts.resize(size_t(m.hp.n_layer));
     for (int64_t il = 0; il < m.hp.n_layer; il++) {
         LayerWeights &L = m.layers[size_t(il)];
-        for (Weight *w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ssm_qkv, &L.ssm_z, &L.ssm_ba, &L.ssm_beta, &L.ssm_alpha,
-                          &L.ssm_out, &L.gate_inp, &L.gate_shexp, &L.up_shexp, &L.down_shexp})
-            add(ws.matrices, *w);
-        for (Weight *w : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.ssm_dt_bias, &L.ssm_a, &L.ssm_norm,
-                          &L.gate_inp_shexp, &L.ssm_conv1d})
-            add(ws.vectors, *w);
+        for (Weight LayerWeights::*w : k_layer_matrices) add(ws.matrices, L.*w);
+        for (Weight LayerWeights::*w : k_layer_vectors) add(ws.vectors, L.*w);
         ws.experts[size_t(il)] = expert_weights(il, L);
     }
     if (m.file) {

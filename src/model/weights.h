@@ -100,6 +100,17 @@ std::unique_ptr<Model> model_part(const Model &m, int64_t l0, int64_t l1);
 void declare_qwen3moe(TensorLoader &tl, Model &m);
 void declare_qwen3next(TensorLoader &tl, Model &m);  // also qwen35moe, whose differences it handles
 
+// A layer's resident weights besides its routed experts: the matrices and the f32 vectors (absent ones included).
+inline constexpr Weight LayerWeights::*k_layer_matrices[] = {
+    &LayerWeights::wq,        &LayerWeights::wk,       &LayerWeights::wv,        &LayerWeights::wo,
+    &LayerWeights::ssm_qkv,   &LayerWeights::ssm_z,    &LayerWeights::ssm_ba,    &LayerWeights::ssm_beta,
+    &LayerWeights::ssm_alpha, &LayerWeights::ssm_out,  &LayerWeights::gate_inp,  &LayerWeights::gate_shexp,
+    &LayerWeights::up_shexp,  &LayerWeights::down_shexp};
+inline constexpr Weight LayerWeights::*k_layer_vectors[] = {
+    &LayerWeights::attn_norm,   &LayerWeights::ffn_norm, &LayerWeights::q_norm,   &LayerWeights::k_norm,
+    &LayerWeights::ssm_dt_bias, &LayerWeights::ssm_a,    &LayerWeights::ssm_norm, &LayerWeights::gate_inp_shexp,
+    &LayerWeights::ssm_conv1d};
+
 // What a backend computes with: the resident matrices and f32 vectors of the trunk's layers (not the MTP blocks,
 // which do not run) and each layer's routed experts.
 WeightSet weight_set(Model &m);

@@ -168,9 +168,10 @@ StateCheckpoint Engine::checkpoint(int32_t seq) {
     if (!can_rewind()) fail("the %s backend cannot save recurrent state", backend().name().c_str());
     cp.data.resize(recurrent_state_bytes());
     uint8_t *at = cp.data.data();
-    for (Part &p : parts_) {  // the parts' states one after the other, in layer order
-        p.backend->save_recurrent_state(seq, at);
-        at += p.backend->recurrent_state_bytes();
+    for (Part &p : parts_) {  // the parts' states one after the other, in layer order (none where a part has none)
+        const size_t b = p.backend->recurrent_state_bytes();
+        if (b) p.backend->save_recurrent_state(seq, at);
+        at += b;
     }
     return cp;
 }
@@ -190,8 +191,9 @@ bool need_state(const Engine &e, size_t state_bytes, int64_t n_pos, int64_t len,
 void Engine::load_state(int32_t seq, const StateCheckpoint &cp) {
     const uint8_t *at = cp.data.data();
     for (Part &p : parts_) {
-        p.backend->load_recurrent_state(seq, at);
-        at += p.backend->recurrent_state_bytes();
+        const size_t b = p.backend->recurrent_state_bytes();
+        if (b) p.backend->load_recurrent_state(seq, at);
+        at += b;
     }
 }
 
@@ -393,9 +395,9 @@ void Engine::run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink
     };
     // Attention rows past a sequence's length are never read, but recurrent state is updated in place: a failed
     // pass leaves its sequences' state lost (and with the pipeline, every pass a part may have begun).
-    auto lose = [&](size_t from) {
+    auto lose = [&](size_t from, size_t to) {
         if (!has_recurrent()) return;
-        for (size_t j = from; j < passes.size(); j++)
+        for (size_t j = from; j < to; j++)
             for (const BatchSeg &sg : passes[j].b.segs) state_lost_[size_t(sg.seq)] = 1;
     };
     if (pipelined(passes.size())) {
@@ -408,7 +410,7 @@ void Engine::run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink
             run_part_pipeline(parts_.size(), passes.size(), pl, &finished);
         } catch (...) {
             for (size_t j = 0; j < finished; j++) advance(passes[j]);
-            lose(finished);
+            lose(finished, passes.size());
             throw;
         }
         for (const Pass &ps : passes) advance(ps);
@@ -417,8 +419,7 @@ void Engine::run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink
             try {
                 for (size_t p = 0; p < parts_.size(); p++) run_part(p, j);
             } catch (...) {
-                for (const BatchSeg &sg : passes[j].b.segs)
-                    if (has_recurrent()) state_lost_[size_t(sg.seq)] = 1;
+                lose(j, j + 1);
                 throw;
             }
             deliver(passes[j], last_out);
@@ -487,19 +488,29 @@ Device parse_device(const std::string &s) {
     fail("--device: expected auto, cpu or cuda, got '%s'", s.c_str());
 }
 
-std::unique_ptr<Engine> make_cuda_engine(const std::string &path, const EngineConfig &cfg) {
+namespace {
+// A CUDA backend on that device with the config's options (throws where the build has no CUDA).
+std::unique_ptr<Backend> cuda_backend_for(int device, const EngineConfig &cfg) {
 #ifdef STRATA_HAVE_CUDA
-    std::unique_ptr<Model> m = load_model(path);
-    prefault_weights(*m, cfg.n_threads, cfg.load_progress);
     CudaOptions o;
-    o.device = cfg.cuda_device;
+    o.device = device;
     o.graphs = cfg.cuda_graphs;
-    return std::make_unique<Engine>(std::move(m), make_cuda_backend(o), cfg);
+    return make_cuda_backend(o);
 #else
-    (void)path;
-    (void)cfg;
+    (void)device, (void)cfg;
     fail("this build of strata has no CUDA backend (rebuild with -DSTRATA_CUDA=ON)");
 #endif
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> make_cuda_engine(const std::string &path, const EngineConfig &cfg) {
+#ifndef STRATA_HAVE_CUDA
+    cuda_backend_for(cfg.cuda_device, cfg);  // says so before the model is read
+#endif
+    std::unique_ptr<Model> m = load_model(path);
+    prefault_weights(*m, cfg.n_threads, cfg.load_progress);
+    return std::make_unique<Engine>(std::move(m), cuda_backend_for(cfg.cuda_device, cfg), cfg);
 }
 
 namespace {
@@ -513,11 +524,8 @@ std::vector<SplitLayer> split_costs(const Model &m, const EngineConfig &cfg) {
     for (int64_t il = 0; il < hp.n_layer; il++) {
         const LayerWeights &L = m.layers[size_t(il)];
         SplitLayer &s = v[size_t(il)];
-        for (const Weight *w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ssm_qkv, &L.ssm_z, &L.ssm_ba, &L.ssm_beta, &L.ssm_alpha,
-                                &L.ssm_out, &L.gate_inp, &L.gate_shexp, &L.up_shexp, &L.down_shexp, &L.attn_norm,
-                                &L.ffn_norm, &L.q_norm, &L.k_norm, &L.ssm_dt_bias, &L.ssm_a, &L.ssm_norm,
-                                &L.gate_inp_shexp, &L.ssm_conv1d})
-            s.read_bytes += bytes(*w);
+        for (Weight LayerWeights::*w : k_layer_matrices) s.read_bytes += bytes(L.*w);
+        for (Weight LayerWeights::*w : k_layer_vectors) s.read_bytes += bytes(L.*w);
         s.resident_bytes = s.read_bytes + double(caches.first_bytes(size_t(il)) + caches.second_bytes(size_t(il)));
         const ExpertWeights e = expert_weights(il, L);
         if (e.present()) {
@@ -530,15 +538,7 @@ std::vector<SplitLayer> split_costs(const Model &m, const EngineConfig &cfg) {
 
 std::unique_ptr<Backend> part_backend(const PartConfig &p, const EngineConfig &cfg) {
     const bool cuda = p.device == Device::Cuda || (p.device == Device::Auto && cuda_available());
-    if (!cuda) return make_cpu_backend(cfg.n_threads);
-#ifdef STRATA_HAVE_CUDA
-    CudaOptions o;
-    o.device = p.cuda_device;
-    o.graphs = cfg.cuda_graphs;
-    return make_cuda_backend(o);
-#else
-    fail("this build of strata has no CUDA backend (rebuild with -DSTRATA_CUDA=ON)");
-#endif
+    return cuda ? cuda_backend_for(p.cuda_device, cfg) : make_cpu_backend(cfg.n_threads);
 }
 
 }  // namespace
@@ -566,14 +566,15 @@ std::vector<int64_t> choose_split(const Model &m, std::vector<std::unique_ptr<Ba
         return b;
     }
     if (given != 0) fail("--split: give every participant's layers or none");
+    // the first part holds the token embedding, the last the output norm and matrix (model_part), tied or not
+    const double tok = m.tok_embd.present() ? double(m.tok_embd.matrix_bytes()) : 0.0;
+    const double out = double(m.output.matrix_bytes() + m.output_norm.matrix_bytes());
     std::vector<SplitPart> parts(P);
     for (size_t i = 0; i < P; i++) {
         const DeviceFacts f = backends[i]->device_facts();
         SplitPart &s = parts[i];
         s.device_memory = f.has_device_memory;
-        const double tok = m.tok_embd.present() ? double(m.tok_embd.matrix_bytes()) : 0.0;
-        const double out = double(m.output.matrix_bytes() + m.output_norm.matrix_bytes());
-        s.first_bytes = m.output.host == m.tok_embd.host ? 0.0 : tok;
+        s.first_bytes = tok;
         s.last_bytes = out;
         if (!s.device_memory) continue;
         const uint64_t budget = cfg.parts[i].vram_budget;
