@@ -106,6 +106,9 @@ def _refused(port: int) -> bool:
         return False
     except ConnectionRefusedError:
         return True
+    except ConnectionResetError:
+        # The SYN reached the listener as it closed: not served, but not yet the refusal the test waits for.
+        return False
 
 
 # ---- a port in use -------------------------------------------------------------------------------------------------
