@@ -1,11 +1,14 @@
-// The worker pool: workers sleep on a condition variable between jobs; a job is a generation number bump.
+// The worker pool (threads.h; its protocol at the top): a job is a generation number bump.
 #include "core/threads.h"
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <set>
 #include <string>
 #include <utility>
+
+#include "core/spin_pool.h"
 
 namespace strata {
 
@@ -29,40 +32,64 @@ int physical_cores() {
     return n;
 }
 
-ThreadPool::ThreadPool(int n_threads) {
+ThreadPool::ThreadPool(int n_threads, int spin_us) : spin_us_(std::max(0, spin_us)) {
     if (n_threads <= 0) n_threads = hardware_threads();
     for (int i = 1; i < n_threads; i++) workers_.emplace_back([this, i] { worker(i); });
 }
 
 ThreadPool::~ThreadPool() {
+    stop_.store(true);
     {
         std::lock_guard<std::mutex> lock(mu_);
-        stop_ = true;
+        cv_start_.notify_all();
     }
-    cv_start_.notify_all();
     for (std::thread &t : workers_) t.join();
 }
+
+namespace {
+
+// Polls done() for spin_us (pause, then yield); false where it still does not hold.
+template <class F>
+bool spin_until(int spin_us, const F &done) {
+    if (spin_us <= 0) return done();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+    SpinWait w;
+    for (int i = 0;; i++) {
+        if (done()) return true;
+        if ((i & 63) == 63 && std::chrono::steady_clock::now() > until) return false;
+        w.once();
+    }
+}
+
+}  // namespace
 
 void ThreadPool::worker(int ith) {
     uint64_t seen = 0;
     for (;;) {
-        const std::function<void(int, int)> *job;
-        {
+        auto moved = [&] { return stop_.load() || generation_.load() != seen; };
+        if (!spin_until(spin_us_, moved)) {
             std::unique_lock<std::mutex> lock(mu_);
-            cv_start_.wait(lock, [&] { return stop_ || generation_ != seen; });
-            if (stop_) return;
-            seen = generation_;
-            job = job_;
+            sleepers_.fetch_add(1);
+            cv_start_.wait(lock, moved);
+            sleepers_.fetch_sub(1);
         }
+        if (stop_.load()) return;
+        seen = generation_.load();
+        const std::function<void(int, int)> *job = job_;
         std::exception_ptr err;
         try {
             (*job)(ith, size());
         } catch (...) {
             err = std::current_exception();
         }
-        std::lock_guard<std::mutex> lock(mu_);
-        if (err && !error_) error_ = err;
-        if (--pending_ == 0) cv_done_.notify_one();
+        if (err) {
+            std::lock_guard<std::mutex> lock(mu_);
+            if (!error_) error_ = err;
+        }
+        if (pending_.fetch_sub(1) == 1 && waiting_.load()) {
+            std::lock_guard<std::mutex> lock(mu_);
+            cv_done_.notify_one();
+        }
     }
 }
 
@@ -71,23 +98,31 @@ void ThreadPool::run(const std::function<void(int, int)> &fn) {
         fn(0, 1);
         return;
     }
-    {
+    job_ = &fn;
+    error_ = nullptr;  // no worker touches it between jobs
+    pending_.store(int(workers_.size()));
+    generation_.fetch_add(1);
+    if (sleepers_.load() > 0) {
         std::lock_guard<std::mutex> lock(mu_);
-        job_ = &fn;
-        pending_ = int(workers_.size());
-        error_ = nullptr;
-        generation_++;
+        cv_start_.notify_all();
     }
-    cv_start_.notify_all();
     std::exception_ptr err;
     try {
         fn(0, size());
     } catch (...) {
         err = std::current_exception();
     }
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_done_.wait(lock, [&] { return pending_ == 0; });
-    if (!err) err = error_;
+    auto done = [&] { return pending_.load() == 0; };
+    if (!spin_until(spin_us_, done)) {
+        std::unique_lock<std::mutex> lock(mu_);
+        waiting_.store(true);
+        cv_done_.wait(lock, done);
+        waiting_.store(false);
+    }
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!err) err = error_;
+    }
     job_ = nullptr;
     if (err) std::rethrow_exception(err);
 }

@@ -97,6 +97,8 @@ class Engine {
     const Placement &plan() const { return parts_[0].strata->plan(); }
     // Participants: how many, and each one's backend, plan and layers [first, second).
     size_t n_parts() const { return parts_.size(); }
+    // Passes a split model's calls were cut into between their sequences (runtime/part_pipeline.h, micro-passes).
+    uint64_t micro_passes() const { return micro_passes_; }
     Backend &part_backend(size_t i) { return *parts_[i].backend; }
     const Backend &part_backend(size_t i) const { return *parts_[i].backend; }
     const Placement &part_plan(size_t i) const { return parts_[i].strata->plan(); }
@@ -170,6 +172,7 @@ class Engine {
     // Whether a call of n_passes runs its passes through the parts as a pipeline (runtime/part_pipeline.h;
     // STRATA_SPLIT_PIPELINE, not with a tracer or routing observer, whose sinks expect one thread).
     bool pipelined(size_t n_passes) const;
+    bool parts_on_host() const;  // no part has device memory
     size_t recurrent_state_bytes() const;        // every part's, summed (0: some part cannot save its own)
     void load_state(int32_t seq, const StateCheckpoint &cp);  // each part its share, in layer order
     void check_seq(int32_t seq) const;
@@ -183,6 +186,7 @@ class Engine {
     std::unique_ptr<Model> model_;
     EngineConfig cfg_;
     std::vector<Part> parts_;
+    uint64_t micro_passes_ = 0;
     std::vector<int64_t> seq_len_;  // per sequence; -1 when free
     std::vector<char> state_lost_;  // per sequence: a failed pass may have changed its recurrent state
     // A decoding pass's logit rows (at most 16), kept from pass to pass: a vocabulary row is 600 KB on the Qwen

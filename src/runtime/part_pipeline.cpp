@@ -1,7 +1,9 @@
 // The pipeline of a split model's parts (part_pipeline.h; its protocol at the top).
 #include "runtime/part_pipeline.h"
 
+#include <algorithm>
 #include <condition_variable>
+#include <limits>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -51,6 +53,29 @@ size_t run_part_pipeline(size_t n_parts, size_t n_passes, const PartPipeline &p,
     if (done_passes) *done_passes = done[n_parts - 1];
     if (error) std::rethrow_exception(error);
     return done[n_parts - 1];
+}
+
+std::vector<size_t> micro_pass_starts(const std::vector<int64_t> &seg_tokens, size_t n) {
+    const size_t s = seg_tokens.size(), m = std::min(s, n);
+    if (m <= 1) return {0};
+    std::vector<int64_t> sum(s + 1, 0);
+    for (size_t i = 0; i < s; i++) sum[i + 1] = sum[i] + seg_tokens[i];
+    // best[g][i]: the smallest largest micro-pass over the first i segments cut into g; from[g][i]: where the last
+    // of those g starts.
+    const int64_t inf = std::numeric_limits<int64_t>::max();
+    std::vector<std::vector<int64_t>> best(m + 1, std::vector<int64_t>(s + 1, inf));
+    std::vector<std::vector<size_t>> from(m + 1, std::vector<size_t>(s + 1, 0));
+    best[0][0] = 0;
+    for (size_t g = 1; g <= m; g++)
+        for (size_t i = g; i <= s; i++)
+            for (size_t k = g - 1; k < i; k++) {
+                if (best[g - 1][k] == inf) continue;
+                const int64_t v = std::max(best[g - 1][k], sum[i] - sum[k]);
+                if (v < best[g][i]) best[g][i] = v, from[g][i] = k;
+            }
+    std::vector<size_t> starts(m);
+    for (size_t g = m, i = s; g > 0; g--) i = starts[g - 1] = from[g][i];
+    return starts;
 }
 
 }  // namespace strata

@@ -14,10 +14,17 @@
 //      finished: those are complete in every part.
 // A part's passes run in pass order on one thread, so each part's state (caches, expert cache, scratch) sees the
 // same sequence of passes as without the pipeline: the results are the same bits.
+// Micro-passes (STRATA_SPLIT_MICROBATCH; on where the pipeline is, except where every part is on the host, whose
+// parts share the host's cores): a call of one pass holding several sequences (a decoding step of parallel requests,
+// prompts admitted together) is cut between its sequences into as many passes as there are parts, so part 0 works
+// on the second while part 1 works on the first. Each sequence's tokens stay in one pass, at the same positions, and
+// every op works per token or per sequence, so the cut changes no bit.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <vector>
 
 namespace strata {
 
@@ -30,5 +37,9 @@ struct PartPipeline {
 // Runs n_passes passes through n_parts parts as above; returns the passes the last part finished (n_passes unless
 // it threw).
 size_t run_part_pipeline(size_t n_parts, size_t n_passes, const PartPipeline &p, size_t *done_passes = nullptr);
+
+// Where a pass of segments (their token counts, in row order) is cut into min(segments, n) micro-passes of whole
+// segments, the largest micro-pass as small as it can be: the index of each micro-pass's first segment (from 0).
+std::vector<size_t> micro_pass_starts(const std::vector<int64_t> &seg_tokens, size_t n);
 
 }  // namespace strata

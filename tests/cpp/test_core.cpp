@@ -91,18 +91,44 @@ TEST(ThreadPool, CoversRangeExactlyOnce) {
 }
 
 TEST(ThreadPool, PropagatesErrors) {
-    ThreadPool pool(3);
-    EXPECT_THROW(pool.run([](int ith, int) {
-        if (ith == 2) fail("worker %d failed", ith);
-    }),
-                 Error);
-    int sum = 0;
-    std::mutex mu;
-    pool.run([&](int ith, int) {
-        std::lock_guard<std::mutex> lock(mu);
-        sum += ith;
-    });
-    EXPECT_EQ(sum, 0 + 1 + 2);  // the pool still works after an error
+    for (int spin_us : {0, 2000}) {
+        ThreadPool pool(3, spin_us);
+        EXPECT_THROW(pool.run([](int ith, int) {
+            if (ith == 2) fail("worker %d failed", ith);
+        }),
+                     Error);
+        int sum = 0;
+        std::mutex mu;
+        pool.run([&](int ith, int) {
+            std::lock_guard<std::mutex> lock(mu);
+            sum += ith;
+        });
+        EXPECT_EQ(sum, 0 + 1 + 2) << spin_us;  // the pool still works after an error
+    }
+}
+
+// Polling workers (spin_us > 0): every thread runs each job once, whether the job comes while they poll (jobs back
+// to back), after they went to sleep (a pause longer than the poll), or ends after the caller gave up polling for
+// it (a worker's share longer than the poll); nothing is lost between sleeping and waking.
+TEST(ThreadPool, PollingThreadsRunEveryJobOnce) {
+    ThreadPool pool(3, 200);
+    std::vector<std::atomic<int>> ran(3);
+    int jobs = 0;
+    auto job = [&](int slow_us) {
+        pool.run([&](int ith, int nth) {
+            EXPECT_EQ(nth, 3);
+            if (ith == 1 && slow_us) std::this_thread::sleep_for(std::chrono::microseconds(slow_us));
+            ran[size_t(ith)]++;
+        });
+        jobs++;
+        for (auto &r : ran) ASSERT_EQ(r.load(), jobs);  // the job's end waits for every share
+    };
+    for (int i = 0; i < 2000; i++) job(0);
+    for (int i = 0; i < 5; i++) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the workers sleep
+        job(0);
+        job(1000);  // the caller sleeps before the slow share ends
+    }
 }
 
 #include <cstdlib>

@@ -149,6 +149,52 @@ TEST_P(SplitTest, ChunkedPromptsAsTheWholeModels) {
     ::unsetenv("STRATA_SPLIT_PIPELINE");
 }
 
+// A call of one pass holding several sequences is cut between them into micro-passes, one a part, which run through
+// the parts as a pipeline (STRATA_SPLIT_MICROBATCH, runtime/part_pipeline.h): three prompts of different lengths in
+// one call, then decoding steps and greedy picks of the three together, give the whole model's bits with the cut on
+// and off, for two and three parts.
+TEST_P(SplitTest, MicroPassesGiveTheWholeModelsBits) {
+    auto run = [](Engine &e) {
+        std::vector<float> got;
+        std::vector<std::vector<float>> l;
+        const int32_t a = e.new_sequence(), b = e.new_sequence(), c = e.new_sequence();
+        e.decode({{a, prompt_tokens(21, 6), true}, {b, prompt_tokens(4, 7), false}, {c, prompt_tokens(13, 8), true}},
+                 l);
+        for (const auto &v : l) got.insert(got.end(), v.begin(), v.end());
+        for (int step = 0; step < 3; step++) {
+            e.decode({{a, {int32_t(60 + step)}, false}, {b, {int32_t(70 + step)}, false},
+                      {c, {int32_t(80 + step)}, false}},
+                     l);
+            for (const auto &v : l) got.insert(got.end(), v.begin(), v.end());
+        }
+        std::vector<int32_t> ids;
+        for (int step = 0; step < 3; step++) {
+            e.decode_argmax({{c, {int32_t(5 + step)}, false}, {a, {int32_t(9 + step)}, false}}, ids);
+            for (int32_t id : ids) got.push_back(float(id));
+        }
+        EXPECT_EQ(e.seq_len(a), 27);
+        EXPECT_EQ(e.seq_len(b), 7);
+        EXPECT_EQ(e.seq_len(c), 19);
+        return got;
+    };
+    auto whole = make(path(), {});
+    const int64_t n = whole->hparams().n_layer;
+    const std::vector<float> ref = run(*whole);
+    for (const char *micro : {"1", "0"}) {
+        ::setenv("STRATA_SPLIT_MICROBATCH", micro, 1);
+        std::vector<std::vector<int64_t>> splits{{n / 2, n - n / 2}};
+        if (n >= 3) splits.push_back({1, n - 2, 1});
+        for (const auto &sp : splits) {
+            auto e = make(path(), sp);
+            EXPECT_TRUE(same_bits(run(*e), ref)) << "STRATA_SPLIT_MICROBATCH=" << micro << ", " << sp.size() << " parts";
+            // one prompt call and six steps, each cut into min(sequences, parts) micro-passes
+            const uint64_t want = micro[0] == '1' ? 4 * std::min<uint64_t>(3, sp.size()) + 3 * 2 : 0;
+            EXPECT_EQ(e->micro_passes(), want) << "STRATA_SPLIT_MICROBATCH=" << micro << ", " << sp.size() << " parts";
+        }
+    }
+    ::unsetenv("STRATA_SPLIT_MICROBATCH");
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiny, SplitTest,
                          ::testing::Combine(::testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen35moe"),
                                             ::testing::Bool()),
@@ -232,6 +278,45 @@ TEST(PartPipeline, AnErrorStopsEveryPart) {
     }
     EXPECT_LE(done, 3u);
     EXPECT_LE(after.load(), 2);  // at most the passes other parts had already begun
+}
+
+// Micro-passes take whole segments, as many as asked where there are enough, the largest as small as it can be.
+TEST(PartPipeline, MicroPassesAreBalancedCutsBetweenSequences) {
+    using V = std::vector<size_t>;
+    EXPECT_EQ(micro_pass_starts({1}, 2), V{0});
+    EXPECT_EQ(micro_pass_starts({1, 1}, 1), V{0});
+    EXPECT_EQ(micro_pass_starts({1, 1, 1, 1}, 2), (V{0, 2}));
+    EXPECT_EQ(micro_pass_starts({1, 1, 1}, 2).size(), 2u);
+    EXPECT_EQ(micro_pass_starts({1, 1}, 4), (V{0, 1}));
+    EXPECT_EQ(micro_pass_starts({21, 4, 13}, 2), (V{0, 1}));  // 21 | 17
+    EXPECT_EQ(micro_pass_starts({4, 13, 21}, 2), (V{0, 2}));  // 17 | 21
+    EXPECT_EQ(micro_pass_starts({5, 5, 5, 5, 20}, 2), (V{0, 4}));
+    EXPECT_EQ(micro_pass_starts({5, 5, 5, 5, 20}, 3), (V{0, 2, 4}));
+    EXPECT_EQ(micro_pass_starts({1, 1, 1, 1, 1, 1, 1, 1}, 4), (V{0, 2, 4, 6}));
+    // the largest micro-pass is the smallest any cut into that many gives (every cut tried)
+    const std::vector<int64_t> t{7, 1, 9, 3, 3, 8, 2, 6, 4};
+    for (size_t m = 1; m <= 4; m++) {
+        const V got = micro_pass_starts(t, m);
+        ASSERT_EQ(got.size(), m);
+        auto largest = [&](const V &st) {
+            int64_t worst = 0;
+            for (size_t g = 0; g < st.size(); g++) {
+                int64_t sum = 0;
+                for (size_t i = st[g]; i < (g + 1 < st.size() ? st[g + 1] : t.size()); i++) sum += t[i];
+                worst = std::max(worst, sum);
+            }
+            return worst;
+        };
+        int64_t best = INT64_MAX;
+        for (uint32_t mask = 0; mask < (1u << (t.size() - 1)); mask++) {
+            if (size_t(__builtin_popcount(mask)) != m - 1) continue;
+            V st{0};
+            for (size_t i = 1; i < t.size(); i++)
+                if (mask >> (i - 1) & 1) st.push_back(i);
+            best = std::min(best, largest(st));
+        }
+        EXPECT_EQ(largest(got), best) << m << " micro-passes";
+    }
 }
 
 // ---- the cost model ----

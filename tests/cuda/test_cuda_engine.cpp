@@ -225,6 +225,52 @@ TEST_P(CudaEngine, SplitOverTwoParticipantsIsBitIdentical) {
             }
 }
 
+// With the pipeline on (STRATA_SPLIT_PIPELINE=1), a call of several sequences is cut between them into micro-passes,
+// one a part (runtime/part_pipeline.h): three prompts in one call and decoding steps of the three together give the
+// one participant's bits for the whole batch (each op works per token or per sequence), all experts resident and
+// with two slots a participant, graphs on and off.
+TEST_P(CudaEngine, SplitMicroPassesAreBitIdentical) {
+    auto go = [&](Engine &e) {
+        std::vector<float> out;
+        std::vector<std::vector<float>> l;
+        const int32_t a = e.new_sequence(), b = e.new_sequence(), c = e.new_sequence();
+        e.decode({{a, prompt_tokens(21, 6), true}, {b, prompt_tokens(4, 7), false}, {c, prompt_tokens(13, 8), true}},
+                 l);
+        for (const auto &v : l) out.insert(out.end(), v.begin(), v.end());
+        std::vector<int32_t> ids;
+        for (int step = 0; step < 4; step++) {
+            e.decode({{a, {int32_t(60 + step)}, false}, {b, {int32_t(70 + step)}, false},
+                      {c, {int32_t(80 + step)}, false}},
+                     l);
+            for (const auto &v : l) out.insert(out.end(), v.begin(), v.end());
+            e.decode_argmax({{c, {int32_t(5 + step)}, false}, {a, {int32_t(9 + step)}, false}}, ids);
+            for (int32_t id : ids) out.push_back(float(id));
+        }
+        return out;
+    };
+    for (int64_t slots : {int64_t(0), int64_t(2)})
+        for (bool graphs : {true, false}) {
+            EngineConfig cfg = config(512);
+            cfg.n_seq_max = 3;
+            cfg.expert_slots = slots;
+            cfg.cuda_graphs = graphs;
+            auto whole = make_cuda_engine(path(), cfg);
+            const std::vector<float> ref = go(*whole);
+            const int64_t n = whole->hparams().n_layer;
+            whole.reset();
+            ::setenv("STRATA_SPLIT_PIPELINE", "1", 1);
+            EngineConfig sc = cfg;
+            sc.parts = {{Device::Cuda, 0, 0, n / 2}, {Device::Cuda, 0, 0, n - n / 2}};
+            auto e = make_engine(path(), sc);
+            const std::vector<float> got = go(*e);
+            ::unsetenv("STRATA_SPLIT_PIPELINE");
+            EXPECT_GT(e->micro_passes(), 0u);
+            ASSERT_EQ(got.size(), ref.size());
+            EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0)
+                << slots << " slots, graphs " << graphs;
+        }
+}
+
 TEST_P(CudaEngine, PlacementDoesNotChangeABit) {
     const std::vector<int32_t> prompt = prompt_tokens(40, 3);
     auto all = make_cuda_engine(path(), config());

@@ -15,7 +15,7 @@ namespace strata {
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return std::make_unique<CpuBackend>(n_threads); }
 
-CpuBackend::CpuBackend(int n_threads) : pool_(n_threads) {}
+CpuBackend::CpuBackend(int n_threads) : pool_(n_threads, k_pool_spin_us) {}
 CpuBackend::~CpuBackend() = default;
 
 std::string CpuBackend::name() const { return strfmt("CPU (%d threads)", pool_.size()); }

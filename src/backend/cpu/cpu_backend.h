@@ -92,6 +92,9 @@ class CpuBackend final : public Backend {
     struct Caches;
     const float *vec_f32(const Weight &w);  // a 1-D weight as f32 (converted once in prepare)
 
+    // Its ops come hundreds a token while decoding: the threads poll this long for the next before they sleep
+    // (core/threads.h).
+    static constexpr int k_pool_spin_us = 2000;
     ThreadPool pool_;
     std::vector<std::unique_ptr<std::byte[]>> scratch_;  // blocks handed out by alloc() and alloc_i32()
     std::vector<std::pair<const uint8_t *, std::vector<float>>> vectors_;
