@@ -1,12 +1,16 @@
 // The spinning pool (spin_pool.h; the protocol is there).
 #include "core/spin_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
+
+#include "core/threads.h"
 
 namespace strata {
 
@@ -44,9 +48,22 @@ void SpinWait::once() {
     }
 }
 
-SpinPool::SpinPool(int n_threads, int idle_us)
+SpinPool::SpinPool(int n_threads, int idle_us, bool pin)
     : idle_us_(std::max(0, idle_us)), slots_(new Slot[size_t(std::max(1, n_threads))]) {
     for (int i = 1; i < n_threads; i++) workers_.emplace_back([this, i] { worker(i); });
+    if (!pin || workers_.empty()) return;
+    // One core a worker, the constructing thread's left out.
+    const int here = sched_getcpu();
+    std::vector<int> cpus;
+    for (const std::vector<int> &core : allowed_cores())
+        if (std::find(core.begin(), core.end(), here) == core.end()) cpus.push_back(core[0]);
+    if (cpus.size() < workers_.size()) return;
+    std::vector<int> pinned;
+    for (size_t w = 0; w < workers_.size(); w++) {
+        if (!pin_thread(workers_[w], cpus[w])) return;  // the ones pinned stay so; none is reported
+        pinned.push_back(cpus[w]);
+    }
+    pinned_ = std::move(pinned);
 }
 
 SpinPool::~SpinPool() {

@@ -44,13 +44,17 @@ class SpinWait {
 class SpinPool {
   public:
     // n_threads counts the caller (n_threads - 1 workers, at least none); idle_us: how long a worker spins after a
-    // call before it sleeps.
-    explicit SpinPool(int n_threads, int idle_us = 2000);
+    // call before it sleeps. pin: each worker pinned to a physical core of its own among those the process may run
+    // on, not the core the constructing thread runs on (left to the caller), and to its first logical CPU; where
+    // there are not that many cores, none is pinned.
+    explicit SpinPool(int n_threads, int idle_us = 2000, bool pin = false);
     ~SpinPool();
     SpinPool(const SpinPool &) = delete;
     SpinPool &operator=(const SpinPool &) = delete;
 
     int size() const { return int(workers_.size()) + 1; }
+    // The logical CPU each worker is pinned to (ith 1.. at [ith - 1]); empty where they are not pinned.
+    const std::vector<int> &pinned_cpus() const { return pinned_; }
 
     // fn(ith, nth) on the caller (ith 0) and on those of workers 1..nth-1 (nth clamped to 1..size()) that start
     // before the caller's own fn(0, nth) returns, at most once each; returns when all of those are done. Threads
@@ -83,6 +87,7 @@ class SpinPool {
     const int idle_us_;
     std::unique_ptr<Slot[]> slots_;  // [size()], slot 0 unused (the caller's)
     std::vector<std::thread> workers_;
+    std::vector<int> pinned_;
     uint32_t calls_ = 0;
     uint32_t posted_ = 0;  // the started call's `go` value (nth_ > 1)
     Call call_ = nullptr;

@@ -1,9 +1,13 @@
 // The worker pool (threads.h; its protocol at the top): a job is a generation number bump.
 #include "core/threads.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -30,6 +34,34 @@ int physical_cores() {
         return cores.empty() ? n_cpu : std::min(int(cores.size()), n_cpu);
     }();
     return n;
+}
+
+std::vector<std::vector<int>> allowed_cores() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) return {};
+    std::map<std::pair<int, int>, std::vector<int>> by_core;
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+        if (!CPU_ISSET(c, &set)) continue;
+        const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/";
+        std::ifstream core(dir + "core_id"), pkg(dir + "physical_package_id");
+        int core_id = -1, pkg_id = -1;
+        if (!(core >> core_id)) return {};
+        if (!(pkg >> pkg_id)) pkg_id = 0;
+        by_core[{pkg_id, core_id}].push_back(c);
+    }
+    std::vector<std::vector<int>> out;
+    for (auto &kv : by_core) out.push_back(std::move(kv.second));
+    std::sort(out.begin(), out.end(), [](const auto &a, const auto &b) { return a[0] < b[0]; });
+    return out;
+}
+
+bool pin_thread(std::thread &t, int cpu) {
+    if (cpu < 0 || cpu >= CPU_SETSIZE) return false;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return pthread_setaffinity_np(t.native_handle(), sizeof(set), &set) == 0;
 }
 
 ThreadPool::ThreadPool(int n_threads, int spin_us) : spin_us_(std::max(0, spin_us)) {

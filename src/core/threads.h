@@ -65,5 +65,10 @@ int hardware_threads();
 // /sys/devices/system/cpu (hardware_threads() where that cannot be read). Two threads spinning on one core's
 // siblings share its execution units, so a pool of busy-waiting workers sizes itself by this.
 int physical_cores();
+// The logical CPUs this process may run on (sched_getaffinity), grouped by physical core: each core's CPUs ascending,
+// cores in the order of their first CPU. Empty where the affinity or the topology cannot be read.
+std::vector<std::vector<int>> allowed_cores();
+// Pins a thread to one logical CPU; false where the system refuses.
+bool pin_thread(std::thread &t, int cpu);
 
 }  // namespace strata

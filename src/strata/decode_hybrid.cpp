@@ -98,7 +98,7 @@ int64_t SplitModel::best(int64_t m) const {
 }
 
 DecodeHybrid::DecodeHybrid(Backend &be, const HybridOptions &o)
-    : be_(be), opt_(o), pool_(host_threads(o.threads)), fit_(env_switch("STRATA_DECODE_SPLIT_FIT", true)) {}
+    : be_(be), opt_(o), pool_(host_threads(o.threads), env_switch("STRATA_HOST_PIN", true)), fit_(env_switch("STRATA_DECODE_SPLIT_FIT", true)) {}
 
 // The cost model's probe: how often the split sends the host one miss more than the model's choice.
 constexpr int64_t k_hybrid_probe = 32;

@@ -86,6 +86,7 @@ class DecodeHybrid {
     void finish();
     const HybridStats &stats() const { return stats_; }
     int threads() const { return pool_.threads(); }
+    bool pinned() const { return pool_.pinned(); }
 
   private:
     void read_device_times();

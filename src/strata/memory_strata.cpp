@@ -72,11 +72,13 @@ MemoryStrata::MemoryStrata(Backend &be, Model &m, const StrataOptions &o) : be_(
     if (o.log && !plan_.check_line.empty()) {
         const bool partial = slots_ && !plan_.all_resident();
         std::string hybrid;
-        if (schedule_->hybrid_threads() > 0)
+        if (schedule_->hybrid_threads() > 0) {
             hybrid = o.hybrid.share >= 0.0
                          ? strfmt(", %.0f%% of decoding's misses on %d host threads", 100.0 * o.hybrid.share,
                                   schedule_->hybrid_threads())
                          : strfmt(", decoding's misses split with %d host threads", schedule_->hybrid_threads());
+            if (schedule_->hybrid_pinned()) hybrid += " (a core each)";
+        }
         o.log(plan_.check_line + (partial ? std::string(", expert cache ") + slot_policy_name(o.slot_policy) : "") +
               hybrid + be.prepare_note());
     }

@@ -150,6 +150,7 @@ class MoeSchedule final : public ExpertRunner {
     // The hybrid misses' figures (nullptr: the split is off or does not apply to this backend and plan).
     const HybridStats *hybrid_stats() const { return hybrid_ ? &hybrid_->stats() : nullptr; }
     int hybrid_threads() const { return hybrid_ ? hybrid_->threads() : 0; }
+    bool hybrid_pinned() const { return hybrid_ && hybrid_->pinned(); }
     void run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out,
              const ResidualNorm *then) override;
     // The routing of every later layer goes to o as well (nullptr: to no one). Reading it back costs a host

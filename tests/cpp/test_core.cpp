@@ -1,5 +1,6 @@
 // Core helpers: half/bfloat16 conversions and the dtype table.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <cmath>
 #include <fstream>
@@ -173,6 +174,37 @@ TEST(SpinPool, RunsACallOnItsThreadsOnly) {
     int calls = 0;
     one.run(3, [&](int ith, int n) { calls += ith == 0 && n == 1; });
     EXPECT_EQ(calls, 1);
+}
+
+// A pinned pool: each worker runs on the one logical CPU it was given, the first of a physical core the process may
+// use, one core a worker (the constructing thread's core left out, so a pool of every core but one is pinned); with
+// fewer such cores than workers none is pinned.
+TEST(SpinPool, PinsEachWorkerToACoreOfItsOwn) {
+    const std::vector<std::vector<int>> cores = allowed_cores();
+    if (cores.size() < 2) GTEST_SKIP() << "fewer than two cores this process may use";
+    const int workers = int(cores.size()) - 1;
+    SpinPool pool(workers + 1, 2000, true);
+    ASSERT_EQ(pool.pinned_cpus().size(), size_t(workers));
+    std::set<int> used;
+    for (int cpu : pool.pinned_cpus()) {
+        const auto core = std::find_if(cores.begin(), cores.end(), [&](const auto &c) { return c[0] == cpu; });
+        ASSERT_NE(core, cores.end()) << "cpu " << cpu << " is not the first of an allowed core";
+        used.insert(cpu);
+    }
+    EXPECT_EQ(used.size(), size_t(workers));  // distinct
+    std::vector<int> ran_on(size_t(workers + 1), -1);
+    for (int rep = 0; rep < 20; rep++)
+        pool.run(workers + 1, [&](int ith, int) {
+            if (ith > 0) ran_on[size_t(ith)] = sched_getcpu();
+        });
+    for (int w = 1; w <= workers; w++) {
+        if (ran_on[size_t(w)] < 0) continue;  // let off: it had not started when the caller was done
+        EXPECT_EQ(ran_on[size_t(w)], pool.pinned_cpus()[size_t(w - 1)]) << "worker " << w;
+    }
+    SpinPool too_many(int(cores.size()) + 1, 2000, true);  // a worker more than the other cores
+    EXPECT_TRUE(too_many.pinned_cpus().empty());
+    SpinPool unpinned(workers + 1, 2000);
+    EXPECT_TRUE(unpinned.pinned_cpus().empty());
 }
 
 // start() then join(): the workers begin on start() while the caller is elsewhere (here waiting until every worker

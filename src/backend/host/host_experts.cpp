@@ -28,7 +28,8 @@ void wait_stage(const std::atomic<int32_t> &stage, int32_t at_least) {
 
 }  // namespace
 
-HostExperts::HostExperts(int n_threads) : pool_(std::max(1, std::min(n_threads, hardware_threads()))) {
+HostExperts::HostExperts(int n_threads, bool pin)
+    : pool_(std::max(1, std::min(n_threads, hardware_threads())), 2000, pin) {
     (void)mmvq_host_form();  // its one-time timing here, at start, rather than inside the first call
 }
 

@@ -39,8 +39,10 @@ struct HostExpertJob {
 
 class HostExperts {
   public:
-    explicit HostExperts(int n_threads);
+    // pin: the pool's workers pinned one a physical core (core/spin_pool.h).
+    explicit HostExperts(int n_threads, bool pin = false);
     int threads() const { return pool_.size(); }
+    bool pinned() const { return !pool_.pinned_cpus().empty(); }
     // The threads run() takes for these jobs: one per four pieces of its longest list, at most threads().
     int threads_for(const std::vector<HostExpertJob> &jobs) const;
     // Every job's outputs, as expert_ffn_host computes them row by row.
