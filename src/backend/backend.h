@@ -177,6 +177,20 @@ class Backend {
         for (const ActDownload &a : acts) download(a.src, a.host);
         if (ids) download_i32(ids, n, ids_host);
     }
+    // Ids a pass computed, for the host to read once the pass has ended (the expert cache's admission after decoding
+    // passes that route on the device): n ids copied into host memory the backend keeps for `key` (>= 0; one buffer
+    // a key, overwritten by the next call with it), ordered after the ops issued before, not waited for here. The
+    // host reads them after the pass's end (end_pass() returned, or the pass was replayed). A recorded pass records
+    // the copy, so each replay refreshes the same buffer. nullptr where the backend has no buffer for it (then
+    // nothing is copied). By default a synchronous download into a vector.
+    virtual const int32_t *ids_after_pass(int64_t key, const int32_t *src, int64_t n) {
+        if (key < 0 || n <= 0) return nullptr;
+        if (ids_kept_.size() <= size_t(key)) ids_kept_.resize(size_t(key) + 1);
+        std::vector<int32_t> &v = ids_kept_[size_t(key)];
+        v.resize(size_t(n));
+        download_i32(src, n, v.data());
+        return v.data();
+    }
     // The other way (host rows packed), ordered after the ops issued before; `host` may be reused on return.
     virtual void upload(const float *host, Act dst) = 0;
     virtual void upload_i32(const int32_t *host, int64_t n, int32_t *dst) = 0;
@@ -414,6 +428,7 @@ class Backend {
 
   protected:
     int64_t draw_pass_ = -1;  // the default route_draws' pass count
+    std::vector<std::vector<int32_t>> ids_kept_;  // the default ids_after_pass's buffers
 };
 
 // The rows to the host and the pick made there at once: right for backends whose download() does not defer.

@@ -174,6 +174,8 @@ MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::v
     slot_fills_ahead_ = decode_overlap_ && env_switch("STRATA_DECODE_COPY_STREAM", true);
     // STRATA_DECODE_ADMIT=0: mapped misses never enter the cache (it holds what the prompts left).
     admit_ = env_switch("STRATA_DECODE_ADMIT", true);
+    admit_alone_ = admit_ && env_switch("STRATA_DECODE_ADMIT_ALONE", true);
+    alone_by_size_.resize(65);  // decode-sized passes: the device routes up to a few tokens
     // STRATA_DECODE_CHOOSE=0: where the split exists it takes every decode-sized pass, mapped layers or not.
     choose_ = env_switch("STRATA_DECODE_CHOOSE", true);
     // STRATA_DECODE_SPLIT_MAPPED=1: the split's device part reads its misses from the host copy in place (the ninth
@@ -194,6 +196,9 @@ static_assert(k_hybrid_max_tokens <= DecodeModeChooser::k_max_tokens);
 // The device alone is a choice where some layer of the pass maps its misses and routes on the device; a traced pass
 // (its intermediates read back) splits as before and gives no sample.
 void MoeSchedule::start_pass(int64_t T, bool traced) {
+    admit_after_alone_pass();
+    pass_tokens_ = T;
+    ran_layers_ = false;
     split_pass_ = true;
     bool alone = false;
     if (hybrid_ && choose_ && !traced && T >= 1 && T <= k_hybrid_max_tokens)
@@ -209,6 +214,42 @@ void MoeSchedule::start_pass(int64_t T, bool traced) {
     const double us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
     split_pass_ = chooser_.next(T, us) == DecodeMode::Split;
+}
+
+// The pass before this one ran some layers by the device alone, their misses read in place and nothing filled: under
+// LFU, those of its misses requested far more often than what the cache would give up are filled now, for later
+// passes, as the split's mapped misses are after their compute (ExpertSlotTable::admit); its hits are counted. The
+// fills go on the copy stream; the backend makes the next pass read each new slot only once it is filled.
+void MoeSchedule::admit_after_alone_pass() {
+    // a direct pass of a size keeps its list for that size's replays (not one that ran none alone: a split pass)
+    if (pass_tokens_ > 0 && size_t(pass_tokens_) < alone_by_size_.size() && ran_layers_ && !alone_.empty())
+        alone_by_size_[size_t(pass_tokens_)] = alone_;
+    const std::vector<AloneIds> *done = ran_layers_ ? &alone_
+                                        : pass_tokens_ > 0 && size_t(pass_tokens_) < alone_by_size_.size()
+                                            ? &alone_by_size_[size_t(pass_tokens_)]
+                                            : nullptr;  // replayed: the layers its recording ran
+    if (done && slots_ && !slots_->all_resident())
+        for (const AloneIds &a : *done) {
+            const ExpertWeights &w = experts_[size_t(a.il)];
+            const int64_t n_exp = w.gate->ne[2];
+            std::vector<int32_t> hits, misses;
+            for (int64_t i = 0; i < a.n; i++) {
+                const int32_t e = a.ids[i];
+                if (e < 0 || e >= n_exp) continue;  // a pass that failed midway may have left anything
+                std::vector<int32_t> &to = slots_->slot_of(a.il, e) >= 0 ? hits : misses;
+                if (std::find(to.begin(), to.end(), e) == to.end()) to.push_back(e);
+            }
+            std::vector<SlotFill> fills;
+            if (!hits.empty()) {
+                std::vector<int32_t> slot(hits.size());
+                slots_->acquire(a.il, hits.data(), int64_t(hits.size()), slot.data(), false, fills);
+                STRATA_ASSERT(fills.empty());
+            }
+            for (int32_t e : misses) slots_->admit(a.il, e, k_admit_factor, fills);
+            fill(w, fills, /*ahead=*/true);
+            admitted_ += fills.size();
+        }
+    alone_.clear();
 }
 
 // Decode-sized passes only: a prefill chunk routes to most experts anyway.
@@ -528,6 +569,7 @@ void MoeSchedule::shared_ffn(const LayerWeights &L, Act x, Act sy) {
 
 void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out,
                       const ResidualNorm *then) {
+    ran_layers_ = true;
     STRATA_ASSERT(il >= 0 && size_t(il) < experts_.size() && experts_[size_t(il)].present());
     const ExpertWeights &w = experts_[size_t(il)];
     const int64_t T = x.rows, E = x.cols, k = p.n_expert_used, n_exp = p.n_expert;
@@ -635,6 +677,9 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
     }
     bool shared_done = false, then_done = false;
     if (on_device) {
+        // Admission after the pass (admit_after_alone_pass): the routing comes to the host without a wait.
+        if (mapped && admit_alone_ && !observer_ && slots_->policy() == SlotPolicy::Lfu)
+            if (const int32_t *h = be_.ids_after_pass(il, ids_be, T * k)) alone_.push_back({il, T * k, h});
         // The shared expert's rows and the residual step go with the experts' combination (the backend may take
         // them in one pass), unless something below still reads x (the next-layer prediction), which the residual
         // step may overwrite.

@@ -250,6 +250,19 @@ class MoeSchedule final : public ExpertRunner {
     std::vector<std::vector<int32_t>> last_rows_;
     uint64_t mapped_misses_ = 0, mapped_bytes_ = 0, admitted_ = 0;
     bool admit_;  // STRATA_DECODE_ADMIT
+    // Admission after passes by the device alone (STRATA_DECODE_ADMIT_ALONE): each mapped layer's routing copied to
+    // the host during the pass (Backend::ids_after_pass), judged at the next pass's start. Per pass size, the layers
+    // of the last such pass run here (a replay runs none of this code and refreshes the same buffers).
+    struct AloneIds {
+        int64_t il, n;
+        const int32_t *ids;
+    };
+    bool admit_alone_;
+    bool ran_layers_ = false;        // run() ran for the current pass (it was not replayed)
+    int64_t pass_tokens_ = -1;       // the current pass's size
+    std::vector<AloneIds> alone_;    // the current pass's
+    std::vector<std::vector<AloneIds>> alone_by_size_;  // [pass size]: the last direct pass of that size's
+    void admit_after_alone_pass();
     bool choose_;             // STRATA_DECODE_CHOOSE: alone or split by measured time (decode_mode.h)
     bool split_mapped_;       // STRATA_DECODE_SPLIT_MAPPED: the split's device part reads its misses in place
     bool split_pass_ = true;  // this pass may split (start_pass)

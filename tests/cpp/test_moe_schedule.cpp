@@ -712,6 +712,33 @@ TEST_P(MoeScheduleSlots, MappedMissesGiveTheBitsOfMissesCopiedIn) {
             EXPECT_EQ(st.mapped_admitted, 0u);
         }
     }
+    // Passes by the device alone (no split: every decoding pass reads its misses in place and fills nothing during
+    // it): their routing comes to the host with the pass (Backend::ids_after_pass), and at the next pass's start the
+    // misses requested far more than the weakest slot are filled (STRATA_DECODE_ADMIT_ALONE); the bits stay those of
+    // every miss copied in, and later passes find in slots what they read from the host before.
+    uint64_t from_slots[2] = {0, 0};
+    for (const char *alone : {"1", "0"}) {
+        ::setenv("STRATA_DECODE_ADMIT_ALONE", alone, 1);
+        const Made m = engine(slots, 0.0, true, SlotPolicy::Lfu);
+        ::unsetenv("STRATA_DECODE_ADMIT_ALONE");
+        const std::vector<float> got = repeat(*m.e);
+        ASSERT_EQ(got.size(), ref.size()) << alone;
+        EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "STRATA_DECODE_ADMIT_ALONE=" << alone;
+        const ExpertCacheStats st = m.e->expert_stats();
+        EXPECT_FALSE(st.hybrid_on);
+        EXPECT_GT(st.mapped_misses, 0u) << alone;
+        from_slots[alone[0] == '1'] = m.be->mapped_reads().from_slots;
+        if (alone[0] == '1') {
+            EXPECT_GT(st.mapped_admitted, 0u);
+        } else {
+            EXPECT_EQ(st.mapped_admitted, 0u);
+        }
+    }
+    EXPECT_GT(from_slots[1], from_slots[0]) << "the admitted experts are read from slots afterwards";
+    // LRU has no counts to admit by
+    const Made lru = engine(slots, 0.0, true, SlotPolicy::Lru);
+    EXPECT_EQ(std::memcmp(repeat(*lru.e).data(), ref.data(), ref.size() * 4), 0);
+    EXPECT_EQ(lru.e->expert_stats().mapped_admitted, 0u);
 }
 
 // The decode overlap (moe_schedule.h: the shared expert first, its fills on the copy stream) gives the bits of

@@ -107,6 +107,7 @@ CudaBackend::~CudaBackend() {
     for (PassGraph &g : graphs_)
         if (g.exec) cudaGraphExecDestroy(g.exec);
     if (dl_pinned_) cudaFreeHost(dl_pinned_);
+    if (ids_pinned_) cudaFreeHost(ids_pinned_);
     prof_.step();
     prof_.report();
     report_graphs();

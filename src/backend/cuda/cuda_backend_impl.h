@@ -61,6 +61,7 @@ class CudaBackend final : public Backend {
     void scratch_release(ScratchMark m) override;
     void download(const Act &src, float *host) override;
     void download_i32(const int32_t *src, int64_t n, int32_t *host) override;
+    const int32_t *ids_after_pass(int64_t key, const int32_t *src, int64_t n) override;
     void download_argmax(const Act &src, int32_t *host) override;
     void download_many(std::initializer_list<ActDownload> acts, const int32_t *ids, int64_t n,
                        int32_t *ids_host) override;
@@ -423,6 +424,10 @@ class CudaBackend final : public Backend {
         bool ids = false;  // arg-max ids (PassIo::ids), else logit rows (PassIo::logits)
     };
     std::vector<Deferred> deferred_;
+    // ids_after_pass: one pinned block, ids_cap_ ids a key, made on the first call (a direct pass: a size is recorded
+    // only after it ran once without a graph).
+    int32_t *ids_pinned_ = nullptr;
+    int64_t ids_keys_ = 0, ids_cap_ = 0;
     float *dl_pinned_ = nullptr;
     size_t dl_floats_ = 0, dl_used_ = 0;
     // What a recorded pass depended on beyond its kernels' arguments, and so what a replay must check or rewrite.

@@ -372,6 +372,28 @@ void CudaBackend::download_i32(const int32_t *src, int64_t n, int32_t *host) {
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+const int32_t *CudaBackend::ids_after_pass(int64_t key, const int32_t *src, int64_t n) {
+    if (key < 0 || n <= 0) return nullptr;
+    if (!ids_pinned_) {
+        if (ids_keys_ < 0 || capturing_ || expert_tables_.empty()) return nullptr;  // < 0: pinning failed once
+        // every MoE layer's ids of a pass the size the device routes (k_mmv_max_rows tokens, up to 16 experts each)
+        ids_keys_ = int64_t(expert_tables_.size());
+        ids_cap_ = int64_t(k_mmv_max_rows) * 16;
+        const cudaError_t err =
+            cudaMallocHost(reinterpret_cast<void **>(&ids_pinned_), size_t(ids_keys_ * ids_cap_) * sizeof(int32_t));
+        if (err != cudaSuccess) {  // the admission it serves is an optimisation: go on without it
+            cudaGetLastError();
+            ids_pinned_ = nullptr;
+            ids_keys_ = ids_cap_ = -1;
+            return nullptr;
+        }
+    }
+    if (key >= ids_keys_ || n > ids_cap_) return nullptr;
+    int32_t *dst = ids_pinned_ + key * ids_cap_;
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(n) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    return dst;
+}
+
 void CudaBackend::download_many(std::initializer_list<ActDownload> acts, const int32_t *ids, int64_t n,
                                 int32_t *ids_host) {
     if (capturing_) {  // a recorded pass defers its downloads (download()); ids it cannot read at all
