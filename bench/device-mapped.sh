@@ -9,7 +9,9 @@
 # Rows, each `strata bench -p 16 -n N -r 1 --vram-budget 12G` with the routing named: uniform with the defaults
 # (the split, its device part mapped), `--cpu-share 0` (the device alone, graphs), `STRATA_DECODE_MAPPED=0` (misses
 # copied in); zipf:1.0 with LRU (decode fills nothing), `--expert-cache-policy lfu` (admission), lfu with
-# `STRATA_DECODE_ADMIT=0`, lfu with `STRATA_DECODE_MAPPED=0` (every miss filled); llama.cpp tg and pp at -ncmoe N.
+# `STRATA_DECODE_ADMIT=0`, lfu with `STRATA_DECODE_ADMIT_ALONE=0` (the passes by the device alone admit nothing),
+# lfu with `--cpu-share 0` (every pass alone) with and without that admission, lfu with `STRATA_DECODE_MAPPED=0`
+# (every miss filled); llama.cpp tg and pp at -ncmoe N.
 PRESET=${1:-qwen3-30b-a3b}
 case $PRESET in
 qwen3-next-80b-a3b) NCMOE=40; CHUNK=16384; N=32 ;;
@@ -47,6 +49,9 @@ STRATA_DECODE_MAPPED=0 sb $U --routing uniform
 sb $U --routing zipf:1.0
 sb $U --routing zipf:1.0 --expert-cache-policy lfu
 STRATA_DECODE_ADMIT=0 sb $U --routing zipf:1.0 --expert-cache-policy lfu
+STRATA_DECODE_ADMIT_ALONE=0 sb $U --routing zipf:1.0 --expert-cache-policy lfu
+sb $U --routing zipf:1.0 --expert-cache-policy lfu --cpu-share 0
+STRATA_DECODE_ADMIT_ALONE=0 sb $U --routing zipf:1.0 --expert-cache-policy lfu --cpu-share 0
 STRATA_DECODE_MAPPED=0 sb $U --routing zipf:1.0 --expert-cache-policy lfu
 if [ -f $L/llama.done ] && [ -x $LB ] && [ "$(el)" -lt 520 ]; then
   echo "== llama-bench -ncmoe $NCMOE"; bash .peer/device.sh peak $LB -m $F -ngl 99 -ncmoe $NCMOE -lm none -fa 1 -t 16 \

@@ -7,7 +7,10 @@
 //      kernels read what no slot holds from its pinned host copy, over the bus; STRATA_DECODE_MAPPED=0 off), and the
 //      pass is decode-sized, the backend runs the experts from the device routing without the host
 //      (experts_device_routed; where the pass does not split, see Decode mode below): then on to 6. Nothing is
-//      filled then: the cache holds what prompts and loans left;
+//      filled during the pass; under LFU the routing goes to the host within it (Backend::ids_after_pass, no wait)
+//      and at the next pass's start the misses requested far more than the weakest slot are filled for later passes
+//      (admit_after_alone_pass; STRATA_DECODE_ADMIT_ALONE=0 off); otherwise the cache holds what prompts and loans
+//      left;
 //   1b. a benchmark's routing override draws on the backend (Backend::route_draws; on the device for the CUDA
 //      backend, so step 2 still applies);
 //   3. the routing ids are read back and the (token, expert) pairs grouped by expert on the host (RouteGroups; a
@@ -61,7 +64,7 @@
 // Its gate and add come after the combine as always.
 // Decode mode (STRATA_DECODE_CHOOSE, on; decode_mode.h): where the split exists and the layers are mapped, each
 // decode-sized pass runs either alone (step 2: the device reads its misses in place, nothing read back, graphs
-// replay; nothing is filled, the cache holds what the prompts left) or split (the host computes some misses, the
+// replay; nothing is filled during it, under LFU its admissions after it, step 2) or split (the host computes some misses, the
 // device copies the rest into slots as every miss was before mapped reads), chosen at the pass's start
 // (start_pass) by the measured time of earlier passes of its size. =0: split wherever the split exists. With the
 // split off (--cpu-share 0, STRATA_DECODE_CPU=0) every such pass runs alone.
