@@ -468,6 +468,9 @@ Answer Endpoints::metrics(const HttpStats &http) const {
     metric("strata_expert_misses_mapped_total", "counter",
            "Expert-cache misses the device's kernels read in place from the pinned host copy (in the misses above).",
            double(s.backend.mapped_misses));
+    metric("strata_expert_misses_admitted_total", "counter",
+           "Misses read in place then filled into a slot for later passes (admission, under the LFU policy).",
+           double(s.backend.mapped_admitted));
     metric("strata_decode_passes_alone_total", "counter",
            "Passes of up to 16 tokens (decoding steps, short prompt tails) the device ran alone, its misses read in "
            "place, where it could also split with the CPU.",

@@ -90,11 +90,12 @@ def test_health_models_and_metrics(qwen3moe):
                  "strata_expert_cache_misses_total", "strata_bytes_streamed_total", "strata_requests_running",
                  "strata_prefetch_picks_total", "strata_prefetch_predicted_total", "strata_prefetch_filled_total",
                  "strata_expert_cache_hit_ratio", "strata_expert_cpu_share", "strata_streamed_gigabytes_per_second",
-                 "strata_expert_misses_mapped_total", "strata_decode_passes_alone_total",
-                 "strata_decode_passes_split_total"):
+                 "strata_expert_misses_mapped_total", "strata_expert_misses_admitted_total",
+                 "strata_decode_passes_alone_total", "strata_decode_passes_split_total"):
         assert name in m, name
     # nothing mapped and no split on the CPU engine
     assert m["strata_expert_misses_mapped_total"] == m["strata_decode_passes_alone_total"] == 0
+    assert m["strata_expert_misses_admitted_total"] == 0
     assert m["strata_decode_passes_split_total"] == 0
     # the CPU engine reads every expert in place: no lookups, so no ratio to report, and nothing streamed
     assert math.isnan(m["strata_expert_cache_hit_ratio"]) and math.isnan(m["strata_expert_cpu_share"])
