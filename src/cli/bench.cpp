@@ -443,6 +443,7 @@ json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string
                      : json(nullptr);
         j["next_layer_streamed"] = pf.streamed_next;
         j["next_layer_streamed_used"] = pf.streamed_next_used;
+        j["predicted_schedule_recall"] = {{"predicted", pf.recall_predicted}, {"missed", pf.recall_missed}};
     }
     j["prefill_timing"] = timing_json(strata_stats.timing);
     j["decode_timing"] = timing_json(strata_stats.decode_timing);
@@ -593,11 +594,21 @@ Run add_bench(CLI::App &app) {
                 "experts filled ahead\n",
                 100.0 * double(pf.predicted) / double(pf.picks), (unsigned long long)pf.picks,
                 (unsigned long long)pf.prefetched);
-        if (pf.streamed_next)
+        if (pf.streamed_next) {
             std::printf(
                 "\nfull or predicted prefill schedule (STRATA_PREFILL_SCHEDULE): %llu experts filled ahead of their "
-                "layer's routing, %llu of them then routed to\n",
+                "layer's routing, %llu of them then routed to",
                 (unsigned long long)pf.streamed_next, (unsigned long long)pf.streamed_next_used);
+            if (pf.recall_predicted + pf.recall_missed)
+                std::printf("; the predicted schedule filled %llu of the %llu routed experts without a slot (recall "
+                            "%.1f%%: auto's line at %.3f of a layer's experts)",
+                            (unsigned long long)pf.recall_predicted,
+                            (unsigned long long)(pf.recall_predicted + pf.recall_missed),
+                            100.0 * double(pf.recall_predicted) / double(pf.recall_predicted + pf.recall_missed),
+                            full_share_threshold(double(pf.recall_predicted) /
+                                                 double(pf.recall_predicted + pf.recall_missed)));
+            std::printf("\n");
+        }
         print_cache_summary(results, backend, upload_gbs);
         if (upload_gbs > 0)
             std::printf("\npinned host-to-device copies: %.1f GB/s (measured after the runs)\n", upload_gbs);

@@ -100,6 +100,11 @@ ExpertCacheStats Engine::expert_stats() const {
         s.bytes_streamed += o.bytes_streamed;
         s.mapped_misses += o.mapped_misses;
         s.mapped_admitted += o.mapped_admitted;
+        PrefetchStats &f = s.prefetch;
+        const PrefetchStats &g = o.prefetch;
+        f.picks += g.picks, f.predicted += g.predicted, f.prefetched += g.prefetched;
+        f.streamed_next += g.streamed_next, f.streamed_next_used += g.streamed_next_used;
+        f.recall_predicted += g.recall_predicted, f.recall_missed += g.recall_missed;
     }
     return s;
 }

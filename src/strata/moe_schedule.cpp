@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 
@@ -175,6 +177,13 @@ MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::v
     // STRATA_DECODE_ADMIT=0: mapped misses never enter the cache (it holds what the prompts left).
     admit_ = env_switch("STRATA_DECODE_ADMIT", true);
     admit_alone_ = admit_ && env_switch("STRATA_DECODE_ADMIT_ALONE", true);
+    if (const char *e = std::getenv("STRATA_PREFILL_FULL_SHARE"); e && *e) {
+        char *end = nullptr;
+        const double v = std::strtod(e, &end);
+        if (*end != '\0' || !(v >= 0.0 && v <= 1.0))
+            fail("STRATA_PREFILL_FULL_SHARE=%s: expected a share of a layer's experts from 0 to 1", e);
+        fixed_full_share_ = v;
+    }
     alone_by_size_.resize(65);  // decode-sized passes: the device routes up to a few tokens
     // STRATA_DECODE_CHOOSE=0: where the split exists it takes every decode-sized pass, mapped layers or not.
     choose_ = env_switch("STRATA_DECODE_CHOOSE", true);
@@ -250,6 +259,19 @@ void MoeSchedule::admit_after_alone_pass() {
             admitted_ += fills.size();
         }
     alone_.clear();
+}
+
+double full_share_threshold(double q) {
+    q = std::clamp(q, 0.0, 1.0);
+    const double b = 1.0 - q;
+    return (std::sqrt(b * b + 4.0) - b) / 2.0;
+}
+
+double MoeSchedule::full_share() const {
+    if (fixed_full_share_ >= 0.0) return fixed_full_share_;
+    const double n = double(prefetch_.recall_predicted + prefetch_.recall_missed);
+    return full_share_threshold((double(prefetch_.recall_predicted) + k_recall_prior * k_recall_prior_n) /
+                                (n + k_recall_prior_n));
 }
 
 // Decode-sized passes only: a prefill chunk routes to most experts anyway.
@@ -345,7 +367,7 @@ void MoeSchedule::stream_next(int64_t il, int64_t T, int64_t k, double share) {
     // auto: full where this layer's routing reached at least 90% of its experts (the next is taken to be alike),
     // predicted otherwise
     const bool predicted =
-        schedule_ == PrefillSchedule::Predicted || (schedule_ == PrefillSchedule::Auto && share < k_full_share);
+        schedule_ == PrefillSchedule::Predicted || (schedule_ == PrefillSchedule::Auto && share < full_share());
     if (predicted && pred_next_layer_ != nl) return;
     std::vector<int32_t> tokens;  // predicted: the next layer's tokens per expert
     if (predicted) {
@@ -361,6 +383,7 @@ void MoeSchedule::stream_next(int64_t il, int64_t T, int64_t k, double share) {
     const bool scan = scan_evict_ && 2.0 * share >= 1.0;
     prefetch_.streamed_next += fill_ahead_pinned(nl, want, next_pinned_, scan);
     next_ahead_ = std::move(want);
+    next_ahead_predicted_ = predicted;
     next_ahead_layer_ = nl;
 }
 
@@ -622,7 +645,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
         // Auto predicts only after a layer that took the predicted schedule (the layers of a pass route alike):
         // where every expert is routed, the next router's product is work for nothing.
         int64_t pred_layer = (schedule_ == PrefillSchedule::Predicted ||
-                              (schedule_ == PrefillSchedule::Auto && last_share_ < k_full_share)) &&
+                              (schedule_ == PrefillSchedule::Auto && last_share_ < full_share())) &&
                                      slots_ && !slots_->all_resident() && !on_device && !override_.active() &&
                                      (stream_ahead_set_ || T * k > k_decode_max_pairs) && stream_ahead_ > 0
                                  ? next_moe_layer(il)
@@ -655,6 +678,17 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
             std::vector<char> routed(size_t(n_exp), 0);
             for (int32_t e : ids) routed[size_t(e)] = 1;
             for (int32_t e : next_ahead_) prefetch_.streamed_next_used += routed[size_t(e)];
+            if (next_ahead_predicted_) {  // the recall: routed experts without a slot before, filled ahead or not
+                std::vector<char> ahead(size_t(n_exp), 0);
+                for (int32_t e : next_ahead_) ahead[size_t(e)] = 1;
+                for (int32_t e = 0; e < int32_t(n_exp); e++) {
+                    if (!routed[size_t(e)]) continue;
+                    if (ahead[size_t(e)])
+                        prefetch_.recall_predicted++;
+                    else if (slots_->slot_of(il, e) < 0)
+                        prefetch_.recall_missed++;
+                }
+            }
         }
         if (next_ahead_layer_ == il) next_ahead_layer_ = -1;
     }

@@ -39,8 +39,9 @@
 //   - predicted: as full, but only the experts the next MoE layer's router, applied to this layer's input, gives a
 //     token (its top-k, computed and read back with this layer's routing): for chunks whose routing reaches only
 //     part of the experts, where full moves experts no token needs;
-//   - auto: full where the layer's routing reached at least 90% of its experts (the next layer is taken to be
-//     alike), predicted otherwise (where the next router is as wide as this one; routed where not). Measured on
+//   - auto: full where the layer's routing reached at least full_share() of its experts (the next layer is taken
+//     to be alike; the line from the predicted schedule's measured recall, full_share_threshold below), predicted
+//     otherwise (where the next router is as wide as this one; routed where not). Measured on
 //     the H200 at 12 GiB: full is 1.15-1.18x of routed on Next-80B's 4096- and 8192-token chunks (every expert
 //     routed, 6% of them cached; predicted 0.94x of full at 16384), and 0.63-0.91x of routed on the 30B-A3B's 512-
 //     and 4096-token chunks (68% of a layer's experts routed, 44% cached: the experts filled ahead and not routed
@@ -127,11 +128,25 @@ struct PrefetchStats {
     uint64_t picks = 0, predicted = 0, prefetched = 0;
     uint64_t streamed_next = 0;  // experts filled ahead of their layer's routing by the full schedule (prefill)
     uint64_t streamed_next_used = 0;  // of those, the ones their layer's routing then reached
+    // Layers the predicted schedule filled ahead for: their routed experts that had no slot before, filled ahead
+    // (predicted) or not (missed): the prediction's recall, which sets auto's line (full_share_threshold).
+    uint64_t recall_predicted = 0, recall_missed = 0;
 };
 
 enum class PrefillSchedule { Routed, Full, Auto, Predicted };
-// auto's line: full where a layer's routing reached at least this share of its experts, predicted below it.
-constexpr double k_full_share = 0.9;
+// Auto's line: full where a layer's routing reached at least this share of its experts, predicted below it, from a
+// cost in the bus's time with the prediction's measured recall q (the share of a layer's routed experts without a slot
+// that the predicted schedule filled ahead). For a layer whose routing reaches a share r of its experts, full moves
+// every missing expert of the next layer, and each one no token needs evicts a cached expert that a later layer
+// needs in a share r of cases: 1 + r(1 - r) (in units of the next layer's missing experts); predicted moves the r
+// routed, of which (1 - q) r only after the routing, when the copy stream waits for them and the compute for it: r
+// (2 - q). Full where 1 + r - r^2 < r (2 - q), that is r above the positive root of r^2 + (1 - q) r - 1: 0.95 at q
+// = 0.9, 0.96 at 0.92 (the 30B-A3B's measured precision, eleventh round), 0.90 at 0.8, 0.78 at 0.5, 1 (never) at 1.
+// Both files measured so far sit far from it (the 30B-A3B's chunks route 68% of the experts: predicted won; Next-80B
+// 100%: full won). STRATA_PREFILL_FULL_SHARE=x fixes the line instead (0.9: the constant before).
+double full_share_threshold(double recall);
+constexpr double k_recall_prior = 0.9;    // the recall assumed before any is measured,
+constexpr double k_recall_prior_n = 32;  // weighted as this many experts
 // STRATA_PREFILL_SCHEDULE: "routed", "full", "auto" or "predicted" (unset: auto; throws strata::Error naming the
 // choices).
 PrefillSchedule prefill_schedule_from_env();
@@ -235,6 +250,9 @@ class MoeSchedule final : public ExpertRunner {
     int64_t ring_;                         // STRATA_PREFILL_RING: next-layer experts filled ahead (-1: default)
     std::vector<int32_t> next_pinned_;     // slots filled ahead for the next layer, pinned until it routes
     std::vector<int32_t> next_ahead_;      // the experts filled so (for streamed_next_used)
+    bool next_ahead_predicted_ = false;    // by the predicted schedule (for its recall)
+    double fixed_full_share_ = -1.0;       // STRATA_PREFILL_FULL_SHARE (< 0: from the recall)
+    double full_share() const;             // auto's line now
     int64_t next_ahead_layer_ = -1;        // their layer
     std::vector<int32_t> pred_next_ids_;   // the predicted schedule: the next MoE layer's top-k for this pass
     int64_t pred_next_layer_ = -1;         // that layer (-1: no prediction)

@@ -816,6 +816,61 @@ TEST_P(MoeScheduleSlots, AutoIsFullAfterLayersThatReachedTheirExpertsAndPredicte
     ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
 }
 
+// Auto's line from the prediction's recall: where the two schedules' costs in the bus's time meet (1 + r - r^2 for
+// full, r (2 - q) for predicted), lower the worse the prediction, never below 0.618 (q = 0) nor above 1 (q = 1).
+TEST(MoeSchedule, FullShareThresholdIsWhereTheCostsMeet) {
+    double before = 2.0;
+    for (double q = 1.0; q >= -0.001; q -= 0.05) {
+        const double r = full_share_threshold(q);
+        EXPECT_NEAR(1.0 + r - r * r, r * (2.0 - q), 1e-12) << q;
+        EXPECT_LT(r, before) << q;  // a worse prediction: full from lower shares on
+        before = r;
+    }
+    EXPECT_DOUBLE_EQ(full_share_threshold(1.0), 1.0);
+    EXPECT_NEAR(full_share_threshold(0.9), 0.9512, 1e-4);
+    EXPECT_NEAR(full_share_threshold(0.0), 0.6180, 1e-4);
+    EXPECT_DOUBLE_EQ(full_share_threshold(1.5), 1.0);  // clamped
+    // the costs either side: predicted cheaper below the line, full above
+    for (double q : {0.3, 0.7, 0.95}) {
+        const double r0 = full_share_threshold(q) - 0.02, r1 = full_share_threshold(q) + 0.02;
+        ASSERT_LE(r1, 1.0) << q;
+        EXPECT_GT(1.0 + r0 - r0 * r0, r0 * (2.0 - q)) << q;
+        EXPECT_LT(1.0 + r1 - r1 * r1, r1 * (2.0 - q)) << q;
+    }
+}
+
+// The predicted schedule counts its recall (2-token passes through a half-size cache); a bad fixed line is refused.
+TEST_P(MoeScheduleSlots, PredictedScheduleCountsItsRecall) {
+    const std::string path = model_path(GetParam());
+    ::setenv("STRATA_PREFILL_STREAM_AHEAD", "4", 1);
+    EngineConfig cfg = config(0);
+    cfg.n_batch = 2;
+    auto in_place = make_cpu_engine(path, cfg);
+    cfg.expert_slots = in_place->hparams().n_expert / 2;
+    ::setenv("STRATA_PREFILL_SCHEDULE", "predicted", 1);
+    auto e = std::make_unique<Engine>(load_model(path), std::make_unique<HostSlotBackend>(uint64_t(1) << 34), cfg);
+    ::unsetenv("STRATA_PREFILL_SCHEDULE");
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 23; i++) prompt.push_back(int32_t((i * 37 + 11) % e->n_vocab()));
+    std::vector<std::vector<float>> lg, ref;
+    e->decode({{e->new_sequence(), prompt, true}}, lg);
+    in_place->decode({{in_place->new_sequence(), prompt, true}}, ref);
+    EXPECT_EQ(std::memcmp(lg[0].data(), ref[0].data(), ref[0].size() * 4), 0);
+    const PrefetchStats pf = e->expert_stats().prefetch;
+    EXPECT_GT(pf.streamed_next, 0u);
+    EXPECT_GT(pf.recall_predicted, 0u);
+    EXPECT_LE(pf.recall_predicted, pf.streamed_next_used);  // filled ahead, routed, and without a slot before
+    ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
+    ::setenv("STRATA_PREFILL_FULL_SHARE", "1.5", 1);
+    try {
+        auto bad = std::make_unique<Engine>(load_model(path), std::make_unique<HostSlotBackend>(uint64_t(1) << 34), cfg);
+        ADD_FAILURE() << "STRATA_PREFILL_FULL_SHARE=1.5 taken";
+    } catch (const Error &err) {
+        EXPECT_NE(std::string(err.what()).find("STRATA_PREFILL_FULL_SHARE=1.5"), std::string::npos) << err.what();
+    }
+    ::unsetenv("STRATA_PREFILL_FULL_SHARE");
+}
+
 // A schedule that does not exist is refused at start, by name.
 TEST(MoeSchedule, UnknownPrefillScheduleIsRefused) {
     ::setenv("STRATA_PREFILL_SCHEDULE", "sideways", 1);
