@@ -182,15 +182,18 @@ class Backend {
     // a key, overwritten by the next call with it), ordered after the ops issued before, not waited for here. The
     // host reads them after the pass's end (end_pass() returned, or the pass was replayed). A recorded pass records
     // the copy, so each replay refreshes the same buffer. nullptr where the backend has no buffer for it (then
-    // nothing is copied). By default a synchronous download into a vector.
+    // nothing is copied). By default a synchronous download into a vector of k_ids_kept ids a key. ids_ready()
+    // waits for the copies queued so far (the host calls it before it reads them).
+    static constexpr int64_t k_ids_kept = 1024;
     virtual const int32_t *ids_after_pass(int64_t key, const int32_t *src, int64_t n) {
-        if (key < 0 || n <= 0) return nullptr;
+        if (key < 0 || n <= 0 || n > k_ids_kept) return nullptr;
         if (ids_kept_.size() <= size_t(key)) ids_kept_.resize(size_t(key) + 1);
         std::vector<int32_t> &v = ids_kept_[size_t(key)];
-        v.resize(size_t(n));
+        v.resize(size_t(k_ids_kept));  // never moves once made: its address is kept across passes
         download_i32(src, n, v.data());
         return v.data();
     }
+    virtual void ids_ready() {}
     // The other way (host rows packed), ordered after the ops issued before; `host` may be reused on return.
     virtual void upload(const float *host, Act dst) = 0;
     virtual void upload_i32(const int32_t *host, int64_t n, int32_t *dst) = 0;

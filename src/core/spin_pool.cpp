@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
+#include <set>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -15,6 +17,16 @@
 namespace strata {
 
 namespace {
+
+// The CPUs pinned pools' workers hold, process-wide.
+std::mutex &pinned_mu() {
+    static std::mutex m;
+    return m;
+}
+std::set<int> &pinned_cpus_taken() {
+    static std::set<int> s;
+    return s;
+}
 
 // A SpinWait's pauses before it yields (about 10 ns each on older cores, 40 on Skylake and later), and how long an
 // idle worker pauses before it yields.
@@ -52,21 +64,30 @@ SpinPool::SpinPool(int n_threads, int idle_us, bool pin)
     : idle_us_(std::max(0, idle_us)), slots_(new Slot[size_t(std::max(1, n_threads))]) {
     for (int i = 1; i < n_threads; i++) workers_.emplace_back([this, i] { worker(i); });
     if (!pin || workers_.empty()) return;
-    // One core a worker, the constructing thread's left out.
+    // One core a worker: not the constructing thread's, nor one another pool's pinned worker holds.
+    std::lock_guard<std::mutex> lock(pinned_mu());
     const int here = sched_getcpu();
     std::vector<int> cpus;
     for (const std::vector<int> &core : allowed_cores())
-        if (std::find(core.begin(), core.end(), here) == core.end()) cpus.push_back(core[0]);
+        if (std::find(core.begin(), core.end(), here) == core.end() && !pinned_cpus_taken().count(core[0]))
+            cpus.push_back(core[0]);
     if (cpus.size() < workers_.size()) return;
-    std::vector<int> pinned;
-    for (size_t w = 0; w < workers_.size(); w++) {
-        if (!pin_thread(workers_[w], cpus[w])) return;  // the ones pinned stay so; none is reported
-        pinned.push_back(cpus[w]);
-    }
-    pinned_ = std::move(pinned);
+    for (size_t w = 0; w < workers_.size(); w++)
+        if (!pin_thread(workers_[w], cpus[w])) {
+            std::vector<int> all;  // undone: the ones pinned so far may run anywhere again
+            for (const std::vector<int> &core : allowed_cores()) all.insert(all.end(), core.begin(), core.end());
+            for (size_t u = 0; u < w; u++) unpin_thread(workers_[u], all);
+            return;
+        }
+    pinned_.assign(cpus.begin(), cpus.begin() + int64_t(workers_.size()));
+    pinned_cpus_taken().insert(pinned_.begin(), pinned_.end());
 }
 
 SpinPool::~SpinPool() {
+    if (!pinned_.empty()) {
+        std::lock_guard<std::mutex> lock(pinned_mu());
+        for (int c : pinned_) pinned_cpus_taken().erase(c);
+    }
     stop_.store(true, std::memory_order_seq_cst);
     calls_++;
     for (int i = 1; i < size(); i++) {

@@ -45,8 +45,9 @@ class SpinPool {
   public:
     // n_threads counts the caller (n_threads - 1 workers, at least none); idle_us: how long a worker spins after a
     // call before it sleeps. pin: each worker pinned to a physical core of its own among those the process may run
-    // on, not the core the constructing thread runs on (left to the caller), and to its first logical CPU; where
-    // there are not that many cores, none is pinned.
+    // on, not the core the constructing thread runs on (left to the caller) nor one a pinned worker of another pool
+    // holds (a split model has a pool a part), and to its first logical CPU; where there are not that many cores,
+    // none is pinned.
     explicit SpinPool(int n_threads, int idle_us = 2000, bool pin = false);
     ~SpinPool();
     SpinPool(const SpinPool &) = delete;

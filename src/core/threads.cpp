@@ -64,6 +64,14 @@ bool pin_thread(std::thread &t, int cpu) {
     return pthread_setaffinity_np(t.native_handle(), sizeof(set), &set) == 0;
 }
 
+void unpin_thread(std::thread &t, const std::vector<int> &cpus) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c : cpus)
+        if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
+    pthread_setaffinity_np(t.native_handle(), sizeof(set), &set);
+}
+
 ThreadPool::ThreadPool(int n_threads, int spin_us) : spin_us_(std::max(0, spin_us)) {
     if (n_threads <= 0) n_threads = hardware_threads();
     for (int i = 1; i < n_threads; i++) workers_.emplace_back([this, i] { worker(i); });

@@ -70,5 +70,7 @@ int physical_cores();
 std::vector<std::vector<int>> allowed_cores();
 // Pins a thread to one logical CPU; false where the system refuses.
 bool pin_thread(std::thread &t, int cpu);
+// Lets a thread run on any of `cpus` again.
+void unpin_thread(std::thread &t, const std::vector<int> &cpus);
 
 }  // namespace strata

@@ -140,7 +140,10 @@ void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *toke
     moe.start_pass(batch.n_tokens, tracer != nullptr);
     // a part's pass takes its input from the host and its graph would bake that in: never recorded
     const bool traced = tracer != nullptr || moe.reads_back() || !whole;
-    if (!traced && be.replay_pass(batch, io)) return;
+    if (!traced && be.replay_pass(batch, io)) {
+        moe.pass_replayed();
+        return;
+    }
     be.reset_scratch();
     // The pass's bounds for the backend; a throw on the way aborts it.
     struct PassScope {

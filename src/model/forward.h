@@ -31,6 +31,8 @@ class ExpertRunner {
                      const ResidualNorm *then) = 0;
     // A pass of n_tokens starts (before reads_back is asked for it); traced: a tracer reads its intermediates.
     virtual void start_pass(int64_t n_tokens, bool traced) { (void)n_tokens, (void)traced; }
+    // The pass started last was replayed whole by the backend (Backend::replay_pass): run() was not called for it.
+    virtual void pass_replayed() {}
     // Whether run() reads intermediate results back at once in this pass (a routing observer): the pass cannot be
     // deferred.
     virtual bool reads_back() const { return false; }

@@ -251,6 +251,20 @@ void ExpertSlotTable::acquire(int64_t il, const int32_t *experts, int64_t n, int
     }
 }
 
+void ExpertSlotTable::note_requests(int64_t il, const int32_t *experts, int64_t n) {
+    STRATA_ASSERT(il >= 0 && size_t(il) < table_.size());
+    const uint64_t call = ++calls_;
+    for (int64_t i = 0; i < n; i++) {
+        STRATA_ASSERT(experts[i] >= 0 && size_t(experts[i]) < table_[size_t(il)].size());
+        count(il, experts[i]);
+        const int32_t s = table_[size_t(il)][size_t(experts[i])];
+        if (s >= 0) {
+            touch(s);
+            slots_[size_t(s)].call = call;
+        }
+    }
+}
+
 bool ExpertSlotTable::admit(int64_t il, int32_t e, double factor, std::vector<SlotFill> &fills) {
     STRATA_ASSERT(il >= 0 && size_t(il) < table_.size() && e >= 0 && size_t(e) < table_[size_t(il)].size());
     STRATA_ASSERT(table_[size_t(il)][size_t(e)] < 0);

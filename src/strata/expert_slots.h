@@ -67,6 +67,10 @@ class ExpertSlotTable {
     // routing, simulated (bench/RESULTS.md, ninth round), factor 2 keeps LFU with decay's hit rates with 0.1-0.3
     // fills a token, where filling every miss takes 2-31; under uniform routing 0.3-1.0 a token.
     bool admit(int64_t il, int32_t e, double factor, std::vector<SlotFill> &fills);
+    // Requests of experts of layer il served where they were without acquire() (a pass by the device alone, judged
+    // after it): counted for LFU, and those in a slot made the most recently used; not counted as hits (the
+    // backend counted its reads).
+    void note_requests(int64_t il, const int32_t *experts, int64_t n);
     // Fills acquire() asked for that did not happen (the copy failed): those slots hold nothing now.
     void forget(int64_t il, const std::vector<SlotFill> &fills);
 

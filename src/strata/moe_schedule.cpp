@@ -184,6 +184,7 @@ MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::v
             fail("STRATA_PREFILL_FULL_SHARE=%s: expected a share of a layer's experts from 0 to 1", e);
         fixed_full_share_ = v;
     }
+    line_ = full_share();
     alone_by_size_.resize(65);  // decode-sized passes: the device routes up to a few tokens
     // STRATA_DECODE_CHOOSE=0: where the split exists it takes every decode-sized pass, mapped layers or not.
     choose_ = env_switch("STRATA_DECODE_CHOOSE", true);
@@ -207,7 +208,7 @@ static_assert(k_hybrid_max_tokens <= DecodeModeChooser::k_max_tokens);
 void MoeSchedule::start_pass(int64_t T, bool traced) {
     admit_after_alone_pass();
     pass_tokens_ = T;
-    ran_layers_ = false;
+    line_ = full_share();
     split_pass_ = true;
     bool alone = false;
     if (hybrid_ && choose_ && !traced && T >= 1 && T <= k_hybrid_max_tokens)
@@ -230,35 +231,39 @@ void MoeSchedule::start_pass(int64_t T, bool traced) {
 // passes, as the split's mapped misses are after their compute (ExpertSlotTable::admit); its hits are counted. The
 // fills go on the copy stream; the backend makes the next pass read each new slot only once it is filled.
 void MoeSchedule::admit_after_alone_pass() {
-    // a direct pass of a size keeps its list for that size's replays (not one that ran none alone: a split pass)
-    if (pass_tokens_ > 0 && size_t(pass_tokens_) < alone_by_size_.size() && ran_layers_ && !alone_.empty())
-        alone_by_size_[size_t(pass_tokens_)] = alone_;
-    const std::vector<AloneIds> *done = ran_layers_ ? &alone_
-                                        : pass_tokens_ > 0 && size_t(pass_tokens_) < alone_by_size_.size()
-                                            ? &alone_by_size_[size_t(pass_tokens_)]
-                                            : nullptr;  // replayed: the layers its recording ran
-    if (done && slots_ && !slots_->all_resident())
-        for (const AloneIds &a : *done) {
-            const ExpertWeights &w = experts_[size_t(a.il)];
-            const int64_t n_exp = w.gate->ne[2];
-            std::vector<int32_t> hits, misses;
-            for (int64_t i = 0; i < a.n; i++) {
-                const int32_t e = a.ids[i];
-                if (e < 0 || e >= n_exp) continue;  // a pass that failed midway may have left anything
-                std::vector<int32_t> &to = slots_->slot_of(a.il, e) >= 0 ? hits : misses;
-                if (std::find(to.begin(), to.end(), e) == to.end()) to.push_back(e);
-            }
-            std::vector<SlotFill> fills;
-            if (!hits.empty()) {
-                std::vector<int32_t> slot(hits.size());
-                slots_->acquire(a.il, hits.data(), int64_t(hits.size()), slot.data(), false, fills);
-                STRATA_ASSERT(fills.empty());
-            }
-            for (int32_t e : misses) slots_->admit(a.il, e, k_admit_factor, fills);
-            fill(w, fills, /*ahead=*/true);
-            admitted_ += fills.size();
-        }
+    const std::vector<AloneIds> ran = std::move(alone_);
     alone_.clear();
+    const bool ran_layers = ran_layers_, replayed = replayed_;
+    ran_layers_ = replayed_ = false;
+    const int64_t T = pass_tokens_;
+    const bool sized = T > 0 && size_t(T) < alone_by_size_.size();
+    // a direct pass of a size keeps its list for that size's replays (not one that ran none alone: a split pass)
+    if (ran_layers && sized && !ran.empty()) alone_by_size_[size_t(T)] = ran;
+    // replayed: the layers its recording ran; neither run nor replayed (it failed first): nothing new to judge
+    const std::vector<AloneIds> *done = ran_layers ? &ran : replayed && sized ? &alone_by_size_[size_t(T)] : nullptr;
+    if (!done || done->empty() || !slots_ || slots_->all_resident()) return;
+    be_.ids_ready();
+    for (const AloneIds &a : *done) {
+        const ExpertWeights &w = experts_[size_t(a.il)];
+        const int64_t n_exp = w.gate->ne[2];
+        std::vector<int32_t> hits, misses;
+        for (int64_t i = 0; i < a.n; i++) {
+            const int32_t e = a.ids[i];
+            if (e < 0 || e >= n_exp) continue;  // never expected; the ids only steer the cache
+            std::vector<int32_t> &to = slots_->slot_of(a.il, e) >= 0 ? hits : misses;
+            if (std::find(to.begin(), to.end(), e) == to.end()) to.push_back(e);
+        }
+        slots_->note_requests(a.il, hits.data(), int64_t(hits.size()));
+        std::vector<SlotFill> fills;
+        for (int32_t e : misses) slots_->admit(a.il, e, k_admit_factor, fills);
+        try {
+            fill(w, fills, /*ahead=*/true);
+        } catch (...) {
+            slots_->forget(a.il, fills);  // those slots hold nothing now
+            throw;
+        }
+        admitted_ += fills.size();
+    }
 }
 
 double full_share_threshold(double q) {
@@ -367,7 +372,7 @@ void MoeSchedule::stream_next(int64_t il, int64_t T, int64_t k, double share) {
     // auto: full where this layer's routing reached at least 90% of its experts (the next is taken to be alike),
     // predicted otherwise
     const bool predicted =
-        schedule_ == PrefillSchedule::Predicted || (schedule_ == PrefillSchedule::Auto && share < full_share());
+        schedule_ == PrefillSchedule::Predicted || (schedule_ == PrefillSchedule::Auto && share < line_);
     if (predicted && pred_next_layer_ != nl) return;
     std::vector<int32_t> tokens;  // predicted: the next layer's tokens per expert
     if (predicted) {
@@ -645,7 +650,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
         // Auto predicts only after a layer that took the predicted schedule (the layers of a pass route alike):
         // where every expert is routed, the next router's product is work for nothing.
         int64_t pred_layer = (schedule_ == PrefillSchedule::Predicted ||
-                              (schedule_ == PrefillSchedule::Auto && last_share_ < full_share())) &&
+                              (schedule_ == PrefillSchedule::Auto && last_share_ < line_)) &&
                                      slots_ && !slots_->all_resident() && !on_device && !override_.active() &&
                                      (stream_ahead_set_ || T * k > k_decode_max_pairs) && stream_ahead_ > 0
                                  ? next_moe_layer(il)

@@ -183,6 +183,7 @@ class MoeSchedule final : public ExpertRunner {
     }
     // Chooses this pass's decode mode (decode_mode.h) where both apply.
     void start_pass(int64_t n_tokens, bool traced) override;
+    void pass_replayed() override { replayed_ = true; }
     bool reads_back() const override {
         return observer_ != nullptr || (override_.active() && !be_.draws_on_device()) || prefetch_on_ ||
                (hybrid_ != nullptr && split_pass_);  // the split reads the routing back in decode-sized passes
@@ -252,7 +253,8 @@ class MoeSchedule final : public ExpertRunner {
     std::vector<int32_t> next_ahead_;      // the experts filled so (for streamed_next_used)
     bool next_ahead_predicted_ = false;    // by the predicted schedule (for its recall)
     double fixed_full_share_ = -1.0;       // STRATA_PREFILL_FULL_SHARE (< 0: from the recall)
-    double full_share() const;             // auto's line now
+    double full_share() const;             // auto's line from the recall so far
+    double line_ = 1.0;                    // auto's line for this pass (full_share() at its start)
     int64_t next_ahead_layer_ = -1;        // their layer
     std::vector<int32_t> pred_next_ids_;   // the predicted schedule: the next MoE layer's top-k for this pass
     int64_t pred_next_layer_ = -1;         // that layer (-1: no prediction)
@@ -279,7 +281,8 @@ class MoeSchedule final : public ExpertRunner {
         const int32_t *ids;
     };
     bool admit_alone_;
-    bool ran_layers_ = false;        // run() ran for the current pass (it was not replayed)
+    bool ran_layers_ = false;        // run() ran for the current pass
+    bool replayed_ = false;          // the current pass was replayed whole (pass_replayed)
     int64_t pass_tokens_ = -1;       // the current pass's size
     std::vector<AloneIds> alone_;    // the current pass's
     std::vector<std::vector<AloneIds>> alone_by_size_;  // [pass size]: the last direct pass of that size's

@@ -201,10 +201,25 @@ TEST(SpinPool, PinsEachWorkerToACoreOfItsOwn) {
         if (ran_on[size_t(w)] < 0) continue;  // let off: it had not started when the caller was done
         EXPECT_EQ(ran_on[size_t(w)], pool.pinned_cpus()[size_t(w - 1)]) << "worker " << w;
     }
-    SpinPool too_many(int(cores.size()) + 1, 2000, true);  // a worker more than the other cores
-    EXPECT_TRUE(too_many.pinned_cpus().empty());
+    SpinPool second(workers + 1, 2000, true);  // the cores are the first pool's while it lives
+    EXPECT_TRUE(second.pinned_cpus().empty());
     SpinPool unpinned(workers + 1, 2000);
     EXPECT_TRUE(unpinned.pinned_cpus().empty());
+}
+
+TEST(SpinPool, PinsOnlyWhereThereAreCores) {
+    const std::vector<std::vector<int>> cores = allowed_cores();
+    if (cores.size() < 2) GTEST_SKIP() << "fewer than two cores this process may use";
+    {
+        SpinPool too_many(int(cores.size()) + 1, 2000, true);  // a worker more than the other cores
+        EXPECT_TRUE(too_many.pinned_cpus().empty());
+    }
+    {
+        SpinPool first(int(cores.size()), 2000, true);
+        EXPECT_EQ(first.pinned_cpus().size(), cores.size() - 1);
+    }
+    SpinPool again(int(cores.size()), 2000, true);  // the first pool gave its cores back
+    EXPECT_EQ(again.pinned_cpus().size(), cores.size() - 1);
 }
 
 // start() then join(): the workers begin on start() while the caller is elsewhere (here waiting until every worker

@@ -62,6 +62,7 @@ class CudaBackend final : public Backend {
     void download(const Act &src, float *host) override;
     void download_i32(const int32_t *src, int64_t n, int32_t *host) override;
     const int32_t *ids_after_pass(int64_t key, const int32_t *src, int64_t n) override;
+    void ids_ready() override;
     void download_argmax(const Act &src, int32_t *host) override;
     void download_many(std::initializer_list<ActDownload> acts, const int32_t *ids, int64_t n,
                        int32_t *ids_host) override;
@@ -428,6 +429,7 @@ class CudaBackend final : public Backend {
     // only after it ran once without a graph).
     int32_t *ids_pinned_ = nullptr;
     int64_t ids_keys_ = 0, ids_cap_ = 0;
+    bool ids_pending_ = false;  // copies queued that the host has not waited for (a pass may end without a wait)
     float *dl_pinned_ = nullptr;
     size_t dl_floats_ = 0, dl_used_ = 0;
     // What a recorded pass depended on beyond its kernels' arguments, and so what a replay must check or rewrite.

@@ -391,7 +391,14 @@ const int32_t *CudaBackend::ids_after_pass(int64_t key, const int32_t *src, int6
     if (key >= ids_keys_ || n > ids_cap_) return nullptr;
     int32_t *dst = ids_pinned_ + key * ids_cap_;
     STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(n) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    ids_pending_ = true;
     return dst;
+}
+
+void CudaBackend::ids_ready() {
+    if (!ids_pending_ || capturing_) return;
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));  // most passes ended with a download that waited already
+    ids_pending_ = false;
 }
 
 void CudaBackend::download_many(std::initializer_list<ActDownload> acts, const int32_t *ids, int64_t n,
