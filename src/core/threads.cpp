@@ -18,17 +18,29 @@ namespace strata {
 
 int hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
 
+namespace {
+
+// Logical CPU c's (package, core) from sysfs; false where its topology is not there (offline, or no sysfs).
+bool core_of(int c, std::pair<int, int> &key) {
+    const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/";
+    std::ifstream core(dir + "core_id"), pkg(dir + "physical_package_id");
+    int core_id = -1, pkg_id = -1;
+    if (!(core >> core_id)) return false;
+    if (!(pkg >> pkg_id)) pkg_id = 0;
+    key = {pkg_id, core_id};
+    return true;
+}
+
+}  // namespace
+
 int physical_cores() {
     static const int n = [] {
         std::set<std::pair<int, int>> cores;
         const int n_cpu = hardware_threads();
         for (int c = 0, seen = 0; seen < n_cpu && c < 4096; c++) {
-            const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/";
-            std::ifstream core(dir + "core_id"), pkg(dir + "physical_package_id");
-            int core_id = -1, pkg_id = -1;
-            if (!(core >> core_id)) continue;  // offline, or not there
-            if (!(pkg >> pkg_id)) pkg_id = 0;
-            cores.insert({pkg_id, core_id});
+            std::pair<int, int> key;
+            if (!core_of(c, key)) continue;  // offline, or not there
+            cores.insert(key);
             seen++;
         }
         return cores.empty() ? n_cpu : std::min(int(cores.size()), n_cpu);
@@ -43,12 +55,9 @@ std::vector<std::vector<int>> allowed_cores() {
     std::map<std::pair<int, int>, std::vector<int>> by_core;
     for (int c = 0; c < CPU_SETSIZE; c++) {
         if (!CPU_ISSET(c, &set)) continue;
-        const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/";
-        std::ifstream core(dir + "core_id"), pkg(dir + "physical_package_id");
-        int core_id = -1, pkg_id = -1;
-        if (!(core >> core_id)) return {};
-        if (!(pkg >> pkg_id)) pkg_id = 0;
-        by_core[{pkg_id, core_id}].push_back(c);
+        std::pair<int, int> key;
+        if (!core_of(c, key)) return {};
+        by_core[key].push_back(c);
     }
     std::vector<std::vector<int>> out;
     for (auto &kv : by_core) out.push_back(std::move(kv.second));
