@@ -5,7 +5,7 @@
 # (STRATA_HOST_PIN), zipf:1.0 decoding under LRU, LFU, and LFU without the alone passes' admission
 # (STRATA_DECODE_ADMIT_ALONE=0), the mapped tier against the pinned copy (the stager's spans), and two participants
 # on the one GPU decoding four sequences with micro-passes and without. No llama.cpp (NO_LLAMA): these rows are A/B
-# within Strata. Here first: ../shared/peer/prepare.sh && scripts/device-debs.sh && cp ../shared/peer/device.sh
+# within Strata. The mapped tier's rows: the stager's stores past the caches (STRATA_CUDA_STAGER_NT) on and off. Here first: ../shared/peer/prepare.sh && scripts/device-debs.sh && cp ../shared/peer/device.sh
 # .peer/. There (carry .peer):
 #   setsid nohup bash bench/device-next.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/next/main.log 570
 # Steps that would run past ~560 s are skipped and say so.
@@ -29,7 +29,9 @@ before 530 "zipf rows" && { sb $U --routing zipf:1.0
   sb $U --routing zipf:1.0 --expert-cache-policy lfu
   STRATA_DECODE_ADMIT_ALONE=0 sb $U --routing zipf:1.0 --expert-cache-policy lfu; }
 before 540 "mapped tier" && { sb -m $F -p 4096 -n 1 -r 1 --chunk 4096 --vram-budget 12G
-  sb -m $F -p 4096 -n 1 -r 1 --chunk 4096 --vram-budget 12G --host-mem mmap; }
+  sb -m $F -p 4096 -n 1 -r 1 --chunk 4096 --vram-budget 12G --host-mem mmap
+  STRATA_CUDA_STAGER_NT=0 sb -m $F -p 4096 -n 1 -r 1 --chunk 4096 --vram-budget 12G --host-mem mmap
+  STRATA_CUDA_STAGER_THREADS=15 sb -m $F -p 4096 -n 1 -r 1 --chunk 4096 --vram-budget 12G --host-mem mmap; }
 before 555 "micro-passes" && for micro in 1 0; do
   STRATA_SPLIT_PIPELINE=1 STRATA_SPLIT_MICROBATCH=$micro sb -m $F -p 16 -n 32 -r 1 --parallel 4 --routing uniform \
     --gpus 0,0 --vram-budget 6G,6G; done

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/host/host_experts.h"
+#include "backend/host/stream_copy.h"
 #include "format/quant.h"
 
 using namespace strata;
@@ -117,4 +118,22 @@ TEST(HostExperts, TakeThreadsByTheWorkSameBits) {
         pool.run({{big.m[0], big.m[1], big.m[2], xb.data(), yb.data(), 2}});
         EXPECT_EQ(std::memcmp(yb.data(), want_b.data(), yb.size() * 4), 0) << "big, rep " << rep;
     }
+}
+
+// The stager's copy (backend/host/stream_copy.h): memcpy's bytes for every alignment of source and destination and
+// every length around the 64-byte lines, and nothing outside the destination's range is touched.
+TEST(StreamCopy, IsMemcpyAtEveryAlignmentAndLength) {
+    std::mt19937 rng(7);
+    std::vector<uint8_t> src(4096 + 128), dst(4096 + 256), want;
+    for (uint8_t &b : src) b = uint8_t(rng());
+    const size_t lengths[] = {0, 1, 15, 16, 63, 64, 65, 127, 128, 129, 191, 1000, 4095, 4096};
+    for (size_t n : lengths)
+        for (size_t so = 0; so < 64; so += 7)
+            for (size_t doff = 0; doff < 64; doff += 5) {
+                std::fill(dst.begin(), dst.end(), uint8_t(0xA5));
+                want = dst;
+                std::memcpy(want.data() + 64 + doff, src.data() + so, n);
+                stream_copy(dst.data() + 64 + doff, src.data() + so, n);
+                ASSERT_EQ(dst, want) << "n=" << n << " src offset " << so << " dst offset " << doff;
+            }
 }

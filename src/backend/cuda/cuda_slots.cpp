@@ -212,9 +212,11 @@ void CudaBackend::make_host_tier(WeightSet &ws, const Placement &plan) {
     // the A/B of whether they hold the mapped tier's prompts back: Next-80B's pp4096 ran at 39% of the pinned tier's,
     // bench/RESULTS.md, tenth round)
     const int stager_threads = int(std::clamp<long>(env_count("STRATA_CUDA_STAGER_THREADS", 8), 1, 64));
+    // STRATA_CUDA_STAGER_NT=0: the threads copy with memcpy instead of stores that bypass the caches
+    const bool stager_nt = env_switch("STRATA_CUDA_STAGER_NT", true);
     auto make_stager = [&] {
         stager_ = std::make_unique<HostStager>(plan.stager_buffer_bytes, plan.stager_buffers,
-                                               std::min(stager_threads, hardware_threads()));
+                                               std::min(stager_threads, hardware_threads()), stager_nt);
     };
     switch (plan.host) {
         case HostTier::none:  // the stager only fills every slot at start (set_resident_experts drops it)

@@ -5,11 +5,13 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/host/stream_copy.h"
 #include "core/error.h"
 
 namespace strata::cuda {
 
-HostStager::HostStager(size_t buffer_bytes, int n_buffers, int n_threads) : buffer_bytes_(buffer_bytes) {
+HostStager::HostStager(size_t buffer_bytes, int n_buffers, int n_threads, bool streaming)
+    : buffer_bytes_(buffer_bytes), streaming_(streaming) {
     STRATA_ASSERT(buffer_bytes > 0 && n_buffers >= 2);
     bufs_.resize(size_t(n_buffers));
     for (Buffer &b : bufs_) {
@@ -66,7 +68,10 @@ void HostStager::flush(cudaStream_t stream) {
     pool_->run([&](int ith, int) {
         if (ith >= nth) return;
         for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < spans.size();)
-            std::memcpy(spans[i].dst, spans[i].src, spans[i].bytes);
+            if (streaming_)
+                stream_copy(spans[i].dst, spans[i].src, spans[i].bytes);
+            else
+                std::memcpy(spans[i].dst, spans[i].src, spans[i].bytes);
     });
     for (const Piece &p : pending_)
         STRATA_CUDA_CHECK(cudaMemcpyAsync(p.dst, b.host + p.offset, p.bytes, cudaMemcpyHostToDevice, stream));
