@@ -360,11 +360,14 @@ void Engine::run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink
     }
     if (passes.empty()) return;
     // One pass of several sequences through a split model: micro-passes of whole sequences, one a part, so the
-    // parts work as a pipeline (runtime/part_pipeline.h). Not by default where every part is on the host: parts
-    // that share the host's cores gain nothing from working at once, and each micro-pass reads the weights again
-    // (demo model, 4 sequences on two host parts of the 2-core development machine: 0.88-0.95x).
-    if (passes.size() == 1 && passes[0].b.segs.size() > 1 && pipelined(2) &&
-        env_switch("STRATA_SPLIT_MICROBATCH", !parts_on_host())) {
+    // parts work as a pipeline (runtime/part_pipeline.h). Only where every part is on the host, whose kernels give a
+    // row the same bits whatever rows share its pass; a GPU's choose their form by the pass's rows (a mat-vec up to
+    // k_mmv_max_rows, tiles above), so cutting a pass there would change bits (CudaEngine.SplitPassesAreNotCutOnGpus).
+    // Opt-in there too: parts that share the host's cores gain nothing from working at once, and each micro-pass
+    // reads the weights again (demo model, 4 sequences on two host parts of the 2-core development machine:
+    // 0.88-0.95x).
+    if (passes.size() == 1 && passes[0].b.segs.size() > 1 && pipelined(2) && parts_on_host() &&
+        env_switch("STRATA_SPLIT_MICROBATCH", false)) {
         Pass whole = std::move(passes[0]);
         std::vector<int64_t> seg_tokens;
         for (const BatchSeg &sg : whole.b.segs) seg_tokens.push_back(sg.n);

@@ -14,11 +14,12 @@
 //      finished: those are complete in every part.
 // A part's passes run in pass order on one thread, so each part's state (caches, expert cache, scratch) sees the
 // same sequence of passes as without the pipeline: the results are the same bits.
-// Micro-passes (STRATA_SPLIT_MICROBATCH; on where the pipeline is, except where every part is on the host, whose
-// parts share the host's cores): a call of one pass holding several sequences (a decoding step of parallel requests,
-// prompts admitted together) is cut between its sequences into as many passes as there are parts, so part 0 works
-// on the second while part 1 works on the first. Each sequence's tokens stay in one pass, at the same positions, and
-// every op works per token or per sequence, so the cut changes no bit.
+// Micro-passes (STRATA_SPLIT_MICROBATCH=1, where the pipeline is and every part is on the host): a call of one pass
+// holding several sequences (a decoding step of parallel requests, prompts admitted together) is cut between its
+// sequences into as many passes as there are parts, so part 0 works on the second while part 1 works on the first.
+// Each sequence's tokens stay in one pass, at the same positions, and every host op works per token or per
+// sequence, so the cut changes no bit. A GPU's kernels take their form from the pass's row count, so GPU parts
+// never cut.
 #pragma once
 
 #include <cstddef>

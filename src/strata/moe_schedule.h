@@ -9,7 +9,7 @@
 //      (experts_device_routed; where the pass does not split, see Decode mode below): then on to 6. Nothing is
 //      filled during the pass; under LFU the routing goes to the host within it (Backend::ids_after_pass, no wait)
 //      and at the next pass's start the misses requested far more than the weakest slot are filled for later passes
-//      (admit_after_alone_pass; STRATA_DECODE_ADMIT_ALONE=0 off); otherwise the cache holds what prompts and loans
+//      (admit_after_alone_pass; opt-in, STRATA_DECODE_ADMIT_ALONE=1); otherwise the cache holds what prompts and loans
 //      left;
 //   1b. a benchmark's routing override draws on the backend (Backend::route_draws; on the device for the CUDA
 //      backend, so step 2 still applies);
