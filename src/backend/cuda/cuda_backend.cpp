@@ -451,6 +451,9 @@ void CudaBackend::upload_rows(const float *host, Act dst) {
 }
 
 uint64_t CudaBackend::mark_device() {
+    // Not inside a recorded pass: the event would be recorded by every replay of the graph, not once here, and a
+    // query of an event last recorded into a capture fails (cudaErrorInvalidValue). Its spans read as lost.
+    if (capturing_) return 0;
     const uint64_t n = ++n_marks_;
     STRATA_CUDA_CHECK(cudaEventRecord(marks_[n % k_marks], stream_));
     return n;

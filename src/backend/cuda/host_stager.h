@@ -3,9 +3,9 @@
 // 6-9 GB/s on the H200 machines, against 40-50 GB/s from pinned memory), and pinning a whole mapping with
 // cudaHostRegister took minutes there. Here worker threads read the source into a pinned buffer in parallel (page-cache
 // reads, ~30 GB/s with 8 threads), then one DMA per piece goes out on the caller's stream, and an event per buffer
-// says when the buffer may be filled again. While a buffer's DMA runs, the threads fill the next one. The threads'
-// stores bypass the caches (backend/host/stream_copy.h; `streaming` false: memcpy), as the DMA reads the buffer from
-// memory next.
+// says when the buffer may be filled again. While a buffer's DMA runs, the threads fill the next one. With
+// `streaming`, the threads' stores bypass the caches (backend/host/stream_copy.h), as the DMA reads the buffer from
+// memory next; otherwise memcpy.
 //
 // Copies are queued on the stream like a cudaMemcpyAsync: after everything queued before them, before everything
 // queued after. The source must stay valid until copy() returns; the destination is written in stream order.
@@ -30,7 +30,7 @@ class HostStager {
         size_t bytes;
     };
 
-    HostStager(size_t buffer_bytes, int n_buffers, int n_threads, bool streaming = true);
+    HostStager(size_t buffer_bytes, int n_buffers, int n_threads, bool streaming = false);
     ~HostStager();
     HostStager(const HostStager &) = delete;
     HostStager &operator=(const HostStager &) = delete;
