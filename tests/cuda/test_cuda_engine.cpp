@@ -595,7 +595,9 @@ TEST_P(CudaEngine, MappedMissesDoNotChangeABit) {
                     EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
                     const ExpertCacheStats st = e->expert_stats();
                     // (the script's prompts are under k_timing_min_tokens: every pass is decode-sized)
-                    if (timed) EXPECT_FALSE(st.decode_timing.empty()) << what;
+                    if (timed) {
+                        EXPECT_FALSE(st.decode_timing.empty()) << what;
+                    }
                     const EngineStats after = stats_of(*e);
                     const bool on = mappable && std::strcmp(mapped, "1") == 0;
                     EXPECT_EQ(st.mapped_misses > 0, on && std::strcmp(split, "copy") != 0) << what;
