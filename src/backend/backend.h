@@ -53,12 +53,17 @@ struct BatchInfo {
 };
 
 // What a forward pass reads and writes on the host: a token id per row, the rows whose logits are wanted, and
-// out_rows->size() rows of logits.
+// out_rows->size() rows of logits. A pass of one part of a split model (model/forward.h, PassPart) reads the residual
+// stream the part before left (in_x, in_cur: rows x n_embd each, uploaded with upload) instead of embedding the
+// tokens where it does not start at the first layer, and downloads its own (out_x, out_cur) instead of logits where
+// it does not end at the last.
 struct PassIo {
     const int32_t *tokens = nullptr;
     const std::vector<int64_t> *out_rows = nullptr;
     float *logits = nullptr;
     int32_t *ids = nullptr;  // where set, the pass gives each out row's arg-max id here instead of logits
+    const float *in_x = nullptr, *in_cur = nullptr;
+    float *out_x = nullptr, *out_cur = nullptr;
 };
 
 struct RopeParams {

@@ -115,7 +115,7 @@ struct Placement {
         const size_t i = size_t((tokens + 255) / 256 - 1);
         return i < loan_steps.size() ? std::min(loan_steps[i], loan_slots) : loan_slots;
     }
-    int64_t download_cols = 0;      // the widest rows a pass downloads (the logits)
+    int64_t download_cols = 0;      // the widest rows a pass downloads per token (logits, or a split part's residuals)
     // Pinned host memory for one pass's small uploads (routing groups and rows, tiles, positions), so that a prompt
     // chunk never waits for its own earlier copies or grows the buffer mid-pass.
     uint64_t stage_bytes = 0;

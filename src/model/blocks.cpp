@@ -135,11 +135,22 @@ void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *toke
         c.l0 = part->l0, c.in = part->in;
         if (part->l1 >= 0) c.l1 = part->l1;
     }
-    const bool whole = c.l0 == 0 && c.l1 == m.hp.n_layer;
-    const PassIo io{tokens, &out_rows, ids ? nullptr : logits, ids};
+    PassIo io{tokens, &out_rows, ids ? nullptr : logits, ids};
+    if (c.l0 > 0) {
+        STRATA_ASSERT(c.in && int64_t(c.in->x.size()) == batch.n_tokens * m.hp.n_embd && c.in->cur.size() == c.in->x.size());
+        io.in_x = c.in->x.data(), io.in_cur = c.in->cur.data();
+    }
+    if (c.l1 < m.hp.n_layer) {  // a part before the last: the residual stream goes on to the next
+        STRATA_ASSERT(part && part->out);
+        const size_t n = size_t(batch.n_tokens * m.hp.n_embd);
+        part->out->x.resize(n);
+        part->out->cur.resize(n);
+        io.out_x = part->out->x.data(), io.out_cur = part->out->cur.data();
+        io.logits = nullptr, io.ids = nullptr;
+    }
     moe.start_pass(batch.n_tokens, tracer != nullptr);
-    // a part's pass takes its input from the host and its graph would bake that in: never recorded
-    const bool traced = tracer != nullptr || moe.reads_back() || !whole;
+    // a part's pass is recorded and replayed as a whole model's is: its input and output pass through io
+    const bool traced = tracer != nullptr || moe.reads_back();
     if (!traced && be.replay_pass(batch, io)) {
         moe.pass_replayed();
         return;
@@ -160,13 +171,9 @@ void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *toke
         trunk_qwen3moe(c, tokens, h, cur);
     else
         trunk_qwen3next(c, tokens, h, cur);
-    if (c.l1 < m.hp.n_layer) {  // a part before the last: the residual stream goes on to the next
-        STRATA_ASSERT(part && part->out);
-        const size_t n = size_t(batch.n_tokens * m.hp.n_embd);
-        part->out->x.resize(n);
-        part->out->cur.resize(n);
-        be.download(h, part->out->x.data());
-        be.download(cur, part->out->cur.data());
+    if (c.l1 < m.hp.n_layer) {
+        be.download(h, io.out_x);
+        be.download(cur, io.out_cur);
         scope.open = false;
         be.end_pass();
         return;

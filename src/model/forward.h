@@ -75,7 +75,7 @@ constexpr int64_t k_logit_slice_rows = 256;
 // Runs the model over tokens[0..batch.n_tokens) and writes the logits of rows out_rows (in that order) to
 // logits[out_rows.size() * n_vocab], or, where ids is given, each of those rows' arg-max to ids[out_rows.size()]
 // (Backend::download_argmax; logits unused). Where part is given and not the whole model, only its layers run (see
-// PassPart; a part's pass is never recorded as a graph).
+// PassPart; the residual streams pass through PassIo, so a backend may record and replay a part's pass too).
 void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *tokens, const BatchInfo &batch,
              const std::vector<int64_t> &out_rows, float *logits, const Tracer *tracer = nullptr,
              int32_t *ids = nullptr, const PassPart *part = nullptr);

@@ -73,7 +73,7 @@ Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShap
     Placement p;
     p.caches = caches;
     p.chunk_tokens = opt.chunk_tokens;
-    p.download_cols = hp.n_vocab;
+    p.download_cols = std::max(hp.n_vocab, 2 * hp.n_embd);  // a split part's residual stream: x and cur
     if (!dev.has_device_memory) return p;
     p.device = true;
     const size_t a = std::max<size_t>(dev.align, 1);

@@ -184,12 +184,13 @@ TEST_P(CudaEngine, SplitOverTwoParticipantsIsBitIdentical) {
         std::vector<int32_t> ids;
         const int32_t s = e.new_sequence();
         e.decode_argmax({{s, prompt_tokens(9, 2), false}}, ids);
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < 6; i++) {  // a size is recorded at its third pass, replayed from its fourth
             out.push_back(float(ids[0]));
             e.decode_argmax({{s, {ids[0]}, false}}, ids);
         }
         return out;
     };
+    // Each part's decoding passes replay as graphs as the whole model's do (graphs on, every expert resident).
     // 16-token passes: the prompt's three passes run through the parts as a pipeline (STRATA_SPLIT_PIPELINE=1, each
     // part driven by a thread of its own) or one after the other
     for (int64_t n_batch : {int64_t(512), int64_t(16)})
@@ -218,6 +219,12 @@ TEST_P(CudaEngine, SplitOverTwoParticipantsIsBitIdentical) {
                         if (slots) {
                             EXPECT_GT(e->part_stats(0).expert_cache_misses, 0u);
                             EXPECT_GT(e->part_stats(1).expert_cache_misses, 0u);
+                        }
+                        if (graphs && !slots) {
+                            for (size_t i = 0; i < 2; i++) {
+                                EXPECT_GT(cuda_device_stats(e->part_backend(i)).graph_replays, 0u)
+                                    << "part " << i << " of split " << k << "/" << n - k;
+                            }
                         }
                     }
                     ::unsetenv("STRATA_SPLIT_PIPELINE");

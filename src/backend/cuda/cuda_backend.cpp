@@ -444,9 +444,17 @@ void *CudaBackend::upload(const void *host, size_t bytes, UploadSrc src) {
 void CudaBackend::upload_rows(const float *host, Act dst) {
     wrote(dst);
     if (dst.rows == 0) return;
-    if (capturing_) fail("internal: an upload inside a recorded pass");
+    // Inside a recorded pass only a split part's input (PassIo::in_x, in_cur), whole: a replay rewrites its bytes.
+    UploadSrc src = UploadSrc::None;
+    if (capturing_) {
+        const bool whole = dst.rows == pass_batch_.n_tokens;
+        if (whole && host == pass_io_.in_x) src = UploadSrc::InX;
+        if (whole && host == pass_io_.in_cur) src = UploadSrc::InCur;
+        if (src == UploadSrc::None) fail("internal: an upload inside a recorded pass");
+    }
     const size_t row = size_t(dst.cols) * sizeof(float);
-    const uint8_t *h = stage(host, row * size_t(dst.rows));
+    uint8_t *h = stage(host, row * size_t(dst.rows));
+    if (capturing_) note_upload(h, row * size_t(dst.rows), src);
     copy_up(dst.data, size_t(dst.stride) * sizeof(float), h, row, size_t(dst.rows));
 }
 

@@ -174,7 +174,7 @@ class CudaBackend final : public Backend {
     // What an upload inside a recorded pass holds, so that a replay can write it anew (cuda_graph.cpp): the pass's
     // token ids, its rows' {sequence, position} table, its attention tiles, its logit rows (fixed by the graph's
     // key). Anything else makes the recording one that cannot be replayed.
-    enum class UploadSrc : uint8_t { None, Tokens, SeqPos, Tiles, OutRows };
+    enum class UploadSrc : uint8_t { None, Tokens, SeqPos, Tiles, OutRows, InX, InCur };
     // Copies host bytes to fresh scratch through the pinned staging buffer (async, stream-ordered).
     void *upload(const void *host, size_t bytes, UploadSrc src = UploadSrc::None);
     // Host bytes into the pinned staging buffer, for a copy queued on the compute stream (waits for the stream
@@ -422,7 +422,14 @@ class CudaBackend final : public Backend {
         void *host;
         const void *pinned;
         size_t bytes;
-        bool ids = false;  // arg-max ids (PassIo::ids), else logit rows (PassIo::logits)
+        bool ids = false;  // arg-max ids (PassIo::ids), else rows of floats (PassIo::logits, out_x or out_cur)
+    };
+    // Where a recorded download lands in a replay: elements from one of the pass's outputs.
+    enum class DownloadDst : uint8_t { Logits, Ids, OutX, OutCur };
+    struct ReplayDownload {
+        DownloadDst dst;
+        size_t offset;  // elements from the output's start
+        Deferred d;
     };
     std::vector<Deferred> deferred_;
     // ids_after_pass: one pinned block, ids_cap_ ids a key, made on the first call (a direct pass: a size is recorded
@@ -455,7 +462,7 @@ class CudaBackend final : public Backend {
         int64_t vocab_rows = 0;  // the embedding's rows, for the token check
         std::vector<StagedUpload> uploads;
         bool ids = false;                                     // the pass gives arg-max ids (part of the key)
-        std::vector<std::pair<size_t, Deferred>> downloads;  // {elements from io.logits or io.ids, the pinned rows}
+        std::vector<ReplayDownload> downloads;
         uint64_t last_use = 0;
     };
     std::vector<PassGraph> graphs_;  // a few recorded passes, the least recently used one rebuilt from the next

@@ -25,6 +25,10 @@
 //     inside the context (else the ops run, and they raise the errors): every noted staging range is rewritten
 //     from the batch (passes run op by op since the recording stage their own uploads in the same buffer), the
 //     graph launched, waited for, and its pinned logit rows (or arg-max ids) copied to the caller.
+//   - A pass of one part of a split model (PassIo's in_x/in_cur and out_x/out_cur) is recorded and replayed the same
+//     way: its input rows, the residual stream the part before left, are staged uploads rewritten from the caller's
+//     rows at each replay (in place of the token ids where the part does not embed them), and its own residual
+//     stream is a download copied to the caller's rows as the logits are.
 //
 // Rules that keep a recorded pass valid: nothing in it synchronises with the host or reads device results on the
 // host (the eligibility below, and upload() refusing to wrap its staging buffer while recording); host data it
@@ -82,7 +86,7 @@ void CudaBackend::begin_pass(const BatchInfo &b, const PassIo &io, bool traced) 
         graph_warm_.push_back(b.n_tokens);
         return;
     }
-    // The pass downloads at most one row of logits per token.
+    // The pass downloads at most one row of logits per token, or a split part's two residual rows (download_cols).
     const size_t need = size_t(b.n_tokens) * size_t(download_cols_);
     if (dl_floats_ < need) {
         if (dl_pinned_) STRATA_CUDA_CHECK(cudaFreeHost(dl_pinned_));
@@ -96,7 +100,7 @@ void CudaBackend::begin_pass(const BatchInfo &b, const PassIo &io, bool traced) 
     deferred_.clear();
     pass_io_ = io;
     pass_batch_ = b;
-    rec_ok_ = replay_enabled() && io.tokens && io.out_rows && (io.logits || io.ids);
+    rec_ok_ = replay_enabled() && io.tokens && io.out_rows && (io.logits || io.ids || io.out_x);
     rec_attn_ = {};
     rec_vocab_ = 0;
     rec_uploads_.clear();
@@ -130,14 +134,16 @@ CudaBackend::PassGraph *CudaBackend::find_graph(const BatchInfo &b, const std::v
 
 bool CudaBackend::replay_pass(const BatchInfo &b, const PassIo &io) {
     if (!graphs_on_ || !replay_enabled() || prof_.on() || !graph_eligible_) return false;
-    if (b.n_tokens < 1 || b.n_tokens > k_mmv_max_rows || !io.tokens || !io.out_rows || (!io.logits && !io.ids))
+    if (b.n_tokens < 1 || b.n_tokens > k_mmv_max_rows || !io.tokens || !io.out_rows ||
+        (!io.logits && !io.ids && !io.out_x))
         return false;
     STRATA_ASSERT(!capturing_);
     PassGraph *g = find_graph(b, *io.out_rows, io.ids != nullptr);
     if (!g || !g->replayable) return false;
     const Clock::time_point t0 = Clock::now();
-    for (int64_t t = 0; t < b.n_tokens; t++)
-        if (io.tokens[t] < 0 || io.tokens[t] >= g->vocab_rows) return false;
+    if (g->vocab_rows > 0)  // (a split's later part embeds nothing)
+        for (int64_t t = 0; t < b.n_tokens; t++)
+            if (io.tokens[t] < 0 || io.tokens[t] >= g->vocab_rows) return false;
     std::vector<AttnTile> tiles;
     if (g->attn.present) {
         int64_t max_end = 0;
@@ -163,8 +169,12 @@ bool CudaBackend::replay_pass(const BatchInfo &b, const PassIo &io) {
             case UploadSrc::Tiles: from = tiles.data(), bytes = tiles.size() * sizeof(AttnTile); break;
             // part of the key, yet rewritten too: a pass between replays may have staged other bytes there
             case UploadSrc::OutRows: from = rows32.data(), bytes = rows32.size() * 4; break;
+            // a split part's input, the rows the part before left (the key fixes their count)
+            case UploadSrc::InX: from = io.in_x, bytes = u.bytes; break;
+            case UploadSrc::InCur: from = io.in_cur, bytes = u.bytes; break;
             case UploadSrc::None: fail("internal: a replayed pass with an unknown upload");
         }
+        if (!from) fail("internal: a replayed pass without its input");
         STRATA_ASSERT(bytes == u.bytes);
         std::memcpy(u.pinned, from, bytes);
     }
@@ -175,9 +185,17 @@ bool CudaBackend::replay_pass(const BatchInfo &b, const PassIo &io) {
     const Clock::time_point t1 = Clock::now();
     STRATA_CUDA_CHECK(cudaGraphLaunch(g->exec, stream_));
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    for (const auto &d : g->downloads)
-        std::memcpy(d.second.ids ? static_cast<void *>(io.ids + d.first) : static_cast<void *>(io.logits + d.first),
-                    d.second.pinned, d.second.bytes);
+    for (const ReplayDownload &d : g->downloads) {
+        void *to = nullptr;
+        switch (d.dst) {
+            case DownloadDst::Logits: to = io.logits ? io.logits + d.offset : nullptr; break;
+            case DownloadDst::Ids: to = io.ids ? io.ids + d.offset : nullptr; break;
+            case DownloadDst::OutX: to = io.out_x ? io.out_x + d.offset : nullptr; break;
+            case DownloadDst::OutCur: to = io.out_cur ? io.out_cur + d.offset : nullptr; break;
+        }
+        if (!to) fail("internal: a replayed pass without the output it was recorded with");
+        std::memcpy(to, d.d.pinned, d.d.bytes);
+    }
     g->last_use = ++graph_clock_;
     note_shape(b, io);
     graph_launches_++;
@@ -283,15 +301,29 @@ void CudaBackend::end_pass() {
     g->vocab_rows = rec_vocab_;
     g->uploads = rec_uploads_;
     g->downloads.clear();
-    bool replayable = rec_ok_ && rec_vocab_ > 0;
-    for (const Deferred &d : deferred_) {
-        const ptrdiff_t off = d.ids ? (ids ? static_cast<int32_t *>(d.host) - pass_io_.ids : -1)
-                                    : (pass_io_.logits ? static_cast<float *>(d.host) - pass_io_.logits : -1);
-        if (off < 0) replayable = false;
-        g->downloads.push_back({size_t(std::max<ptrdiff_t>(off, 0)), d});
+    // A pass that embedded the tokens, or a split part's that took both its inputs from the part before.
+    bool in_x = false, in_cur = false;
+    for (const StagedUpload &u : rec_uploads_) {
+        if (u.src == UploadSrc::Tokens && u.bytes != size_t(pass_batch_.n_tokens) * 4) rec_ok_ = false;
+        in_x = in_x || u.src == UploadSrc::InX;
+        in_cur = in_cur || u.src == UploadSrc::InCur;
     }
-    for (const StagedUpload &u : rec_uploads_)
-        if (u.src == UploadSrc::Tokens && u.bytes != size_t(pass_batch_.n_tokens) * 4) replayable = false;
+    bool replayable = rec_ok_ && (rec_vocab_ > 0 || (in_x && in_cur));
+    for (const Deferred &d : deferred_) {
+        ReplayDownload r{DownloadDst::Logits, 0, d};
+        ptrdiff_t off = -1;
+        if (pass_io_.out_x && d.host == pass_io_.out_x)
+            r.dst = DownloadDst::OutX, off = 0;
+        else if (pass_io_.out_cur && d.host == pass_io_.out_cur)
+            r.dst = DownloadDst::OutCur, off = 0;
+        else if (d.ids)
+            r.dst = DownloadDst::Ids, off = ids ? static_cast<int32_t *>(d.host) - pass_io_.ids : -1;
+        else
+            off = pass_io_.logits ? static_cast<float *>(d.host) - pass_io_.logits : -1;
+        if (off < 0) replayable = false;
+        r.offset = size_t(std::max<ptrdiff_t>(off, 0));
+        g->downloads.push_back(r);
+    }
     g->replayable = replayable;
     g->last_use = ++graph_clock_;
     const Clock::time_point t2 = Clock::now();
