@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "model/forward.h"
 
@@ -150,7 +151,10 @@ void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *toke
     }
     moe.start_pass(batch.n_tokens, tracer != nullptr);
     // a part's pass is recorded and replayed as a whole model's is: its input and output pass through io
-    const bool traced = tracer != nullptr || moe.reads_back();
+    // (STRATA_SPLIT_GRAPHS=0: a part's passes run op by op)
+    static const bool part_graphs = env_switch("STRATA_SPLIT_GRAPHS", true);
+    const bool whole = c.l0 == 0 && c.l1 == m.hp.n_layer;
+    const bool traced = tracer != nullptr || moe.reads_back() || (!whole && !part_graphs);
     if (!traced && be.replay_pass(batch, io)) {
         moe.pass_replayed();
         return;
