@@ -963,6 +963,8 @@ TEST(CudaEngineLoan, PromptLoansChangeNoBitAndAllocateNothing) {
         cfg.loan_floor_slots = 16;
         return cfg;
     };
+    // The logits of the prompts' last rows and of four decoding steps, then the sequence's recurrent state (every
+    // GDN layer's conv and delta-rule state) as the backend saves it, bytes as they are.
     auto run = [&](Engine &e) {
         const int32_t s = e.new_sequence();
         std::vector<std::vector<float>> l;
@@ -974,11 +976,30 @@ TEST(CudaEngineLoan, PromptLoansChangeNoBitAndAllocateNothing) {
         }
         e.decode({{s, std::vector<int32_t>(prompt.begin(), prompt.begin() + 700), true}}, l);
         out.insert(out.end(), l[0].begin(), l[0].end());
+        const size_t n = e.backend().recurrent_state_bytes();
+        EXPECT_GT(n, 0u);
+        std::vector<float> state((n + 3) / 4, 0.0f);
+        e.backend().save_recurrent_state(s, state.data());
+        out.insert(out.end(), state.begin(), state.end());
         return out;
     };
     auto all = make_cuda_engine(path, config(0));
     const int64_t total = all->expert_stats().n_experts;
     const std::vector<float> ref = run(*all);
+    // The chunk fixed (2048 tokens), the budget varied: the same bits whatever the slots, lent or not.
+    for (int64_t slots : {total / 2, total / 3, total / 4}) {
+        auto e = make_cuda_engine(path, config(slots));
+        const std::string what = strfmt("%lld of %lld experts in slots: %s", (long long)slots, (long long)total,
+                                        e->plan().check_line.c_str());
+        if (e->plan().chunk_tokens != 2048) {  // the plan chose a smaller chunk: results may differ by design
+            std::printf("  (%s: chunk %lld, not compared)\n", what.c_str(), (long long)e->plan().chunk_tokens);
+            continue;
+        }
+        const std::vector<float> got = run(*e);
+        ASSERT_EQ(got.size(), ref.size()) << what;
+        EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
+        EXPECT_GT(e->expert_stats().expert_cache_misses, 0u) << what;
+    }
     for (const char *loan : {"1", "0", "unsized"})
         for (const char *refill : {"before", "last"})
             for (const char *schedule : {"routed", "full", "predicted"}) {
