@@ -2,7 +2,8 @@
 # The nineteenth round's device work, one script over one or two calls (poll again if the first call's time ends):
 #   1. The GPU tests of what the eighteenth round left unrun: a split part's passes replayed as graphs
 #      (CudaEngine.SplitOverTwoParticipantsIsBitIdentical now asserts each part replays), the corrected mapped-misses
-#      test (decode timing under graphs), and the graph tests.
+#      test (decode timing under graphs), the graph tests, and the prompt-loan test (now comparing recurrent state
+#      and three budgets at the fixed chunk).
 #   2. Issue 17's Next-80B-A3B row side by side: Strata at 12 GiB under uniform routing, llama.cpp's best
 #      configuration at about that memory (-ncmoe 40, 12.7 GiB in ../shared/peer), Strata again.
 #   3. Issue 18's emulated split on one GPU: Next-80B at --gpus 0,0 --vram-budget 10G,10G with a part's passes as
@@ -19,7 +20,7 @@ F=/tmp/n80.gguf
 cmake --build /tmp/strata -j12 --target test_cuda_engine > $L/build2.log 2>&1; echo "tests build rc=$? at $(el) s"
 grep -E "error" $L/build2.log | head -5
 timeout 240 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 \
-  --gtest_filter='*SplitOverTwo*:*SplitPasses*:*MappedMisses*:*Graph*' > $L/tests.log 2>&1
+  --gtest_filter='*SplitOverTwo*:*SplitPasses*:*MappedMisses*:*Graph*:*PromptLoans*' > $L/tests.log 2>&1
 echo "test_cuda_engine (split, mapped, graphs) rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|tests ran" $L/tests.log | head -20
 while [ ! -f $L/synth.rc ] && [ ! -f $F.done ]; do sleep 2; done; cat $L/synth.rc 2>/dev/null; touch $F.done
 U="-m $F -p 16 -n 32 -r 1 --chunk 4096 --routing uniform"
