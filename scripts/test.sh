@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, in build trees of its own (build-test/, build-cuda/, build-fuzz/: build/ is left as it is):
-# CPU build and tests (C++ and the Python cross-checks), the CUDA build compiled for one architecture (its GPU tests
-# run only where a GPU is present), and a bounded libFuzzer run of the GGUF reader.
-# Environment: STRATA_FUZZ_SECONDS (default 60), STRATA_TEST_CUDA_ARCH (default 90), STRATA_SKIP_CUDA=1.
+# CPU build and tests (C++ and the Python cross-checks), the CUDA build compiled for our users' cards and Hopper
+# (sm_86, 89, 90, 120: every kernel must build for each; its GPU tests run only where a GPU is present), and a
+# bounded libFuzzer run of the GGUF reader.
+# Environment: STRATA_FUZZ_SECONDS (default 60), STRATA_TEST_CUDA_ARCH (default "86;89;90;120"), STRATA_SKIP_CUDA=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -22,9 +23,10 @@ ctest --test-dir build-test --output-on-failure -j"$jobs" -LE gpu
 nvcc=$(command -v nvcc || true)
 [ -n "$nvcc" ] || [ ! -x /usr/local/cuda/bin/nvcc ] || nvcc=/usr/local/cuda/bin/nvcc
 if [ "${STRATA_SKIP_CUDA:-0}" != 1 ] && [ -n "$nvcc" ]; then
-    echo "== CUDA build (sm_${STRATA_TEST_CUDA_ARCH:-90})"
+    archs="${STRATA_TEST_CUDA_ARCH:-86;89;90;120}"
+    echo "== CUDA build (architectures $archs)"
     step "configuring build-cuda/" cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON \
-        -DSTRATA_TESTS=ON -DCMAKE_CUDA_COMPILER="$nvcc" -DSTRATA_CUDA_ARCHS="${STRATA_TEST_CUDA_ARCH:-90}"
+        -DSTRATA_TESTS=ON -DCMAKE_CUDA_COMPILER="$nvcc" -DSTRATA_CUDA_ARCHS="$archs"
     step "building build-cuda/ ($jobs jobs)" cmake --build build-cuda -j"$jobs"
     if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
         ctest --test-dir build-cuda --output-on-failure -L gpu
