@@ -173,7 +173,8 @@ class CudaBackend final : public Backend {
 
     // What an upload inside a recorded pass holds, so that a replay can write it anew (cuda_graph.cpp): the pass's
     // token ids, its rows' {sequence, position} table, its attention tiles, its logit rows (fixed by the graph's
-    // key). Anything else makes the recording one that cannot be replayed.
+    // key), a split part's input rows (PassIo::in_x, in_cur). Anything else makes the recording one that cannot be
+    // replayed.
     enum class UploadSrc : uint8_t { None, Tokens, SeqPos, Tiles, OutRows, InX, InCur };
     // Copies host bytes to fresh scratch through the pinned staging buffer (async, stream-ordered).
     void *upload(const void *host, size_t bytes, UploadSrc src = UploadSrc::None);
