@@ -378,6 +378,9 @@ class Backend {
     // ys rows of each group = down(silu(gate(xs rows)) * up(xs rows)) with the group's expert. Every group's result
     // depends only on its rows and its expert's bytes.
     virtual void expert_ffn(const ExpertWeights &w, Act xs, const std::vector<ExpertGroup> &groups, Act ys) = 0;
+    // The compute issued next waits for the fills of these groups' slots, as expert_ffn does first itself: a schedule
+    // that times the wait (STRATA_PREFILL_TIMING, copy_wait) asks for it apart, between two marks.
+    virtual void wait_slot_fills(const std::vector<ExpertGroup> &groups) { (void)groups; }
     // The routed experts of a pass of n_tokens straight from the device routing, without the host: where the
     // layer's experts are all resident (set_resident_experts) or mapped (maps_host_experts), the pass is
     // decode-sized and the kernels allow it. The same function as expert_ffn and moe_combine over the host's

@@ -174,6 +174,8 @@ MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::v
     decode_overlap_ = env_switch("STRATA_DECODE_OVERLAP", true);
     // STRATA_DECODE_COPY_STREAM=0: with the overlap on, decode's fills stay on the compute stream.
     slot_fills_ahead_ = decode_overlap_ && env_switch("STRATA_DECODE_COPY_STREAM", true);
+    // STRATA_PREFILL_SHARED_FIRST=0: a prompt pass queues its shared expert after the routed experts' combine.
+    shared_first_ = env_switch("STRATA_PREFILL_SHARED_FIRST", true);
     // STRATA_DECODE_ADMIT=0: mapped misses never enter the cache (it holds what the prompts left).
     admit_ = env_switch("STRATA_DECODE_ADMIT", true);
     // Opt-in: on the 30B-A3B at 12 GiB under zipf:1.0 and LFU it held the hit rate (86.8% against 86.4%) and cost
@@ -434,12 +436,15 @@ bool MoeSchedule::streamed_experts(const ExpertWeights &w, const RouteGroups &g,
         fill(w, fills, /*ahead=*/true);
     };
     std::vector<ExpertGroup> groups;
+    PassTiming *tm = layer_timing_;
+    if (tm) tm->phase_end(TimingPhase::Experts);  // the rows gathered
     for (int64_t i = 0; i < m;) {
         // this batch: every resident expert at once (as many as slots), then `batch` missing ones at a time
         const int64_t j = i < n_hits ? std::min(n_hits, i + n_slots) : std::min(m, i + batch);
         // this batch's experts and up to stream_ahead_ missing ones beyond
         issue(std::max(j, n_hits) + stream_ahead_);
         STRATA_ASSERT(issued >= j);
+        if (tm) tm->phase_end(TimingPhase::Upload);
         Region r(be_, "experts");
         groups.clear();
         for (int64_t x = i; x < j; x++) {
@@ -447,7 +452,12 @@ bool MoeSchedule::streamed_experts(const ExpertWeights &w, const RouteGroups &g,
             groups.push_back(
                 {be_.expert_slot(w, slot[size_t(x)]), g.first[size_t(e)], g.count[size_t(e)], slot[size_t(x)]});
         }
+        if (tm) {  // the wait apart (expert_ffn's own is then done), between two marks
+            be_.wait_slot_fills(groups);
+            tm->phase_end(TimingPhase::CopyWait);
+        }
         be_.expert_ffn(w, xs, groups, ys);
+        if (tm) tm->phase_end(TimingPhase::Experts);
         for (int64_t x = i; x < j; x++) slots_->pin(slot[size_t(x)], false);
         i = done = j;
     }
@@ -609,6 +619,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
     PassTiming &timing = T >= k_timing_min_tokens ? timing_ : decode_timing_;
     const bool timed = timing.layer_begin(il, T);
     PassTiming *tm = timed ? &timing : nullptr;
+    layer_timing_ = tm;
     const Backend::ScratchMark mark = be_.scratch_mark();
     if (slots_) {  // what the previous layer streamed ahead for this one is an ordinary slot from here on
         for (int32_t s : next_pinned_) slots_->pin(s, false);
@@ -708,11 +719,13 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
         be_.download(wts, wh.data());
         observer_->routed(il, T, k, ids.data(), wh.data());
     }
-    // 6a. Decode: the shared expert's FFN now, so the device runs it while the host groups and computes (timed
-    // with the readback).
+    // 6a. The shared expert's FFN now, so the device runs it while the host groups and computes and the first fills
+    // copy (timed with the readback): decode-sized passes with the overlap, prompt passes grouped on the host with
+    // shared-first on (its output rows then live through the routed experts: scratch_estimate counts them).
     Act sy{};
     const bool shared = L.gate_shexp.present();
-    if (shared && decode) {
+    const bool shared_first = shared && (decode || (shared_first_ && !on_device && T > k_hybrid_max_tokens));
+    if (shared_first) {
         sy = be_.alloc(T, E);
         shared_ffn(L, x, sy);
     }
@@ -773,7 +786,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
 
     // 6. The shared expert (its FFN here unless it went first), gated, added.
     if (shared && !shared_done) {
-        if (!decode) {  // a prompt pass's scratch peaks in the experts: the shared expert's comes after
+        if (!shared_first) {  // after the experts: their scratch and the shared expert's never meet
             sy = be_.alloc(T, E);
             shared_ffn(L, x, sy);
         }
@@ -785,6 +798,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
         tm->phase_end(TimingPhase::Shared);
         tm->layer_end();
     }
+    layer_timing_ = nullptr;
     be_.scratch_release(mark);
 }
 

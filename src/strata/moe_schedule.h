@@ -20,7 +20,9 @@
 //      that reads them and after the compute that read the slot before), a backend that reads experts in place
 //      (the CPU) takes them from the file;
 //   5. expert FFN over each set's groups, then each token's outputs summed in expert-id order (moe_combine);
-//   6. the shared expert, gated, added.
+//   6. the shared expert, gated, added. Its FFN goes first, right after the readback of step 3, where the pass is a
+//      prompt's grouped on the host (STRATA_PREFILL_SHARED_FIRST, on; =0: after the combine) or decode-sized under
+//      the decode overlap below: the device computes it while the host groups and the first fills copy.
 // Streamed (STRATA_PREFILL_STREAM_AHEAD=N, default 16 for passes of more than 64 token-expert pairs; set, for every
 // pass; 0: off; while there are misses): steps 4-5 become a pipeline. The layer's
 // resident experts compute first, then the missing ones in order; before each batch computes, the fills of up to
@@ -261,8 +263,10 @@ class MoeSchedule final : public ExpertRunner {
     int64_t next_moe_layer(int64_t il) const;  // the next layer with routed experts and a router (-1: none)
     PrefetchStats prefetch_;
     PassTiming timing_, decode_timing_;
+    PassTiming *layer_timing_ = nullptr;  // the layer's timing, where on (run() sets it for its layer)
     bool decode_overlap_;    // STRATA_DECODE_OVERLAP
     bool slot_fills_ahead_;  // STRATA_DECODE_COPY_STREAM: decode's fills beside the shared expert
+    bool shared_first_;      // STRATA_PREFILL_SHARED_FIRST: a prompt pass's shared expert before its routed experts
     std::unique_ptr<DecodeHybrid> hybrid_;  // nullptr: every miss copied in
     std::vector<float> host_x_, host_xs_, host_ys_;
     std::vector<HostExpertJob> host_jobs_;  // the host's part of the layer (its threads may still be on it)

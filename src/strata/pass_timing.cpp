@@ -6,8 +6,8 @@
 namespace strata {
 
 const char *timing_phase_name(TimingPhase p) {
-    static const char *names[k_timing_phases] = {"mixer", "route",   "readback", "group",
-                                                 "experts", "host", "combine", "shared"};
+    static const char *names[k_timing_phases] = {"mixer",     "route",   "readback", "group",   "upload",
+                                                 "copy_wait", "experts", "host",     "combine", "shared"};
     return names[int(p)];
 }
 

@@ -5,7 +5,12 @@
 //   readback  the routing ids read back (the host waits for the device to get there), and what the host decides
 //             from them (a benchmark's routing override, the hybrid split);
 //   group     the host grouping (token, expert) pairs by expert;
-//   experts   the rows gathered, the fills issued, the expert FFNs (device time includes waiting for fills);
+//   upload    the streamed schedule (moe_schedule.h) acquiring slots and issuing their fills on the copy stream,
+//             batch by batch (host time; the compute stream has nothing queued in it);
+//   copy_wait the compute stream waiting for the fills of the slots the next batch reads (device time: from the
+//             end of the work before to the end of the wait);
+//   experts   the rows gathered and the expert FFNs (where a layer does not stream, its fills issued and waited for
+//             too);
 //   host      the misses the host computes (decode_hybrid.h) and the upload of their rows; empty without them;
 //   combine   each token's outputs summed;
 //   shared    the shared expert;
@@ -27,8 +32,8 @@
 
 namespace strata {
 
-enum class TimingPhase { Mixer, Route, Readback, Group, Experts, Host, Combine, Shared };
-constexpr int k_timing_phases = 8;
+enum class TimingPhase { Mixer, Route, Readback, Group, Upload, CopyWait, Experts, Host, Combine, Shared };
+constexpr int k_timing_phases = 10;
 const char *timing_phase_name(TimingPhase p);
 
 constexpr int64_t k_timing_min_tokens = 64;

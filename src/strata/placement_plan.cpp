@@ -42,8 +42,10 @@ uint64_t scratch_estimate(const HParams &hp, int64_t chunk_tokens, bool int8_row
     const uint64_t rows_in = int8_rows ? 5 * (M + T) * E / 4 + 4 * M : 4 * M * E;
     const uint64_t set_tmp = 8 * M * F + 5 * M * F + (int8_rows ? 0 : 5 * M * E);
     const uint64_t shared_tmp = 4 * T * (2 * F + E) + 5 * T * E;
-    const uint64_t moe_tmp =
-        4 * T * uint64_t(hp.n_expert) + 8 * M + rows_in + 4 * M * E + std::max(set_tmp, shared_tmp) + 64 * align;
+    // A prompt's shared expert runs first (STRATA_PREFILL_SHARED_FIRST): its output rows live through the sets.
+    const uint64_t shared_out = hp.n_ff_shexp > 0 ? 4 * T * E : 0;
+    const uint64_t moe_tmp = 4 * T * uint64_t(hp.n_expert) + 8 * M + rows_in + 4 * M * E + shared_out +
+                             std::max(set_tmp, shared_tmp) + 64 * align;
     // the delta rule's workspace: 16 chunks of 64 tokens of prepared matrices per v-head (gdn_parallel.cu)
     const uint64_t d_v = n_v ? d_inner / n_v : 0;
     const uint64_t gdn_tmp = 4 * (T * (conv + 2 * n_v) + conv * uint64_t(hp.ssm_conv_kernel) +

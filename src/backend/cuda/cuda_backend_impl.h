@@ -126,6 +126,7 @@ class CudaBackend final : public Backend {
     // Experts of type t (gate and up) have their input rows gathered in int8 only (DeviceFacts).
     bool expert_input_int8(DType t) const;
     void expert_ffn(const ExpertWeights &w, Act xs, const std::vector<ExpertGroup> &groups, Act ys) override;
+    void wait_slot_fills(const std::vector<ExpertGroup> &groups) override;
     bool device_routing_applies(const ExpertWeights &w, int64_t n_tokens) const override;
     void experts_device_routed(const ExpertWeights &w, Act x, int64_t k, const int32_t *ids, const float *weights,
                                Act out, const MoeTail &tail) override;
@@ -410,7 +411,7 @@ class CudaBackend final : public Backend {
     double copy_rate_gbs_ = -1.0;    // measured once (copy_rate_gbs)
     double upload_rate_gbs_ = -1.0;  // measured once (upload_rate_gbs)
     // mark_device(): timing events, mark n recorded into marks_[n % k_marks]
-    static constexpr int k_marks = 128;
+    static constexpr int k_marks = 1024;  // a streamed layer's batches take three each (pass_timing.h)
     cudaEvent_t marks_[k_marks] = {};
     uint64_t n_marks_ = 0;
 

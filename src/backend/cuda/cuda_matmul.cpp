@@ -480,10 +480,7 @@ Act CudaBackend::gather_expert_input(const ExpertWeights &w, Act x, const std::v
 void CudaBackend::expert_ffn(const ExpertWeights &w, Act xs, const std::vector<ExpertGroup> &groups, Act ys) {
     wrote(ys);
     if (groups.empty()) return;
-    if (slot_waits_)
-        wait_for_slot_fills(groups);
-    else
-        wait_for_fills();
+    wait_slot_fills(groups);
     const int64_t E = xs.cols, n_ff = w.gate->ne[1];
     STRATA_ASSERT(E == w.gate->ne[0] && ys.cols == w.down->ne[1] && xs.rows == ys.rows);
     int32_t r0 = groups.front().row0, r1 = r0;

@@ -344,6 +344,15 @@ void CudaBackend::fill_slots(const ExpertWeights &w, const std::vector<SlotFill>
     }
 }
 
+// Where a schedule fills ahead during passes (slot_waits_), only the fills of these slots; else every fill so far.
+void CudaBackend::wait_slot_fills(const std::vector<ExpertGroup> &groups) {
+    if (groups.empty()) return;
+    if (slot_waits_)
+        wait_for_slot_fills(groups);
+    else
+        wait_for_fills();
+}
+
 void CudaBackend::wait_for_fills() {
     if (!fills_pending_) return;
     STRATA_CUDA_CHECK(cudaStreamWaitEvent(stream_, fill_done_, 0));
