@@ -4,7 +4,7 @@
 #      (CudaEngine.SplitOverTwoParticipantsIsBitIdentical asserts each part replays), the corrected mapped-misses
 #      test, the graph tests, and the prompt-loan test (recurrent state compared, three budgets at the fixed chunk).
 #   2. Issue 15: Next-80B-A3B at 12 GiB, pp4096 with the prompt's shared expert first and after
-#      (STRATA_PREFILL_SHARED_FIRST=0).
+#      (STRATA_PREFILL_SHARED_FIRST=0), and once with STRATA_PREFILL_TIMING=1 (the new upload and copy_wait phases).
 #   3. Issue 18's emulated split on one GPU: --gpus 0,0 --vram-budget 10G,10G, a part's passes as graphs and op by op
 #      (STRATA_SPLIT_GRAPHS=0), against one participant at 20G.
 #   4. Issue 17's Next-80B row side by side: Strata at 12 GiB under uniform routing, llama.cpp's best configuration
@@ -29,6 +29,7 @@ P="-m $F -p 4096 -n 1 -r 1 --chunk 4096 --vram-budget 12G"
 sb $P
 STRATA_PREFILL_SHARED_FIRST=0 sb $P
 sb $P
+STRATA_PREFILL_TIMING=1 sb $P; grep -E "^\| (phase|mixer|route|readback|group|upload|copy_wait|experts|host|combine|shared) |could not" $L/s.txt | tail -11
 U="-m $F -p 16 -n 32 -r 1 --chunk 4096 --routing uniform"
 sb $U --vram-budget 20G
 sb $U --gpus 0,0 --vram-budget 10G,10G
