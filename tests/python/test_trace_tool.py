@@ -246,6 +246,20 @@ def test_admit_by_hand():
     assert list(ins) == [1, 0, 0, 1, 0]
     # without admission every miss enters: B takes A's place at once
     assert summary.lfu_hits(seq, 1).tolist() == [0, 0, 1, 1, 1]
+    # factor 1: B enters once its count (2) is above A's (1); factor 0 admits every miss, as no admission does
+    assert summary.lfu_hits(seq, 1, None, admit=admit, admit_factor=1.0).tolist() == [0, 0, 0, 1, 1]
+    assert summary.lfu_hits(seq, 1, None, admit=admit, admit_factor=0.0).tolist() == [0, 0, 1, 1, 1]
+
+
+def test_admit_factor_option(tmp_path, capsys):
+    # the command line's factor reaches the simulation and the header; a negative one is refused
+    path = _write(tmp_path / "t.trace", _records(np.random.default_rng(8), passes=40))
+    assert summary.main([str(path), "--json", "--policies", "lfu_decay_admit", "--admit-factor", "1.5"]) == 0
+    assert json.loads(capsys.readouterr().out)["cache"]["admit_factor"] == 1.5
+    assert summary.main([str(path), "--policies", "lfu_decay_admit", "--admit-factor", "3"]) == 0
+    assert "above 3 x the victim's count" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        summary.main([str(path), "--admit-factor", "-1"])
 
 
 # ---- cache policies against plain reference implementations -------------------------------------------------------

@@ -217,11 +217,11 @@ def lru_hits(keys, capacity: int, frozen=None) -> np.ndarray:
 
 
 def lfu_hits(keys, capacity: int, decay_every: int | None = None, frozen=None, admit=None,
-             inserted: bytearray | None = None) -> np.ndarray:
+             inserted: bytearray | None = None, admit_factor: float = ADMIT_FACTOR) -> np.ndarray:
     """LFU over all history (counts survive eviction), ties to the least recently used; with decay_every, every
     count is halved after each decay_every accesses (frozen accesses count as time passing, as in lru_hits they
     only look). admit (a flag per access, or None): at those accesses a miss enters a full cache only if its count,
-    this access included, is above the victim's (else it is read where it is and the cache stays as it was), the
+    this access included, is above admit_factor times the victim's (else it is read where it is and the cache stays as it was), the
     counts updated as always. inserted (optional, one byte per access): set where the access put its key in.
 
     A min-heap with lazy deletion of one int per access, count * n + the access's index (so ties go to the least
@@ -262,7 +262,7 @@ def lfu_hits(keys, capacity: int, decay_every: int | None = None, frozen=None, a
                 if cache.get(victim) == v:
                     break
                 heappop(heap)
-            if admit is not None and admit[i] and c <= ADMIT_FACTOR * (v // n):
+            if admit is not None and admit[i] and c <= admit_factor * (v // n):
                 continue
             heappop(heap)
             del cache[victim]
@@ -382,7 +382,8 @@ def markov_hits(acc: Accesses, n_expert: int, capacity: int, prior: float = MARK
 
 
 def cache_rates(acc: Accesses, n_keys: int, sizes: list[int], decay_every: int | None = None,
-                policies: Sequence[str] = DEFAULT_POLICIES, n_expert: int = 1) -> dict:
+                policies: Sequence[str] = DEFAULT_POLICIES, n_expert: int = 1,
+                admit_factor: float = ADMIT_FACTOR) -> dict:
     """Hit rates of the policies at each size (percent of n_keys), over all accesses and over decode accesses."""
     keys, nxt = acc.key.tolist(), acc.next_use.tolist()
     capacities = [max(1, n_keys * x // 100) for x in sizes]
@@ -393,7 +394,8 @@ def cache_rates(acc: Accesses, n_keys: int, sizes: list[int], decay_every: int |
         "belady": lambda cap: belady_hits(keys, cap, nxt),
         "lru_frozen": lambda cap: lru_hits(keys, cap, acc.decode),
         "lfu_decay_frozen": lambda cap: lfu_hits(keys, cap, decay_every or cap, acc.decode),
-        "lfu_decay_admit": lambda cap: lfu_hits(keys, cap, decay_every or cap, admit=acc.decode),
+        "lfu_decay_admit": lambda cap: lfu_hits(keys, cap, decay_every or cap, admit=acc.decode,
+                                                admit_factor=admit_factor),
         "markov": lambda cap: markov_hits(acc, n_expert, cap),
     }
     rates: dict = {p: [] for p in policies}
@@ -405,7 +407,7 @@ def cache_rates(acc: Accesses, n_keys: int, sizes: list[int], decay_every: int |
             rates[policy].append(float(hits.mean()) if len(acc) else None)
             decode_rates[policy].append(float(hits[acc.decode].mean()) if any_decode else None)
     return {"sizes": list(sizes), "capacities": capacities, "keys": n_keys, "decay_every": decay_every,
-            "hit_rate": rates, "decode_hit_rate": decode_rates}
+            "admit_factor": admit_factor, "hit_rate": rates, "decode_hit_rate": decode_rates}
 
 
 def engine_decay_every(trace: Trace) -> int:
@@ -414,7 +416,7 @@ def engine_decay_every(trace: Trace) -> int:
 
 
 def summarize(trace: Trace, sizes: list[int] = DEFAULT_SIZES, decay_every: int | None = None,
-              policies: Sequence[str] = DEFAULT_POLICIES) -> dict:
+              policies: Sequence[str] = DEFAULT_POLICIES, admit_factor: float = ADMIT_FACTOR) -> dict:
     """Every figure of the summary, as the JSON output holds them."""
     acc = accesses(trace)
     decay_every = decay_every or engine_decay_every(trace)
@@ -423,7 +425,7 @@ def summarize(trace: Trace, sizes: list[int] = DEFAULT_SIZES, decay_every: int |
         "popularity": popularity(trace),
         "reuse": reuse(acc),
         "cache": cache_rates(acc, moe_layers(trace).shape[0] * trace.n_expert, sizes, decay_every, policies,
-                             trace.n_expert),
+                             trace.n_expert, admit_factor),
     }
 
 
@@ -493,7 +495,8 @@ def to_markdown(s: dict) -> str:
     decay = f"every {cache['decay_every']} accesses" if cache["decay_every"] else "every <capacity> accesses"
     out += ["", "## Expert cache hit rates", "",
             f"One cache over all {cache['keys']} (layer, expert) keys; size in % of them. LFU decay halves the counts "
-            f"{decay}.", ""]
+            f"{decay}" + (f"; admitting in decode, a miss enters above {cache['admit_factor']:g} x the victim's count"
+                          if "lfu_decay_admit" in cache["hit_rate"] else "") + ".", ""]
     for title, rates in (("All accesses", cache["hit_rate"]),
                          ("Decode accesses only (prefill passes still update the cache)", cache["decode_hit_rate"])):
         out += [f"### {title}", ""]
@@ -527,6 +530,16 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+def _factor(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not (v >= 0.0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"a factor of 0 or more expected: {text!r}")
+    return v
+
+
 def _policies(text: str) -> list[str]:
     policies = [x.strip() for x in text.split(",") if x.strip()]
     if not policies or any(p not in POLICIES for p in policies):
@@ -541,11 +554,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", type=_sizes, default=DEFAULT_SIZES,
                     help="cache sizes in %% of (MoE layers x n_expert), comma-separated (default 10,20,...,90)")
     ap.add_argument("--decay-every", type=_positive, help="LFU decay: halve the counts every N accesses (default: the engine's, 32 x MoE layers x k)")
+    ap.add_argument("--admit-factor", type=_factor, default=ADMIT_FACTOR,
+                    help=f"LFU admitting in decode: a miss enters above this times the victim's count (default {ADMIT_FACTOR:g}, the engine's)")
     ap.add_argument("--policies", type=_policies, default=list(DEFAULT_POLICIES),
                     help=f"cache policies to simulate, comma-separated (default {','.join(POLICIES)})")
     args = ap.parse_args(argv)
     try:
-        s = summarize(read_trace(args.trace), args.sizes, args.decay_every, args.policies)
+        s = summarize(read_trace(args.trace), args.sizes, args.decay_every, args.policies, args.admit_factor)
     except (ValueError, OSError) as e:
         print(f"summary: {e}", file=sys.stderr)
         return 2
