@@ -5,8 +5,8 @@
 #      test, the graph tests, and the prompt-loan test (recurrent state compared, three budgets at the fixed chunk).
 #   2. Issue 15: Next-80B-A3B at 12 GiB, pp4096 with the prompt's shared expert first and after
 #      (STRATA_PREFILL_SHARED_FIRST=0), and once with STRATA_PREFILL_TIMING=1 (the new upload and copy_wait phases).
-#   3. Issue 18's emulated split on one GPU: --gpus 0,0 --vram-budget 10G,10G, a part's passes as graphs and op by op
-#      (STRATA_SPLIT_GRAPHS=0), against one participant at 20G.
+#   3. With SPLIT_ROWS=1, issue 18's emulated split on one GPU: --gpus 0,0 --vram-budget 10G,10G, a part's passes as
+#      graphs and op by op (STRATA_SPLIT_GRAPHS=0), against one participant at 20G.
 # No llama.cpp (NO_LLAMA: its build takes ~10 minutes of a session's device time, which this round had not to spare):
 # issue 17's Next-80B row beside it waits for a round with the time.
 # Here first: ../shared/peer/prepare.sh && scripts/device-debs.sh && cp ../shared/peer/device.sh .peer/. There:
@@ -19,7 +19,7 @@ F=/tmp/n80.gguf
   echo "synth rc=$? at $(el) s" > $L/synth.rc) &
 cmake --build /tmp/strata -j12 --target test_cuda_engine > $L/build2.log 2>&1; echo "tests build rc=$? at $(el) s"
 grep -E "error" $L/build2.log | head -5
-timeout 240 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 \
+timeout 200 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 \
   --gtest_filter='*SplitOverTwo*:*SplitPasses*:*MappedMisses*:*Graph*:*PromptLoans*' > $L/tests.log 2>&1
 echo "test_cuda_engine (split, mapped, graphs, loans) rc=$? at $(el) s"
 grep -E "FAILED|PASSED|Failure|tests ran|Skipped|skipped" $L/tests.log | head -20
@@ -28,11 +28,12 @@ while [ ! -f $L/synth.rc ] && [ ! -f $F.done ]; do sleep 2; done; cat $L/synth.r
 P="-m $F -p 4096 -n 1 -r 1 --chunk 4096 --vram-budget 12G"
 sb $P
 STRATA_PREFILL_SHARED_FIRST=0 sb $P
-sb $P
 STRATA_PREFILL_TIMING=1 sb $P; grep -E "^\| (phase|mixer|route|readback|group|upload|copy_wait|experts|host|combine|shared) |could not" $L/s.txt | tail -11
-U="-m $F -p 16 -n 32 -r 1 --chunk 4096 --routing uniform"
-sb $U --vram-budget 20G
-sb $U --gpus 0,0 --vram-budget 10G,10G
-STRATA_SPLIT_GRAPHS=0 sb $U --gpus 0,0 --vram-budget 10G,10G
+if [ -n "${SPLIT_ROWS:-}" ]; then  # when the session's device time allows
+  U="-m $F -p 16 -n 32 -r 1 --chunk 4096 --routing uniform"
+  sb $U --vram-budget 20G
+  sb $U --gpus 0,0 --vram-budget 10G,10G
+  STRATA_SPLIT_GRAPHS=0 sb $U --gpus 0,0 --vram-budget 10G,10G
+fi
 [ -n "${OUT:-}" ] && cp $L/main.log $L/strata-all.txt $L/tests.log $OUT/ 2>/dev/null
 echo "done at $(el) s"; echo ALL_DONE
