@@ -13,7 +13,7 @@ CM="-DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_CUDA_ARCHS=90 -DCMAKE_P
 cmake -S . -B /tmp/strata $CM > $L/cfg.log 2>&1 && cmake --build /tmp/strata -j16 --target test_cuda_engine > $L/build.log 2>&1
 echo "test_cuda_engine build rc=$? at $(( $(date +%s) - T0 )) s"; grep -E "error" $L/build.log | head -5
 timeout 240 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 \
-  --gtest_filter='*SplitOverTwo*:*PromptLoans*:*Graph*:*MappedMisses*:*SplitPasses*' > $L/tests.log 2>&1
+  --gtest_filter="${TESTS:-*SplitOverTwo*:*PromptLoans*:*Graph*:*MappedMisses*:*SplitPasses*}" > $L/tests.log 2>&1
 echo "test_cuda_engine rc=$? at $(( $(date +%s) - T0 )) s"
 grep -E "FAILED|PASSED|Failure|tests ran|skipped|Skipped|Expected|Which is|actual" $L/tests.log | head -40
 [ -n "${OUT:-}" ] && cp $L/tests.log $L/build.log $OUT/ 2>/dev/null
