@@ -5,6 +5,7 @@
     python -m tools.trace.summary run.trace --sizes 5,10,25  # cache sizes, % of (MoE layers x n_expert)
     python -m tools.trace.summary run.trace --policies lru,belady   # a subset of the cache policies
     python -m tools.trace.summary run.trace --policies lru,lru_frozen,lfu_decay_frozen   # and the frozen forms
+    python -m tools.trace.summary run.trace --policies lfu_decay_admit --admit-factor 1.5  # admission's threshold
 
 What an expert cache sees: a pass of T tokens loads each expert it uses once, so the access stream is, pass by pass
 and within a pass layer by layer, the distinct experts of that (pass, layer) in ascending id order, one access each, to
@@ -221,8 +222,9 @@ def lfu_hits(keys, capacity: int, decay_every: int | None = None, frozen=None, a
     """LFU over all history (counts survive eviction), ties to the least recently used; with decay_every, every
     count is halved after each decay_every accesses (frozen accesses count as time passing, as in lru_hits they
     only look). admit (a flag per access, or None): at those accesses a miss enters a full cache only if its count,
-    this access included, is above admit_factor times the victim's (else it is read where it is and the cache stays as it was), the
-    counts updated as always. inserted (optional, one byte per access): set where the access put its key in.
+    this access included, is above admit_factor times the victim's (else it is read where it is and the cache stays
+    as it was), the counts updated as always. inserted (optional, one byte per access): set where the access put its
+    key in.
 
     A min-heap with lazy deletion of one int per access, count * n + the access's index (so ties go to the least
     recently used); an entry is current while the cache maps its key to that value. Decay is free: the counts are
@@ -555,7 +557,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="cache sizes in %% of (MoE layers x n_expert), comma-separated (default 10,20,...,90)")
     ap.add_argument("--decay-every", type=_positive, help="LFU decay: halve the counts every N accesses (default: the engine's, 32 x MoE layers x k)")
     ap.add_argument("--admit-factor", type=_factor, default=ADMIT_FACTOR,
-                    help=f"LFU admitting in decode: a miss enters above this times the victim's count (default {ADMIT_FACTOR:g}, the engine's)")
+                    help="LFU admitting in decode: a miss enters above this times the victim's count "
+                         f"(default {ADMIT_FACTOR:g}, the engine's)")
     ap.add_argument("--policies", type=_policies, default=list(DEFAULT_POLICIES),
                     help=f"cache policies to simulate, comma-separated (default {','.join(POLICIES)})")
     args = ap.parse_args(argv)
