@@ -251,6 +251,24 @@ def test_admit_by_hand():
     assert summary.lfu_hits(seq, 1, None, admit=admit, admit_factor=0.0).tolist() == [0, 0, 1, 1, 1]
 
 
+def test_prompt_filled_by_hand(tmp_path):
+    # One MoE layer (layer 2 of 4), 4 experts, top-1. A 5-token prompt picks expert 3 three times and 1 twice: a
+    # cache of one key holds 3, of two keys 3 and 1; decode only looks. A second prompt pass of 4 tokens picking 1
+    # makes 1 the favourite (6 against 3). Decode: 3, 1, 0, then after the second prompt 1, 3.
+    one = lambda *ids: np.array(ids, dtype=np.int64).reshape(-1, 1)
+    recs = [(0, 2, one(3, 1, 3, 1, 3), None), (1, 2, one(3), None), (2, 2, one(1), None), (3, 2, one(0), None),
+            (4, 2, one(1, 1, 1, 1), None), (5, 2, one(1), None), (6, 2, one(3), None)]
+    t = read_trace(_write(tmp_path / "p.trace", recs, n_layer=4, n_expert=4, k=1, with_weights=False))
+    acc = summary.accesses(t)
+    assert sorted(acc.prefill_key.tolist()) == [1, 1, 1, 1, 1, 1, 3, 3, 3]
+    dec = acc.decode
+    assert summary.prompt_filled_hits(acc, 1)[dec].tolist() == [True, False, False, True, False]
+    assert summary.prompt_filled_hits(acc, 2)[dec].tolist() == [True, True, False, True, True]
+    # the same through cache_rates: one key (25% of 4), 2 of the 5 decode accesses hit
+    rates = summary.cache_rates(acc, 4, [25], policies=["prompt_filled", "lfu"])
+    assert rates["decode_hit_rate"]["prompt_filled"][0] == pytest.approx(2 / 5)
+
+
 def test_admit_factor_option(tmp_path, capsys):
     # the command line's factor reaches the simulation and the header; a negative one is refused
     path = _write(tmp_path / "t.trace", _records(np.random.default_rng(8), passes=40))

@@ -25,7 +25,8 @@ several sequences) count as prefill.
   accesses and over the decode passes' accesses only (prefill passes still update the cache). On request
   (--policies), LRU and LFU decay frozen in decode: decode passes only look, as the engine's mapped misses leave the
   cache as the prompts filled it. Markov next use (--policies markov, markov_hits): each key a two-state chain over
-  its layer's turns, the key expected to be needed farthest ahead evicted.
+  its layer's turns, the key expected to be needed farthest ahead evicted. Prompt-filled (--policies prompt_filled):
+  after each prefill pass the cache holds the keys the prompts picked most often, token by token; decode only looks.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ import json
 import math
 import sys
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from heapq import heapify, heappop, heappush
 from pathlib import Path
 from typing import Sequence
@@ -46,7 +47,8 @@ from .trace import Trace, read_trace
 DEFAULT_SIZES = list(range(10, 100, 10))
 POLICIES = {"lru": "LRU", "lfu": "LFU", "lfu_decay": "LFU decay", "belady": "Belady",
             "lru_frozen": "LRU, frozen in decode", "lfu_decay_frozen": "LFU decay, frozen in decode",
-            "lfu_decay_admit": "LFU decay, admitting in decode", "markov": "Markov next use"}
+            "lfu_decay_admit": "LFU decay, admitting in decode", "markov": "Markov next use",
+            "prompt_filled": "prompt-filled, frozen in decode"}
 MARKOV_PRIOR = 2.0  # Markov next use: the weight, in observations, of the layer-wide rates each key's estimate starts from
 # The frozen forms are what the engine's mapped misses do (STRATA_DECODE_MAPPED): the policy fills the cache in
 # prompt passes, and decode passes read their misses in place, so decoding hits only what the prompts left. The
@@ -71,6 +73,10 @@ class Accesses:
     decode: np.ndarray  # bool: the pass has one token
     next_use: np.ndarray  # int64: index of the next access to the same key, len(key) if none
     distance: np.ndarray  # float64: passes since the key's previous access, inf on first use
+    # Every token-expert pick of the prefill passes (a key once per token that chose it), with its pass: the prompt
+    # popularity the prompt-filled policy ranks by. Empty where the stream was built by hand.
+    prefill_key: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    prefill_pass: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def __len__(self) -> int:
         return int(self.key.shape[0])
@@ -116,7 +122,11 @@ def accesses(trace: Trace) -> Accesses:
     distance = np.full(key.shape[0], np.inf)
     seen = prev >= 0
     distance[seen] = pass_ordinal[seen] - pass_ordinal[prev[seen]]
-    return Accesses(key, pass_ordinal, trace.n_tokens[record] == 1, nxt, distance)
+    pre = trace.n_tokens[record_of_row] > 1  # rows of prefill records
+    pre_rec = record_of_row[pre]
+    prefill_key = (np.searchsorted(layers, trace.layers[pre_rec])[:, None] * e + trace.ids[pre]).reshape(-1)
+    prefill_pass = np.repeat(_pass_ordinals(trace)[pre_rec], trace.k)
+    return Accesses(key, pass_ordinal, trace.n_tokens[record] == 1, nxt, distance, prefill_key, prefill_pass)
 
 
 # ---- header facts, popularity, reuse ----------------------------------------------------------------------------
@@ -383,6 +393,36 @@ def markov_hits(acc: Accesses, n_expert: int, capacity: int, prior: float = MARK
     return hits
 
 
+def prompt_filled_hits(acc: Accesses, capacity: int) -> np.ndarray:
+    """The cache as the prompts fill it, frozen in decode: after each prefill pass it holds the `capacity` keys the
+    prefill passes so far picked most often (token by token; ties to the smaller key), and every access only looks.
+    What a decode that reads its misses in place keeps after a prompt whose lent slots were refilled with the prompt's
+    favourites (STRATA_LOAN_REFILL=last), where the loan took most of the cache."""
+    n = len(acc)
+    hits = np.zeros(n, dtype=bool)
+    if n == 0:
+        return hits
+    n_keys = int(max(acc.key.max(), acc.prefill_key.max(initial=0))) + 1
+    counts = np.zeros(n_keys, dtype=np.int64)
+    cached = np.zeros(n_keys, dtype=bool)
+    order = np.argsort(acc.prefill_pass, kind="stable")
+    pre_key, pre_pass = acc.prefill_key[order], acc.prefill_pass[order]
+    i = 0
+    while i < n:
+        p = int(acc.pass_ordinal[i])
+        j = i
+        while j < n and acc.pass_ordinal[j] == p:
+            j += 1
+        hits[i:j] = cached[acc.key[i:j]]
+        if not acc.decode[i]:  # a prefill pass: its picks counted, the cache refilled
+            a, b = np.searchsorted(pre_pass, [p, p + 1])
+            counts += np.bincount(pre_key[a:b], minlength=n_keys)
+            cached[:] = False
+            cached[np.argsort(-counts, kind="stable")[:capacity]] = True
+        i = j
+    return hits
+
+
 def cache_rates(acc: Accesses, n_keys: int, sizes: list[int], decay_every: int | None = None,
                 policies: Sequence[str] = DEFAULT_POLICIES, n_expert: int = 1,
                 admit_factor: float = ADMIT_FACTOR) -> dict:
@@ -399,6 +439,7 @@ def cache_rates(acc: Accesses, n_keys: int, sizes: list[int], decay_every: int |
         "lfu_decay_admit": lambda cap: lfu_hits(keys, cap, decay_every or cap, admit=acc.decode,
                                                 admit_factor=admit_factor),
         "markov": lambda cap: markov_hits(acc, n_expert, cap),
+        "prompt_filled": lambda cap: prompt_filled_hits(acc, cap),
     }
     rates: dict = {p: [] for p in policies}
     decode_rates: dict = {p: [] for p in policies}
