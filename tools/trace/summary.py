@@ -117,7 +117,8 @@ def accesses(trace: Trace) -> Accesses:
     picks = picks[np.diff(picks, prepend=-1) != 0]
     record, expert = picks // e, picks % e
     key = np.searchsorted(layers, trace.layers[record]) * e + expert
-    pass_ordinal = _pass_ordinals(trace)[record]
+    ordinal_of_record = _pass_ordinals(trace)
+    pass_ordinal = ordinal_of_record[record]
     nxt, prev = next_uses(key)
     distance = np.full(key.shape[0], np.inf)
     seen = prev >= 0
@@ -125,7 +126,7 @@ def accesses(trace: Trace) -> Accesses:
     pre = trace.n_tokens[record_of_row] > 1  # rows of prefill records
     pre_rec = record_of_row[pre]
     prefill_key = (np.searchsorted(layers, trace.layers[pre_rec])[:, None] * e + trace.ids[pre]).reshape(-1)
-    prefill_pass = np.repeat(_pass_ordinals(trace)[pre_rec], trace.k)
+    prefill_pass = np.repeat(ordinal_of_record[pre_rec], trace.k)
     return Accesses(key, pass_ordinal, trace.n_tokens[record] == 1, nxt, distance, prefill_key, prefill_pass)
 
 
