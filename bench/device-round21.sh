@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The twenty-first round's device work, one script over two calls (poll again in the second):
+#   0. The prompts' favourites on the demo model (issue 17's cache policy): decode hit rates with and without.
 #   1. The prompt-loan GPU test with its budget sweep at a fixed 1024-token chunk (new in the twentieth round, not run).
 #   2. Issue 15: Next-80B-A3B at 12 GiB, pp4096 with the prompt's shared expert first and after
 #      (STRATA_PREFILL_SHARED_FIRST=0), and once with STRATA_PREFILL_TIMING=1 (the upload and copy_wait phases).
@@ -15,6 +16,17 @@ source bench/device-lib.sh
 F=/tmp/n80.gguf
 [ -f $F ] || ($S synth --preset qwen3-next-80b-a3b --type Q4_K --dense-type Q8_0 -o $F > $L/synth.log 2>&1
   echo "synth rc=$? at $(el) s" > $L/synth.rc) &
+# The prompts' favourites (STRATA_PROMPT_FAVOURITES) on the demo model's real routing: decode hit rate and speed
+# after a 2000-byte prompt, at budgets that leave a small share of its 384 experts in slots, decoding alone
+# (--cpu-share 0: misses read in place, nothing filled) and by default.
+head -c 2000 models/demo/sample.txt > $L/prompt.txt
+$S run -m models/demo/demo.gguf --vram-budget 1M -p x -n 1 2>&1 | grep -o "give at least [0-9.]* [KMG]i*B" | head -1
+for B in 692M 696M 702M; do for SH in 0 auto; do for FAV in 1 0; do
+  echo "== STRATA_PROMPT_FAVOURITES=$FAV budget $B cpu-share $SH"
+  STRATA_PROMPT_FAVOURITES=$FAV $S run -m models/demo/demo.gguf -f $L/prompt.txt -n 512 --temp 0 --repeat-penalty 1.15 \
+    --ignore-eos --vram-budget $B --cpu-share $SH > $L/demo.out 2> $L/demo.err
+  grep -E "slots|hits|rror" $L/demo.err | tail -3; done; done; done
+echo "demo rows at $(el) s"
 cmake --build /tmp/strata -j12 --target test_cuda_engine > $L/build2.log 2>&1; echo "tests build rc=$? at $(el) s"
 grep -E "error" $L/build2.log | head -5
 timeout 200 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 --gtest_filter='*PromptLoans*' > $L/tests.log 2>&1

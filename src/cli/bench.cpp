@@ -115,6 +115,7 @@ ExpertCacheStats stats_delta(const ExpertCacheStats &after, const ExpertCacheSta
     d.bytes_streamed -= before.bytes_streamed;
     d.mapped_misses -= before.mapped_misses;
     d.mapped_admitted -= before.mapped_admitted;
+    d.favourite_fills -= before.favourite_fills;
     d.decode_modes.alone -= before.decode_modes.alone;
     d.decode_modes.split -= before.decode_modes.split;
     d.decode_modes.switches -= before.decode_modes.switches;
@@ -132,6 +133,7 @@ ExpertCacheStats stats_sum(const ExpertCacheStats &a, const ExpertCacheStats &b)
     s.bytes_streamed += b.bytes_streamed;
     s.mapped_misses += b.mapped_misses;
     s.mapped_admitted += b.mapped_admitted;
+    s.favourite_fills += b.favourite_fills;
     s.decode_modes.alone += b.decode_modes.alone;
     s.decode_modes.split += b.decode_modes.split;
     s.decode_modes.switches += b.decode_modes.switches;
@@ -231,6 +233,7 @@ json cache_json(const ExpertCacheStats &s, double seconds) {
     j["misses_on_host"] = s.hybrid.host_experts;
     j["misses_mapped"] = s.mapped_misses;      // read in place from the host copy by the device's kernels
     j["mapped_admitted"] = s.mapped_admitted;  // of those, filled into a slot afterwards (admission)
+    j["favourite_fills"] = s.favourite_fills;  // experts filled as decoding began, for the prompts' favourites
     // decode-sized passes run by the device alone and split, where both applied (STRATA_DECODE_CHOOSE)
     j["passes_alone"] = s.decode_modes.alone;
     j["passes_split"] = s.decode_modes.split;
@@ -624,6 +627,10 @@ Run add_bench(CLI::App &app) {
                 "\nmapped misses (STRATA_DECODE_MAPPED): %llu read in place from host memory by the device's kernels "
                 "since start, %llu of them filled into a slot afterwards (admission, STRATA_DECODE_ADMIT)\n",
                 (unsigned long long)st.mapped_misses, (unsigned long long)st.mapped_admitted);
+        if (st.favourite_fills)
+            std::printf("\nprompt favourites (STRATA_PROMPT_FAVOURITES): %llu experts filled as decoding began, for "
+                        "the experts the prompts routed most rows to, since start\n",
+                        (unsigned long long)st.favourite_fills);
         if (st.decode_modes.alone + st.decode_modes.split)
             std::printf(
                 "\ndecode mode (STRATA_DECODE_CHOOSE, by measured time): %llu passes by the device alone (misses read "

@@ -100,6 +100,7 @@ ExpertCacheStats Engine::expert_stats() const {
         s.bytes_streamed += o.bytes_streamed;
         s.mapped_misses += o.mapped_misses;
         s.mapped_admitted += o.mapped_admitted;
+        s.favourite_fills += o.favourite_fills;
         PrefetchStats &f = s.prefetch;
         const PrefetchStats &g = o.prefetch;
         f.picks += g.picks, f.predicted += g.predicted, f.prefetched += g.prefetched;

@@ -104,6 +104,8 @@ class Engine {
     const Placement &part_plan(size_t i) const { return parts_[i].strata->plan(); }
     std::pair<int64_t, int64_t> part_layers(size_t i) const { return {parts_[i].l0, parts_[i].l1}; }
     ExpertCacheStats part_stats(size_t i) const { return parts_[i].strata->stats(); }
+    // A participant's expert slot table (nullptr: its backend reads experts in place).
+    const ExpertSlotTable *part_slots(size_t i) const { return parts_[i].strata->slots(); }
     // The expert cache's traffic since start: the one participant's, or for a split model every participant's slots,
     // experts, hits, misses and bytes summed (the rest as the first participant's).
     ExpertCacheStats expert_stats() const;

@@ -471,6 +471,9 @@ Answer Endpoints::metrics(const HttpStats &http) const {
     metric("strata_expert_misses_admitted_total", "counter",
            "Misses read in place then filled into a slot for later passes (admission, under the LFU policy).",
            double(s.backend.mapped_admitted));
+    metric("strata_expert_favourite_fills_total", "counter",
+           "Experts filled into the cache as decoding began, for the experts the prompts routed most rows to.",
+           double(s.backend.favourite_fills));
     metric("strata_decode_passes_alone_total", "counter",
            "Passes of up to 16 tokens (decoding steps, short prompt tails) the device ran alone, its misses read in "
            "place, where it could also split with the CPU.",

@@ -2,6 +2,7 @@
 #include "strata/expert_slots.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 
@@ -282,6 +283,46 @@ bool ExpertSlotTable::admit(int64_t il, int32_t e, double factor, std::vector<Sl
     fills.push_back({s, e});
     stats_.bytes_filled += expert_bytes_[size_t(il)];
     return true;
+}
+
+void ExpertSlotTable::note_prompt_rows(int64_t il, const std::vector<int32_t> &rows, int64_t tokens) {
+    STRATA_ASSERT(il >= 0 && size_t(il) < table_.size() && rows.size() == table_[size_t(il)].size());
+    if (favourites_.empty()) favourites_.resize(table_.size());
+    std::vector<double> &f = favourites_[size_t(il)];
+    if (f.empty()) f.assign(rows.size(), 0.0);
+    const double keep = std::exp2(-double(tokens) / k_favourite_half_tokens);
+    for (size_t e = 0; e < rows.size(); e++) f[e] = f[e] * keep + double(rows[e]);
+    favourites_pending_ = true;
+}
+
+std::vector<std::vector<SlotFill>> ExpertSlotTable::keep_favourites(double factor) {
+    favourites_pending_ = false;
+    std::vector<std::vector<SlotFill>> fills(table_.size());
+    if (all_resident_ || favourites_.empty()) return fills;
+    struct Pick {
+        double score;
+        int32_t layer, expert, slot;
+    };
+    std::vector<Pick> in, out;  // experts in no slot, best first; slots that may give way, weakest first
+    for (size_t il = 0; il < favourites_.size(); il++)
+        for (size_t e = 0; e < favourites_[il].size(); e++)
+            if (favourites_[il][e] > 0.0 && table_[il][e] < 0) in.push_back({favourites_[il][e], int32_t(il), int32_t(e), -1});
+    std::stable_sort(in.begin(), in.end(), [](const Pick &a, const Pick &b) { return a.score > b.score; });
+    for (int32_t s = lru_head_; s >= 0; s = slots_[size_t(s)].next) {  // least recently used first
+        const Slot &x = slots_[size_t(s)];
+        if (x.pinned || x.lent) continue;
+        out.push_back({x.layer < 0 ? -1.0 : favourite_score(x.layer, x.expert), x.layer, x.expert, s});
+    }
+    std::stable_sort(out.begin(), out.end(), [](const Pick &a, const Pick &b) { return a.score < b.score; });
+    for (size_t i = 0; i < std::min(in.size(), out.size()); i++) {
+        const Pick &p = in[i], &v = out[i];
+        if (v.score >= 0.0 && !(p.score > factor * v.score)) break;  // and so every later pair
+        assign(v.slot, p.layer, p.expert);
+        touch(v.slot);
+        fills[size_t(p.layer)].push_back({v.slot, p.expert});
+        stats_.bytes_filled += expert_bytes_[size_t(p.layer)];
+    }
+    return fills;
 }
 
 void ExpertSlotTable::forget(int64_t il, const std::vector<SlotFill> &fills) {

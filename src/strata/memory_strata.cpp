@@ -112,7 +112,9 @@ void MemoryStrata::end_loan() {
     slots_->end_loan();
     // What goes back into the returned slots: (layer, expert) pairs not in a slot, in order of preference.
     std::vector<std::pair<int32_t, int32_t>> want;
-    if (refill_last_) {
+    if (schedule_->favourites_on()) {
+        // left empty: the first decode-sized pass fills them with the prompts' favourites (moe_schedule.h)
+    } else if (refill_last_) {
         const std::vector<std::vector<int32_t>> &rows = schedule_->last_rows();
         std::vector<std::pair<int32_t, std::pair<int32_t, int32_t>>> ranked;  // (-rows, (layer, expert))
         for (size_t il = 0; il < rows.size(); il++)
@@ -164,6 +166,7 @@ ExpertCacheStats MemoryStrata::stats() const {
             s.bytes_streamed += schedule_->mapped_bytes();
             s.mapped_misses += schedule_->mapped_misses();
             s.mapped_admitted = schedule_->admitted();
+            s.favourite_fills = schedule_->favourite_fills();
         }
     }
     if (schedule_) {

@@ -38,6 +38,7 @@ struct ExpertCacheStats {
     uint64_t expert_cache_hits = 0, expert_cache_misses = 0, bytes_streamed = 0;
     uint64_t mapped_misses = 0;    // of expert_cache_misses, those read in place
     uint64_t mapped_admitted = 0;  // of those, filled into a slot afterwards for later passes (admission)
+    uint64_t favourite_fills = 0;  // experts filled as decoding began, for the prompts' favourites (moe_schedule.h)
     // next-layer prefetch (STRATA_DECODE_PREFETCH): routed picks with a prediction, those predicted, experts filled
     PrefetchStats prefetch;
     // misses computed on the host (decode_hybrid.h): counted apart from expert_cache_misses (those copied in)
@@ -70,7 +71,8 @@ class MemoryStrata {
     // experts forgotten; tokens: the call's largest pass; STRATA_LOAN_SIZED=0: plan().loan_slots whatever the
     // pass) and gives their memory to the backend as scratch; end_loan gives them back and refills them, on the copy
     // stream, with STRATA_LOAN_REFILL's choice: "before" (default) what they held before the loan, "last" the
-    // experts with the most rows in the last prompt pass that are not in a slot. Both do nothing where there is no
+    // experts with the most rows in the last prompt pass that are not in a slot; with the prompts' favourites on
+    // (STRATA_PROMPT_FAVOURITES, moe_schedule.h) it leaves them empty for those. Both do nothing where there is no
     // loan (begin_loan: or one is on already).
     void begin_loan(int64_t tokens);
     void end_loan();

@@ -181,6 +181,9 @@ MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::v
     // Opt-in: on the 30B-A3B at 12 GiB under zipf:1.0 and LFU it held the hit rate (86.8% against 86.4%) and cost
     // decoding speed (94.6 against 108.9 tok/s; bench/RESULTS.md, eighteenth round): the next pass waits for its fills.
     admit_alone_ = admit_ && env_switch("STRATA_DECODE_ADMIT_ALONE", false);
+    // STRATA_PROMPT_FAVOURITES=0: decoding starts on the cache the prompt's passes left (and a loan's slots refilled
+    // as STRATA_LOAN_REFILL says).
+    favourites_ = slots_ && !slots_->all_resident() && env_switch("STRATA_PROMPT_FAVOURITES", true);
     if (const char *e = std::getenv("STRATA_PREFILL_FULL_SHARE"); e && *e) {
         char *end = nullptr;
         const double v = std::strtod(e, &end);
@@ -211,6 +214,7 @@ static_assert(k_hybrid_max_tokens <= DecodeModeChooser::k_max_tokens);
 // (its intermediates read back) splits as before and gives no sample.
 void MoeSchedule::start_pass(int64_t T, bool traced) {
     admit_after_alone_pass();
+    if (favourites_ && T >= 1 && T <= k_hybrid_max_tokens && slots_->favourites_pending()) keep_favourites();
     pass_tokens_ = T;
     line_ = full_share();
     split_pass_ = true;
@@ -228,6 +232,19 @@ void MoeSchedule::start_pass(int64_t T, bool traced) {
     const double us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
     split_pass_ = chooser_.next(T, us) == DecodeMode::Split;
+}
+
+// Decoding begins (a decode-sized pass after prompt passes): the cache turned toward the prompts' favourites
+// (ExpertSlotTable::keep_favourites), filled on the copy stream; the backend makes the pass read each new slot only
+// once it is filled.
+void MoeSchedule::keep_favourites() {
+    release_pins();
+    const std::vector<std::vector<SlotFill>> fills = slots_->keep_favourites(k_favourite_factor);
+    for (size_t il = 0; il < fills.size(); il++) {
+        if (fills[il].empty()) continue;
+        fill(experts_[il], fills[il], /*ahead=*/true);
+        favourite_fills_ += fills[il].size();
+    }
 }
 
 // The pass before this one ran some layers by the device alone, their misses read in place and nothing filled: under
@@ -755,6 +772,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
             last_rows_.resize(experts_.size());
             last_rows_[size_t(il)] = g.count;
         }
+        if (favourites_ && T > k_hybrid_max_tokens) slots_->note_prompt_rows(il, g.count, T);
         const Act xs = be_.gather_expert_input(w, x, g.src_row), ys = be_.alloc(M, E);
         // the fills beside the shared expert's kernels where those went first
         const bool fills_ahead = shared && decode && slot_fills_ahead_;

@@ -57,6 +57,12 @@
 // next layer's routing; the predicted experts not in a slot are filled ahead (the copies run during the shared
 // expert and the next layer's mixer) and pinned until that layer has routed. How often the prediction is right is
 // counted (PrefetchStats) on every backend, slots or not.
+// Prompt favourites (STRATA_PROMPT_FAVOURITES, on; =0 off): every prompt pass of more than k_hybrid_max_tokens
+// tokens grouped on the host adds its rows per expert to the slot table's decayed scores, and the first decode-sized
+// pass after it starts by turning the cache toward the best-scored experts (ExpertSlotTable::keep_favourites; fills on
+// the copy stream): a decode whose passes the device runs alone fills nothing, and the cache a prompt's passes leave
+// is an arbitrary one. A prompt loan's slots are then given back empty (the favourites fill them first), whatever
+// STRATA_LOAN_REFILL says.
 // The results depend only on the routing and the experts' bytes: not on the set sizes, the slots, or the source.
 // Decode overlap (STRATA_DECODE_OVERLAP, on; =0 the order before it; passes of at most k_hybrid_max_tokens): the
 // input rows the hybrid split needs come back with the routing (one wait for the device, not two); the shared
@@ -201,6 +207,10 @@ class MoeSchedule final : public ExpertRunner {
     uint64_t mapped_misses() const { return mapped_misses_; }
     uint64_t mapped_bytes() const { return mapped_bytes_; }
     uint64_t admitted() const { return admitted_; }  // mapped misses filled for later passes (ExpertSlotTable::admit)
+    // Prompt favourites (STRATA_PROMPT_FAVOURITES, on where the cache is partial; the protocol above): whether on, and
+    // the experts filled for them since start.
+    bool favourites_on() const { return favourites_; }
+    uint64_t favourite_fills() const { return favourite_fills_; }
 
   private:
     // Step 4-5 for one layer: the experts `used` (ascending, each with rows in `g`), in sets the slot table can hold.
@@ -291,6 +301,12 @@ class MoeSchedule final : public ExpertRunner {
     std::vector<AloneIds> alone_;    // the current pass's
     std::vector<std::vector<AloneIds>> alone_by_size_;  // [pass size]: the last direct pass of that size's
     void admit_after_alone_pass();
+    bool favourites_ = false;  // STRATA_PROMPT_FAVOURITES
+    uint64_t favourite_fills_ = 0;
+    void keep_favourites();
+    // A slot gives way to an expert in no slot only where that one's prompt score is above this many times its own:
+    // the admission search on the demo model's traces found 1.5 best (bench/RESULTS.md, twentieth round).
+    static constexpr double k_favourite_factor = 1.5;
     bool choose_;             // STRATA_DECODE_CHOOSE: alone or split by measured time (decode_mode.h)
     bool split_mapped_;       // STRATA_DECODE_SPLIT_MAPPED: the split's device part reads its misses in place
     bool split_pass_ = true;  // this pass may split (start_pass)

@@ -675,6 +675,83 @@ TEST(ExpertSlotTable, PinnedSlotsAreNoVictims) {
     EXPECT_EQ(s7, s6);
 }
 
+// The prompts' favourites: scores are the rows per expert, halving every k_favourite_half_tokens prompt tokens;
+// keep_favourites fills empty slots first, then lets the weakest slot give way to the best expert in no slot while
+// that one scores above factor times it, never touching a pinned or lent slot; the fills count as traffic.
+TEST(ExpertSlotTable, FavouritesFillEmptySlotsThenReplaceTheWeakest) {
+    for (SlotPolicy policy : {SlotPolicy::Lru, SlotPolicy::Lfu}) {
+        ExpertSlotTable t({8, 0, 8}, {100, 0, 300}, 5, policy, 0);
+        EXPECT_FALSE(t.favourites_pending());
+        EXPECT_TRUE(t.keep_favourites(1.5)[0].empty());  // no scores: nothing to do
+        std::vector<SlotFill> fills;
+        int32_t s[4];
+        const int32_t held[4] = {0, 1, 2, 3};  // four of the five slots; one stays empty
+        t.acquire(0, held, 4, s, false, fills);
+        // layer 0: experts 4 and 5 far ahead, 1 and 3 a little; layer 2: expert 6
+        t.note_prompt_rows(0, {0, 2, 0, 4, 9, 8, 0, 0}, 64);
+        t.note_prompt_rows(2, {0, 0, 0, 0, 0, 0, 5, 0}, 64);
+        EXPECT_TRUE(t.favourites_pending());
+        const uint64_t bytes = t.stats().bytes_filled, misses = t.stats().misses;
+        const std::vector<std::vector<SlotFill>> f = t.keep_favourites(1.5);
+        EXPECT_FALSE(t.favourites_pending());
+        // 4 (9) takes the empty slot; 5 (8) and layer 2's 6 (5) replace 0 and 2 (score 0); 1 (2) stays, as 3 (4) does
+        ASSERT_EQ(f.size(), 3u);
+        EXPECT_EQ(f[0].size(), 2u);
+        EXPECT_EQ(f[2].size(), 1u);
+        for (int32_t e : {4, 5}) EXPECT_GE(t.slot_of(0, e), 0) << e;
+        EXPECT_GE(t.slot_of(2, 6), 0);
+        for (int32_t e : {0, 2}) EXPECT_EQ(t.slot_of(0, e), -1) << e;
+        for (int32_t e : {1, 3}) EXPECT_EQ(t.slot_of(0, e), s[e]) << e;
+        EXPECT_EQ(t.stats().bytes_filled, bytes + 2 * 100 + 300);
+        EXPECT_EQ(t.stats().misses, misses);
+        for (const std::vector<SlotFill> &layer : f)
+            for (const SlotFill &x : layer) EXPECT_TRUE(x.slot >= 0 && x.slot < 5);
+        // 7 at 2 rows does not beat 1.5 times expert 1's (2, decayed a little: the weakest slot)
+        t.note_prompt_rows(0, {0, 0, 0, 0, 0, 0, 0, 2}, 1);
+        EXPECT_TRUE(t.keep_favourites(1.5)[0].empty());
+        EXPECT_EQ(t.slot_of(0, 7), -1);
+        // a factor of 1 lets it in, in place of expert 1 (the weakest slot)
+        t.note_prompt_rows(0, {0, 0, 0, 0, 0, 0, 0, 0}, 1);
+        const std::vector<std::vector<SlotFill>> g = t.keep_favourites(1.0);
+        ASSERT_EQ(g[0].size(), 1u);
+        EXPECT_EQ(g[0][0].slot, s[1]);
+        EXPECT_EQ(t.slot_of(0, 7), s[1]);
+        EXPECT_EQ(t.slot_of(0, 1), -1);
+    }
+}
+
+TEST(ExpertSlotTable, FavouriteScoresHalveEveryHalfLifeOfPromptTokens) {
+    ExpertSlotTable t({4}, {100}, 2);
+    const int64_t half = int64_t(ExpertSlotTable::k_favourite_half_tokens);
+    t.note_prompt_rows(0, {8, 0, 0, 0}, 16);
+    EXPECT_NEAR(t.favourite_score(0, 0), 8.0, 1e-12);
+    t.note_prompt_rows(0, {0, 4, 0, 0}, half);
+    EXPECT_NEAR(t.favourite_score(0, 0), 4.0, 1e-12);
+    EXPECT_NEAR(t.favourite_score(0, 1), 4.0, 1e-12);
+    t.note_prompt_rows(0, {0, 0, 0, 0}, 2 * half);
+    EXPECT_NEAR(t.favourite_score(0, 0), 1.0, 1e-12);
+    EXPECT_EQ(t.favourite_score(0, 2), 0.0);
+}
+
+TEST(ExpertSlotTable, FavouritesNeverTakeAPinnedOrLentSlot) {
+    ExpertSlotTable t({8}, {100}, 4);
+    std::vector<SlotFill> fills;
+    int32_t s[4];
+    const int32_t held[4] = {0, 1, 2, 3};
+    t.acquire(0, held, 4, s, false, fills);
+    t.pin(s[0], true);
+    const std::vector<std::pair<int32_t, int32_t>> lent = t.lend(1);  // the top slot, holding one of the four
+    ASSERT_EQ(lent.size(), 1u);
+    t.note_prompt_rows(0, {0, 0, 0, 0, 9, 9, 9, 9}, 64);
+    const std::vector<std::vector<SlotFill>> f = t.keep_favourites(1.5);
+    EXPECT_EQ(f[0].size(), 2u);  // four slots, one pinned and one lent
+    EXPECT_EQ(t.slot_of(0, 0), s[0]);
+    for (const SlotFill &x : f[0]) EXPECT_TRUE(x.slot != s[0] && x.slot < 3) << x.slot;
+    t.end_loan();  // the lent slot comes back empty: the next call fills it
+    t.note_prompt_rows(0, {0, 0, 0, 0, 0, 0, 0, 0}, 1);
+    EXPECT_EQ(t.keep_favourites(1.5)[0].size(), 1u);
+}
+
 // A prompt loan takes the top slots out of the cache under either policy: their experts are forgotten (and named),
 // no request gets one while lent, and they come back empty, the first to be filled.
 TEST(ExpertSlotTable, LentSlotsLeaveTheCacheAndComeBackEmpty) {
