@@ -1132,4 +1132,80 @@ TEST_P(MoeScheduleSlots, PromptLoansWithMappedMissesChangeNoBit) {
         }
 }
 
+// A prompt's favourites (STRATA_PROMPT_FAVOURITES): after a prompt of one pass and after one on a loan, decoding's
+// first pass turns the cache toward the experts the prompt passes routed most rows to, filled ahead; under either
+// policy, with misses copied in or read in place (mapped), the bits of experts read in place; =0 fills none.
+TEST_P(MoeScheduleSlots, PromptFavouritesChangeNoBit) {
+    const std::string path = model_path(GetParam());
+    // a prompt of 300 tokens (one pass), three decoded tokens, a prompt of 1100 (passes on a loan), three more
+    auto script = [](Engine &e) {
+        const int32_t s = e.new_sequence();
+        std::vector<int32_t> prompt;
+        for (int i = 0; i < 300; i++) prompt.push_back(int32_t((i * 37 + 11) % e.n_vocab()));
+        std::vector<std::vector<float>> lg;
+        e.decode({{s, prompt, true}}, lg);
+        std::vector<float> all = lg[0];
+        auto decode3 = [&](int salt) {
+            for (int t = 0; t < 3; t++) {
+                e.decode({{s, {int32_t((t * 53 + salt) % e.n_vocab())}, false}}, lg);
+                all.insert(all.end(), lg[0].begin(), lg[0].end());
+            }
+        };
+        decode3(5);
+        prompt.clear();
+        for (int i = 0; i < 1100; i++) prompt.push_back(int32_t((i * 29 + 3) % e.n_vocab()));
+        e.decode({{s, prompt, true}}, lg);
+        all.insert(all.end(), lg[0].begin(), lg[0].end());
+        decode3(17);
+        return all;
+    };
+    auto in_place = make_cpu_engine(path, long_config());
+    const std::vector<float> ref = script(*in_place);
+    const int64_t n_expert = in_place->hparams().n_expert, k = in_place->hparams().n_expert_used;
+    int64_t n_moe = 0;
+    for (int64_t il = 0; il < in_place->hparams().n_layer; il++)
+        n_moe += in_place->model().layers[size_t(il)].gate_inp.present();
+    const int64_t total = n_moe * n_expert;
+    size_t slot_bytes = 0;
+    {
+        EngineConfig c = long_config();
+        c.expert_slots = total - 1;
+        slot_bytes =
+            Engine(load_model(path), std::make_unique<HostSlotBackend>(uint64_t(1) << 34), c).plan().slot_bytes;
+    }
+    ASSERT_GT(slot_bytes, 0u);
+    for (const char *fav : {"1", "0"})
+        for (SlotPolicy policy : {SlotPolicy::Lru, SlotPolicy::Lfu})
+            for (bool mapped : {false, true}) {
+                ::setenv("STRATA_PROMPT_FAVOURITES", fav, 1);
+                auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
+                HostSlotBackend *hb = be.get();
+                if (mapped) be->map_misses();
+                EngineConfig c = long_config();
+                c.expert_slots = std::max<int64_t>(k + 4, total / 2);
+                c.loan_floor_slots = k + 1;
+                c.scratch_bytes = 3 * slot_bytes;
+                c.expert_cache_policy = policy;
+                c.cpu_share = 0.0;
+                Engine e(load_model(path), std::move(be), c);
+                ::unsetenv("STRATA_PROMPT_FAVOURITES");
+                const std::string what = std::string("favourites ") + fav + ", " + slot_policy_name(policy) +
+                                         (mapped ? ", mapped" : ", copied in") + ": " + e.plan().check_line;
+                const std::vector<float> got = script(e);
+                ASSERT_EQ(got.size(), ref.size()) << what;
+                EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
+                EXPECT_EQ(hb->loans(), 1u) << what;
+                const ExpertCacheStats st = e.expert_stats();
+                if (fav[0] == '1') {
+                    EXPECT_GT(st.favourite_fills, 0u) << what;
+                } else {
+                    EXPECT_EQ(st.favourite_fills, 0u) << what;
+                }
+                // every slot a fill, a miss copied in or a favourite: the fills the backend saw
+                if (!mapped) {
+                    EXPECT_GE(hb->filled(), st.expert_cache_misses + st.favourite_fills) << what;
+                }
+            }
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiny, MoeScheduleSlots, ::testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen35moe"));

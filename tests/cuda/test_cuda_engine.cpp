@@ -569,8 +569,9 @@ TEST_P(CudaEngine, MappedMissesDoNotChangeABit) {
     for (int64_t slots : {1, 2, 5})
         for (const char *mapped : {"1", "0"})
             for (bool graphs : {true, false})
-                for (const char *split : {"none", "none-lfu", "choose", "copy", "mapped"}) {
-                    // none: the split off; none-lfu: the same under LFU, so that the passes by the device alone
+                for (const char *split : {"none", "none-nofav", "none-lfu", "choose", "copy", "mapped"}) {
+                    // none: the split off; none-nofav: the same without the prompts' favourites filled as decoding
+                    // begins (STRATA_PROMPT_FAVOURITES=0); none-lfu: the same under LFU, so that the passes by the device alone
                     // admit misses into slots after they end (their routing copied to the host within the pass,
                     // the copies recorded with the graph); choose: alone or split by time (the default); copy: split
                     // every pass, its device part copying misses in; mapped: reading them in place, under LFU, so
@@ -588,6 +589,8 @@ TEST_P(CudaEngine, MappedMissesDoNotChangeABit) {
                     ::setenv("STRATA_DECODE_CHOOSE", std::strcmp(split, "choose") == 0 ? "1" : "0", 1);
                     ::setenv("STRATA_DECODE_SPLIT_MAPPED", std::strcmp(split, "mapped") == 0 ? "1" : "0", 1);
                     ::setenv("STRATA_DECODE_ADMIT_ALONE", std::strcmp(split, "none-lfu") == 0 ? "1" : "0", 1);
+                    const bool nofav = std::strcmp(split, "none-nofav") == 0;
+                    if (nofav) ::setenv("STRATA_PROMPT_FAVOURITES", "0", 1);
                     // none: with the passes' timing on too (device timestamps are not taken inside a recorded
                     // pass: a query of one recorded into a capture failed, 2026-12-05), which changes no bit
                     const bool timed = std::strcmp(split, "none") == 0;
@@ -596,6 +599,7 @@ TEST_P(CudaEngine, MappedMissesDoNotChangeABit) {
                     ::unsetenv("STRATA_DECODE_TIMING");
                     ::unsetenv("STRATA_PREFILL_TIMING");
                     ::unsetenv("STRATA_DECODE_ADMIT_ALONE");
+                    ::unsetenv("STRATA_PROMPT_FAVOURITES");
                     ::unsetenv("STRATA_DECODE_MAPPED");
                     ::unsetenv("STRATA_DECODE_CHOOSE");
                     ::unsetenv("STRATA_DECODE_SPLIT_MAPPED");
@@ -618,6 +622,13 @@ TEST_P(CudaEngine, MappedMissesDoNotChangeABit) {
                         EXPECT_GT(st.decode_modes.split, 0u) << what;
                     } else {
                         EXPECT_EQ(st.decode_modes.alone + st.decode_modes.split, 0u) << what;
+                    }
+                    // the prompts' favourites: filled as decoding begins after each prompt (five slots of all
+                    // the layers' experts: the prompt's last layers leave them), or never
+                    if (nofav) {
+                        EXPECT_EQ(st.favourite_fills, 0u) << what;
+                    } else if (std::strcmp(split, "none") == 0 && slots == 5) {
+                        EXPECT_GT(st.favourite_fills, 0u) << what;
                     }
                     if (on && none) {  // the split off: nothing but the device
                         EXPECT_FALSE(st.hybrid_on) << what;

@@ -69,10 +69,10 @@ def test_json(strata_bin, tiny_model):
         c = t["expert_cache"]
         assert set(c) == {"hits", "misses", "misses_on_host", "misses_mapped", "mapped_admitted", "passes_alone",
                           "passes_split", "hit_rate", "cpu_share", "bytes_streamed", "effective_h2d_gb_per_s",
-                          "host_expert_gb_per_s"}
+                          "host_expert_gb_per_s", "favourite_fills"}
         assert c["passes_alone"] == c["passes_split"] == 0
         assert c["hits"] == c["misses"] == c["misses_on_host"] == c["bytes_streamed"] == 0
-        assert c["misses_mapped"] == c["mapped_admitted"] == 0
+        assert c["misses_mapped"] == c["mapped_admitted"] == c["favourite_fills"] == 0
         assert c["hit_rate"] is None and c["cpu_share"] is None and c["host_expert_gb_per_s"] == 0
     assert d["tests"][2]["n_prompt"] == 1 and d["tests"][2]["n_gen"] == 4
     # decode's weight traffic: less than the file (k of the experts), the rate = bytes per token x t/s
