@@ -20,7 +20,7 @@ for B in 661M 665M 670M; do for SH in 0 auto; do for FAV in 1 0; do
   grep -E "generated|rror" $L/demo.err | tail -2; md5sum < $L/demo.out; done; done; done
 echo "demo rows at $(el) s"
 while [ ! -f $L/build2.rc ]; do sleep 2; done; cat $L/build2.rc; grep -E "error" $L/build2.log | head -5
-timeout 240 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 \
+timeout 200 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 \
   --gtest_filter='*MappedMisses*:*Graph*:*PromptLoans*:*SplitOverTwo*:*Budget*' > $L/tests.log 2>&1
 echo "test_cuda_engine rc=$? at $(el) s"
 grep -E "FAILED|PASSED|Failure|tests ran|Expected|Which is|actual" $L/tests.log | head -20
