@@ -33,4 +33,11 @@ std::unique_ptr<RoutingTraceWriter> open_routing_trace(const std::string &path, 
 // Closes the trace and says what it holds on stderr.
 void close_routing_trace(std::unique_ptr<RoutingTraceWriter> &w, const std::string &path, Engine &eng);
 
+// --expert-profile FILE (run and serve; runtime/expert_profile.h): the prompts' favourite scores of earlier runs,
+// read where the file exists and given to eng at start (a file of another model's shape is refused), and written
+// back at the end. Both say what they did on stderr, and do nothing where eng has no partial expert cache.
+void add_expert_profile_option(CLI::App *sub, std::string &path);
+void load_expert_profile(const std::string &path, Engine &eng);
+void save_expert_profile(const std::string &path, const Engine &eng);
+
 }  // namespace strata::cli

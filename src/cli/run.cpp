@@ -95,7 +95,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 Run add_run(CLI::App &app) {
     struct Args {
         std::string model, prompt, prompt_file, tokens, kv_type = "f16", dump_pattern, dump_dir = ".", output_format,
-            routing_trace;
+            routing_trace, expert_profile;
         DeviceOptions dev;
         int n_predict = 128, threads = 0;
         int64_t ctx = 4096, batch = 512;
@@ -139,6 +139,7 @@ Run add_run(CLI::App &app) {
                     "Write named intermediates matching this regex (e.g. 'blk\\.3\\..*') as .f32 files");
     sub->add_option("--dump-dir", a->dump_dir, "Directory for --dump files")->capture_default_str();
     add_routing_trace_option(sub, a->routing_trace);
+    add_expert_profile_option(sub, a->expert_profile);
 
     return [a] {
         int n_prompt_sources = !a->prompt.empty() + !a->prompt_file.empty() + !a->tokens.empty();
@@ -207,6 +208,7 @@ Run add_run(CLI::App &app) {
             eng->set_tracer(&tracer);
         }
 
+        load_expert_profile(a->expert_profile, *eng);
         std::unique_ptr<RoutingTraceWriter> trace = open_routing_trace(a->routing_trace, *eng);
         Sampler sampler(a->sp);
         const int32_t seq = eng->new_sequence();
@@ -290,6 +292,7 @@ Run add_run(CLI::App &app) {
             if (prompt.empty()) fail("the prompt is empty after tokenization");
             turn(prompt, true);
             close_routing_trace(trace, a->routing_trace, *eng);
+            save_expert_profile(a->expert_profile, *eng);
             return 0;
         }
 
@@ -306,6 +309,7 @@ Run add_run(CLI::App &app) {
         if (!text.empty()) {
             chat_turn(text);
             close_routing_trace(trace, a->routing_trace, *eng);
+            save_expert_profile(a->expert_profile, *eng);
             return 0;
         }
         std::string line;
@@ -314,6 +318,7 @@ Run add_run(CLI::App &app) {
             chat_turn(line);
         }
         close_routing_trace(trace, a->routing_trace, *eng);
+        save_expert_profile(a->expert_profile, *eng);
         return 0;
     };
 }

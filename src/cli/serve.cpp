@@ -21,7 +21,7 @@ using namespace strata::server;
 
 Run add_serve(CLI::App &app) {
     struct Args {
-        std::string model, alias, kv_type = "f16";
+        std::string model, alias, kv_type = "f16", expert_profile;
         int parallel = 4, threads = 0, queue = 64, checkpoints = 8;
         int64_t ctx = 4096, batch = 512;
         bool no_prefix_reuse = false;
@@ -68,6 +68,7 @@ Run add_serve(CLI::App &app) {
         ->capture_default_str();
     sub->add_flag("--no-prefix-reuse", a->no_prefix_reuse, "Always compute the whole prompt");
     add_device_options(sub, a->dev);
+    add_expert_profile_option(sub, a->expert_profile);
 
     return [a] {
         if (a->parallel < 1) usage_fail("--parallel must be at least 1 (got %d)", a->parallel);
@@ -89,6 +90,7 @@ Run add_serve(CLI::App &app) {
         if (!eng->model().file->find("tokenizer.ggml.model"))
             fail("%s has no tokenizer: it cannot be served", a->model.c_str());
         std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(*eng->model().file);
+        load_expert_profile(a->expert_profile, *eng);
         ModelChat chat(*eng->model().file, a->model);
         if (!chat.notice().empty()) std::fprintf(stderr, "strata: %s\n", chat.notice().c_str());
         const std::string model_id = a->alias.empty() ? std::filesystem::path(a->model).filename().string() : a->alias;
@@ -108,7 +110,8 @@ Run add_serve(CLI::App &app) {
         std::fprintf(stderr, "strata: serving %s at http://%s:%d (%d parallel, context %lld)\n", model_id.c_str(),
                      a->http.host.c_str(), server.port(), a->parallel, (long long)a->ctx);
         std::fflush(stderr);
-        server.run();
+        server.run();  // until SIGTERM/SIGINT; the scheduler has stopped when it returns
+        save_expert_profile(a->expert_profile, *eng);
         return 0;
     };
 }

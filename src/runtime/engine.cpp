@@ -89,6 +89,38 @@ void Engine::add_part(std::unique_ptr<Backend> backend, int64_t l0, int64_t l1, 
     parts_.push_back(std::move(p));
 }
 
+ExpertProfile Engine::expert_profile() const {
+    ExpertProfile p;
+    p.arch = model_->hp.arch_name;
+    p.n_layer = model_->hp.n_layer;
+    p.n_expert = model_->hp.n_expert;
+    p.scores.resize(size_t(p.n_layer));
+    for (const Part &part : parts_) {
+        const ExpertSlotTable *t = part.strata->slots();
+        if (!t || t->all_resident()) continue;
+        const std::vector<std::vector<double>> &f = t->favourite_scores();
+        for (size_t il = 0; il < f.size() && il < p.scores.size(); il++)
+            if (!f[il].empty()) p.scores[il] = f[il];
+    }
+    return p;
+}
+
+void Engine::seed_expert_profile(const ExpertProfile &p) {
+    const HParams &hp = model_->hp;
+    if (p.arch != hp.arch_name || p.n_layer != hp.n_layer || p.n_expert != hp.n_expert)
+        fail("expert profile of a %s model with %lld layers of %lld experts: this model is %s with %lld layers of "
+             "%lld experts",
+             p.arch.c_str(), (long long)p.n_layer, (long long)p.n_expert, hp.arch_name.c_str(), (long long)hp.n_layer,
+             (long long)hp.n_expert);
+    for (Part &part : parts_) {
+        // each participant takes its own layers' scores (its table has none for the others')
+        std::vector<std::vector<double>> mine(p.scores.size());
+        for (size_t il = 0; il < p.scores.size(); il++)
+            if (int64_t(il) >= part.l0 && int64_t(il) < part.l1) mine[il] = p.scores[il];
+        part.strata->seed_favourites(mine);
+    }
+}
+
 ExpertCacheStats Engine::expert_stats() const {
     ExpertCacheStats s = parts_[0].strata->stats();
     for (size_t i = 1; i < parts_.size(); i++) {

@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "model/forward.h"
 #include "model/weights.h"
+#include "runtime/expert_profile.h"
 #include "strata/memory_strata.h"
 
 namespace strata {
@@ -106,6 +107,12 @@ class Engine {
     ExpertCacheStats part_stats(size_t i) const { return parts_[i].strata->stats(); }
     // A participant's expert slot table (nullptr: its backend reads experts in place).
     const ExpertSlotTable *part_slots(size_t i) const { return parts_[i].strata->slots(); }
+    // An expert-popularity profile (runtime/expert_profile.h): the prompts' favourite scores of every participant's
+    // layers (empty where no participant has a partial expert cache or none has scored a prompt yet), and such
+    // scores given back, to turn the caches toward them as decoding next begins (throws strata::Error where the
+    // profile is of another architecture or routing shape).
+    ExpertProfile expert_profile() const;
+    void seed_expert_profile(const ExpertProfile &p);
     // The expert cache's traffic since start: the one participant's, or for a split model every participant's slots,
     // experts, hits, misses and bytes summed (the rest as the first participant's).
     ExpertCacheStats expert_stats() const;

@@ -295,6 +295,19 @@ void ExpertSlotTable::note_prompt_rows(int64_t il, const std::vector<int32_t> &r
     favourites_pending_ = true;
 }
 
+void ExpertSlotTable::seed_favourites(const std::vector<std::vector<double>> &scores) {
+    if (scores.size() > table_.size())
+        fail("expert scores for %zu layers: this model has %zu", scores.size(), table_.size());
+    for (size_t il = 0; il < scores.size(); il++) {
+        if (scores[il].empty() || table_[il].empty()) continue;
+        if (scores[il].size() != table_[il].size())
+            fail("expert scores of layer %zu: %zu experts, expected %zu", il, scores[il].size(), table_[il].size());
+        if (favourites_.empty()) favourites_.resize(table_.size());
+        favourites_[il] = scores[il];
+        favourites_pending_ = true;
+    }
+}
+
 std::vector<std::vector<SlotFill>> ExpertSlotTable::keep_favourites(double factor) {
     favourites_pending_ = false;
     std::vector<std::vector<SlotFill>> fills(table_.size());

@@ -98,6 +98,12 @@ class ExpertSlotTable {
     void note_prompt_rows(int64_t il, const std::vector<int32_t> &rows, int64_t tokens);
     bool favourites_pending() const { return favourites_pending_; }  // scores changed since keep_favourites()
     std::vector<std::vector<SlotFill>> keep_favourites(double factor);
+    // The scores as they stand ([layer][expert]; a layer without experts or without a scored pass yet: empty), and
+    // scores given back (an expert-popularity profile of earlier runs, runtime/expert_profile.h): each layer with
+    // experts and a score list of its expert count takes it in place of its own; keep_favourites() is then due.
+    // Throws strata::Error where a list's length is not its layer's expert count.
+    const std::vector<std::vector<double>> &favourite_scores() const { return favourites_; }
+    void seed_favourites(const std::vector<std::vector<double>> &scores);
     double favourite_score(int64_t il, int32_t e) const {
         return size_t(il) < favourites_.size() && !favourites_[size_t(il)].empty()
                    ? favourites_[size_t(il)][size_t(e)]

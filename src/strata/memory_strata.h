@@ -65,6 +65,11 @@ class MemoryStrata {
     void set_route_override(const RouteOverride &o) { schedule_->set_route_override(o); }
     ExpertCacheStats stats() const;
     const ExpertSlotTable *slots() const { return slots_.get(); }
+    // The prompts' favourite scores, given back from a profile (ExpertSlotTable::seed_favourites; nothing where the
+    // backend reads every expert in place or every expert is resident).
+    void seed_favourites(const std::vector<std::vector<double>> &scores) {
+        if (slots_ && !slots_->all_resident()) slots_->seed_favourites(scores);
+    }
 
     // Prompt loans (placement.h): passes of more than plan().resident_chunk_tokens tokens run between begin_loan()
     // and end_loan(). begin_loan(tokens) takes the top plan().loan_slots_for(tokens) slots out of the cache (their

@@ -1208,4 +1208,76 @@ TEST_P(MoeScheduleSlots, PromptFavouritesChangeNoBit) {
             }
 }
 
+// An expert-popularity profile (runtime/expert_profile.h): the favourites one engine's prompt scored, through the
+// file, start another engine's cache as its first pass begins (a short prompt, which scores nothing itself), with the
+// bits of experts read in place; without the profile nothing is filled so; a profile of another shape is refused.
+TEST_P(MoeScheduleSlots, ExpertProfileStartsTheNextEnginesCache) {
+    const std::string path = model_path(GetParam());
+    auto in_place = make_cpu_engine(path, long_config());
+    const int64_t n_expert = in_place->hparams().n_expert, k = in_place->hparams().n_expert_used;
+    int64_t n_moe = 0;
+    for (int64_t il = 0; il < in_place->hparams().n_layer; il++)
+        n_moe += in_place->model().layers[size_t(il)].gate_inp.present();
+    const int64_t total = n_moe * n_expert;
+    auto engine = [&] {
+        EngineConfig c = long_config();
+        c.expert_slots = std::max<int64_t>(k + 4, total / 3);
+        c.cpu_share = 0.0;
+        return std::make_unique<Engine>(load_model(path), std::make_unique<HostSlotBackend>(uint64_t(1) << 34), c);
+    };
+    // a prompt of 5 tokens (one decode-sized pass) and four decoded tokens
+    auto short_script = [](Engine &e) {
+        const int32_t s = e.new_sequence();
+        std::vector<std::vector<float>> lg;
+        e.decode({{s, {3, 14, 15, 92, 65}, false}}, lg);
+        std::vector<float> all = lg[0];
+        for (int t = 0; t < 4; t++) {
+            e.decode({{s, {int32_t((t * 41 + 7) % e.n_vocab())}, false}}, lg);
+            all.insert(all.end(), lg[0].begin(), lg[0].end());
+        }
+        return all;
+    };
+    const std::vector<float> ref = short_script(*in_place);
+    EXPECT_TRUE(in_place->expert_profile().empty());  // reads every expert in place: no cache, no scores
+
+    auto a = engine();
+    EXPECT_TRUE(a->expert_profile().empty());
+    {
+        const int32_t s = a->new_sequence();
+        std::vector<int32_t> prompt;
+        for (int i = 0; i < 300; i++) prompt.push_back(int32_t((i * 37 + 11) % a->n_vocab()));
+        std::vector<std::vector<float>> lg;
+        a->decode({{s, prompt, false}}, lg);
+    }
+    const ExpertProfile p = a->expert_profile();
+    ASSERT_FALSE(p.empty());
+    EXPECT_EQ(p.arch, a->hparams().arch_name);
+    EXPECT_EQ(p.n_layer, a->hparams().n_layer);
+    EXPECT_EQ(p.n_expert, n_expert);
+    const std::string file = testing::TempDir() + "engine-profile-" + std::to_string(::getpid()) + ".gguf";
+    write_expert_profile(file, p);
+    const ExpertProfile q = read_expert_profile(file);
+    std::filesystem::remove(file);
+
+    auto b = engine();
+    b->seed_expert_profile(q);
+    EXPECT_EQ(b->expert_profile().scores, q.scores);  // given back as read (nothing scored since)
+    const std::vector<float> got = short_script(*b);
+    ASSERT_EQ(got.size(), ref.size());
+    EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0);
+    EXPECT_GT(b->expert_stats().favourite_fills, 0u);
+
+    auto c = engine();
+    const std::vector<float> none = short_script(*c);
+    EXPECT_EQ(std::memcmp(none.data(), ref.data(), ref.size() * 4), 0);
+    EXPECT_EQ(c->expert_stats().favourite_fills, 0u);
+
+    ExpertProfile other = q;
+    other.n_expert += 1;
+    EXPECT_THROW(c->seed_expert_profile(other), Error);
+    other = q;
+    other.arch = "llama";
+    EXPECT_THROW(c->seed_expert_profile(other), Error);
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiny, MoeScheduleSlots, ::testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen35moe"));

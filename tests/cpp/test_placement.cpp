@@ -752,6 +752,29 @@ TEST(ExpertSlotTable, FavouritesNeverTakeAPinnedOrLentSlot) {
     EXPECT_EQ(t.keep_favourites(1.5)[0].size(), 1u);
 }
 
+// Scores given back (an expert-popularity profile): each layer with experts takes its list, keep_favourites is then
+// due and fills the best of them; the scores read back are the ones given; a list of another length is refused.
+TEST(ExpertSlotTable, SeededFavouritesAreKeptAsDecodingBegins) {
+    ExpertSlotTable t({4, 0, 4}, {100, 0, 100}, 3);
+    EXPECT_TRUE(t.favourite_scores().empty());
+    t.seed_favourites({{0, 7, 0, 3}, {}, {5, 0, 0, 0}});
+    EXPECT_TRUE(t.favourites_pending());
+    ASSERT_EQ(t.favourite_scores().size(), 3u);
+    EXPECT_EQ(t.favourite_scores()[0], (std::vector<double>{0, 7, 0, 3}));
+    EXPECT_TRUE(t.favourite_scores()[1].empty());
+    const std::vector<std::vector<SlotFill>> f = t.keep_favourites(1.5);
+    EXPECT_EQ(f[0].size(), 2u);
+    EXPECT_EQ(f[2].size(), 1u);
+    for (int32_t e : {1, 3}) EXPECT_GE(t.slot_of(0, e), 0) << e;
+    EXPECT_GE(t.slot_of(2, 0), 0);
+    // prompts add to the given scores, halving them as they go
+    t.note_prompt_rows(0, {0, 0, 2, 0}, int64_t(ExpertSlotTable::k_favourite_half_tokens));
+    EXPECT_NEAR(t.favourite_score(0, 1), 3.5, 1e-12);
+    EXPECT_NEAR(t.favourite_score(0, 2), 2.0, 1e-12);
+    EXPECT_THROW(t.seed_favourites({{1, 2, 3}}), Error);
+    EXPECT_THROW(t.seed_favourites({{}, {}, {}, {1, 2, 3, 4}}), Error);
+}
+
 // A prompt loan takes the top slots out of the cache under either policy: their experts are forgotten (and named),
 // no request gets one while lent, and they come back empty, the first to be filled.
 TEST(ExpertSlotTable, LentSlotsLeaveTheCacheAndComeBackEmpty) {

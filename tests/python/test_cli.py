@@ -97,6 +97,16 @@ def test_vram_budget_on_the_cpu_is_said_once(strata_bin, tiny_model, device):
     assert rows and all(r.split("|")[3].strip() == "-" for r in rows), p.stdout  # no budget shown for the CPU
 
 
+def test_expert_profile_on_the_cpu_keeps_nothing(strata_bin, tiny_model, tmp_path):
+    # the CPU reads every expert in place: no cache to start, so the profile is neither read nor written
+    prof = tmp_path / "p.gguf"
+    p = strata(strata_bin, "run", "-m", tiny_model, "--tokens", "1,2,3", "-n", "2", "--device", "cpu",
+               "--expert-profile", prof)
+    assert p.returncode == 0, p.stderr
+    assert f"--expert-profile {prof}: no partial expert cache here" in p.stderr, p.stderr
+    assert not prof.exists()
+
+
 def test_one_repetition_has_no_spread(strata_bin, tiny_model):
     p = strata(strata_bin, "bench", "-m", tiny_model, "-p", "8", "-n", "2", "-r", "1", "--device", "cpu")
     assert p.returncode == 0, p.stderr
