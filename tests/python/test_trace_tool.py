@@ -269,6 +269,31 @@ def test_prompt_filled_by_hand(tmp_path):
     assert rates["decode_hit_rate"]["prompt_filled"][0] == pytest.approx(2 / 5)
 
 
+def test_favourites_by_hand(tmp_path, capsys):
+    # One MoE layer (layer 2 of 4), 4 experts, top-1. A 4-token prompt picks 0 three times and 2 once: LRU leaves 2
+    # in a one-key cache (the record's keys come in ascending order), and the favourites put 0 (3 against 1, above
+    # 1.5 times) in its place as decoding begins; decode only looks. At a factor of 3.5, 2 stays, as LRU frozen has it.
+    one = lambda *ids: np.array(ids, dtype=np.int64).reshape(-1, 1)
+    recs = [(0, 2, one(0, 0, 2, 0), None), (1, 2, one(0), None), (2, 2, one(2), None), (3, 2, one(0), None)]
+    path = _write(tmp_path / "f.trace", recs, n_layer=4, n_expert=4, k=1, with_weights=False)
+    acc = summary.accesses(read_trace(path))
+    dec = acc.decode
+    assert summary.favourites_hits(acc, 1, 1)[dec].tolist() == [True, False, True]
+    assert summary.favourites_hits(acc, 1, 1, factor=3.5)[dec].tolist() == [False, True, False]
+    assert summary.lru_hits(acc.key, 1, acc.decode)[dec].tolist() == [False, True, False]
+    # a second key: both held, nothing to move
+    assert summary.favourites_hits(acc, 2, 1)[dec].tolist() == [True, True, True]
+    # the command line's factor reaches the simulation; a negative one is refused
+    assert summary.main([str(path), "--json", "--sizes", "25", "--policies", "favourites"]) == 0
+    assert json.loads(capsys.readouterr().out)["cache"]["decode_hit_rate"]["favourites"] == [pytest.approx(2 / 3)]
+    assert summary.main([str(path), "--json", "--sizes", "25", "--policies", "favourites,lru_frozen",
+                         "--favourite-factor", "3.5"]) == 0
+    rates = json.loads(capsys.readouterr().out)["cache"]["decode_hit_rate"]
+    assert rates["favourites"] == rates["lru_frozen"] == [pytest.approx(1 / 3)]
+    with pytest.raises(SystemExit):
+        summary.main([str(path), "--favourite-factor", "-1"])
+
+
 def test_admit_factor_option(tmp_path, capsys):
     # the command line's factor reaches the simulation and the header; a negative one is refused
     path = _write(tmp_path / "t.trace", _records(np.random.default_rng(8), passes=40))

@@ -27,6 +27,10 @@ several sequences) count as prefill.
   cache as the prompts filled it. Markov next use (--policies markov, markov_hits): each key a two-state chain over
   its layer's turns, the key expected to be needed farthest ahead evicted. Prompt-filled (--policies prompt_filled):
   after each prefill pass the cache holds the keys the prompts picked most often, token by token; decode only looks.
+  Favourites (--policies favourites, the engine's STRATA_PROMPT_FAVOURITES): LRU in prefill passes, each adding its
+  picks to a score per key that halves every 2048 prompt tokens; the first decode pass after them lets the weakest
+  cached key (an empty place, then the lowest score) give way to the best-scored key outside while that one scores
+  above --favourite-factor (1.5) times it; decode only looks.
 """
 from __future__ import annotations
 
@@ -48,13 +52,16 @@ DEFAULT_SIZES = list(range(10, 100, 10))
 POLICIES = {"lru": "LRU", "lfu": "LFU", "lfu_decay": "LFU decay", "belady": "Belady",
             "lru_frozen": "LRU, frozen in decode", "lfu_decay_frozen": "LFU decay, frozen in decode",
             "lfu_decay_admit": "LFU decay, admitting in decode", "markov": "Markov next use",
-            "prompt_filled": "prompt-filled, frozen in decode"}
+            "prompt_filled": "prompt-filled, frozen in decode",
+            "favourites": "LRU, then the prompts' favourites as decoding begins, frozen in decode"}
 MARKOV_PRIOR = 2.0  # Markov next use: the weight, in observations, of the layer-wide rates each key's estimate starts from
 # The frozen forms are what the engine's mapped misses do (STRATA_DECODE_MAPPED): the policy fills the cache in
 # prompt passes, and decode passes read their misses in place, so decoding hits only what the prompts left. The
 # admitting form is a decode that reads a miss in place unless its count beats the victim's (then it is filled).
 DEFAULT_POLICIES = ("lru", "lfu", "lfu_decay", "belady")
 TOP_FRACTION = 0.1
+FAVOURITE_HALF_TOKENS = 2048  # the engine's favourite scores halve every this many prompt tokens (expert_slots.h)
+FAVOURITE_FACTOR = 1.5  # ... and a slot gives way to an expert outside scoring this many times more (moe_schedule.h)
 ENGINE_DECAY_TOKENS = 32  # the engine's LFU (--expert-cache-policy lfu) halves its counts every 32 tokens' requests
 DECAY_HEADROOM = 64  # LFU decay: the fraction bits the fixed-point counts keep (lfu_hits)
 RESCALE_DECAYS = 64  # ... and how many they drop at a time
@@ -424,9 +431,69 @@ def prompt_filled_hits(acc: Accesses, capacity: int) -> np.ndarray:
     return hits
 
 
+def favourites_hits(acc: Accesses, capacity: int, picks_per_token: int, factor: float = FAVOURITE_FACTOR,
+                    half_tokens: float = FAVOURITE_HALF_TOKENS) -> np.ndarray:
+    """The engine's prompt favourites (STRATA_PROMPT_FAVOURITES) over an LRU cache, decoding by the device alone:
+    prefill passes fill their misses as LRU does and add their picks per key to a score that halves every
+    half_tokens prompt tokens (a pass's tokens: its picks over picks_per_token, the MoE layers times k); the first
+    decode pass after them turns the cache toward the scores (ExpertSlotTable::keep_favourites: the weakest slot,
+    empty ones first, then the lowest score with the least recently used first, gives way to the best-scored key
+    outside while that one scores above factor times it); decode passes only look."""
+    n = len(acc)
+    hits = np.zeros(n, dtype=bool)
+    if n == 0:
+        return hits
+    n_keys = int(max(acc.key.max(), acc.prefill_key.max(initial=0))) + 1
+    score = np.zeros(n_keys)
+    cache: OrderedDict = OrderedDict()  # least recently used first
+    order = np.argsort(acc.prefill_pass, kind="stable")
+    pre_key, pre_pass = acc.prefill_key[order], acc.prefill_pass[order]
+    keys = acc.key.tolist()
+    pending = False
+    i = 0
+    while i < n:
+        p = int(acc.pass_ordinal[i])
+        j = i
+        while j < n and acc.pass_ordinal[j] == p:
+            j += 1
+        if acc.decode[i]:
+            if pending:
+                pending = False
+                outside = [k for k in np.argsort(-score, kind="stable").tolist() if score[k] > 0 and k not in cache]
+                weakest = [(-1.0, -1)] * (capacity - len(cache)) + sorted(
+                    ((float(score[k]), r) for r, k in enumerate(cache)), key=lambda x: x[0])
+                held = list(cache)
+                for k, (victim_score, rank) in zip(outside, weakest):
+                    if victim_score >= 0 and not score[k] > factor * victim_score:
+                        break
+                    if rank >= 0:
+                        del cache[held[rank]]
+                    cache[k] = None
+            for a in range(i, j):
+                hits[a] = keys[a] in cache
+        else:
+            for a in range(i, j):
+                key = keys[a]
+                if key in cache:
+                    cache.move_to_end(key)
+                    hits[a] = True
+                    continue
+                if len(cache) >= capacity:
+                    cache.popitem(last=False)
+                cache[key] = None
+            lo, hi = np.searchsorted(pre_pass, [p, p + 1])
+            tokens = (hi - lo) / max(1, picks_per_token)
+            score *= 2.0 ** (-tokens / half_tokens)
+            score += np.bincount(pre_key[lo:hi], minlength=n_keys)
+            pending = True
+        i = j
+    return hits
+
+
 def cache_rates(acc: Accesses, n_keys: int, sizes: list[int], decay_every: int | None = None,
                 policies: Sequence[str] = DEFAULT_POLICIES, n_expert: int = 1,
-                admit_factor: float = ADMIT_FACTOR) -> dict:
+                admit_factor: float = ADMIT_FACTOR, picks_per_token: int = 1,
+                favourite_factor: float = FAVOURITE_FACTOR) -> dict:
     """Hit rates of the policies at each size (percent of n_keys), over all accesses and over decode accesses."""
     keys, nxt = acc.key.tolist(), acc.next_use.tolist()
     capacities = [max(1, n_keys * x // 100) for x in sizes]
@@ -441,6 +508,7 @@ def cache_rates(acc: Accesses, n_keys: int, sizes: list[int], decay_every: int |
                                                 admit_factor=admit_factor),
         "markov": lambda cap: markov_hits(acc, n_expert, cap),
         "prompt_filled": lambda cap: prompt_filled_hits(acc, cap),
+        "favourites": lambda cap: favourites_hits(acc, cap, picks_per_token, favourite_factor),
     }
     rates: dict = {p: [] for p in policies}
     decode_rates: dict = {p: [] for p in policies}
@@ -460,7 +528,8 @@ def engine_decay_every(trace: Trace) -> int:
 
 
 def summarize(trace: Trace, sizes: list[int] = DEFAULT_SIZES, decay_every: int | None = None,
-              policies: Sequence[str] = DEFAULT_POLICIES, admit_factor: float = ADMIT_FACTOR) -> dict:
+              policies: Sequence[str] = DEFAULT_POLICIES, admit_factor: float = ADMIT_FACTOR,
+              favourite_factor: float = FAVOURITE_FACTOR) -> dict:
     """Every figure of the summary, as the JSON output holds them."""
     acc = accesses(trace)
     decay_every = decay_every or engine_decay_every(trace)
@@ -469,7 +538,8 @@ def summarize(trace: Trace, sizes: list[int] = DEFAULT_SIZES, decay_every: int |
         "popularity": popularity(trace),
         "reuse": reuse(acc),
         "cache": cache_rates(acc, moe_layers(trace).shape[0] * trace.n_expert, sizes, decay_every, policies,
-                             trace.n_expert, admit_factor),
+                             trace.n_expert, admit_factor, moe_layers(trace).shape[0] * trace.k,
+                             favourite_factor),
     }
 
 
@@ -601,11 +671,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--admit-factor", type=_factor, default=ADMIT_FACTOR,
                     help="LFU admitting in decode: a miss enters above this times the victim's count "
                          f"(default {ADMIT_FACTOR:g}, the engine's)")
+    ap.add_argument("--favourite-factor", type=_factor, default=FAVOURITE_FACTOR,
+                    help="favourites: a slot gives way to a key outside scoring above this times its score "
+                         f"(default {FAVOURITE_FACTOR:g}, the engine's)")
     ap.add_argument("--policies", type=_policies, default=list(DEFAULT_POLICIES),
-                    help=f"cache policies to simulate, comma-separated (default {','.join(POLICIES)})")
+                    help=f"cache policies to simulate, comma-separated (default {','.join(DEFAULT_POLICIES)}; "
+                         f"all: {','.join(POLICIES)})")
     args = ap.parse_args(argv)
     try:
-        s = summarize(read_trace(args.trace), args.sizes, args.decay_every, args.policies, args.admit_factor)
+        s = summarize(read_trace(args.trace), args.sizes, args.decay_every, args.policies, args.admit_factor,
+                      args.favourite_factor)
     except (ValueError, OSError) as e:
         print(f"summary: {e}", file=sys.stderr)
         return 2
