@@ -949,6 +949,20 @@ EngineConfig long_config() {
     return c;
 }
 
+// Experts of the MoE layers the trunk runs, all told (MTP blocks not run).
+int64_t moe_experts(const Engine &e) {
+    int64_t n_moe = 0;
+    for (int64_t il = 0; il < e.hparams().n_layer; il++) n_moe += e.model().layers[size_t(il)].gate_inp.present();
+    return n_moe * e.hparams().n_expert;
+}
+
+// The slot size of long_config's plan with all but one of `total` experts cached (to size loans in slots).
+size_t slot_bytes_of(const std::string &path, int64_t total) {
+    EngineConfig c = long_config();
+    c.expert_slots = total - 1;
+    return Engine(load_model(path), std::make_unique<HostSlotBackend>(uint64_t(1) << 34), c).plan().slot_bytes;
+}
+
 }  // namespace
 
 // Prompt loans (placement.h): passes over 512 tokens run while the top slots are lent (and scribbled over), under
@@ -958,17 +972,9 @@ TEST_P(MoeScheduleSlots, PromptLoansChangeNoBit) {
     const std::string path = model_path(GetParam());
     auto in_place = make_cpu_engine(path, long_config());
     const std::vector<float> ref = run_long(*in_place);
-    const int64_t n_expert = in_place->hparams().n_expert, k = in_place->hparams().n_expert_used;
-    int64_t n_moe = 0;
-    for (int64_t il = 0; il < in_place->hparams().n_layer; il++) n_moe += in_place->model().layers[size_t(il)].gate_inp.present();
-    const int64_t total = n_moe * n_expert;
+    const int64_t k = in_place->hparams().n_expert_used, total = moe_experts(*in_place);
     // the slot size, to plan a loan of three slots (the host backend's scratch is its own; the plan only sizes it)
-    size_t slot_bytes = 0;
-    {
-        EngineConfig c = long_config();
-        c.expert_slots = total - 1;
-        slot_bytes = Engine(load_model(path), std::make_unique<HostSlotBackend>(uint64_t(1) << 34), c).plan().slot_bytes;
-    }
+    const size_t slot_bytes = slot_bytes_of(path, total);
     ASSERT_GT(slot_bytes, 0u);
     for (const char *loan : {"1", "0"})
         for (SlotPolicy policy : {SlotPolicy::Lru, SlotPolicy::Lfu})
@@ -1066,18 +1072,8 @@ TEST_P(MoeScheduleSlots, PromptSharedExpertFirstChangesNoBit) {
 TEST_P(MoeScheduleSlots, PromptLoansWithMappedMissesChangeNoBit) {
     const std::string path = model_path(GetParam());
     auto probe = make_cpu_engine(path, long_config());
-    const int64_t n_expert = probe->hparams().n_expert, k = probe->hparams().n_expert_used;
-    int64_t n_moe = 0;
-    for (int64_t il = 0; il < probe->hparams().n_layer; il++)
-        n_moe += probe->model().layers[size_t(il)].gate_inp.present();
-    const int64_t total = n_moe * n_expert;
-    size_t slot_bytes = 0;
-    {
-        EngineConfig c = long_config();
-        c.expert_slots = total - 1;
-        slot_bytes =
-            Engine(load_model(path), std::make_unique<HostSlotBackend>(uint64_t(1) << 34), c).plan().slot_bytes;
-    }
+    const int64_t k = probe->hparams().n_expert_used, total = moe_experts(*probe);
+    const size_t slot_bytes = slot_bytes_of(path, total);
     auto engine = [&](bool mapped, double share, HostSlotBackend **hb) {
         auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
         *hb = be.get();
@@ -1161,18 +1157,8 @@ TEST_P(MoeScheduleSlots, PromptFavouritesChangeNoBit) {
     };
     auto in_place = make_cpu_engine(path, long_config());
     const std::vector<float> ref = script(*in_place);
-    const int64_t n_expert = in_place->hparams().n_expert, k = in_place->hparams().n_expert_used;
-    int64_t n_moe = 0;
-    for (int64_t il = 0; il < in_place->hparams().n_layer; il++)
-        n_moe += in_place->model().layers[size_t(il)].gate_inp.present();
-    const int64_t total = n_moe * n_expert;
-    size_t slot_bytes = 0;
-    {
-        EngineConfig c = long_config();
-        c.expert_slots = total - 1;
-        slot_bytes =
-            Engine(load_model(path), std::make_unique<HostSlotBackend>(uint64_t(1) << 34), c).plan().slot_bytes;
-    }
+    const int64_t k = in_place->hparams().n_expert_used, total = moe_experts(*in_place);
+    const size_t slot_bytes = slot_bytes_of(path, total);
     ASSERT_GT(slot_bytes, 0u);
     for (const char *fav : {"1", "0"})
         for (SlotPolicy policy : {SlotPolicy::Lru, SlotPolicy::Lfu})
@@ -1215,10 +1201,7 @@ TEST_P(MoeScheduleSlots, ExpertProfileStartsTheNextEnginesCache) {
     const std::string path = model_path(GetParam());
     auto in_place = make_cpu_engine(path, long_config());
     const int64_t n_expert = in_place->hparams().n_expert, k = in_place->hparams().n_expert_used;
-    int64_t n_moe = 0;
-    for (int64_t il = 0; il < in_place->hparams().n_layer; il++)
-        n_moe += in_place->model().layers[size_t(il)].gate_inp.present();
-    const int64_t total = n_moe * n_expert;
+    const int64_t total = moe_experts(*in_place);
     auto engine = [&] {
         EngineConfig c = long_config();
         c.expert_slots = std::max<int64_t>(k + 4, total / 3);

@@ -401,6 +401,22 @@ def markov_hits(acc: Accesses, n_expert: int, capacity: int, prior: float = MARK
     return hits
 
 
+def _passes_with_picks(acc: Accesses):
+    """The stream pass by pass: (first access, end, pass ordinal, the pass's prefill picks as keys; empty for a
+    decode pass)."""
+    order = np.argsort(acc.prefill_pass, kind="stable")
+    pre_key, pre_pass = acc.prefill_key[order], acc.prefill_pass[order]
+    n, i = len(acc), 0
+    while i < n:
+        p = int(acc.pass_ordinal[i])
+        j = i
+        while j < n and acc.pass_ordinal[j] == p:
+            j += 1
+        a, b = np.searchsorted(pre_pass, [p, p + 1])
+        yield i, j, p, pre_key[a:b]
+        i = j
+
+
 def prompt_filled_hits(acc: Accesses, capacity: int) -> np.ndarray:
     """The cache as the prompts fill it, frozen in decode: after each prefill pass it holds the `capacity` keys the
     prefill passes so far picked most often (token by token; ties to the smaller key), and every access only looks.
@@ -413,21 +429,12 @@ def prompt_filled_hits(acc: Accesses, capacity: int) -> np.ndarray:
     n_keys = int(max(acc.key.max(), acc.prefill_key.max(initial=0))) + 1
     counts = np.zeros(n_keys, dtype=np.int64)
     cached = np.zeros(n_keys, dtype=bool)
-    order = np.argsort(acc.prefill_pass, kind="stable")
-    pre_key, pre_pass = acc.prefill_key[order], acc.prefill_pass[order]
-    i = 0
-    while i < n:
-        p = int(acc.pass_ordinal[i])
-        j = i
-        while j < n and acc.pass_ordinal[j] == p:
-            j += 1
+    for i, j, _, picks in _passes_with_picks(acc):
         hits[i:j] = cached[acc.key[i:j]]
         if not acc.decode[i]:  # a prefill pass: its picks counted, the cache refilled
-            a, b = np.searchsorted(pre_pass, [p, p + 1])
-            counts += np.bincount(pre_key[a:b], minlength=n_keys)
+            counts += np.bincount(picks, minlength=n_keys)
             cached[:] = False
             cached[np.argsort(-counts, kind="stable")[:capacity]] = True
-        i = j
     return hits
 
 
@@ -446,16 +453,9 @@ def favourites_hits(acc: Accesses, capacity: int, picks_per_token: int, factor: 
     n_keys = int(max(acc.key.max(), acc.prefill_key.max(initial=0))) + 1
     score = np.zeros(n_keys)
     cache: OrderedDict = OrderedDict()  # least recently used first
-    order = np.argsort(acc.prefill_pass, kind="stable")
-    pre_key, pre_pass = acc.prefill_key[order], acc.prefill_pass[order]
     keys = acc.key.tolist()
     pending = False
-    i = 0
-    while i < n:
-        p = int(acc.pass_ordinal[i])
-        j = i
-        while j < n and acc.pass_ordinal[j] == p:
-            j += 1
+    for i, j, _, picks in _passes_with_picks(acc):
         if acc.decode[i]:
             if pending:
                 pending = False
@@ -481,12 +481,9 @@ def favourites_hits(acc: Accesses, capacity: int, picks_per_token: int, factor: 
                 if len(cache) >= capacity:
                     cache.popitem(last=False)
                 cache[key] = None
-            lo, hi = np.searchsorted(pre_pass, [p, p + 1])
-            tokens = (hi - lo) / max(1, picks_per_token)
-            score *= 2.0 ** (-tokens / half_tokens)
-            score += np.bincount(pre_key[lo:hi], minlength=n_keys)
+            score *= 2.0 ** (-(len(picks) / max(1, picks_per_token)) / half_tokens)
+            score += np.bincount(picks, minlength=n_keys)
             pending = True
-        i = j
     return hits
 
 
