@@ -26,7 +26,9 @@ namespace strata::cli {
 namespace {
 
 // The expert cache while generating, for the summary line: hits over lookups, the share of the misses the host
-// computed and of those the device read in place from host memory (mapped misses), expert bytes moved per second, none where the cache saw no lookups (every expert resident, the CPU);
+// computed and of those the device read in place from host memory (mapped misses), the experts filled for the
+// prompts' favourites as decoding began, expert bytes moved per second, none where the cache saw no lookups (every
+// expert resident, the CPU);
 // and how often the next-layer prediction was right where it ran.
 std::string decode_cache_note(const ExpertCacheStats &a, const ExpertCacheStats &b, double seconds) {
     const uint64_t hits = b.expert_cache_hits - a.expert_cache_hits,
@@ -47,6 +49,8 @@ std::string decode_cache_note(const ExpertCacheStats &a, const ExpertCacheStats 
         out += strfmt(", %.1f%% read in place", 100.0 * double(mapped) / double(copied + host));
     const uint64_t alone = b.decode_modes.alone - a.decode_modes.alone,
                    split = b.decode_modes.split - a.decode_modes.split;
+    if (const uint64_t fav = b.favourite_fills - a.favourite_fills; fav > 0)  // moe_schedule.h, the prompts' favourites
+        out += strfmt(", %llu favourites filled", (unsigned long long)fav);
     if (alone + split > 0)  // the decode mode (strata/decode_mode.h)
         out += strfmt(", passes %llu alone / %llu split", (unsigned long long)alone, (unsigned long long)split);
     if (seconds > 0) out += strfmt(", %.1f GB/s streamed", double(b.bytes_streamed - a.bytes_streamed) / seconds / 1e9);
