@@ -308,7 +308,7 @@ void ExpertSlotTable::seed_favourites(const std::vector<std::vector<double>> &sc
     }
 }
 
-std::vector<std::vector<SlotFill>> ExpertSlotTable::keep_favourites(double factor) {
+std::vector<std::vector<SlotFill>> ExpertSlotTable::keep_favourites(double factor, int64_t max_fills) {
     favourites_pending_ = false;
     std::vector<std::vector<SlotFill>> fills(table_.size());
     if (all_resident_ || favourites_.empty()) return fills;
@@ -330,6 +330,10 @@ std::vector<std::vector<SlotFill>> ExpertSlotTable::keep_favourites(double facto
     for (size_t i = 0; i < std::min(in.size(), out.size()); i++) {
         const Pick &p = in[i], &v = out[i];
         if (v.score >= 0.0 && !(p.score > factor * v.score)) break;  // and so every later pair
+        if (max_fills >= 0 && int64_t(i) >= max_fills) {
+            favourites_pending_ = true;  // more to move: the next call
+            break;
+        }
         assign(v.slot, p.layer, p.expert);
         touch(v.slot);
         fills[size_t(p.layer)].push_back({v.slot, p.expert});

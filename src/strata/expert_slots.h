@@ -97,7 +97,9 @@ class ExpertSlotTable {
     static constexpr double k_favourite_half_tokens = 2048;
     void note_prompt_rows(int64_t il, const std::vector<int32_t> &rows, int64_t tokens);
     bool favourites_pending() const { return favourites_pending_; }  // scores changed since keep_favourites()
-    std::vector<std::vector<SlotFill>> keep_favourites(double factor);
+    // At most max_fills fills a call (negative: no limit); where it stops there, favourites_pending() stays true and
+    // the next call goes on from the best-scored expert still outside.
+    std::vector<std::vector<SlotFill>> keep_favourites(double factor, int64_t max_fills = -1);
     // The scores as they stand ([layer][expert]; a layer without experts or without a scored pass yet: empty), and
     // scores given back (an expert-popularity profile of earlier runs, runtime/expert_profile.h): each layer with
     // experts and a score list of its expert count takes it in place of its own; keep_favourites() is then due.

@@ -239,7 +239,9 @@ void MoeSchedule::start_pass(int64_t T, bool traced) {
 // once it is filled.
 void MoeSchedule::keep_favourites() {
     release_pins();
-    const std::vector<std::vector<SlotFill>> fills = slots_->keep_favourites(k_favourite_factor);
+    int64_t n_moe = 0;
+    for (const ExpertWeights &w : experts_) n_moe += w.present();
+    const std::vector<std::vector<SlotFill>> fills = slots_->keep_favourites(k_favourite_factor, n_moe * pass_k_);
     for (size_t il = 0; il < fills.size(); il++) {
         if (fills[il].empty()) continue;
         fill(experts_[il], fills[il], /*ahead=*/true);
@@ -630,6 +632,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
     STRATA_ASSERT(il >= 0 && size_t(il) < experts_.size() && experts_[size_t(il)].present());
     const ExpertWeights &w = experts_[size_t(il)];
     const int64_t T = x.rows, E = x.cols, k = p.n_expert_used, n_exp = p.n_expert;
+    pass_k_ = k;
     STRATA_ASSERT(out.rows == T && out.cols == E && w.down->ne[1] == E && k >= 1 && k <= n_exp);
     if (T == 0) return;
     Region moe(be_, "moe");

@@ -61,7 +61,10 @@
 // tokens grouped on the host adds its rows per expert to the slot table's decayed scores, and the first decode-sized
 // pass after it starts by turning the cache toward the best-scored experts (ExpertSlotTable::keep_favourites; fills on
 // the copy stream): a decode whose passes the device runs alone fills nothing, and the cache a prompt's passes leave
-// is an arbitrary one. A prompt loan's slots are then given back empty (the favourites fill them first), whatever
+// is an arbitrary one. At most a pass's worth of experts (the MoE layers times k) is filled a pass, the best first,
+// and the next decode-sized passes go on where it stopped: a pass that routes on the device waits for every fill
+// issued before it, so a whole cache turned at once would hold the first decoded token back (up to ~0.1 s at 12 GiB
+// of Next-80B). A prompt loan's slots are then given back empty (the favourites fill them first), whatever
 // STRATA_LOAN_REFILL says.
 // The results depend only on the routing and the experts' bytes: not on the set sizes, the slots, or the source.
 // Decode overlap (STRATA_DECODE_OVERLAP, on; =0 the order before it; passes of at most k_hybrid_max_tokens): the
@@ -303,6 +306,7 @@ class MoeSchedule final : public ExpertRunner {
     void admit_after_alone_pass();
     bool favourites_ = false;  // STRATA_PROMPT_FAVOURITES
     uint64_t favourite_fills_ = 0;
+    int64_t pass_k_ = 8;  // the last pass's experts per token (k), for the favourites' fills a pass
     void keep_favourites();
     // A slot gives way to an expert in no slot only where that one's prompt score is above this many times its own:
     // the admission search on the demo model's traces found 1.5 best (bench/RESULTS.md, twentieth round).

@@ -752,6 +752,34 @@ TEST(ExpertSlotTable, FavouritesNeverTakeAPinnedOrLentSlot) {
     EXPECT_EQ(t.keep_favourites(1.5)[0].size(), 1u);
 }
 
+// A cap on the fills of a call: the best-scored go first, the call leaves the favourites pending, the next goes on
+// where it stopped, and the end is the same cache as one call without the cap.
+TEST(ExpertSlotTable, FavouriteFillsUpToACapACall) {
+    auto table = [] {
+        auto t = std::make_unique<ExpertSlotTable>(std::vector<int64_t>{8}, std::vector<size_t>{100}, 4);
+        std::vector<SlotFill> fills;
+        int32_t s[4];
+        const int32_t held[4] = {0, 1, 2, 3};
+        t->acquire(0, held, 4, s, false, fills);
+        t->note_prompt_rows(0, {0, 1, 0, 0, 9, 7, 5, 0}, 64);
+        return t;
+    };
+    auto whole = table();
+    EXPECT_EQ(whole->keep_favourites(1.5)[0].size(), 3u);
+    auto capped = table();
+    std::vector<SlotFill> f = capped->keep_favourites(1.5, 2)[0];
+    ASSERT_EQ(f.size(), 2u);
+    EXPECT_GE(capped->slot_of(0, 4), 0);  // the best two first
+    EXPECT_GE(capped->slot_of(0, 5), 0);
+    EXPECT_EQ(capped->slot_of(0, 6), -1);
+    EXPECT_TRUE(capped->favourites_pending());
+    f = capped->keep_favourites(1.5, 2)[0];
+    ASSERT_EQ(f.size(), 1u);
+    EXPECT_FALSE(capped->favourites_pending());
+    for (int32_t e = 0; e < 8; e++) EXPECT_EQ(capped->slot_of(0, e) >= 0, whole->slot_of(0, e) >= 0) << e;
+    EXPECT_TRUE(capped->keep_favourites(1.5, 2)[0].empty());
+}
+
 // Scores given back (an expert-popularity profile): each layer with experts takes its list, keep_favourites is then
 // due and fills the best of them; the scores read back are the ones given; a list of another length is refused.
 TEST(ExpertSlotTable, SeededFavouritesAreKeptAsDecodingBegins) {
