@@ -4,7 +4,6 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -189,45 +188,14 @@ void add_expert_profile_option(CLI::App *sub, std::string &path) {
                     "at start where it exists, to fill the expert cache as decoding begins; written at the end)");
 }
 
-namespace {
-
-// Whether some participant keeps only part of the experts in slots (the cache the profile is for).
-bool partial_expert_cache(const Engine &eng) {
-    for (size_t i = 0; i < eng.n_parts(); i++)
-        if (const ExpertSlotTable *t = eng.part_slots(i); t && !t->all_resident()) return true;
-    return false;
-}
-
-}  // namespace
-
 void load_expert_profile(const std::string &path, Engine &eng) {
-    if (path.empty()) return;
-    if (!partial_expert_cache(eng)) {
-        std::fprintf(stderr, "strata: --expert-profile %s: no partial expert cache here (every expert in a slot or "
-                             "read in place): nothing to keep\n", path.c_str());
-        return;
-    }
-    if (!std::filesystem::exists(path)) {
-        std::fprintf(stderr, "strata: expert profile %s: none yet (written at the end)\n", path.c_str());
-        return;
-    }
-    const ExpertProfile p = read_expert_profile(path);
-    try {
-        eng.seed_expert_profile(p);
-    } catch (const Error &e) {
-        fail("%s: %s", path.c_str(), e.what());
-    }
-    int64_t n = 0;
-    for (const std::vector<double> &l : p.scores) n += !l.empty();
-    std::fprintf(stderr, "strata: expert profile %s: scores of %lld layers\n", path.c_str(), (long long)n);
+    if (const std::string said = start_expert_profile(path, eng); !said.empty())
+        std::fprintf(stderr, "strata: %s\n", said.c_str());
 }
 
 void save_expert_profile(const std::string &path, const Engine &eng) {
-    if (path.empty() || !partial_expert_cache(eng)) return;
-    const ExpertProfile p = eng.expert_profile();
-    if (p.empty()) return;  // no prompt scored: the file stays as it was
-    write_expert_profile(path, p);
-    std::fprintf(stderr, "strata: expert profile written to %s\n", path.c_str());
+    if (const std::string said = end_expert_profile(path, eng); !said.empty())
+        std::fprintf(stderr, "strata: %s\n", said.c_str());
 }
 
 }  // namespace strata::cli

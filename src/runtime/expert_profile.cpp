@@ -1,10 +1,14 @@
 #include "runtime/expert_profile.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 #include "core/error.h"
 #include "format/gguf.h"
+#include "runtime/engine.h"
 #include "strata/expert_slots.h"
 
 namespace strata {
@@ -72,6 +76,49 @@ void write_expert_profile(const std::string &path, const ExpertProfile &p) {
     w.add_f64("strata.profile.half_life_tokens", ExpertSlotTable::k_favourite_half_tokens);
     w.add_tensor(k_tensor, DType::F32, {p.n_expert, p.n_layer}, data.data(), data.size() * 4);
     w.write(path);
+}
+
+namespace {
+
+// Whether some participant keeps only part of the experts in slots (the cache a profile is for).
+bool partial_expert_cache(const Engine &eng) {
+    for (size_t i = 0; i < eng.n_parts(); i++)
+        if (const ExpertSlotTable *t = eng.part_slots(i); t && !t->all_resident()) return true;
+    return false;
+}
+
+}  // namespace
+
+std::string start_expert_profile(const std::string &path, Engine &eng) {
+    if (path.empty()) return "";
+    if (!partial_expert_cache(eng))
+        return strfmt("--expert-profile %s: no partial expert cache here (every expert in a slot or read in place): "
+                      "nothing to keep",
+                      path.c_str());
+    if (!std::filesystem::exists(path)) {
+        // written at the end: a folder that cannot take it is said now, not after the run
+        const std::filesystem::path dir = std::filesystem::absolute(path).parent_path();
+        if (!std::filesystem::is_directory(dir) || ::access(dir.c_str(), W_OK) != 0)
+            fail("--expert-profile %s: cannot write there (%s is not a writable folder)", path.c_str(), dir.c_str());
+        return strfmt("expert profile %s: none yet (written at the end)", path.c_str());
+    }
+    const ExpertProfile p = read_expert_profile(path);
+    try {
+        eng.seed_expert_profile(p);
+    } catch (const Error &e) {
+        fail("%s: %s", path.c_str(), e.what());
+    }
+    int64_t n = 0;
+    for (const std::vector<double> &l : p.scores) n += !l.empty();
+    return strfmt("expert profile %s: scores of %lld layers", path.c_str(), (long long)n);
+}
+
+std::string end_expert_profile(const std::string &path, const Engine &eng) {
+    if (path.empty() || !partial_expert_cache(eng)) return "";
+    const ExpertProfile p = eng.expert_profile();
+    if (p.empty()) return "";  // no prompt scored: the file stays as it was
+    write_expert_profile(path, p);
+    return strfmt("expert profile written to %s", path.c_str());
 }
 
 }  // namespace strata

@@ -28,4 +28,14 @@ ExpertProfile read_expert_profile(const std::string &path);
 // Writes (replaces) path; throws strata::Error naming the file on a failure, leaving no partial file.
 void write_expert_profile(const std::string &path, const ExpertProfile &p);
 
+class Engine;
+// `--expert-profile path` at the start and at the end of a run (run, serve), where eng keeps part of the experts in
+// slots: start reads the file where it exists and gives it to eng (Engine::seed_expert_profile; a profile of another
+// model's shape is refused), or checks that its folder can take it at the end; end writes eng's scores there (not
+// where nothing has been scored). Each returns what to tell the user ("" where path is empty; otherwise a line
+// saying what it did, or that there is no partial expert cache and nothing to keep) and throws strata::Error naming
+// the file where it cannot.
+std::string start_expert_profile(const std::string &path, Engine &eng);
+std::string end_expert_profile(const std::string &path, const Engine &eng);
+
 }  // namespace strata

@@ -1237,13 +1237,20 @@ TEST_P(MoeScheduleSlots, ExpertProfileStartsTheNextEnginesCache) {
     EXPECT_EQ(p.arch, a->hparams().arch_name);
     EXPECT_EQ(p.n_layer, a->hparams().n_layer);
     EXPECT_EQ(p.n_expert, n_expert);
+    // what --expert-profile does at a run's start and end (runtime/expert_profile.h)
     const std::string file = testing::TempDir() + "engine-profile-" + std::to_string(::getpid()) + ".gguf";
-    write_expert_profile(file, p);
-    const ExpertProfile q = read_expert_profile(file);
     std::filesystem::remove(file);
+    EXPECT_NE(start_expert_profile(file, *in_place).find("no partial expert cache"), std::string::npos);
+    EXPECT_EQ(end_expert_profile(file, *in_place), "");
+    EXPECT_THROW(start_expert_profile(testing::TempDir() + "no-such-folder/p.gguf", *a), Error);
+    EXPECT_NE(start_expert_profile(file, *a).find("none yet"), std::string::npos);
+    EXPECT_NE(end_expert_profile(file, *a).find("written to"), std::string::npos);
+    const ExpertProfile q = read_expert_profile(file);
+    EXPECT_EQ(q.arch, p.arch);
 
     auto b = engine();
-    b->seed_expert_profile(q);
+    EXPECT_NE(start_expert_profile(file, *b).find("scores of"), std::string::npos);
+    std::filesystem::remove(file);
     EXPECT_EQ(b->expert_profile().scores, q.scores);  // given back as read (nothing scored since)
     const std::vector<float> got = short_script(*b);
     ASSERT_EQ(got.size(), ref.size());
@@ -1251,6 +1258,8 @@ TEST_P(MoeScheduleSlots, ExpertProfileStartsTheNextEnginesCache) {
     EXPECT_GT(b->expert_stats().favourite_fills, 0u);
 
     auto c = engine();
+    EXPECT_EQ(end_expert_profile(file, *c), "");  // nothing scored: nothing written
+    EXPECT_FALSE(std::filesystem::exists(file));
     const std::vector<float> none = short_script(*c);
     EXPECT_EQ(std::memcmp(none.data(), ref.data(), ref.size() * 4), 0);
     EXPECT_EQ(c->expert_stats().favourite_fills, 0u);
