@@ -319,7 +319,8 @@ std::vector<std::vector<SlotFill>> ExpertSlotTable::keep_favourites(double facto
     std::vector<Pick> in, out;  // experts in no slot, best first; slots that may give way, weakest first
     for (size_t il = 0; il < favourites_.size(); il++)
         for (size_t e = 0; e < favourites_[il].size(); e++)
-            if (favourites_[il][e] > 0.0 && table_[il][e] < 0) in.push_back({favourites_[il][e], int32_t(il), int32_t(e), -1});
+            if (favourites_[il][e] > 0.0 && table_[il][e] < 0)
+                in.push_back({favourites_[il][e], int32_t(il), int32_t(e), -1});
     std::stable_sort(in.begin(), in.end(), [](const Pick &a, const Pick &b) { return a.score > b.score; });
     for (int32_t s = lru_head_; s >= 0; s = slots_[size_t(s)].next) {  // least recently used first
         const Slot &x = slots_[size_t(s)];
