@@ -570,9 +570,9 @@ TEST_P(CudaEngine, MappedMissesDoNotChangeABit) {
         for (const char *mapped : {"1", "0"})
             for (bool graphs : {true, false})
                 for (const char *split : {"none", "none-nofav", "none-lfu", "choose", "copy", "mapped"}) {
-                    // none: the split off; none-nofav: the same without the prompts' favourites filled as decoding
-                    // begins (STRATA_PROMPT_FAVOURITES=0); none-lfu: the same under LFU, so that the passes by the device alone
-                    // admit misses into slots after they end (their routing copied to the host within the pass,
+                    // none: the split off; none-nofav: the same without the prompts' favourites filled as
+                    // decoding begins (STRATA_PROMPT_FAVOURITES=0); none-lfu: the same under LFU, so that the passes
+                    // by the device alone admit misses into slots after they end (their routing copied to the host within the pass,
                     // the copies recorded with the graph); choose: alone or split by time (the default); copy: split
                     // every pass, its device part copying misses in; mapped: reading them in place, under LFU, so
                     // that it admits misses into slots between passes
