@@ -32,8 +32,8 @@ ExpertProfile read_expert_profile(const std::string &path) {
     ExpertProfile p;
     try {
         p.arch = std::string(f->get("strata.profile.architecture").as_string("strata.profile.architecture"));
-    p.n_layer = f->get("strata.profile.block_count").as_int("strata.profile.block_count");
-    p.n_expert = f->get("strata.profile.expert_count").as_int("strata.profile.expert_count");
+        p.n_layer = f->get("strata.profile.block_count").as_int("strata.profile.block_count");
+        p.n_expert = f->get("strata.profile.expert_count").as_int("strata.profile.expert_count");
     } catch (const Error &e) {
         fail("%s: %s", path.c_str(), e.what());
     }
