@@ -35,8 +35,8 @@ void add_device_options(CLI::App *sub, DeviceOptions &o) {
         ->capture_default_str()
         ->check(CLI::IsMember({"auto", "pinned", "mmap"}));
     sub->add_option("--expert-cache-policy", o.cache_policy,
-                    "Which expert a full GPU expert cache gives up: lru (least recently used) or lfu (least often "
-                    "requested, counts halved every 32 tokens)")
+                    "Which expert a full GPU expert cache gives up: lfu (least often requested, counts halved "
+                    "every 32 tokens) or lru (least recently used)")
         ->capture_default_str()
         ->check(CLI::IsMember({"lru", "lfu"}));
     sub->add_option("--cpu-share", o.cpu_share,

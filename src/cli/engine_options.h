@@ -15,7 +15,7 @@ class App;
 namespace strata::cli {
 
 struct DeviceOptions {
-    std::string device = "auto", vram_budget, host_mem = "auto", cache_policy = "lru", cpu_share = "auto";
+    std::string device = "auto", vram_budget, host_mem = "auto", cache_policy = "lfu", cpu_share = "auto";
     std::string gpus, split;  // a split model: participants (--gpus 0,1), layers per participant (--split 24,24)
     int gpu = 0, cpu_threads = 0;
 };

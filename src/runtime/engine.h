@@ -43,7 +43,7 @@ struct EngineConfig {
     int64_t loan_floor_slots = -1;  // slots a prompt loan leaves in the cache (-1: the plan's default; tests)
     bool cuda_graphs = true;       // CUDA: decoding passes as graphs where they can be (see cuda_graph.cpp)
     HostMem host_mem = HostMem::Auto;  // CUDA: the host stratum (STRATA_CUDA_HOST_PINNED=0 acts as mmap)
-    SlotPolicy expert_cache_policy = SlotPolicy::Lru;  // CUDA: which expert a full cache gives up (expert_slots.h)
+    SlotPolicy expert_cache_policy = SlotPolicy::Lfu;  // CUDA: which expert a full cache gives up (expert_slots.h)
     // CUDA under a budget: the share of decoding's misses computed on the host (strata/decode_hybrid.h; negative:
     // the cost model, 0: none), and its threads (0: the cores less one, at most 16)
     double cpu_share = -1.0;

@@ -21,7 +21,7 @@ struct StrataOptions {
     int64_t n_ctx = 4096;
     KvType kv_type = KvType::F16;
     int64_t l0 = 0, l1 = -1;                       // the layers whose caches it holds (a split model's part)
-    SlotPolicy slot_policy = SlotPolicy::Lru;      // the expert cache's replacement policy (expert_slots.h)
+    SlotPolicy slot_policy = SlotPolicy::Lfu;      // the expert cache's replacement policy (expert_slots.h)
     HybridOptions hybrid;                          // decoding's misses on the host (decode_hybrid.h)
     std::function<void(const std::string &)> log;  // the check line (nullptr: quiet)
 };

@@ -294,6 +294,27 @@ def test_favourites_by_hand(tmp_path, capsys):
         summary.main([str(path), "--favourite-factor", "-1"])
 
 
+def test_favourites_when_decode_fills(tmp_path):
+    # One MoE layer, 4 experts, top-1, two keys. A 4-token prompt picks 0 three times and 1 once: LRU leaves both
+    # (0 the least recently used), both favourites. Decode asks for 2, 3, 1, 2 and fills its misses. Under LRU, 2
+    # takes 0's place and 3 takes 1's, so 1 misses; kept, 2 takes the least recently used favourite's place (0) and
+    # 3 then takes 2's (the one key outside the favourites), so 1 still hits; frozen, only 1 hits.
+    one = lambda *ids: np.array(ids, dtype=np.int64).reshape(-1, 1)
+    recs = [(0, 2, one(0, 0, 1, 0), None), (1, 2, one(2), None), (2, 2, one(3), None), (3, 2, one(1), None),
+            (4, 2, one(2), None)]
+    acc = summary.accesses(read_trace(_write(tmp_path / "d.trace", recs, n_layer=4, n_expert=4, k=1,
+                                             with_weights=False)))
+    dec = acc.decode
+    assert summary.favourites_hits(acc, 2, 1)[dec].tolist() == [False, False, True, False]
+    assert summary.favourites_hits(acc, 2, 1, decode="lru")[dec].tolist() == [False, False, False, False]
+    assert summary.favourites_hits(acc, 2, 1, decode="kept")[dec].tolist() == [False, False, True, False]
+    # plain LRU over the same stream, as the engine's passes split with the host fill
+    assert summary.lru_hits(acc.key, 2)[dec].tolist() == [False, False, False, False]
+    rates = summary.cache_rates(acc, 4, [50], policies=["favourites_lru", "favourites_kept"], picks_per_token=1)
+    assert rates["decode_hit_rate"]["favourites_kept"] == [pytest.approx(1 / 4)]
+    assert rates["decode_hit_rate"]["favourites_lru"] == [0.0]
+
+
 def test_admit_factor_option(tmp_path, capsys):
     # the command line's factor reaches the simulation and the header; a negative one is refused
     path = _write(tmp_path / "t.trace", _records(np.random.default_rng(8), passes=40))

@@ -30,7 +30,9 @@ several sequences) count as prefill.
   Favourites (--policies favourites, the engine's STRATA_PROMPT_FAVOURITES): LRU in prefill passes, each adding its
   picks to a score per key that halves every 2048 prompt tokens; the first decode pass after them lets the weakest
   cached key (an empty place, then the lowest score) give way to the best-scored key outside while that one scores
-  above --favourite-factor (1.5) times it; decode only looks.
+  above --favourite-factor (1.5) times it; decode only looks. favourites_lru: the same, but decode passes fill their
+  misses under LRU (passes split with the host copy their misses in); favourites_kept: as favourites_lru, but a miss
+  takes the least recently used key outside the favourites first (STRATA_DECODE_KEEP_FAVOURITES).
 """
 from __future__ import annotations
 
@@ -53,7 +55,9 @@ POLICIES = {"lru": "LRU", "lfu": "LFU", "lfu_decay": "LFU decay", "belady": "Bel
             "lru_frozen": "LRU, frozen in decode", "lfu_decay_frozen": "LFU decay, frozen in decode",
             "lfu_decay_admit": "LFU decay, admitting in decode", "markov": "Markov next use",
             "prompt_filled": "prompt-filled, frozen in decode",
-            "favourites": "LRU, then the prompts' favourites as decoding begins, frozen in decode"}
+            "favourites": "LRU, then the prompts' favourites as decoding begins, frozen in decode",
+            "favourites_lru": "the prompts' favourites, then LRU filling decode's misses",
+            "favourites_kept": "the prompts' favourites, kept while decode's misses fill the rest"}
 MARKOV_PRIOR = 2.0  # Markov next use: the weight, in observations, of the layer-wide rates each key's estimate starts from
 # The frozen forms are what the engine's mapped misses do (STRATA_DECODE_MAPPED): the policy fills the cache in
 # prompt passes, and decode passes read their misses in place, so decoding hits only what the prompts left. The
@@ -439,13 +443,18 @@ def prompt_filled_hits(acc: Accesses, capacity: int) -> np.ndarray:
 
 
 def favourites_hits(acc: Accesses, capacity: int, picks_per_token: int, factor: float = FAVOURITE_FACTOR,
-                    half_tokens: float = FAVOURITE_HALF_TOKENS) -> np.ndarray:
+                    half_tokens: float = FAVOURITE_HALF_TOKENS, decode: str = "frozen") -> np.ndarray:
     """The engine's prompt favourites (STRATA_PROMPT_FAVOURITES) over an LRU cache, decoding by the device alone:
     prefill passes fill their misses as LRU does and add their picks per key to a score that halves every
     half_tokens prompt tokens (a pass's tokens: its picks over picks_per_token, the MoE layers times k); the first
     decode pass after them turns the cache toward the scores (ExpertSlotTable::keep_favourites: the weakest slot,
     empty ones first, then the lowest score with the least recently used first, gives way to the best-scored key
-    outside while that one scores above factor times it); decode passes only look."""
+    outside while that one scores above factor times it). Decode passes, by `decode`: "frozen", they only look (a
+    decode by the device alone, misses read in place); "lru", they fill their misses as LRU does (the passes split
+    with the host, misses copied in); "kept", as "lru" but the keys the favourites' turn left in the cache with a
+    score are kept: a miss takes the least recently used key outside them first, and only where there is none the
+    least recently used of them (which is then kept no more) (the engine's STRATA_DECODE_KEEP_FAVOURITES)."""
+    assert decode in ("frozen", "lru", "kept")
     n = len(acc)
     hits = np.zeros(n, dtype=bool)
     if n == 0:
@@ -453,11 +462,14 @@ def favourites_hits(acc: Accesses, capacity: int, picks_per_token: int, factor: 
     n_keys = int(max(acc.key.max(), acc.prefill_key.max(initial=0))) + 1
     score = np.zeros(n_keys)
     cache: OrderedDict = OrderedDict()  # least recently used first
+    kept: OrderedDict = OrderedDict()  # "kept": the favourites' keys, out of `cache`, least recently used first
     keys = acc.key.tolist()
     pending = False
     for i, j, _, picks in _passes_with_picks(acc):
         if acc.decode[i]:
             if pending:
+                cache.update(kept)  # the turn below judges every cached key
+                kept.clear()
                 pending = False
                 outside = [k for k in np.argsort(-score, kind="stable").tolist() if score[k] > 0 and k not in cache]
                 weakest = [(-1.0, -1)] * (capacity - len(cache)) + sorted(
@@ -469,9 +481,27 @@ def favourites_hits(acc: Accesses, capacity: int, picks_per_token: int, factor: 
                     if rank >= 0:
                         del cache[held[rank]]
                     cache[k] = None
+                if decode == "kept":
+                    for k in [k for k in cache if score[k] > 0]:
+                        kept[k] = cache.pop(k)
             for a in range(i, j):
-                hits[a] = keys[a] in cache
+                key = keys[a]
+                if decode == "frozen":
+                    hits[a] = key in cache
+                    continue
+                for part in (kept, cache):
+                    if key in part:
+                        part.move_to_end(key)
+                        hits[a] = True
+                        break
+                else:
+                    if len(cache) + len(kept) >= capacity:
+                        (cache if cache else kept).popitem(last=False)
+                    cache[key] = None
         else:
+            if kept:  # a prompt pass: every key judged by recency again, the kept ones the least recent
+                kept.update(cache)
+                cache, kept = kept, OrderedDict()
             for a in range(i, j):
                 key = keys[a]
                 if key in cache:
@@ -506,6 +536,8 @@ def cache_rates(acc: Accesses, n_keys: int, sizes: list[int], decay_every: int |
         "markov": lambda cap: markov_hits(acc, n_expert, cap),
         "prompt_filled": lambda cap: prompt_filled_hits(acc, cap),
         "favourites": lambda cap: favourites_hits(acc, cap, picks_per_token, favourite_factor),
+        "favourites_lru": lambda cap: favourites_hits(acc, cap, picks_per_token, favourite_factor, decode="lru"),
+        "favourites_kept": lambda cap: favourites_hits(acc, cap, picks_per_token, favourite_factor, decode="kept"),
     }
     rates: dict = {p: [] for p in policies}
     decode_rates: dict = {p: [] for p in policies}
