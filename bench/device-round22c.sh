@@ -8,7 +8,7 @@
 #   3. The demo model's perplexity on sample.txt (issue 13) on CUDA all resident and at the smallest budget.
 #   4. The 30B-A3B at 12 GiB, lfu against lru: tg64 under uniform routing (issue 17's bar; no policy can do better
 #      than the cache's share there, so this is the cost of LFU's bookkeeping) and pp512 / pp4096.
-# Here first as for bench/device-round22.sh. There:
+# SHORT=1 (a call with little device time): no tests, no prefill rows. Here first as for bench/device-round22.sh. There:
 #   setsid nohup bash bench/device-round22c.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/r22c/main.log 570
 L=/tmp/r22c; mkdir -p $L
 exec > $L/main.log 2>&1
@@ -27,15 +27,15 @@ for B in "" "--vram-budget 659M"; do echo "== demo perplexity on sample.txt, CUD
   $S perplexity -m models/demo/demo.gguf -f models/demo/sample.txt --ctx 512 $B --json 2> $L/ppl.err | tail -c 600; echo
   grep -E "rror|expert cache" $L/ppl.err | head -2; done
 echo "demo rows at $(el) s"
-cmake --build /tmp/strata -j16 --target test_cuda_engine > $L/build2.log 2>&1; echo "tests build rc=$? at $(el) s"
+[ -z "${SHORT:-}" ] && cmake --build /tmp/strata -j16 --target test_cuda_engine > $L/build2.log 2>&1; echo "tests build rc=$? at $(el) s"
 grep -E "error" $L/build2.log | head -5
-timeout 120 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 --gtest_filter='*MappedMisses*:*Budget*:*PromptLoans*' > $L/tests.log 2>&1
+[ -z "${SHORT:-}" ] && timeout 120 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 --gtest_filter='*MappedMisses*:*Budget*:*PromptLoans*' > $L/tests.log 2>&1
 echo "test_cuda_engine (mapped misses, budgets, prompt loans) rc=$? at $(el) s"
 grep -E "FAILED|PASSED|Failure|tests ran|Expected|Which is|actual" $L/tests.log | head -24
 [ -n "${OUT:-}" ] && cp $L/tests.log $OUT/ 2>/dev/null
 while [ ! -f $L/synth.rc ] && [ ! -f $F.done ]; do sleep 2; done; cat $L/synth.rc 2>/dev/null; touch $F.done
 for P in lfu lru; do
   sb -m $F -p 16 -n 64 -r 2 --chunk 4096 --routing uniform --vram-budget 12G --expert-cache-policy $P; done
-for P in lfu lru; do sb -m $F -p 512,4096 -n 1 -r 1 --chunk 4096 --vram-budget 12G --expert-cache-policy $P; done
+[ -z "${SHORT:-}" ] && for P in lfu lru; do sb -m $F -p 512,4096 -n 1 -r 1 --chunk 4096 --vram-budget 12G --expert-cache-policy $P; done
 [ -n "${OUT:-}" ] && cp $L/main.log $L/strata-all.txt $OUT/ 2>/dev/null
 echo "done at $(el) s"; echo ALL_DONE
