@@ -8,14 +8,15 @@
 #   3. The demo model's perplexity on sample.txt (issue 13) on CUDA all resident and at the smallest budget.
 #   4. The 30B-A3B at 12 GiB, lfu against lru: tg64 under uniform routing (issue 17's bar; no policy can do better
 #      than the cache's share there, so this is the cost of LFU's bookkeeping) and pp512 / pp4096.
-# SHORT=1 (a call with little device time): no tests, no prefill rows. Here first as for bench/device-round22.sh. There:
+# SHORT=1 (a call with little device time): no tests, no prefill rows; DEMO_ONLY=1 as well: no 30B rows. Here first as for bench/device-round22.sh. There:
 #   setsid nohup bash bench/device-round22c.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/r22c/main.log 570
 L=/tmp/r22c; mkdir -p $L
 exec > $L/main.log 2>&1
 NO_LLAMA=1
 source bench/device-lib.sh
 F=/tmp/q30.gguf
-[ -f $F ] || ($S synth --preset qwen3-30b-a3b --type Q4_K --dense-type Q8_0 -o $F > $L/synth.log 2>&1
+[ -n "${DEMO_ONLY:-}" ] && touch $F.done  # no 30B rows either
+[ -f $F ] || [ -n "${DEMO_ONLY:-}" ] || ($S synth --preset qwen3-30b-a3b --type Q4_K --dense-type Q8_0 -o $F > $L/synth.log 2>&1
   echo "synth rc=$? at $(el) s" > $L/synth.rc) &
 head -c 2000 models/demo/sample.txt > $L/prompt.txt
 for B in 661M 667M; do for SH in auto 0; do for P in lfu lru; do
@@ -34,7 +35,7 @@ echo "test_cuda_engine (mapped misses, budgets, prompt loans) rc=$? at $(el) s"
 grep -E "FAILED|PASSED|Failure|tests ran|Expected|Which is|actual" $L/tests.log | head -24
 [ -n "${OUT:-}" ] && cp $L/tests.log $OUT/ 2>/dev/null
 while [ ! -f $L/synth.rc ] && [ ! -f $F.done ]; do sleep 2; done; cat $L/synth.rc 2>/dev/null; touch $F.done
-for P in lfu lru; do
+[ -z "${DEMO_ONLY:-}" ] && for P in lfu lru; do
   sb -m $F -p 16 -n 64 -r 2 --chunk 4096 --routing uniform --vram-budget 12G --expert-cache-policy $P; done
 [ -z "${SHORT:-}" ] && for P in lfu lru; do sb -m $F -p 512,4096 -n 1 -r 1 --chunk 4096 --vram-budget 12G --expert-cache-policy $P; done
 [ -n "${OUT:-}" ] && cp $L/main.log $L/strata-all.txt $OUT/ 2>/dev/null
