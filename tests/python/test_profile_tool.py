@@ -72,6 +72,16 @@ def test_command_line(tmp_path):
     assert "| `k_x` | 1 | 3.0 | 3.00 | 75.0% |" in out.stdout
     bad = run("--marker", "embed", "--pass", "5")
     assert bad.returncode == 2 and "the input has 3 passes" in bad.stderr
+    # --longest: a prompt pass (more GPU time) among decoding ones; the last pass, maybe cut short, is not a candidate
+    h = tmp_path / "pp.csv"
+    h.write_text(csv_text([("k_embed", "1000"), ("k_x", "9000"), ("k_embed", "1000"), ("k_x", "2000"),
+                           ("k_embed", "1000"), ("k_x", "8000"), ("k_embed", "1000"), ("k_x", "50000")]))
+    longest = subprocess.run([sys.executable, "-m", "tools.profile.ncu_table", str(h), "--marker", "embed",
+                              "--longest"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert longest.returncode == 0, longest.stderr
+    assert longest.stdout.startswith("pass 0 of 4: 2 kernels, 10.0 us")
+    both = run("--marker", "embed", "--longest", "--pass", "0")
+    assert both.returncode == 2 and "one or the other" in both.stderr
     g = tmp_path / "empty.csv"
     g.write_text("==PROF== no kernels\n")
     none = subprocess.run([sys.executable, "-m", "tools.profile.ncu_table", str(g)], cwd=ROOT, capture_output=True,

@@ -6,7 +6,8 @@
 The kernels are cut into passes where the marker (a regular expression on the kernel name: the pass's first
 kernel, e.g. Strata's token embedding) occurs; the pass chosen (--pass, default the last complete one: the
 warm-up's first passes load code and fill caches) is summed per kernel name, largest first, with the count, the
-time in microseconds (per layer with --layers) and the share of the pass. Without a marker match every kernel is
+time in microseconds (per layer with --layers) and the share of the pass; --longest picks the complete pass with
+the most GPU time instead (a prompt pass among decoding ones: `strata bench -p 512 -n 1`). Without a marker match every kernel is
 one pass. ncu runs kernels one at a time with its own overhead around each, so the figures are each kernel's own
 duration, not the spacing a stream or graph gives them.
 """
@@ -100,6 +101,8 @@ def main(argv=None):
     ap.add_argument("--marker", default="", help="regular expression on kernel names that opens a pass")
     ap.add_argument("--pass", dest="which", type=int, default=None,
                     help="which pass (0-based; default: the last complete one, or the only one)")
+    ap.add_argument("--longest", action="store_true",
+                    help="the complete pass with the most GPU time (a prompt's among decoding ones); not with --pass")
     ap.add_argument("--layers", type=int, default=1, help="divide totals by this many layers")
     a = ap.parse_args(argv)
     if a.layers < 1:
@@ -110,8 +113,14 @@ def main(argv=None):
     except ValueError as e:
         print(f"ncu_table: {a.csv}: {e}", file=sys.stderr)
         return 2
+    if a.longest and a.which is not None:
+        ap.error("--longest and --pass: one or the other")
     ps = passes(ks, a.marker)
-    which = a.which if a.which is not None else (len(ps) - 2 if len(ps) > 2 else len(ps) - 1)
+    complete = len(ps) - 1 if len(ps) > 2 else len(ps)  # the last may be cut short by ncu's -c
+    if a.longest:
+        which = max(range(complete), key=lambda i: sum(us for _, us in ps[i]))
+    else:
+        which = a.which if a.which is not None else complete - 1
     if not 0 <= which < len(ps):
         print(f"ncu_table: --pass {which}: the input has {len(ps)} passes (0..{len(ps) - 1})", file=sys.stderr)
         return 2
