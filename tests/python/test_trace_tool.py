@@ -315,6 +315,36 @@ def test_favourites_when_decode_fills(tmp_path):
     assert rates["decode_hit_rate"]["favourites_lru"] == [0.0]
 
 
+def test_favourites_then_lfu_and_the_decode_mode(tmp_path):
+    # One MoE layer, 4 experts, top-1, two keys. The prompt picks 0, 0, 1, 0: both cached, counts 1 each (a prompt
+    # pass requests each of its experts once), nothing for the favourites to move. Decode: 2, 2, 2, 3, 1, 2. Under
+    # LRU, 3 evicts 1 and 1 then evicts 2, so the last 2 misses; under LFU with decay (none here), 3 evicts 1
+    # (count 1 against 2's 3) and 1 then evicts 3 (1 against 3), so the last 2 hits.
+    one = lambda *ids: np.array(ids, dtype=np.int64).reshape(-1, 1)
+    recs = [(0, 2, one(0, 0, 1, 0), None)] + [(1 + t, 2, one(e), None) for t, e in enumerate([2, 2, 2, 3, 1, 2])]
+    acc = summary.accesses(read_trace(_write(tmp_path / "m.trace", recs, n_layer=4, n_expert=4, k=1,
+                                             with_weights=False)))
+    dec = acc.decode
+    assert summary.favourites_hits(acc, 2, 1, decode="lru")[dec].tolist() == [False, True, True, False, False, False]
+    assert summary.favourites_hits(acc, 2, 1, decode="lfu")[dec].tolist() == [False, True, True, False, False, True]
+    # the decode mode: of six passes only the first four (its first run, split) fill; then 1 is read where it is
+    # (a miss that evicts nothing) and 2 is still cached
+    assert summary.favourites_hits(acc, 2, 1, decode="lru", chooser=True)[dec].tolist() == [
+        False, True, True, False, False, True]
+    assert summary.favourites_hits(acc, 2, 1, decode="frozen", chooser=True)[dec].tolist() == [
+        False, False, False, False, True, False]
+
+
+def test_the_decode_modes_split_passes():
+    # strata/decode_mode.h's exploration (two runs of four each way, from Split) and probes (after 64 passes alone,
+    # the interval doubling): 511 passes give 20 split ones, as the engine counted on the GPU (491 alone / 20 split)
+    assert summary.chooser_split_passes(16) == set(range(0, 4)) | set(range(8, 12))
+    assert summary.chooser_split_passes(300) == (set(range(0, 4)) | set(range(8, 12)) | set(range(80, 84))
+                                                 | set(range(212, 216)))
+    assert len(summary.chooser_split_passes(511)) == 20
+    assert summary.chooser_split_passes(2) == {0, 1}
+
+
 def test_admit_factor_option(tmp_path, capsys):
     # the command line's factor reaches the simulation and the header; a negative one is refused
     path = _write(tmp_path / "t.trace", _records(np.random.default_rng(8), passes=40))

@@ -32,7 +32,10 @@ several sequences) count as prefill.
   cached key (an empty place, then the lowest score) give way to the best-scored key outside while that one scores
   above --favourite-factor (1.5) times it; decode only looks. favourites_lru: the same, but decode passes fill their
   misses under LRU (passes split with the host copy their misses in); favourites_kept: as favourites_lru, but a miss
-  takes the least recently used key outside the favourites first (STRATA_DECODE_KEEP_FAVOURITES).
+  takes the least recently used key outside the favourites first (simulated only); favourites_lfu: decode fills
+  under LFU with decay. auto_lru / auto_lfu: the engine's default decode (`--cpu-share auto`) where passes by the
+  device alone measure faster: the favourites, then only the decode mode's exploration and probe passes (split with
+  the host) fill, under LRU or LFU with decay; the rest only look (chooser_split_passes).
 """
 from __future__ import annotations
 
@@ -57,7 +60,10 @@ POLICIES = {"lru": "LRU", "lfu": "LFU", "lfu_decay": "LFU decay", "belady": "Bel
             "prompt_filled": "prompt-filled, frozen in decode",
             "favourites": "LRU, then the prompts' favourites as decoding begins, frozen in decode",
             "favourites_lru": "the prompts' favourites, then LRU filling decode's misses",
-            "favourites_kept": "the prompts' favourites, kept while decode's misses fill the rest"}
+            "favourites_kept": "the prompts' favourites, kept while decode's misses fill the rest",
+            "favourites_lfu": "the prompts' favourites, then LFU decay filling decode's misses",
+            "auto_lru": "the engine's default decode under LRU: favourites, the decode mode's split passes fill",
+            "auto_lfu": "the engine's default decode under LFU decay: favourites, the decode mode's split passes fill"}
 MARKOV_PRIOR = 2.0  # Markov next use: the weight, in observations, of the layer-wide rates each key's estimate starts from
 # The frozen forms are what the engine's mapped misses do (STRATA_DECODE_MAPPED): the policy fills the cache in
 # prompt passes, and decode passes read their misses in place, so decoding hits only what the prompts left. The
@@ -442,19 +448,39 @@ def prompt_filled_hits(acc: Accesses, capacity: int) -> np.ndarray:
     return hits
 
 
+def chooser_split_passes(n: int) -> set:
+    """The decode passes (0-based, of n) that the engine's decode mode (strata/decode_mode.h, DecodeModeChooser) runs
+    split where passes alone measure faster: exploring from Split in runs of k_run = 4 until each mode has six
+    samples (a run's first pass after a switch gives none: two runs each, 16 passes), then alone, with a probe run
+    of four split passes after 64 passes, the interval doubling after each probe that keeps alone (to 1024)."""
+    split = set(range(0, 4)) | set(range(8, 12))
+    at, every = 16, 64
+    while at + every < n:
+        at += every
+        split |= set(range(at, at + 4))
+        at += 4
+        every = min(2 * every, 1024)
+    return {p for p in split if p < n}
+
+
 def favourites_hits(acc: Accesses, capacity: int, picks_per_token: int, factor: float = FAVOURITE_FACTOR,
-                    half_tokens: float = FAVOURITE_HALF_TOKENS, decode: str = "frozen") -> np.ndarray:
-    """The engine's prompt favourites (STRATA_PROMPT_FAVOURITES) over an LRU cache, decoding by the device alone:
-    prefill passes fill their misses as LRU does and add their picks per key to a score that halves every
-    half_tokens prompt tokens (a pass's tokens: its picks over picks_per_token, the MoE layers times k); the first
-    decode pass after them turns the cache toward the scores (ExpertSlotTable::keep_favourites: the weakest slot,
-    empty ones first, then the lowest score with the least recently used first, gives way to the best-scored key
-    outside while that one scores above factor times it). Decode passes, by `decode`: "frozen", they only look (a
-    decode by the device alone, misses read in place); "lru", they fill their misses as LRU does (the passes split
-    with the host, misses copied in); "kept", as "lru" but the keys the favourites' turn left in the cache with a
-    score are kept: a miss takes the least recently used key outside them first, and only where there is none the
-    least recently used of them (which is then kept no more) (the engine's STRATA_DECODE_KEEP_FAVOURITES)."""
-    assert decode in ("frozen", "lru", "kept")
+                    half_tokens: float = FAVOURITE_HALF_TOKENS, decode: str = "frozen", chooser: bool = False,
+                    decay_every: int | None = None) -> np.ndarray:
+    """The engine's prompt favourites (STRATA_PROMPT_FAVOURITES): prefill passes fill their misses as LRU does (the
+    engine's prompt passes sweep most experts, where either policy evicts by recency) and add their picks per key to
+    a score that halves every half_tokens prompt tokens (a pass's tokens: its picks over picks_per_token, the MoE
+    layers times k); the first decode pass after them turns the cache toward the scores
+    (ExpertSlotTable::keep_favourites: the weakest slot, empty ones first, then the lowest score with the least
+    recently used first, gives way to the best-scored key outside while that one scores above factor times it).
+    Decode passes, by `decode`: "frozen", they only look (a decode by the device alone, misses read in place);
+    "lru", they fill their misses as LRU does (passes split with the host copy their misses in); "lfu", likewise
+    under LFU with decay (counts of every request of the prompt and filling passes, halved every decay_every of them;
+    the victim the least requested key, ties to the least recently used: the engine's default policy); "kept", as
+    "lru" but the keys the favourites' turn left in the cache with a score are kept: a miss takes the least recently
+    used key outside them first, and only where there is none the least recently used of them (which is then kept no
+    more; simulated only, not in the engine). chooser: only the passes chooser_split_passes names fill, the others
+    only look: the engine's default decode (`--cpu-share auto`) where passes alone measure faster."""
+    assert decode in ("frozen", "lru", "kept", "lfu")
     n = len(acc)
     hits = np.zeros(n, dtype=bool)
     if n == 0:
@@ -463,10 +489,27 @@ def favourites_hits(acc: Accesses, capacity: int, picks_per_token: int, factor: 
     score = np.zeros(n_keys)
     cache: OrderedDict = OrderedDict()  # least recently used first
     kept: OrderedDict = OrderedDict()  # "kept": the favourites' keys, out of `cache`, least recently used first
+    count = np.zeros(n_keys)  # "lfu": requests, in units that double at each decay
+    last = np.zeros(n_keys, dtype=np.int64)  # "lfu": the clock of each key's last use
+    step, requests, clock = 1.0, 0, 0
     keys = acc.key.tolist()
+    n_decode = len({int(acc.pass_ordinal[a]) for a in np.flatnonzero(acc.decode)})
+    split = chooser_split_passes(n_decode) if chooser else None
     pending = False
+    decode_pass = -1
+
+    def request(key: int) -> None:
+        nonlocal step, requests, clock
+        if decay_every and requests and requests % decay_every == 0:
+            step *= 2.0
+        requests += 1
+        count[key] += step
+        clock += 1
+        last[key] = clock
+
     for i, j, _, picks in _passes_with_picks(acc):
         if acc.decode[i]:
+            decode_pass += 1
             if pending:
                 cache.update(kept)  # the turn below judges every cached key
                 kept.clear()
@@ -481,14 +524,19 @@ def favourites_hits(acc: Accesses, capacity: int, picks_per_token: int, factor: 
                     if rank >= 0:
                         del cache[held[rank]]
                     cache[k] = None
+                    clock += 1
+                    last[k] = clock
                 if decode == "kept":
                     for k in [k for k in cache if score[k] > 0]:
                         kept[k] = cache.pop(k)
+            fills = decode != "frozen" and (split is None or decode_pass in split)
             for a in range(i, j):
                 key = keys[a]
-                if decode == "frozen":
-                    hits[a] = key in cache
+                if not fills:
+                    hits[a] = key in cache or key in kept
                     continue
+                if decode == "lfu":
+                    request(key)
                 for part in (kept, cache):
                     if key in part:
                         part.move_to_end(key)
@@ -496,7 +544,10 @@ def favourites_hits(acc: Accesses, capacity: int, picks_per_token: int, factor: 
                         break
                 else:
                     if len(cache) + len(kept) >= capacity:
-                        (cache if cache else kept).popitem(last=False)
+                        if decode == "lfu":
+                            del cache[min(cache, key=lambda k: (count[k], last[k]))]  # O(capacity): small traces
+                        else:
+                            (cache if cache else kept).popitem(last=False)
                     cache[key] = None
         else:
             if kept:  # a prompt pass: every key judged by recency again, the kept ones the least recent
@@ -504,6 +555,7 @@ def favourites_hits(acc: Accesses, capacity: int, picks_per_token: int, factor: 
                 cache, kept = kept, OrderedDict()
             for a in range(i, j):
                 key = keys[a]
+                request(key)
                 if key in cache:
                     cache.move_to_end(key)
                     hits[a] = True
@@ -538,6 +590,12 @@ def cache_rates(acc: Accesses, n_keys: int, sizes: list[int], decay_every: int |
         "favourites": lambda cap: favourites_hits(acc, cap, picks_per_token, favourite_factor),
         "favourites_lru": lambda cap: favourites_hits(acc, cap, picks_per_token, favourite_factor, decode="lru"),
         "favourites_kept": lambda cap: favourites_hits(acc, cap, picks_per_token, favourite_factor, decode="kept"),
+        "favourites_lfu": lambda cap: favourites_hits(acc, cap, picks_per_token, favourite_factor, decode="lfu",
+                                                      decay_every=decay_every or cap),
+        "auto_lru": lambda cap: favourites_hits(acc, cap, picks_per_token, favourite_factor, decode="lru",
+                                                chooser=True),
+        "auto_lfu": lambda cap: favourites_hits(acc, cap, picks_per_token, favourite_factor, decode="lfu",
+                                                chooser=True, decay_every=decay_every or cap),
     }
     rates: dict = {p: [] for p in policies}
     decode_rates: dict = {p: [] for p in policies}
