@@ -10,11 +10,11 @@
 //   used keeps the rest of the cache for the next pass. After a fence() (the MoE schedule fences as each layer
 //   starts) a scan takes the most recently used slot touched before the fence first: an earlier layer's, whose
 //   compute is done, so that its fill does not wait for the compute of the current one.
-// - LFU with decay: the slot whose expert was requested least often, counts kept for every expert (resident or not)
-//   and halved before every `decay_every`-th requested expert, ties to the least recently used (what tools/trace
-//   simulates as "LFU decay"). Decoding visits the layers in
-//   a cycle, which LRU serves worst when the cache is smaller than a token's experts; on the demo model's real
-//   routing (models/demo/MODEL_CARD.md) LFU with decay hits 36% at a cache of 10% of the experts where LRU hits 0%.
+// - LFU with decay (the engine's default; --expert-cache-policy): the slot whose expert was requested least often,
+//   counts kept for every expert (resident or not) and halved before every `decay_every`-th requested expert, ties
+//   to the least recently used (what tools/trace simulates as "LFU decay"). Decoding visits the layers in a cycle,
+//   which LRU serves worst when the cache is smaller than a token's experts; on the demo model's real routing
+//   (models/demo/MODEL_CARD.md) LFU with decay hits 36% at a cache of 10% of the experts where LRU hits 0%.
 //   Halving every count keeps their order, so it is done by doubling the increment instead (rescaled when large).
 #pragma once
 
