@@ -493,8 +493,7 @@ def favourites_hits(acc: Accesses, capacity: int, picks_per_token: int, factor: 
     last = np.zeros(n_keys, dtype=np.int64)  # "lfu": the clock of each key's last use
     step, requests, clock = 1.0, 0, 0
     keys = acc.key.tolist()
-    n_decode = len({int(acc.pass_ordinal[a]) for a in np.flatnonzero(acc.decode)})
-    split = chooser_split_passes(n_decode) if chooser else None
+    split = chooser_split_passes(len(np.unique(acc.pass_ordinal[acc.decode]))) if chooser else None
     pending = False
     decode_pass = -1
 
