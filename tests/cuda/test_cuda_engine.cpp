@@ -446,6 +446,26 @@ TEST_P(CudaEngine, QuantizedExpertInputChangesNoBit) {
     }
 }
 
+// A prompt's expert FFN with gate and up in one grouped launch and silu(gate) * up made while quantizing for down
+// (the default) gives the bits of the separate launches (STRATA_CUDA_EXPERT_FUSE=0): prompts whose experts get
+// groups of one to several tiles of rows, every expert resident and on few slots.
+TEST_P(CudaEngine, FusedPromptExpertsChangeNoBit) {
+    for (int n : {40, 200}) {
+        const std::vector<int32_t> prompt = prompt_tokens(n, 9);
+        for (int64_t slots : {0, 5}) {
+            EngineConfig cfg = config();
+            cfg.expert_slots = slots;
+            auto fused = make_cuda_engine(path(), cfg);
+            ::setenv("STRATA_CUDA_EXPERT_FUSE", "0", 1);
+            auto apart = make_cuda_engine(path(), cfg);
+            ::unsetenv("STRATA_CUDA_EXPERT_FUSE");
+            const std::vector<float> a = run(*fused, prompt), b = run(*apart, prompt);
+            ASSERT_EQ(a.size(), b.size());
+            EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << n << " tokens, " << slots << " slots";
+        }
+    }
+}
+
 // Misses computed on the host (strata/decode_hybrid.h), with the device's part copied in (STRATA_DECODE_MAPPED=0) or
 // read in place (=1), give the bits of misses copied in and computed on the GPU:
 // every share, the cost model, the split switched off, a small and a tiny cache, one sequence and two decoding

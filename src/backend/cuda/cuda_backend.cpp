@@ -86,6 +86,7 @@ CudaBackend::CudaBackend(const CudaOptions &o)
     // per-slot waits where a schedule fills ahead during passes (the streamed one is on unless its switch is 0)
     slot_waits_ = prefill_stream_ahead() > 0 || env_switch("STRATA_DECODE_PREFETCH", false);
     q8_gather_ = env_switch("STRATA_CUDA_EXPERT_Q8_GATHER", true);
+    expert_fuse_ = env_switch("STRATA_CUDA_EXPERT_FUSE", true);
     upload_kernel_ = env_switch("STRATA_CUDA_UPLOAD_KERNEL", true);
     alloc_stage(size_t(4) << 20);
     // the fused router's count of finished blocks (route) and the rope tables' room, made here so that no pass

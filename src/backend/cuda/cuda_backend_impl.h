@@ -213,6 +213,10 @@ class CudaBackend final : public Backend {
     // STRATA_CUDA_EXPERT_Q8_GATHER=0 (read when the backend is made): the experts' input rows gathered as floats and
     // quantized in each expert_ffn instead.
     bool q8_gather_ = true;
+    // STRATA_CUDA_EXPERT_FUSE=0 (read when the backend is made; STRATA_CUDA_FUSE=0 too): a prompt's expert_ffn
+    // launches gate and up apart and silu(gate) * up on its own, not one grouped launch for both and the product
+    // made while quantizing for down.
+    bool expert_fuse_ = true;
     // gather_expert_input's rows kept quantized: xs (its int8 rows, no floats) stands for them in expert_ffn of that
     // layer.
     struct ExpertInput {

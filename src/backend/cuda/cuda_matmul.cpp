@@ -490,7 +490,11 @@ void CudaBackend::expert_ffn(const ExpertWeights &w, Act xs, const std::vector<E
         r1 = std::max(r1, g.row0 + g.n_rows);
     }
     const Mark m = mark();
-    Act g = alloc(r1 - r0, n_ff), u = alloc(r1 - r0, n_ff);
+    const int64_t R = r1 - r0;
+    // gate rows 0..R-1 and up rows R..2R-1 of one buffer: where gate and up share a type, one grouped launch
+    // computes both (each row by the kernel two launches would give it, so the same bits; expert_fuse_ off: two).
+    Act gu = alloc(2 * R, n_ff);
+    Act g = gu.rows_view(0, R), u = gu.rows_view(R, R);
     PreparedAct px;
     px.rows = r1 - r0;
     px.k = E;
@@ -510,21 +514,39 @@ void CudaBackend::expert_ffn(const ExpertWeights &w, Act xs, const std::vector<E
     const WeightShape gw{w.gate->type, E, n_ff, w.gate->row_bytes, gname.c_str()};
     const WeightShape uw{w.up->type, E, n_ff, w.up->row_bytes, uname.c_str()};
     const WeightShape dw{w.down->type, n_ff, E, w.down->row_bytes, dname.c_str()};
+    const bool fuse = expert_fuse_ && fusion_enabled();
+    const bool gate_up_one = fuse && w.gate->type == w.up->type && w.gate->row_bytes == w.up->row_bytes;
     std::vector<MatmulGroup> gg, ug, dg;
     for (const ExpertGroup &e : groups) {
         const int32_t f = e.row0 - r0, c = e.n_rows;
         gg.push_back({e.src.gate, f, c, f});
-        ug.push_back({e.src.up, f, c, f});
+        ug.push_back({e.src.up, f, c, gate_up_one ? f + int32_t(R) : f});
         dg.push_back({e.src.down, f, c, e.row0});
     }
-    grouped_matmul(gw, gg, px, rows_of(g));
-    grouped_matmul(uw, ug, px, rows_of(u));
-    launch_silu_mul(rows_of(g), rows_of(u), stream_);
+    if (gate_up_one) {
+        gg.insert(gg.end(), ug.begin(), ug.end());
+        grouped_matmul(gw, gg, px, rows_of(gu));
+    } else {
+        grouped_matmul(gw, gg, px, rows_of(g));
+        grouped_matmul(uw, ug, px, rows_of(u));
+    }
     PreparedAct pg;
     pg.src = g.data;
     pg.rows = g.rows;
     pg.k = n_ff;
     pg.stride = g.stride;
+    // silu(gate) * up made while quantizing for the down matrices, where every kernel of the down product reads the
+    // 8-bit rows (none the floats, which keep the gate's values); otherwise its own launch.
+    const DType dvt = dot_act_type(w.down->type);
+    if (fuse && dvt != DType::F32 && n_ff % 32 == 0 && n_ff % dtype_info(dvt).block_size == 0 && mmvq_enabled() &&
+        mmq_enabled() && mmvq_supported(w.down->type) && mmq_supported(w.down->type)) {
+        int8_t *q = scratch_array<int8_t>(R * n_ff);
+        float2 *ds = scratch_array<float2>(R * (n_ff / 32));
+        launch_quantize_act(dvt, g.data, g.stride, R, n_ff, q, ds, stream_, u.data, u.stride);
+        pg.q8 = q, pg.q8_ds = ds, pg.q8_type = dvt;
+    } else {
+        launch_silu_mul(rows_of(g), rows_of(u), stream_);
+    }
     grouped_matmul(dw, dg, pg, rows_of(ys));
     note_slots_read(groups);
     release(m);
