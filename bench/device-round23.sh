@@ -8,7 +8,8 @@
 #      policy), the prompt experts' fusions against the separate launches, the quantized expert input.
 #   3. The 30B-A3B (written in the background) at 12 GiB under uniform routing, lfu / lru alternated (issue 17's
 #      bar; the cost of LFU's bookkeeping where no policy can help).
-#   4. The 30B all resident, pp512 with STRATA_CUDA_EXPERT_FUSE=1 / 0 alternated (issue 16's unmet bar).
+#   4. The 30B all resident, pp512 with STRATA_CUDA_EXPERT_FUSE=1 / 0 alternated (issue 16's unmet bar), and with
+#      the experts' MMQ tiles pipelined (STRATA_CUDA_MMQ_PIPE=1).
 #   5. PROFILE=1: bench/device-profile.sh qwen3-30b-a3b pp512 on the same file (its own log: /tmp/prof/main.log).
 # llama.cpp builds in the background at the lowest priority (for 5) from the start unless NO_LLAMA=1. There:
 #   setsid nohup bash bench/device-round23.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/r23/main.log 570
@@ -40,6 +41,7 @@ grep -E "FAILED|PASSED|Failure|tests ran|Expected|Which is|actual" $L/tests.log 
 while [ ! -f $L/synth.rc ]; do sleep 2; done; cat $L/synth.rc
 for P in lfu lru lfu lru; do sb -m $F -p 16 -n 64 -r 2 --chunk 4096 --routing uniform --vram-budget 12G --expert-cache-policy $P; done
 for X in 1 0 1 0; do STRATA_CUDA_EXPERT_FUSE=$X sb -m $F -p 512 -n 1 -r 3 --chunk 4096; done
+STRATA_CUDA_MMQ_PIPE=1 sb -m $F -p 512 -n 1 -r 3 --chunk 4096  # the experts' tiles pipelined (opt-in)
 echo "rows done at $(el) s"
 [ -n "${OUT:-}" ] && cp $L/main.log $L/strata-all.txt $OUT/ 2>/dev/null
 if [ -n "${PROFILE:-}" ]; then while [ ! -f $L/llama.done ]; do sleep 3; done
