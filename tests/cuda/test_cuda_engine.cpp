@@ -130,6 +130,22 @@ class CudaEngine : public ::testing::TestWithParam<Case> {
         e.drop(s);
         return out;
     }
+    // An engine made with the backend switch `env` at 0 gives the default's bits for the prompt (run), every expert
+    // resident and on few slots.
+    void expect_switch_keeps_bits(const char *env, const std::vector<int32_t> &prompt, const std::string &what) {
+        for (int64_t slots : {0, 5}) {
+            EngineConfig cfg = config();
+            cfg.expert_slots = slots;
+            auto on = make_cuda_engine(path(), cfg);
+            ::setenv(env, "0", 1);
+            auto off = make_cuda_engine(path(), cfg);
+            ::unsetenv(env);
+            const std::vector<float> a = run(*on, prompt), b = run(*off, prompt);
+            ASSERT_EQ(a.size(), b.size());
+            EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0)
+                << env << "=0, " << what << ", " << slots << " slots";
+        }
+    }
 };
 
 TEST_P(CudaEngine, MatchesTheCpuEngine) {
@@ -430,40 +446,18 @@ TEST_P(CudaEngine, SchedulesDoNotChangeABit) {
 
 // The experts' input quantized once per token with the int8 rows gathered (the default where gate and up read int8
 // activations) gives the bits of the float rows gathered and quantized in each expert_ffn
-// (STRATA_CUDA_EXPERT_Q8_GATHER=0), every expert resident and on few slots.
+// (STRATA_CUDA_EXPERT_Q8_GATHER=0).
 TEST_P(CudaEngine, QuantizedExpertInputChangesNoBit) {
-    const std::vector<int32_t> prompt = prompt_tokens(40, 4);
-    for (int64_t slots : {0, 5}) {
-        EngineConfig cfg = config();
-        cfg.expert_slots = slots;
-        auto once = make_cuda_engine(path(), cfg);
-        ::setenv("STRATA_CUDA_EXPERT_Q8_GATHER", "0", 1);
-        auto each = make_cuda_engine(path(), cfg);
-        ::unsetenv("STRATA_CUDA_EXPERT_Q8_GATHER");
-        const std::vector<float> a = run(*once, prompt), b = run(*each, prompt);
-        ASSERT_EQ(a.size(), b.size());
-        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << slots << " slots";
-    }
+    expect_switch_keeps_bits("STRATA_CUDA_EXPERT_Q8_GATHER", prompt_tokens(40, 4), "40 tokens");
 }
 
 // A prompt's expert FFN with gate and up in one grouped launch and silu(gate) * up made while quantizing for down
 // (the default) gives the bits of the separate launches (STRATA_CUDA_EXPERT_FUSE=0): prompts whose experts get
-// groups of one to several tiles of rows, every expert resident and on few slots.
+// groups of one to several tiles of rows.
 TEST_P(CudaEngine, FusedPromptExpertsChangeNoBit) {
-    for (int n : {40, 200}) {
-        const std::vector<int32_t> prompt = prompt_tokens(n, 9);
-        for (int64_t slots : {0, 5}) {
-            EngineConfig cfg = config();
-            cfg.expert_slots = slots;
-            auto fused = make_cuda_engine(path(), cfg);
-            ::setenv("STRATA_CUDA_EXPERT_FUSE", "0", 1);
-            auto apart = make_cuda_engine(path(), cfg);
-            ::unsetenv("STRATA_CUDA_EXPERT_FUSE");
-            const std::vector<float> a = run(*fused, prompt), b = run(*apart, prompt);
-            ASSERT_EQ(a.size(), b.size());
-            EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << n << " tokens, " << slots << " slots";
-        }
-    }
+    for (int n : {40, 200})
+        expect_switch_keeps_bits("STRATA_CUDA_EXPERT_FUSE", prompt_tokens(n, 9),
+                                 std::to_string(n) + " tokens");
 }
 
 // Misses computed on the host (strata/decode_hybrid.h), with the device's part copied in (STRATA_DECODE_MAPPED=0) or
