@@ -515,7 +515,9 @@ void CudaBackend::expert_ffn(const ExpertWeights &w, Act xs, const std::vector<E
     const WeightShape uw{w.up->type, E, n_ff, w.up->row_bytes, uname.c_str()};
     const WeightShape dw{w.down->type, n_ff, E, w.down->row_bytes, dname.c_str()};
     const bool fuse = expert_fuse_ && fusion_enabled();
-    const bool gate_up_one = fuse && w.gate->type == w.up->type && w.gate->row_bytes == w.up->row_bytes;
+    // (one group alone keeps its two launches: a single group's matmul takes the wide single-group form)
+    const bool gate_up_one =
+        fuse && groups.size() > 1 && w.gate->type == w.up->type && w.gate->row_bytes == w.up->row_bytes;
     std::vector<MatmulGroup> gg, ug, dg;
     for (const ExpertGroup &e : groups) {
         const int32_t f = e.row0 - r0, c = e.n_rows;
