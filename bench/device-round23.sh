@@ -11,10 +11,12 @@
 #   4. The 30B all resident, pp512 with STRATA_CUDA_EXPERT_FUSE=1 / 0 alternated (issue 16's unmet bar), and with
 #      the experts' MMQ tiles pipelined (STRATA_CUDA_MMQ_PIPE=1).
 #   5. PROFILE=1: bench/device-profile.sh qwen3-30b-a3b pp512 on the same file (its own log: /tmp/prof/main.log).
+# SHORT=1 (little device time): each A/B once, no pipelined-tiles row, and without PROFILE no llama.cpp build.
 # llama.cpp builds in the background at the lowest priority (for 5) from the start unless NO_LLAMA=1. There:
 #   setsid nohup bash bench/device-round23.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/r23/main.log 570
 L=/tmp/r23; mkdir -p $L
 exec > $L/main.log 2>&1
+[ -n "${SHORT:-}" ] && [ -z "${PROFILE:-}" ] && NO_LLAMA=1
 source bench/device-lib.sh
 F=/tmp/q30.gguf
 rm -f $L/synth.rc; [ -f $F ] && touch $L/synth.rc || ($S synth --preset qwen3-30b-a3b --type Q4_K --dense-type Q8_0 -o $F > $L/synth.log 2>&1
@@ -25,7 +27,8 @@ demo() {  # demo BUDGET SHARE POLICY
   $S run -m models/demo/demo.gguf -f $L/prompt.txt -n 512 --temp 0 --repeat-penalty 1.15 --ignore-eos \
     --vram-budget $1 --cpu-share $2 --expert-cache-policy $3 > $L/demo.out 2> $L/demo.err
   grep -E "generated|rror" $L/demo.err | tail -2; md5sum < $L/demo.out; }
-for SH in 0 auto; do for P in lfu lru lfu lru; do demo 661M $SH $P; done; done
+DP="lfu lru lfu lru"; [ -n "${SHORT:-}" ] && DP="lfu lru"
+for SH in 0 auto; do for P in $DP; do demo 661M $SH $P; done; done
 for P in lfu lru; do demo 667M auto $P; done
 for B in "" "--vram-budget 659M"; do echo "== demo perplexity on sample.txt, CUDA ${B:-all resident}"
   $S perplexity -m models/demo/demo.gguf -f models/demo/sample.txt --ctx 512 $B --json 2> $L/ppl.err | tail -c 400; echo
@@ -39,9 +42,11 @@ echo "test_cuda_engine (mapped misses, budgets, prompt loans, fused prompt exper
 grep -E "FAILED|PASSED|Failure|tests ran|Expected|Which is|actual" $L/tests.log | head -24
 [ -n "${OUT:-}" ] && cp $L/tests.log $OUT/ 2>/dev/null
 while [ ! -f $L/synth.rc ]; do sleep 2; done; cat $L/synth.rc
-for P in lfu lru lfu lru; do sb -m $F -p 16 -n 64 -r 2 --chunk 4096 --routing uniform --vram-budget 12G --expert-cache-policy $P; done
-for X in 1 0 1 0; do STRATA_CUDA_EXPERT_FUSE=$X sb -m $F -p 512 -n 1 -r 3 --chunk 4096; done
-STRATA_CUDA_MMQ_PIPE=1 sb -m $F -p 512 -n 1 -r 3 --chunk 4096  # the experts' tiles pipelined (opt-in)
+AB="1 0 1 0"; [ -n "${SHORT:-}" ] && AB="1 0"
+for X in $AB; do P=lfu; [ $X = 0 ] && P=lru
+  sb -m $F -p 16 -n 64 -r 2 --chunk 4096 --routing uniform --vram-budget 12G --expert-cache-policy $P; done
+for X in $AB; do STRATA_CUDA_EXPERT_FUSE=$X sb -m $F -p 512 -n 1 -r 3 --chunk 4096; done
+[ -z "${SHORT:-}" ] && STRATA_CUDA_MMQ_PIPE=1 sb -m $F -p 512 -n 1 -r 3 --chunk 4096  # the experts' tiles pipelined (opt-in)
 echo "rows done at $(el) s"
 [ -n "${OUT:-}" ] && cp $L/main.log $L/strata-all.txt $OUT/ 2>/dev/null
 if [ -n "${PROFILE:-}" ]; then while [ ! -f $L/llama.done ]; do sleep 3; done
