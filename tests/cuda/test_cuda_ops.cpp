@@ -444,6 +444,60 @@ TEST(CudaMmq, FormsAreTheSameBits) {
     }
 }
 
+// The generic tiled matmul's small form (16 activation rows a block, a single group with few blocks: a prompt's f32
+// router) gives the bits of the 64-row form its tile lists take: the same rows as one group of 64-row tiles, for an
+// f32 and a quantized matrix, a partial weight block (200 rows), row counts with partial tiles.
+TEST(CudaMatmulGeneric, SmallTilesAreTheTileListsBits) {
+    for (DType t : {DType::F32, DType::Q4_K}) {
+        const int64_t k = 2048, n = 200, R = 333;
+        const size_t rb = row_bytes(t, k);
+        std::vector<uint8_t> w(rb * size_t(n));
+        const std::vector<float> wf = randn(size_t(n * k), 77 + uint64_t(t), 0.05f), x = randn(size_t(R * k), 78);
+        if (t == DType::F32)
+            std::memcpy(w.data(), wf.data(), w.size());
+        else
+            for (int64_t r = 0; r < n; r++) quantize_row(t, wf.data() + r * k, w.data() + size_t(r) * rb, k);
+        DevBuf wd(w.size()), xd(x.size() * 4), yd(size_t(R * n) * 4);
+        CUDA_OK(cudaMemcpy(wd.p, w.data(), w.size(), cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(xd.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+        cuda::MatmulArgs a;
+        a.type = t;
+        a.k = k;
+        a.n = n;
+        a.row_bytes = rb;
+        a.x = xd.as<float>();
+        a.x_stride = k;
+        a.y = yd.as<float>();
+        a.y_stride = n;
+        auto run = [&]() {
+            std::vector<float> y(size_t(R * n));
+            EXPECT_EQ(cudaMemset(yd.p, 0xff, y.size() * 4), cudaSuccess);  // NaN where nothing is written
+            cuda::launch_mm_generic(a, nullptr);
+            EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            EXPECT_EQ(cudaMemcpy(y.data(), yd.p, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+            return y;
+        };
+        for (int32_t rows : {int32_t(R), int32_t(64), int32_t(9)}) {
+            const std::string what = std::string(dtype_name(t)) + ", " + std::to_string(rows) + " rows";
+            a.single = {wd.p, 0, rows, 0};
+            a.groups = nullptr, a.n_groups = 1, a.tiles = nullptr, a.n_tiles = 0;
+            const std::vector<float> small = run();  // fewer than 264 blocks of 64 rows: the small form
+            for (int64_t i = 0; i < int64_t(rows) * n; i++)
+                ASSERT_FALSE(std::isnan(small[size_t(i)])) << what << ": output " << i << " not written";
+            const std::vector<cuda::MatmulGroup> gs = {a.single};
+            std::vector<int2> tiles;
+            for (int32_t r = 0; r < rows; r += cuda::k_mm_tile_rows) tiles.push_back(int2{0, r});
+            DevBuf gd(sizeof(cuda::MatmulGroup)), td(tiles.size() * sizeof(int2));
+            CUDA_OK(cudaMemcpy(gd.p, gs.data(), sizeof(cuda::MatmulGroup), cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(td.p, tiles.data(), tiles.size() * sizeof(int2), cudaMemcpyHostToDevice));
+            a.groups = gd.as<cuda::MatmulGroup>();
+            a.tiles = td.as<int2>();
+            a.n_tiles = int32_t(tiles.size());
+            EXPECT_EQ(std::memcmp(small.data(), run().data(), size_t(rows * n) * 4), 0) << what;
+        }
+    }
+}
+
 // The short-context decode attention's split form (parts of k_flash_decode_part_keys positions, merged) against its
 // one-block form and a double-precision reference: within rounding, for f16 and f32 caches, head sizes 64 and 128,
 // a GQA group of 8, positions inside the first part, on a part boundary, and the last position the kernel takes; and
