@@ -17,6 +17,7 @@
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/moe.cuh"
 #include "core/argmax.h"
+#include "core/env.h"
 #include "core/fp16.h"
 #include "cuda_test_util.h"
 #include "format/quant.h"
@@ -448,6 +449,8 @@ TEST(CudaMmq, FormsAreTheSameBits) {
 // router) gives the bits of the 64-row form its tile lists take: the same rows as one group of 64-row tiles, for an
 // f32 and a quantized matrix, a partial weight block (200 rows), row counts with partial tiles.
 TEST(CudaMatmulGeneric, SmallTilesAreTheTileListsBits) {
+    if (!env_switch("STRATA_CUDA_MM_SMALL_TILES", false))
+        GTEST_SKIP() << "the small form is opt-in: run with STRATA_CUDA_MM_SMALL_TILES=1";
     for (DType t : {DType::F32, DType::Q4_K}) {
         const int64_t k = 2048, n = 200, R = 333;
         const size_t rb = row_bytes(t, k);

@@ -1,10 +1,10 @@
 // Generic tiled matmul for groups of more than 8 activation rows, every weight type (a prompt's f32 router among
 // them): BM activation rows x 64 weight rows per block, BM / 16 x 4 outputs a thread, k in steps of 32; weights are
 // dequantized exactly into shared memory, products summed in fp32 in k order by the same expression from zero, so
-// an output's bits do not depend on BM. BM is 64 (the tile list's rows), or 16 for a single group that
-// would give fewer than k_small_grid blocks of 64 rows: a prompt's router (512 rows x 128 experts is 16 blocks of
-// 64, 64 of 16), whose few blocks each took k = 2048 alone (221 us a layer on an H200 at 512 rows: 16% of the
-// 30B-A3B's pp512).
+// an output's bits do not depend on BM. BM is 64 (the tile list's rows), or (STRATA_CUDA_MM_SMALL_TILES=1) 16 for a
+// single group that would give fewer than k_small_grid blocks of 64 rows: a prompt's router (512 rows x 128 experts
+// is 16 blocks of 64, 64 of 16), whose few blocks each took k = 2048 alone (221 us a layer on an H200 at 512 rows:
+// 16% of the 30B-A3B's pp512).
 #include "backend/cuda/matmul.cuh"
 
 #include "backend/cuda/quant_device.cuh"
@@ -116,8 +116,9 @@ void launch_mm_generic(const MatmulArgs &a, cudaStream_t stream) {
     if (n_tiles == 0 || a.n == 0) return;
     STRATA_ASSERT(a.n <= int64_t(65535) * BN);
     const IqGrids &g = iq_grids();
-    // a single group with few blocks of 64 rows: blocks of 16 (STRATA_CUDA_MM_SMALL_TILES=0: 64 always)
-    static const bool small_on = env_switch("STRATA_CUDA_MM_SMALL_TILES", true);
+    // a single group with few blocks of 64 rows: blocks of 16 (STRATA_CUDA_MM_SMALL_TILES=1; opt-in until its GPU
+    // test and A/B have run)
+    static const bool small_on = env_switch("STRATA_CUDA_MM_SMALL_TILES", false);
     const bool small = small_on && !a.tiles && n_tiles * ceil_div(a.n, BN) < k_small_grid;
     const dim3 grid(small ? unsigned(ceil_div(a.single.n_rows, 16)) : unsigned(n_tiles), ceil_div(a.n, BN));
     // clang-format off
