@@ -126,10 +126,14 @@ std::vector<AttnTile> CudaBackend::attention_tiles(const BatchInfo &b, int rpt) 
 // Split ranges are whole multiples of G keys: 32 (a tile of the tiled kernel's largest form), or 64 with
 // STRATA_CUDA_ATTN_FINE_SPLIT=0 (the form before, whose blocks walk twice the keys one tile after another: at a
 // 4096-token context a decoding layer's split attention took 23.6 us with 33 ranges of 128 keys).
+// The line is STRATA_CUDA_ATTN_SPLIT_WAVES (default 2) blocks an SM: a 512-token prompt of the 30B-A3B has 256
+// blocks on an H200's 132 SMs, just under two waves, so it splits in two and merges (59 us a layer for the merge
+// alone under Nsight Compute, 4% of the pass); =1 keeps such prompts whole (other bits: the A/B of that line).
 void CudaBackend::attention_split(int64_t n_tiles, int64_t n_head_kv, int64_t max_end, int64_t &n_split,
                                   int64_t &chunk) const {
     static const int64_t G = env_switch("STRATA_CUDA_ATTN_FINE_SPLIT", true) ? 32 : 64;
-    const int64_t blocks = n_tiles * n_head_kv, target = 2 * int64_t(prop_.multiProcessorCount);
+    static const int64_t waves = std::max<long>(1, env_count("STRATA_CUDA_ATTN_SPLIT_WAVES", 2));
+    const int64_t blocks = n_tiles * n_head_kv, target = waves * int64_t(prop_.multiProcessorCount);
     n_split = 1, chunk = max_end <= k_flash_decode_keys ? k_flash_decode_keys : int64_t(1) << 30;
     if (blocks < target && max_end > 64) {
         n_split = std::min((target + blocks - 1) / blocks, (max_end + G - 1) / G);
