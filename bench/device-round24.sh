@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The twenty-fourth round's call (issue 16's 30B pp512, after the twenty-third round's profile: the prompt's f32
+# router 15.8% of the pass in 16 blocks, the attention's split merge 4.2%), one warm machine:
+#   1. GPU tests of the opt-in 16-row generic matmul (STRATA_CUDA_MM_SMALL_TILES=1): its bits against the tile
+#      list's 64-row form, the matmul and MoE op tests and the golden engines against the CPU with it on.
+#   2. The 30B-A3B all resident, pp512 / pp4096, alternated: the small tiles off / on; the attention split line at
+#      2 / 1 waves (STRATA_CUDA_ATTN_SPLIT_WAVES; 1 keeps a 512-token prompt's 256 blocks whole).
+#   3. Next-80B resident pp512 with the small tiles off / on (its router: 512 experts), if NEXT=1 (a 43 GB synth).
+#   4. llama.cpp beside (issue 16's pp512 and tg128 bars, the same file), then (PROFILE=1) both engines' pp512
+#      kernels (bench/device-profile.sh on the same file).
+# Flip the defaults that win (two lines: matmul_tiled.cu's small_on, cuda_mixers.cpp's waves) and say so in
+# bench/RESULTS.md. There:
+#   setsid nohup bash bench/device-round24.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/r24/main.log 570
+L=/tmp/r24; mkdir -p $L
+exec > $L/main.log 2>&1
+source bench/device-lib.sh
+F=/tmp/q30.gguf
+rm -f $L/synth.rc; [ -f $F ] && touch $L/synth.rc || ($S synth --preset qwen3-30b-a3b --type Q4_K --dense-type Q8_0 -o $F > $L/synth.log 2>&1
+  echo "synth rc=$? at $(el) s" > $L/synth.rc) &
+cmake --build /tmp/strata -j12 --target test_cuda_ops test_cuda_engine > $L/build2.log 2>&1; echo "tests build rc=$? at $(el) s"
+grep -E " error" $L/build2.log | head -5
+STRATA_CUDA_MM_SMALL_TILES=1 timeout 120 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 \
+  --gtest_filter='CudaMatmulGeneric*:*CudaMatmul/*:*CudaMoe/*:CudaMatmuls*' > $L/ops.log 2>&1
+echo "test_cuda_ops with the small tiles rc=$? at $(el) s"; grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/ops.log | head -12
+STRATA_CUDA_MM_SMALL_TILES=1 timeout 150 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 \
+  --gtest_filter='*MatchesTheCpuEngine*:*FusedPromptExperts*:*PromptLoans*:*Budget*' > $L/engine.log 2>&1
+echo "test_cuda_engine with the small tiles rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|Expected|Which" $L/engine.log | head -12
+STRATA_CUDA_ATTN_SPLIT_WAVES=1 timeout 150 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 \
+  --gtest_filter='*MatchesTheCpuEngine*' > $L/engine2.log 2>&1
+echo "test_cuda_engine with one wave's split line rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure" $L/engine2.log | head -6
+[ -n "${OUT:-}" ] && cp $L/ops.log $L/engine.log $OUT/ 2>/dev/null
+while [ ! -f $L/synth.rc ]; do sleep 2; done; cat $L/synth.rc
+for X in 0 1 0 1; do STRATA_CUDA_MM_SMALL_TILES=$X sb -m $F -p 512,4096 -n 1 -r 3 --chunk 4096; done
+for W in 1 2 1; do STRATA_CUDA_MM_SMALL_TILES=1 STRATA_CUDA_ATTN_SPLIT_WAVES=$W sb -m $F -p 512 -n 1 -r 3 --chunk 4096; done
+if [ -n "${NEXT:-}" ]; then N=/tmp/n80.gguf; [ -f $N ] || $S synth --preset qwen3-next-80b-a3b --type Q4_K --dense-type Q8_0 -o $N > $L/synth80.log 2>&1
+  for X in 0 1; do STRATA_CUDA_MM_SMALL_TILES=$X sb -m $N -p 512,4096 -n 1 -r 2 --chunk 4096; done; fi
+echo "rows at $(el) s"
+sb -m $F -p 512 -n 128 -r 5 --chunk 4096
+lb -p 512 -n 128 -r 5
+STRATA_CUDA_MM_SMALL_TILES=1 sb -m $F -p 512 -n 128 -r 5 --chunk 4096
+echo "llama.cpp rows at $(el) s"
+[ -n "${OUT:-}" ] && cp $L/main.log $L/strata-all.txt $OUT/ 2>/dev/null
+if [ -n "${PROFILE:-}" ]; then echo "profile: /tmp/prof/main.log"
+  STRATA_CUDA_MM_SMALL_TILES=1 F=$F bash bench/device-profile.sh qwen3-30b-a3b pp512
+  cp /tmp/prof/main.log $L/profile.log; sed -n '/^| kernel/,/^| all/p' /tmp/prof/main.log; fi
+echo "done at $(el) s"; echo ALL_DONE
