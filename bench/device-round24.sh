@@ -7,7 +7,8 @@
 #      2 / 1 waves (STRATA_CUDA_ATTN_SPLIT_WAVES; 1 keeps a 512-token prompt's 256 blocks whole).
 #   3. Next-80B resident pp512 with the small tiles off / on (its router: 512 experts), if NEXT=1 (a 43 GB synth).
 #   4. llama.cpp beside (issue 16's pp512 and tg128 bars, the same file), then (PROFILE=1) both engines' pp512
-#      kernels (bench/device-profile.sh on the same file).
+#      kernels (bench/device-profile.sh on the same file); MMQ_DETAIL=1: Nsight Compute's sections for the experts'
+#      and the dense matrices' k_mmq of a pp512 pass (the largest shares of its time).
 # Flip the defaults that win (two lines: matmul_tiled.cu's small_on, cuda_mixers.cpp's waves) and say so in
 # bench/RESULTS.md. There:
 #   setsid nohup bash bench/device-round24.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/r24/main.log 570
@@ -43,4 +44,10 @@ echo "llama.cpp rows at $(el) s"
 if [ -n "${PROFILE:-}" ]; then echo "profile: /tmp/prof/main.log"
   STRATA_CUDA_MM_SMALL_TILES=1 F=$F bash bench/device-profile.sh qwen3-30b-a3b pp512
   cp /tmp/prof/main.log $L/profile.log; sed -n '/^| kernel/,/^| all/p' /tmp/prof/main.log; fi
+if [ -n "${MMQ_DETAIL:-}" ]; then  # why the experts' tiles take 33.6% of the pass: the two k_mmq of one layer
+  STRATA_CUDA_GRAPHS=0 timeout 200 ncu --clock-control none --kernel-name "regex:k_mmq" -s 20 -c 4 --section SpeedOfLight \
+    --section Occupancy --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+    --section ComputeWorkloadAnalysis $S bench -m $F -p 512 -n 1 -r 1 > $L/mmq.txt 2> $L/mmq.err; echo "ncu rc=$?"
+  [ -n "${OUT:-}" ] && cp $L/mmq.txt $OUT/ 2>/dev/null
+  grep -E "^  [a-zA-Z_].*\(|Duration|Throughput|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Issue Slots|Block Size|Grid Size|Stall" $L/mmq.txt | head -80; fi
 echo "done at $(el) s"; echo ALL_DONE
