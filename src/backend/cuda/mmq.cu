@@ -405,6 +405,26 @@ bool coalesced_enabled() {
     return on;
 }
 
+// STRATA_CUDA_MMQ_SMALL_GRID=1 (opt-in until measured): a single group whose Wide grid would leave SMs idle (fewer
+// blocks than the device has SMs: a prompt's k and v at 512 tokens are 16 blocks on an H200's 132, its output
+// projection 64) takes the Plain form, twice the blocks of half the rows, two a SM. The same bits.
+bool small_grid_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_MMQ_SMALL_GRID", false);
+    return on;
+}
+int64_t device_sms() {
+    static const int64_t n = [] {
+        int dev = 0, sms = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+            cudaGetLastError();
+            return int64_t(0);  // unknown: the line is never crossed
+        }
+        return int64_t(sms);
+    }();
+    return n;
+}
+
 // Q8_0 rows that are whole 4-byte words (and start on one) can be copied as words (the Wide form only).
 bool q8_words(const MatmulArgs &a) {
     if (a.type != DType::Q8_0 || a.row_bytes % 4 != 0 || !coalesced_enabled()) return false;
@@ -448,9 +468,13 @@ bool mmq_supported(DType t) {
 void launch_mmq(const MatmulArgs &a, cudaStream_t stream, MmqForm form) {
     if (a.n == 0) return;
     STRATA_ASSERT(a.k % 32 == 0 && a.n <= int64_t(65535) * MW);
-    if (form == MmqForm::Auto)
+    if (form == MmqForm::Auto) {
         form = a.tiles ? (pipe_enabled() ? MmqForm::Narrow : MmqForm::Plain)
                        : (wide_enabled() ? MmqForm::Wide : MmqForm::Plain);
+        if (form == MmqForm::Wide && small_grid_enabled() &&
+            int64_t(ceil_div(a.single.n_rows, k_wide_rows)) * int64_t(ceil_div(a.n, MW)) < device_sms())
+            form = MmqForm::Plain;
+    }
     if (form == MmqForm::Wide && a.tiles) form = MmqForm::Narrow;  // the tile list's tiles are 64 rows
     if (a.tiles) {
         if (a.n_tiles == 0) return;
