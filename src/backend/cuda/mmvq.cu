@@ -208,6 +208,13 @@ bool q8k_wide_enabled() {
     static const bool on = env_switch("STRATA_CUDA_Q8K_WIDE", true);
     return on;
 }
+// STRATA_CUDA_Q8K_WIDE_ROWS=N (opt-in until measured; 0 or unset: every size): the thread-per-element form only for
+// at most N rows, the warp form above (the same bits). A 512-token prompt's expert input (512 x 2048) and down input
+// (4096 x 768) took 22 us each in the wide form on an H200, about 5 MB each.
+int64_t q8k_wide_rows() {
+    static const int64_t n = env_count("STRATA_CUDA_Q8K_WIDE_ROWS", 0);
+    return n;
+}
 
 }  // namespace
 
@@ -286,7 +293,7 @@ void launch_quantize_act(DType vt, const float *x, int64_t x_stride, int64_t row
                 break;
             case DType::Q8_K:
                 STRATA_ASSERT(k % 256 == 0);
-                if (q8k_wide_enabled()) {
+                if (q8k_wide_enabled() && (q8k_wide_rows() == 0 || rows <= q8k_wide_rows())) {
                     pdl_launch(k_quantize_act_q8_k_wide, dim3(unsigned(k / 256), unsigned(n)), 256, 0, stream, xs,
                                x_stride, ms, mul_stride, k, qs + r0 * k, ds + r0 * (k / 32));
                     break;
