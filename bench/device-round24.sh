@@ -12,11 +12,13 @@
 #   4. llama.cpp beside (issue 16's pp512 and tg128 bars, the same file), then (PROFILE=1) both engines' pp512
 #      kernels (bench/device-profile.sh on the same file); MMQ_DETAIL=1: Nsight Compute's sections for the experts'
 #      and the dense matrices' k_mmq of a pp512 pass (the largest shares of its time).
+# SHORT=1 (a few minutes of device time): each A/B once, no llama.cpp, no Next-80B, no profile.
 # Flip the defaults that win (matmul_tiled.cu's small_on, cuda_mixers.cpp's waves, mmq.cu's small grid,
 # mmvq.cu's q8k_wide_rows) and say so in bench/RESULTS.md. There:
 #   setsid nohup bash bench/device-round24.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/r24/main.log 570
 L=/tmp/r24; mkdir -p $L
 exec > $L/main.log 2>&1
+[ -n "${SHORT:-}" ] && NO_LLAMA=1
 source bench/device-lib.sh
 F=/tmp/q30.gguf
 rm -f $L/synth.rc; [ -f $F ] && touch $L/synth.rc || ($S synth --preset qwen3-30b-a3b --type Q4_K --dense-type Q8_0 -o $F > $L/synth.log 2>&1
@@ -36,16 +38,18 @@ STRATA_CUDA_ATTN_SPLIT_WAVES=1 timeout 150 /tmp/strata/bin/test_cuda_engine --gt
 echo "test_cuda_engine with one wave's split line rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure" $L/engine2.log | head -6
 [ -n "${OUT:-}" ] && cp $L/ops.log $L/engine.log $OUT/ 2>/dev/null
 while [ ! -f $L/synth.rc ]; do sleep 2; done; cat $L/synth.rc
-for X in 0 1 0 1; do STRATA_CUDA_MM_SMALL_TILES=$X sb -m $F -p 512,4096 -n 1 -r 3 --chunk 4096; done
-for W in 1 2 1; do STRATA_CUDA_MM_SMALL_TILES=1 STRATA_CUDA_ATTN_SPLIT_WAVES=$W sb -m $F -p 512 -n 1 -r 3 --chunk 4096; done
-for X in 1 0 1; do STRATA_CUDA_MM_SMALL_TILES=1 STRATA_CUDA_MMQ_SMALL_GRID=$X sb -m $F -p 512,4096 -n 1 -r 3 --chunk 4096; done
-for X in 64 0 64; do STRATA_CUDA_MM_SMALL_TILES=1 STRATA_CUDA_Q8K_WIDE_ROWS=$X sb -m $F -p 512 -n 128 -r 3 --chunk 4096; done
+AB="0 1 0 1"; ABA="1 2 1"; GRID="1 0 1"; Q8="64 0 64"
+[ -n "${SHORT:-}" ] && AB="0 1" && ABA="1 2" && GRID="1 0" && Q8="64 0"
+for X in $AB; do STRATA_CUDA_MM_SMALL_TILES=$X sb -m $F -p 512,4096 -n 1 -r 3 --chunk 4096; done
+for W in $ABA; do STRATA_CUDA_MM_SMALL_TILES=1 STRATA_CUDA_ATTN_SPLIT_WAVES=$W sb -m $F -p 512 -n 1 -r 3 --chunk 4096; done
+for X in $GRID; do STRATA_CUDA_MM_SMALL_TILES=1 STRATA_CUDA_MMQ_SMALL_GRID=$X sb -m $F -p 512,4096 -n 1 -r 3 --chunk 4096; done
+for X in $Q8; do STRATA_CUDA_MM_SMALL_TILES=1 STRATA_CUDA_Q8K_WIDE_ROWS=$X sb -m $F -p 512 -n 128 -r 3 --chunk 4096; done
 if [ -n "${NEXT:-}" ]; then N=/tmp/n80.gguf; [ -f $N ] || $S synth --preset qwen3-next-80b-a3b --type Q4_K --dense-type Q8_0 -o $N > $L/synth80.log 2>&1
   for X in 0 1; do STRATA_CUDA_MM_SMALL_TILES=$X sb -m $N -p 512,4096 -n 1 -r 2 --chunk 4096; done; fi
 echo "rows at $(el) s"
-sb -m $F -p 512 -n 128 -r 5 --chunk 4096
-lb -p 512 -n 128 -r 5
-STRATA_CUDA_MM_SMALL_TILES=1 sb -m $F -p 512 -n 128 -r 5 --chunk 4096
+if [ -z "${SHORT:-}" ]; then sb -m $F -p 512 -n 128 -r 5 --chunk 4096
+  lb -p 512 -n 128 -r 5
+  STRATA_CUDA_MM_SMALL_TILES=1 sb -m $F -p 512 -n 128 -r 5 --chunk 4096; fi
 echo "llama.cpp rows at $(el) s"
 [ -n "${OUT:-}" ] && cp $L/main.log $L/strata-all.txt $OUT/ 2>/dev/null
 if [ -n "${PROFILE:-}" ]; then echo "profile: /tmp/prof/main.log"
