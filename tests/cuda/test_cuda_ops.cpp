@@ -445,29 +445,22 @@ TEST(CudaMmq, FormsAreTheSameBits) {
     }
 }
 
-// The generic tiled matmul's small form (16 activation rows a block, a single group with few blocks: a prompt's f32
-// router) gives the bits of the 64-row form its tile lists take: the same rows as one group of 64-row tiles, for an
-// f32 and a quantized matrix, a partial weight block (200 rows), row counts with partial tiles.
-TEST(CudaMatmulGeneric, SmallTilesAreTheTileListsBits) {
-    if (!env_switch("STRATA_CUDA_MM_SMALL_TILES", false))
-        GTEST_SKIP() << "the small form is opt-in: run with STRATA_CUDA_MM_SMALL_TILES=1";
-    for (DType t : {DType::F32, DType::Q4_K}) {
+// A single group of f32 weights (a prompt's router) takes the pipelined f32 kernel, which gives the bits of the
+// generic tiled kernel its tile lists take: the same rows as one group of 64-row tiles, with a partial block of
+// weight rows (200) and row counts with partial tiles, every output written.
+TEST(CudaMatmulGeneric, F32FormIsTheTileListsBits) {
+    if (!env_switch("STRATA_CUDA_MM_F32", true)) GTEST_SKIP() << "STRATA_CUDA_MM_F32=0: no f32 form to compare";
+    {
         const int64_t k = 2048, n = 200, R = 333;
-        const size_t rb = row_bytes(t, k);
-        std::vector<uint8_t> w(rb * size_t(n));
-        const std::vector<float> wf = randn(size_t(n * k), 77 + uint64_t(t), 0.05f), x = randn(size_t(R * k), 78);
-        if (t == DType::F32)
-            std::memcpy(w.data(), wf.data(), w.size());
-        else
-            for (int64_t r = 0; r < n; r++) quantize_row(t, wf.data() + r * k, w.data() + size_t(r) * rb, k);
-        DevBuf wd(w.size()), xd(x.size() * 4), yd(size_t(R * n) * 4);
-        CUDA_OK(cudaMemcpy(wd.p, w.data(), w.size(), cudaMemcpyHostToDevice));
+        const std::vector<float> w = randn(size_t(n * k), 77, 0.05f), x = randn(size_t(R * k), 78);
+        DevBuf wd(w.size() * 4), xd(x.size() * 4), yd(size_t(R * n) * 4);
+        CUDA_OK(cudaMemcpy(wd.p, w.data(), w.size() * 4, cudaMemcpyHostToDevice));
         CUDA_OK(cudaMemcpy(xd.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
         cuda::MatmulArgs a;
-        a.type = t;
+        a.type = DType::F32;
         a.k = k;
         a.n = n;
-        a.row_bytes = rb;
+        a.row_bytes = size_t(k) * 4;
         a.x = xd.as<float>();
         a.x_stride = k;
         a.y = yd.as<float>();
@@ -480,11 +473,12 @@ TEST(CudaMatmulGeneric, SmallTilesAreTheTileListsBits) {
             EXPECT_EQ(cudaMemcpy(y.data(), yd.p, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
             return y;
         };
-        for (int32_t rows : {int32_t(R), int32_t(64), int32_t(9)}) {
-            const std::string what = std::string(dtype_name(t)) + ", " + std::to_string(rows) + " rows";
+        for (int32_t rows : {int32_t(R), int32_t(64), int32_t(9), int32_t(17)}) {
+            const std::string what = std::to_string(rows) + " rows";
             a.single = {wd.p, 0, rows, 0};
             a.groups = nullptr, a.n_groups = 1, a.tiles = nullptr, a.n_tiles = 0;
-            const std::vector<float> small = run();  // fewer than 264 blocks of 64 rows: the small form
+            ASSERT_TRUE(cuda::mm_f32_applies(a)) << what;
+            const std::vector<float> small = run();
             for (int64_t i = 0; i < int64_t(rows) * n; i++)
                 ASSERT_FALSE(std::isnan(small[size_t(i)])) << what << ": output " << i << " not written";
             const std::vector<cuda::MatmulGroup> gs = {a.single};

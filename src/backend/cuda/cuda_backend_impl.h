@@ -197,7 +197,8 @@ class CudaBackend final : public Backend {
     static std::vector<int2> seq_pos_table(const BatchInfo &b);
     // attention(): a batch's query tiles of at most rpt rows, and the split of their key ranges over blocks
     static std::vector<AttnTile> attention_tiles(const BatchInfo &b, int rpt);
-    void attention_split(int64_t n_tiles, int64_t n_head_kv, int64_t max_end, int64_t &n_split, int64_t &chunk) const;
+    void attention_split(int64_t n_tiles, int64_t n_head_kv, int64_t max_end, bool prompt, int64_t &n_split,
+                         int64_t &chunk) const;
     const float *inv_freq(const RopeParams &rp);
 
     // ---- matmul (cuda_matmul.cpp) ----
@@ -452,7 +453,7 @@ class CudaBackend final : public Backend {
         UploadSrc src;
     };
     struct AttnRecord {  // attention()'s choices, the same for every attention layer of a replayable pass
-        bool present = false;
+        bool present = false, prompt = false;
         int rpt = 0;
         int64_t n_head_kv = 0, n_split = 0, chunk = 0, n_ctx = 0;
     };

@@ -153,7 +153,7 @@ bool CudaBackend::replay_pass(const BatchInfo &b, const PassIo &io) {
         }
         tiles = attention_tiles(b, g->attn.rpt);
         int64_t n_split = 1, chunk = 0;
-        attention_split(int64_t(tiles.size()), g->attn.n_head_kv, max_end, n_split, chunk);
+        attention_split(int64_t(tiles.size()), g->attn.n_head_kv, max_end, g->attn.prompt, n_split, chunk);
         if (n_split != g->attn.n_split || chunk != g->attn.chunk) return false;
     }
     // The previous pass's copies out of the staging buffer are done (its download or replay waited for it).

@@ -72,13 +72,13 @@ void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int
     int64_t max_end = 0;
     for (const BatchSeg &s : b.segs) max_end = std::max(max_end, s.pos0 + s.n);
     int64_t n_split = 1, chunk = 0;
-    attention_split(int64_t(tiles.size()), n_head_kv, max_end, n_split, chunk);
+    attention_split(int64_t(tiles.size()), n_head_kv, max_end, !small, n_split, chunk);
     if (capturing_) {
         // A replay checks that its batch gets the same split (cuda_graph.cpp).
-        const AttnRecord r{true, rpt, n_head_kv, n_split, chunk, c.kv.n_ctx};
+        const AttnRecord r{true, !small, rpt, n_head_kv, n_split, chunk, c.kv.n_ctx};
         const AttnRecord &o = rec_attn_;
-        if (o.present && (o.rpt != r.rpt || o.n_head_kv != r.n_head_kv || o.n_split != r.n_split ||
-                          o.chunk != r.chunk || o.n_ctx != r.n_ctx))
+        if (o.present && (o.prompt != r.prompt || o.rpt != r.rpt || o.n_head_kv != r.n_head_kv ||
+                          o.n_split != r.n_split || o.chunk != r.chunk || o.n_ctx != r.n_ctx))
             rec_ok_ = false;
         rec_attn_ = r;
     }
@@ -126,13 +126,16 @@ std::vector<AttnTile> CudaBackend::attention_tiles(const BatchInfo &b, int rpt) 
 // Split ranges are whole multiples of G keys: 32 (a tile of the tiled kernel's largest form), or 64 with
 // STRATA_CUDA_ATTN_FINE_SPLIT=0 (the form before, whose blocks walk twice the keys one tile after another: at a
 // 4096-token context a decoding layer's split attention took 23.6 us with 33 ranges of 128 keys).
-// The line is STRATA_CUDA_ATTN_SPLIT_WAVES (default 2) blocks an SM: a 512-token prompt of the 30B-A3B has 256
-// blocks on an H200's 132 SMs, just under two waves, so it splits in two and merges (59 us a layer for the merge
-// alone under Nsight Compute, 4% of the pass); =1 keeps such prompts whole (other bits: the A/B of that line).
-void CudaBackend::attention_split(int64_t n_tiles, int64_t n_head_kv, int64_t max_end, int64_t &n_split,
+// The line is STRATA_CUDA_ATTN_SPLIT_WAVES blocks an SM: by default 1 for a prompt (a batch not of decoding's small
+// tiles) and 2 for decoding. A 512-token prompt of the 30B-A3B has 256 blocks on an H200's 132 SMs, just under two waves: with
+// the line at 2 it split in two and merged (59 us a layer for the merge alone, 4% of the pass); at 1 it stays whole,
+// 1.05-1.07x on the pass (bench/RESULTS.md, twenty-fourth round). Other bits than the line at 2: the choice follows
+// the batch's shape only, as before.
+void CudaBackend::attention_split(int64_t n_tiles, int64_t n_head_kv, int64_t max_end, bool prompt, int64_t &n_split,
                                   int64_t &chunk) const {
     static const int64_t G = env_switch("STRATA_CUDA_ATTN_FINE_SPLIT", true) ? 32 : 64;
-    static const int64_t waves = std::max<long>(1, env_count("STRATA_CUDA_ATTN_SPLIT_WAVES", 2));
+    static const int64_t set = env_count("STRATA_CUDA_ATTN_SPLIT_WAVES", 0);
+    const int64_t waves = set > 0 ? set : prompt ? 1 : 2;
     const int64_t blocks = n_tiles * n_head_kv, target = waves * int64_t(prop_.multiProcessorCount);
     n_split = 1, chunk = max_end <= k_flash_decode_keys ? k_flash_decode_keys : int64_t(1) << 30;
     if (blocks < target && max_end > 64) {

@@ -1,6 +1,6 @@
 // Device helpers shared by the kernels: warp and block reductions in a fixed order (results never depend on timing),
-// unaligned little-endian loads for packed blocks, and fp16 conversions that equal core/fp16.h bit for bit.
-// Included by .cu files only.
+// unaligned little-endian loads for packed blocks, fp16 conversions that equal core/fp16.h bit for bit, and
+// asynchronous copies to shared memory (cp.async, sm_80 and later). Included by .cu files only.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -98,6 +98,34 @@ __device__ __forceinline__ float sigmoidf_dev(float x) {
 }
 __device__ __forceinline__ float siluf_dev(float x) {
     return x / (1.0f + expf(-x));
+}
+
+// ---- cp.async (sm_80 and later) ----------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return uint32_t(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes from global to shared memory, asynchronously, bypassing L1; zeros where !valid (src is then not read, but
+// must still be a valid address).
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+
+// 4 bytes likewise, through L1.
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 4 : 0));
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+// Wait until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 inline unsigned ceil_div(int64_t a, int64_t b) {

@@ -52,10 +52,6 @@ __device__ __forceinline__ void mma_hi_lo_x2(float (&c0)[4], float (&c1)[4], con
     mma16816(c1, a, b[2], b[3]);
 }
 
-__device__ __forceinline__ uint32_t smem_addr(const void *p) {
-    return uint32_t(__cvta_generic_to_shared(p));
-}
-
 // Four 8x8 matrices of halves; lane i names row i % 8 of matrix i / 8.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __half *row) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -67,21 +63,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __half
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(smem_addr(row)));
-}
-
-// 16 bytes from global to shared memory, asynchronously; zeros where !valid (src is then not read).
-__device__ __forceinline__ void cp_async16(__half *dst, const void *src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 // hi = fp16(a, b) and lo = fp16 of what hi left out.

@@ -50,6 +50,10 @@ struct MatmulArgs {
 // Generic kernels (every type cuda_can_dequantize accepts).
 void launch_mmv_generic(const MatmulArgs &a, cudaStream_t stream);  // every group <= k_mmv_max_rows rows
 void launch_mm_generic(const MatmulArgs &a, cudaStream_t stream);
+// f32 weights, a single group of more than k_mmv_max_rows rows, k a multiple of 32 and 16-byte aligned rows (a
+// prompt's router): a pipelined kernel of launch_mm_generic's bits, which launch_mm_generic takes where it applies.
+bool mm_f32_applies(const MatmulArgs &a);
+void launch_mm_f32(const MatmulArgs &a, cudaStream_t stream);
 // Few rows and long ones (routers): the generic mat-vec splits each row's k over a block (mmv_split.cuh). The choice
 // follows the matrix's shape only.
 inline bool mmv_split_applies(int64_t n, int64_t k) {

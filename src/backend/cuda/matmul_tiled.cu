@@ -1,30 +1,24 @@
-// Generic tiled matmul for groups of more than 8 activation rows, every weight type (a prompt's f32 router among
-// them): BM activation rows x 64 weight rows per block, BM / 16 x 4 outputs a thread, k in steps of 32; weights are
-// dequantized exactly into shared memory, products summed in fp32 in k order by the same expression from zero, so
-// an output's bits do not depend on BM. BM is 64 (the tile list's rows), or (STRATA_CUDA_MM_SMALL_TILES=1) 16 for a
-// single group that would give fewer than k_small_grid blocks of 64 rows: a prompt's router (512 rows x 128 experts
-// is 16 blocks of 64, 64 of 16), whose few blocks each took k = 2048 alone (221 us a layer on an H200 at 512 rows:
-// 16% of the 30B-A3B's pp512).
+// Generic tiled matmul for groups of more than 8 activation rows, every weight type: 64 activation rows x 64 weight
+// rows per block, 4 x 4 outputs a thread, k in steps of 32; weights are dequantized exactly into shared memory,
+// products summed in fp32 in k order by the same expression from zero. A single group of f32 weights (a prompt's
+// router) goes to matmul_f32.cu's pipelined kernel, of the same bits.
 #include "backend/cuda/matmul.cuh"
 
 #include "backend/cuda/quant_device.cuh"
-#include "core/env.h"
 #include "core/error.h"
 
 namespace strata::cuda {
 
 namespace {
 
-constexpr int BN = 64, BK = 32;
-constexpr int k_small_grid = 264;  // two blocks for each of an H200's 132 SMs
+constexpr int BM = k_mm_tile_rows, BN = 64, BK = 32;
 
 // Tiles are stored k-major (xs[k][row], ws[k][n]) so that each thread reads its 4 activation rows and 4 weight rows
 // of a k step as two 16-byte loads; the padding keeps those loads aligned.
 constexpr int PAD = 4;
 
-template <DType T, int BM>
+template <DType T>
 __global__ __launch_bounds__(256) void k_mm_generic(MatmulArgs a, IqGrids g) {
-    static_assert(BM == 16 || BM == 64, "a thread's rows: BM / 16");
     constexpr int RT = BM / 16;  // activation rows a thread
     __shared__ __align__(16) float xs[BK][BM + PAD];
     __shared__ __align__(16) float ws[BK][BN + PAD];
@@ -39,11 +33,9 @@ __global__ __launch_bounds__(256) void k_mm_generic(MatmulArgs a, IqGrids g) {
     const int64_t n0 = int64_t(blockIdx.y) * BN;
     const uint8_t *w = static_cast<const uint8_t *>(grp.w);
 
-    // Loader roles: thread tid fills row (tid / 4) of each tile (of the activations' only where it has one), 8
-    // consecutive k from (tid % 4) * 8.
+    // Loader roles: thread tid fills row (tid / 4) of each tile, 8 consecutive k from (tid % 4) * 8.
     const int lr = tid / 4, lk = (tid % 4) * 8;
-    const bool x_loads = lr < BM;
-    const bool x_valid = x_loads && row0 + lr < grp.n_rows;
+    const bool x_valid = row0 + lr < grp.n_rows;
     const float *xrow = a.x + int64_t(grp.x_row0 + row0 + lr) * a.x_stride;
     const bool w_valid = n0 + lr < a.n;
     const uint8_t *wrow = w + size_t(n0 + lr) * a.row_bytes;
@@ -55,9 +47,6 @@ __global__ __launch_bounds__(256) void k_mm_generic(MatmulArgs a, IqGrids g) {
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
 
-    // The small form loads the next k step into registers before computing this one (its few blocks wait on
-    // memory otherwise); the values and the order of the sums are the same.
-    constexpr bool ahead = BM == 16;
     float xn[8], wn[8];
     auto load = [&](int64_t k0) {
 #pragma unroll
@@ -67,25 +56,18 @@ __global__ __launch_bounds__(256) void k_mm_generic(MatmulArgs a, IqGrids g) {
             wn[u] = w_valid && k < a.k ? row_elem<T>(wrow, k, g) : 0.0f;
         }
     };
-    if (ahead) load(0);
     for (int64_t k0 = 0; k0 < a.k; k0 += BK) {
-        if (!ahead) load(k0);
+        load(k0);
 #pragma unroll
         for (int u = 0; u < 8; u++) {
-            if (x_loads) xs[lk + u][lr] = xn[u];
+            xs[lk + u][lr] = xn[u];
             ws[lk + u][lr] = wn[u];
         }
         __syncthreads();
-        if (ahead && k0 + BK < a.k) load(k0 + BK);
 #pragma unroll 8
         for (int kk = 0; kk < BK; kk++) {
-            float xa[RT];
-            if constexpr (RT == 4) {
-                const float4 xv = *reinterpret_cast<const float4 *>(&xs[kk][ty * 4]);
-                xa[0] = xv.x, xa[1] = xv.y, xa[2] = xv.z, xa[3] = xv.w;
-            } else {
-                xa[0] = xs[kk][ty];
-            }
+            const float4 xv = *reinterpret_cast<const float4 *>(&xs[kk][ty * 4]);
+            const float xa[RT] = {xv.x, xv.y, xv.z, xv.w};
             const float4 wv = *reinterpret_cast<const float4 *>(&ws[kk][tx * 4]);
             const float wa[4] = {wv.x, wv.y, wv.z, wv.w};
 #pragma unroll
@@ -111,22 +93,17 @@ __global__ __launch_bounds__(256) void k_mm_generic(MatmulArgs a, IqGrids g) {
 }  // namespace
 
 void launch_mm_generic(const MatmulArgs &a, cudaStream_t stream) {
-    constexpr int BM = k_mm_tile_rows;
+    if (mm_f32_applies(a)) return launch_mm_f32(a, stream);
     const int64_t n_tiles = a.tiles ? a.n_tiles : (a.single.n_rows + BM - 1) / BM;
     if (n_tiles == 0 || a.n == 0) return;
     STRATA_ASSERT(a.n <= int64_t(65535) * BN);
     const IqGrids &g = iq_grids();
-    // a single group with few blocks of 64 rows: blocks of 16 (STRATA_CUDA_MM_SMALL_TILES=1; opt-in until its GPU
-    // test and A/B have run)
-    static const bool small_on = env_switch("STRATA_CUDA_MM_SMALL_TILES", false);
-    const bool small = small_on && !a.tiles && n_tiles * ceil_div(a.n, BN) < k_small_grid;
-    const dim3 grid(small ? unsigned(ceil_div(a.single.n_rows, 16)) : unsigned(n_tiles), ceil_div(a.n, BN));
+    const dim3 grid(unsigned(n_tiles), ceil_div(a.n, BN));
     // clang-format off
     switch (a.type) {
 #define X(T_) \
     case DType::T_: \
-        if (small) k_mm_generic<DType::T_, 16><<<grid, 256, 0, stream>>>(a, g); \
-        else k_mm_generic<DType::T_, BM><<<grid, 256, 0, stream>>>(a, g); \
+        k_mm_generic<DType::T_><<<grid, 256, 0, stream>>>(a, g); \
         break;
         STRATA_CUDA_DTYPES(X)
 #undef X

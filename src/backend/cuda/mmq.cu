@@ -186,11 +186,6 @@ __device__ __forceinline__ void store_step(const Loads<MT, COAL> &l, Tiles<MT> &
     }
 }
 
-__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(uint32_t(__cvta_generic_to_shared(dst))),
-                 "l"(src), "r"(valid ? 4 : 0));
-}
-
 // COAL: a k step of Q8_0 rows into `raw` as they are (row r at r * 4 * Q8_WORDS), by cp.async in one group; zeros
 // past the matrix's rows and a partial last step's end (n_sub is even, so the step ends on a word).
 __device__ __forceinline__ void copy_q8_step(const MatmulArgs &a, const Where &at, int64_t s0, uint8_t *raw) {
@@ -203,7 +198,7 @@ __device__ __forceinline__ void copy_q8_step(const MatmulArgs &a, const Where &a
         const bool ok = at.n0 + r < a.n && c < words;
         cp_async4(raw + 4 * i, ok ? base + size_t(r) * a.row_bytes + 4 * c : at.w, ok);
     }
-    asm volatile("cp.async.commit_group;\n" ::);
+    cp_async_commit();
 }
 
 // COAL: the copied step into the tiles, once every thread's copies have landed. Thread t takes half of row t / 2:
@@ -211,7 +206,7 @@ __device__ __forceinline__ void copy_q8_step(const MatmulArgs &a, const Where &a
 // values are 2 bytes into a word (W[n] and W[n + 1] shifted), the second's whole words.
 template <int MT>
 __device__ __forceinline__ void split_q8_step(const uint8_t *raw, Tiles<MT> &sm) {
-    asm volatile("cp.async.wait_group 0;\n" ::);
+    cp_async_wait<0>();
     __syncthreads();
     const int r = threadIdx.x >> 1, h = threadIdx.x & 1;
     const uint32_t *w = reinterpret_cast<const uint32_t *>(raw) + r * Q8_WORDS + h * (Q8_WORDS / 2);

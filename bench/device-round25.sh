@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The twenty-fifth round's call, one warm machine (issue 16's 30B pp512 after round 24's profile: the prompt's f32
+# router 157 us a layer of 1352 on an H100, the generic tiled kernel's 64 blocks waiting on their loads):
+#   1. GPU tests: the whole test_cuda_ops (the pipelined f32 kernel's bits against the tiled kernel's, the cp.async
+#      helpers now shared by flash attention and MMQ) and the engine's golden, fusion, loan, budget and graph tests
+#      under the new defaults (a prompt's attention split line at one wave, Q8_K's thread-per-element form up to 64
+#      rows, the f32 kernel).
+#   2. The 30B-A3B all resident, pp512 / pp4096, alternated: STRATA_CUDA_MM_F32=0 / 1.
+#   3. The 30B at --vram-budget 12G: pp512 / pp4096 (issue 15's bar) and uniform-routing decode (issue 17's).
+#   4. llama.cpp beside: all resident pp512 + tg128 (issue 16), 12G-class -ncmoe 26 pp512 / pp4096 / tg64.
+#   5. PROFILE=1: both engines' pp512 kernels (bench/device-profile.sh on the same file).
+# There:
+#   setsid nohup bash bench/device-round25.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/r25/main.log 570
+L=/tmp/r25; mkdir -p $L
+exec > $L/main.log 2>&1
+source bench/device-lib.sh
+F=/tmp/q30.gguf
+rm -f $L/synth.rc; [ -f $F ] && touch $L/synth.rc || ($S synth --preset qwen3-30b-a3b --type Q4_K --dense-type Q8_0 -o $F > $L/synth.log 2>&1
+  echo "synth rc=$? at $(el) s" > $L/synth.rc) &
+cmake --build /tmp/strata -j12 --target test_cuda_ops test_cuda_engine > $L/build2.log 2>&1; echo "tests build rc=$? at $(el) s"
+grep -E " error" $L/build2.log | head -5
+timeout 200 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 > $L/ops.log 2>&1
+echo "test_cuda_ops rc=$? at $(el) s"; grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/ops.log | head -12
+timeout 240 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 \
+  --gtest_filter='*MatchesTheCpuEngine*:*FusedPromptExperts*:*PromptLoans*:*Budget*:*Graph*:*SplitPasses*' > $L/engine.log 2>&1
+echo "test_cuda_engine rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|Expected|Which" $L/engine.log | head -12
+[ -n "${OUT:-}" ] && cp $L/ops.log $L/engine.log $OUT/ 2>/dev/null
+while [ ! -f $L/synth.rc ]; do sleep 2; done; cat $L/synth.rc
+for X in 0 1 0 1; do STRATA_CUDA_MM_F32=$X sb -m $F -p 512,4096 -n 1 -r 3 --chunk 4096; done
+sb -m $F -p 512,4096 -n 64 -r 2 --chunk 4096 --vram-budget 12G
+sb -m $F -p 16 -n 64 -r 2 --chunk 4096 --routing uniform --vram-budget 12G
+echo "rows at $(el) s"
+sb -m $F -p 512 -n 128 -r 5 --chunk 4096
+lb -p 512 -n 128 -r 5
+lb -p 512,4096 -n 64 -r 2 -ncmoe 26
+sb -m $F -p 512 -n 128 -r 5 --chunk 4096
+echo "llama.cpp rows at $(el) s"
+[ -n "${OUT:-}" ] && cp $L/main.log $L/strata-all.txt $OUT/ 2>/dev/null
+if [ -n "${PROFILE:-}" ]; then echo "profile: /tmp/prof/main.log"
+  F=$F bash bench/device-profile.sh qwen3-30b-a3b pp512
+  cp /tmp/prof/main.log $L/profile.log; sed -n '/^| kernel/,/^| all/p' /tmp/prof/main.log; fi
+echo "done at $(el) s"; echo ALL_DONE
