@@ -9,24 +9,30 @@
 #   3. The 30B at --vram-budget 12G: pp512 / pp4096 (issue 15's bar) and uniform-routing decode (issue 17's).
 #   4. llama.cpp beside: all resident pp512 + tg128 (issue 16), 12G-class -ncmoe 26 pp512 / pp4096 / tg64.
 #   5. PROFILE=1: both engines' pp512 kernels (bench/device-profile.sh on the same file).
+# SHORT=1 (about three minutes on a fresh machine): the tests and one MM_F32 A/B pair, no llama.cpp, no 12G rows.
 # There:
 #   setsid nohup bash bench/device-round25.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/r25/main.log 570
 L=/tmp/r25; mkdir -p $L
 exec > $L/main.log 2>&1
+[ -n "${SHORT:-}" ] && NO_LLAMA=1
 source bench/device-lib.sh
 F=/tmp/q30.gguf
 rm -f $L/synth.rc; [ -f $F ] && touch $L/synth.rc || ($S synth --preset qwen3-30b-a3b --type Q4_K --dense-type Q8_0 -o $F > $L/synth.log 2>&1
   echo "synth rc=$? at $(el) s" > $L/synth.rc) &
 cmake --build /tmp/strata -j12 --target test_cuda_ops test_cuda_engine > $L/build2.log 2>&1; echo "tests build rc=$? at $(el) s"
 grep -E " error" $L/build2.log | head -5
-timeout 200 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 > $L/ops.log 2>&1
+OPS='*'; [ -n "${SHORT:-}" ] && OPS='CudaMatmulGeneric*:*CudaMatmul*:CudaMmq*:*CudaAttention*:CudaFlash*:CudaActivations*'
+timeout 150 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 --gtest_filter="$OPS" > $L/ops.log 2>&1
 echo "test_cuda_ops rc=$? at $(el) s"; grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/ops.log | head -12
 timeout 240 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 \
-  --gtest_filter='*MatchesTheCpuEngine*:*FusedPromptExperts*:*PromptLoans*:*Budget*:*Graph*:*SplitPasses*' > $L/engine.log 2>&1
+  --gtest_filter="${ENGINE:-*MatchesTheCpuEngine*:*FusedPromptExperts*:*PromptLoans*:*Budget*:*Graph*:*SplitPasses*}" \
+  > $L/engine.log 2>&1
 echo "test_cuda_engine rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|Expected|Which" $L/engine.log | head -12
 [ -n "${OUT:-}" ] && cp $L/ops.log $L/engine.log $OUT/ 2>/dev/null
 while [ ! -f $L/synth.rc ]; do sleep 2; done; cat $L/synth.rc
-for X in 0 1 0 1; do STRATA_CUDA_MM_F32=$X sb -m $F -p 512,4096 -n 1 -r 3 --chunk 4096; done
+AB="0 1 0 1"; [ -n "${SHORT:-}" ] && AB="0 1"
+for X in $AB; do STRATA_CUDA_MM_F32=$X sb -m $F -p 512,4096 -n 1 -r 3 --chunk 4096; done
+if [ -z "${SHORT:-}" ]; then
 sb -m $F -p 512,4096 -n 64 -r 2 --chunk 4096 --vram-budget 12G
 sb -m $F -p 16 -n 64 -r 2 --chunk 4096 --routing uniform --vram-budget 12G
 echo "rows at $(el) s"
@@ -34,7 +40,7 @@ sb -m $F -p 512 -n 128 -r 5 --chunk 4096
 lb -p 512 -n 128 -r 5
 lb -p 512,4096 -n 64 -r 2 -ncmoe 26
 sb -m $F -p 512 -n 128 -r 5 --chunk 4096
-echo "llama.cpp rows at $(el) s"
+echo "llama.cpp rows at $(el) s"; fi
 [ -n "${OUT:-}" ] && cp $L/main.log $L/strata-all.txt $OUT/ 2>/dev/null
 if [ -n "${PROFILE:-}" ]; then echo "profile: /tmp/prof/main.log"
   F=$F bash bench/device-profile.sh qwen3-30b-a3b pp512
