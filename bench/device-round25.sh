@@ -4,7 +4,7 @@
 #   1. GPU tests: the whole test_cuda_ops (the pipelined f32 kernel's bits against the tiled kernel's, the cp.async
 #      helpers now shared by flash attention and MMQ) and the engine's golden, fusion, loan, budget and graph tests
 #      under the new defaults (a prompt's attention split line at one wave, Q8_K's thread-per-element form up to 64
-#      rows, the f32 kernel).
+#      rows) with the opt-in f32 kernel on (STRATA_CUDA_MM_F32=1). Make it the default if the tests pass and it wins.
 #   2. The 30B-A3B all resident, pp512 / pp4096, alternated: STRATA_CUDA_MM_F32=0 / 1.
 #   3. The 30B at --vram-budget 12G: pp512 / pp4096 (issue 15's bar) and uniform-routing decode (issue 17's).
 #   4. llama.cpp beside: all resident pp512 + tg128 (issue 16), 12G-class -ncmoe 26 pp512 / pp4096 / tg64.
@@ -22,9 +22,9 @@ rm -f $L/synth.rc; [ -f $F ] && touch $L/synth.rc || ($S synth --preset qwen3-30
 cmake --build /tmp/strata -j12 --target test_cuda_ops test_cuda_engine > $L/build2.log 2>&1; echo "tests build rc=$? at $(el) s"
 grep -E " error" $L/build2.log | head -5
 OPS='*'; [ -n "${SHORT:-}" ] && OPS='CudaMatmulGeneric*:*CudaMatmul*:CudaMmq*:*CudaAttention*:CudaFlash*:CudaActivations*'
-timeout 150 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 --gtest_filter="$OPS" > $L/ops.log 2>&1
+STRATA_CUDA_MM_F32=1 timeout 150 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 --gtest_filter="$OPS" > $L/ops.log 2>&1
 echo "test_cuda_ops rc=$? at $(el) s"; grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/ops.log | head -12
-timeout 240 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 \
+STRATA_CUDA_MM_F32=1 timeout 240 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 \
   --gtest_filter="${ENGINE:-*MatchesTheCpuEngine*:*FusedPromptExperts*:*PromptLoans*:*Budget*:*Graph*:*SplitPasses*}" \
   > $L/engine.log 2>&1
 echo "test_cuda_engine rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|Expected|Which" $L/engine.log | head -12
@@ -39,10 +39,10 @@ echo "rows at $(el) s"
 sb -m $F -p 512 -n 128 -r 5 --chunk 4096
 lb -p 512 -n 128 -r 5
 lb -p 512,4096 -n 64 -r 2 -ncmoe 26
-sb -m $F -p 512 -n 128 -r 5 --chunk 4096
+STRATA_CUDA_MM_F32=1 sb -m $F -p 512 -n 128 -r 5 --chunk 4096
 echo "llama.cpp rows at $(el) s"; fi
 [ -n "${OUT:-}" ] && cp $L/main.log $L/strata-all.txt $OUT/ 2>/dev/null
 if [ -n "${PROFILE:-}" ]; then echo "profile: /tmp/prof/main.log"
-  F=$F bash bench/device-profile.sh qwen3-30b-a3b pp512
+  STRATA_CUDA_MM_F32=1 F=$F bash bench/device-profile.sh qwen3-30b-a3b pp512
   cp /tmp/prof/main.log $L/profile.log; sed -n '/^| kernel/,/^| all/p' /tmp/prof/main.log; fi
 echo "done at $(el) s"; echo ALL_DONE

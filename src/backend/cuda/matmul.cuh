@@ -51,7 +51,8 @@ struct MatmulArgs {
 void launch_mmv_generic(const MatmulArgs &a, cudaStream_t stream);  // every group <= k_mmv_max_rows rows
 void launch_mm_generic(const MatmulArgs &a, cudaStream_t stream);
 // f32 weights, a single group of more than k_mmv_max_rows rows, k a multiple of 32 and 16-byte aligned rows (a
-// prompt's router): a pipelined kernel of launch_mm_generic's bits, which launch_mm_generic takes where it applies.
+// prompt's router): a pipelined kernel of launch_mm_generic's bits, which launch_mm_generic takes where it applies
+// (opt-in: STRATA_CUDA_MM_F32=1).
 bool mm_f32_applies(const MatmulArgs &a);
 void launch_mm_f32(const MatmulArgs &a, cudaStream_t stream);
 // Few rows and long ones (routers): the generic mat-vec splits each row's k over a block (mmv_split.cuh). The choice
