@@ -4,8 +4,11 @@
 #   1. GPU tests: the whole test_cuda_ops (the pipelined f32 kernel's bits against the tiled kernel's, the cp.async
 #      helpers now shared by flash attention and MMQ) and the engine's golden, fusion, loan, budget and graph tests
 #      under the new defaults (a prompt's attention split line at one wave, Q8_K's thread-per-element form up to 64
-#      rows) with the opt-in f32 kernel on (STRATA_CUDA_MM_F32=1). Make it the default if the tests pass and it wins.
-#   2. The 30B-A3B all resident, pp512 / pp4096, alternated: STRATA_CUDA_MM_F32=0 / 1.
+#      rows) with the opt-in f32 kernel and q/k/v parts on (STRATA_CUDA_MM_F32=1 STRATA_CUDA_MMQ_PARTS=1; the ops
+#      suite's CudaMmq.PartsAreTheSeparateLaunchesBits runs either way). Make each the default if its tests pass and
+#      it wins.
+#   2. The 30B-A3B all resident, pp512 / pp4096, alternated: STRATA_CUDA_MM_F32=0 / 1, then with it on,
+#      STRATA_CUDA_MMQ_PARTS=0 / 1 (a prompt's q, k and v in one Wide tensor-core launch; opt-in, the same bits).
 #   3. The 30B at --vram-budget 12G: pp512 / pp4096 (issue 15's bar) and uniform-routing decode (issue 17's).
 #   4. llama.cpp beside: all resident pp512 + tg128 (issue 16), 12G-class -ncmoe 26 pp512 / pp4096 / tg64.
 #   5. PROFILE=1: both engines' pp512 kernels (bench/device-profile.sh on the same file).
@@ -22,9 +25,9 @@ rm -f $L/synth.rc; [ -f $F ] && touch $L/synth.rc || ($S synth --preset qwen3-30
 cmake --build /tmp/strata -j12 --target test_cuda_ops test_cuda_engine > $L/build2.log 2>&1; echo "tests build rc=$? at $(el) s"
 grep -E " error" $L/build2.log | head -5
 OPS='*'; [ -n "${SHORT:-}" ] && OPS='CudaMatmulGeneric*:*CudaMatmul*:CudaMmq*:*CudaAttention*:CudaFlash*:CudaActivations*'
-STRATA_CUDA_MM_F32=1 timeout 150 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 --gtest_filter="$OPS" > $L/ops.log 2>&1
+STRATA_CUDA_MM_F32=1 STRATA_CUDA_MMQ_PARTS=1 timeout 150 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 --gtest_filter="$OPS" > $L/ops.log 2>&1
 echo "test_cuda_ops rc=$? at $(el) s"; grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/ops.log | head -12
-STRATA_CUDA_MM_F32=1 timeout 240 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 \
+STRATA_CUDA_MM_F32=1 STRATA_CUDA_MMQ_PARTS=1 timeout 240 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 \
   --gtest_filter="${ENGINE:-*MatchesTheCpuEngine*:*FusedPromptExperts*:*PromptLoans*:*Budget*:*Graph*:*SplitPasses*}" \
   > $L/engine.log 2>&1
 echo "test_cuda_engine rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|Expected|Which" $L/engine.log | head -12
@@ -32,6 +35,7 @@ echo "test_cuda_engine rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|Expecte
 while [ ! -f $L/synth.rc ]; do sleep 2; done; cat $L/synth.rc
 AB="0 1 0 1"; [ -n "${SHORT:-}" ] && AB="0 1"
 for X in $AB; do STRATA_CUDA_MM_F32=$X sb -m $F -p 512,4096 -n 1 -r 3 --chunk 4096; done
+for X in $AB; do STRATA_CUDA_MM_F32=1 STRATA_CUDA_MMQ_PARTS=$X sb -m $F -p 512,4096 -n 1 -r 3 --chunk 4096; done
 if [ -z "${SHORT:-}" ]; then
 sb -m $F -p 512,4096 -n 64 -r 2 --chunk 4096 --vram-budget 12G
 sb -m $F -p 16 -n 64 -r 2 --chunk 4096 --routing uniform --vram-budget 12G
@@ -39,10 +43,10 @@ echo "rows at $(el) s"
 sb -m $F -p 512 -n 128 -r 5 --chunk 4096
 lb -p 512 -n 128 -r 5
 lb -p 512,4096 -n 64 -r 2 -ncmoe 26
-STRATA_CUDA_MM_F32=1 sb -m $F -p 512 -n 128 -r 5 --chunk 4096
+STRATA_CUDA_MM_F32=1 STRATA_CUDA_MMQ_PARTS=1 sb -m $F -p 512 -n 128 -r 5 --chunk 4096
 echo "llama.cpp rows at $(el) s"; fi
 [ -n "${OUT:-}" ] && cp $L/main.log $L/strata-all.txt $OUT/ 2>/dev/null
 if [ -n "${PROFILE:-}" ]; then echo "profile: /tmp/prof/main.log"
-  STRATA_CUDA_MM_F32=1 F=$F bash bench/device-profile.sh qwen3-30b-a3b pp512
+  STRATA_CUDA_MM_F32=1 STRATA_CUDA_MMQ_PARTS=1 F=$F bash bench/device-profile.sh qwen3-30b-a3b pp512
   cp /tmp/prof/main.log $L/profile.log; sed -n '/^| kernel/,/^| all/p' /tmp/prof/main.log; fi
 echo "done at $(el) s"; echo ALL_DONE

@@ -445,6 +445,69 @@ TEST(CudaMmq, FormsAreTheSameBits) {
     }
 }
 
+// Several matrices of a prompt in one tensor-core launch (launch_mmq_parts: q, k and v) give each matrix's bits
+// alone: three row slices of one matrix (300, 64 and 200 rows: partial 128-row blocks, a part within one block)
+// against launches of each slice, in the Plain, Wide and Auto forms, for row counts with partial tiles; the parts'
+// outputs interleaved in one buffer (columns a row apart), every output written and nothing else.
+TEST(CudaMmq, PartsAreTheSeparateLaunchesBits) {
+    for (DType t : k_mmvq_types) {
+        for (int64_t k : {320, 2048}) {
+            if (k % dtype_info(t).block_size != 0 || k % dtype_info(dot_act_type(t)).block_size != 0) continue;
+            const std::vector<int64_t> ns = {300, 64, 200};
+            const int64_t n = 564, R = 333, cols = n + 3;
+            QuantizedProduct qp(t, k, n, R, uint64_t(k) * 11 + uint64_t(t), uint64_t(k) * 11 + 1);
+            DevBuf wide(size_t(R * cols) * 4);
+            const std::string what0 = std::string(dtype_name(t)) + ", k " + std::to_string(k);
+            for (int32_t rows : {int32_t(R), int32_t(129), int32_t(40)}) {
+                for (cuda::MmqForm f : {cuda::MmqForm::Plain, cuda::MmqForm::Wide, cuda::MmqForm::Auto}) {
+                    const std::string what = what0 + ", " + std::to_string(rows) + " rows, form " + std::to_string(int(f));
+                    cuda::MatmulPart parts[3];
+                    int64_t r0 = 0, c0 = 0;
+                    for (int p = 0; p < 3; p++) {
+                        parts[p] = {static_cast<const uint8_t *>(qp.wd.p) + size_t(r0) * qp.rb, ns[size_t(p)],
+                                    wide.as<float>() + c0, cols};
+                        r0 += ns[size_t(p)];
+                        c0 += ns[size_t(p)] + 1;
+                    }
+                    ASSERT_EQ(cudaMemset(wide.p, 0xff, size_t(R * cols) * 4), cudaSuccess);  // NaN: not written
+                    cuda::MatmulArgs a = qp.a;
+                    a.single = {nullptr, 0, rows, 0};
+                    cuda::launch_mmq_parts(a, parts, 3, nullptr, f);
+                    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+                    std::vector<float> got(size_t(R * cols));
+                    ASSERT_EQ(cudaMemcpy(got.data(), wide.p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+                    r0 = 0, c0 = 0;
+                    for (int p = 0; p < 3; p++) {
+                        const int64_t np = ns[size_t(p)];
+                        cuda::MatmulArgs b = qp.a;
+                        b.n = np;
+                        b.single = {parts[p].w, 0, rows, 0};
+                        b.y_stride = np;
+                        ASSERT_EQ(cudaMemset(qp.yd.p, 0xff, size_t(R * n) * 4), cudaSuccess);
+                        cuda::launch_mmq(b, nullptr, f);
+                        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+                        std::vector<float> one(size_t(rows * np));
+                        ASSERT_EQ(cudaMemcpy(one.data(), qp.yd.p, one.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+                        for (int64_t r = 0; r < rows; r++) {
+                            const float *g = got.data() + r * cols + c0;
+                            ASSERT_FALSE(std::isnan(g[0]) || std::isnan(g[np - 1])) << what << ", part " << p;
+                            ASSERT_EQ(std::memcmp(g, one.data() + r * np, size_t(np) * 4), 0)
+                                << what << ", part " << p << ", row " << r;
+                            if (p < 2) {
+                                ASSERT_TRUE(std::isnan(g[np])) << what << ": a column between parts written";
+                            }
+                        }
+                        for (int64_t r = rows; r < R; r++)
+                            ASSERT_TRUE(std::isnan(got[size_t(r * cols + c0)])) << what << ": row " << r << " written";
+                        r0 += np;
+                        c0 += np + 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
 // A single group of f32 weights (a prompt's router) takes the pipelined f32 kernel, which gives the bits of the
 // generic tiled kernel its tile lists take: the same rows as one group of 64-row tiles, with a partial block of
 // weight rows (200) and row counts with partial tiles, every output written.

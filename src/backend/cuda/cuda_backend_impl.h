@@ -262,7 +262,7 @@ class CudaBackend final : public Backend {
     // route() with the one-launch router where it applies (false: the two-launch default ran, pairs not made).
     bool route_launch(const Weight &router, Act x, const MoeParams &p, Act logits, int32_t *ids, float *weights,
                       const RouterPairs &pairs);
-    void matvec_parts(const std::vector<MatmulOut> &outs, PreparedAct &x, std::vector<bool> &done);
+    void matmul_parts(const std::vector<MatmulOut> &outs, PreparedAct &x, std::vector<bool> &done);
     // STRATA_CUDA_FUSE=0 undoes the decode fusions (shared input quantization, several matrices of one input or gate
     // and up in one launch, silu fused into the down matrices' quantization, q/k norm and rope in one kernel, the
     // router's mat-vec and top-k in one kernel) for A/B checks; results are the same.

@@ -206,27 +206,29 @@ void CudaBackend::matmul(const Weight &w, Act x, Act out) {
     matmuls(x, {{&w, out}});
 }
 
-// Decode-sized inputs: products whose matrices share a mat-vec type (and so the bytes of a row) go out as one launch
-// of up to k_mmvq_max_parts matrices, in the order given; done[i] is set for every product launched here. A product
-// with no partner is left to the plain path.
-void CudaBackend::matvec_parts(const std::vector<MatmulOut> &outs, PreparedAct &x, std::vector<bool> &done) {
+// Products whose matrices share a quantized type (and so the bytes of a row) go out as one launch of up to
+// k_matmul_max_parts matrices, in the order given: at decode sizes the mat-vec kernel's, for a prompt (more rows;
+// STRATA_CUDA_MMQ_PARTS=1) the tensor-core kernel's. done[i] is set for every product launched here; a product with
+// no partner is left to the plain path.
+void CudaBackend::matmul_parts(const std::vector<MatmulOut> &outs, PreparedAct &x, std::vector<bool> &done) {
+    const bool prompt = x.rows > k_mmv_max_rows;
     auto takes = [&](const Weight &w) {
         const DType vt = dot_act_type(w.type);
-        return mmvq_supported(w.type) && vt != DType::F32 && w.ne[0] % 32 == 0 &&
-               w.ne[0] % dtype_info(vt).block_size == 0;
+        return (prompt ? mmq_enabled() && mmq_supported(w.type) : mmvq_supported(w.type)) && vt != DType::F32 &&
+               w.ne[0] % 32 == 0 && w.ne[0] % dtype_info(vt).block_size == 0;
     };
     for (size_t i = 0; i < outs.size(); i++) {
         if (done[i] || !takes(*outs[i].w)) continue;
         const Weight &w0 = *outs[i].w;
         std::vector<size_t> same{i};
-        for (size_t j = i + 1; j < outs.size() && same.size() < size_t(k_mmvq_max_parts); j++)
+        for (size_t j = i + 1; j < outs.size() && same.size() < size_t(k_matmul_max_parts); j++)
             if (!done[j] && outs[j].w->type == w0.type && outs[j].w->row_bytes == w0.row_bytes) same.push_back(j);
         if (same.size() < 2) continue;
-        MmvqPart parts[k_mmvq_max_parts];
+        MatmulPart parts[k_matmul_max_parts];
         for (size_t p = 0; p < same.size(); p++) {
             const MatmulOut &o = outs[same[p]];
             STRATA_ASSERT(o.w->ne[0] == x.k && o.out.cols == o.w->ne[1] && o.out.rows == x.rows);
-            parts[p] = MmvqPart{dev_matrix(*o.w), o.w->ne[1], o.out.data, o.out.stride};
+            parts[p] = MatmulPart{dev_matrix(*o.w), o.w->ne[1], o.out.data, o.out.stride};
             done[same[p]] = true;
         }
         quantize(x, dot_act_type(w0.type));
@@ -237,7 +239,10 @@ void CudaBackend::matvec_parts(const std::vector<MatmulOut> &outs, PreparedAct &
         a.xq = x.q8;
         a.xds = x.q8_ds;
         a.single = MatmulGroup{nullptr, 0, int32_t(x.rows), 0};
-        launch_mmvq_parts(a, parts, int(same.size()), stream_);
+        if (prompt)
+            launch_mmq_parts(a, parts, int(same.size()), stream_);
+        else
+            launch_mmvq_parts(a, parts, int(same.size()), stream_);
     }
 }
 
@@ -254,7 +259,8 @@ void CudaBackend::matmuls(Act x, const std::vector<MatmulOut> &outs) {
     pa.k = x.cols;
     pa.stride = x.stride;
     std::vector<bool> done(outs.size(), false);
-    if (fusion_enabled() && mmvq_enabled() && x.rows <= k_mmv_max_rows && outs.size() > 1) matvec_parts(outs, pa, done);
+    const bool parts = x.rows <= k_mmv_max_rows ? mmvq_enabled() : mmq_parts_enabled();
+    if (fusion_enabled() && parts && outs.size() > 1) matmul_parts(outs, pa, done);
     for (size_t i = 0; i < outs.size(); i++) {
         if (done[i]) continue;
         const MatmulOut &o = outs[i];

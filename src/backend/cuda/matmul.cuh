@@ -67,17 +67,26 @@ bool mmvq_supported(DType t);
 // same bits)
 void launch_mmvq(const MatmulArgs &a, cudaStream_t stream, bool one_row = false);
 
-// Several matrices of one type and row length times the same activation rows in one mat-vec launch (decode's q, k
-// and v): a's type, k, row_bytes, activations and single group (x rows 0.., y rows 0..) hold for all of them, a's w,
-// n and y are unused. Each output row is computed by the same warp code as launch_mmvq's, so the same bits.
-constexpr int k_mmvq_max_parts = 4;
-struct MmvqPart {
+// Several matrices of one type and row length times the same activation rows in one launch (q, k and v): a's type,
+// k, row_bytes, activations and single group (x rows 0.., y rows 0..) hold for all of them, a's w, n and y are
+// unused. Each output is computed by the code a launch of its matrix alone runs, so the same bits.
+constexpr int k_matmul_max_parts = 4;
+struct MatmulPart {
     const void *w;  // device pointer to the weight matrix (n rows of the shared row_bytes)
     int64_t n;
     float *y;
     int64_t y_stride;
 };
-void launch_mmvq_parts(const MatmulArgs &a, const MmvqPart *parts, int n_parts, cudaStream_t stream);
+// The parts of a launch, passed to the kernel by value (a recorded graph holds them, nothing is uploaded): part p
+// owns the blocks along the weight rows' grid dimension from block0[p] to the next part's. n_parts 0: a's own
+// matrix.
+struct MatmulParts {
+    int32_t n_parts = 0;
+    uint32_t block0[k_matmul_max_parts] = {};
+    MatmulPart part[k_matmul_max_parts] = {};
+};
+// Decode sizes (every row count <= k_mmv_max_rows): the mat-vec kernel.
+void launch_mmvq_parts(const MatmulArgs &a, const MatmulPart *parts, int n_parts, cudaStream_t stream);
 
 // Quantized matrix-matrix kernels on the tensor cores (sm_80 and later; k a multiple of 32), same activations and
 // the tile list of launch_mm_generic.
@@ -88,6 +97,12 @@ void launch_mmvq_parts(const MatmulArgs &a, const MmvqPart *parts, int n_parts, 
 enum class MmqForm { Auto, Plain, Narrow, Wide };
 bool mmq_supported(DType t);
 void launch_mmq(const MatmulArgs &a, cudaStream_t stream, MmqForm form = MmqForm::Auto);
+// Several matrices of a prompt (more than k_mmv_max_rows rows) in one tensor-core launch, in the form launch_mmq's
+// Auto gives a single group: a prompt's k and v (16 blocks each on 512 tokens of the 30B-A3B) no longer each take a
+// whole block's time with most SMs idle. STRATA_CUDA_MMQ_PARTS=1 (opt-in until run on a GPU).
+bool mmq_parts_enabled();
+void launch_mmq_parts(const MatmulArgs &a, const MatmulPart *parts, int n_parts, cudaStream_t stream,
+                      MmqForm form = MmqForm::Auto);
 
 // x rows through the activation format `vt` (F32: a plain copy; Q8_0, Q8_1, Q8_K: quantized and dequantized exactly
 // as format/quant.h does), packed into out (rows x k).

@@ -14,7 +14,8 @@
 //   - Wide: MT = 128 and pipelined like Narrow, for a single large group (the dense matrices of a prompt): each
 //     weight tile unpacked once for twice the rows.
 // Every output element sums its sub-blocks in k order with the same code (mmq_step), so every form gives the same
-// bits (the choice and its switches: launch_mmq).
+// bits (the choice and its switches: launch_mmq). Several matrices of one type and row length times the same rows
+// (a prompt's q, k and v) can share a Wide launch (launch_mmq_parts), each block computing what it would alone.
 // A k step's tiles in shared memory: weights unpacked to int8 rows, activation rows, weight scales per row and
 // sub-block, the activations' {d, d * sum} sub-block-major (a thread's two rows in one 16-byte load). Weights come
 // from global memory one sub-block a thread through the type's unpacking (QV<T>::load), except in the Wide form of
@@ -306,8 +307,11 @@ __device__ __forceinline__ void mmq_step(const Tiles<MT> &sm, int ww, int wt, fl
 
 // PIPE: the next k step's loads issued before this step's MMAs (registers), stored after them. COAL: Q8_0 rows
 // read as words (load_step).
-template <DType T, int MT, bool PIPE, bool COAL>
-__global__ __launch_bounds__(THREADS) void k_mmq(MatmulArgs a, IqGrids g) {
+// PARTS: several matrices in one launch (launch_mmq_parts, the Wide form only); a block of part p computes what the
+// same block of a launch of that matrix alone computes. A template argument: the selection's registers would push
+// the Wide form past 255 for every launch.
+template <DType T, int MT, bool PIPE, bool COAL, bool PARTS>
+__global__ __launch_bounds__(THREADS) void k_mmq(MatmulArgs a, IqGrids g, MatmulParts parts) {
     static_assert(!COAL || T == DType::Q8_0, "only Q8_0 rows are read as words");
     constexpr int J = MT / 16;  // 8-row activation tiles per warp
     Tiles<MT> *smp;
@@ -329,8 +333,18 @@ __global__ __launch_bounds__(THREADS) void k_mmq(MatmulArgs a, IqGrids g) {
         group = t.x;
         row0 = t.y;
     }
-    const MatmulGroup grp = a.groups ? a.groups[group] : a.single;
-    const Where at{static_cast<const uint8_t *>(grp.w), int64_t(blockIdx.y) * MW, a.k / 32,
+    MatmulGroup grp = a.groups ? a.groups[group] : a.single;
+    uint32_t wblock = blockIdx.y;
+    if constexpr (PARTS) {  // the part this block's weight rows are in (static indices: the parts stay parameters)
+        MatmulPart m = parts.part[0];
+        uint32_t b0 = 0;
+#pragma unroll
+        for (int p = 1; p < k_matmul_max_parts; p++)
+            if (p < parts.n_parts && wblock >= parts.block0[p]) m = parts.part[p], b0 = parts.block0[p];
+        grp.w = m.w, a.n = m.n, a.y = m.y, a.y_stride = m.y_stride;
+        wblock -= b0;
+    }
+    const Where at{static_cast<const uint8_t *>(grp.w), int64_t(wblock) * MW, a.k / 32,
                    min(MT, grp.n_rows - row0), int64_t(grp.x_row0) + row0};
 
     // Warp tile: weight rows [ww, ww + 32), activation rows [wt, wt + MT / 2).
@@ -421,37 +435,64 @@ int64_t device_sms() {
 }
 
 // Q8_0 rows that are whole 4-byte words (and start on one) can be copied as words (the Wide form only).
-bool q8_words(const MatmulArgs &a) {
+bool q8_words(const MatmulArgs &a, const MatmulParts &parts) {
     if (a.type != DType::Q8_0 || a.row_bytes % 4 != 0 || !coalesced_enabled()) return false;
     if (a.groups) return true;  // a list's weights: slots and resident tensors, placed 256-byte aligned, whole rows in
-    return reinterpret_cast<uintptr_t>(a.single.w) % 4 == 0;
+    auto words = [](const void *w) { return reinterpret_cast<uintptr_t>(w) % 4 == 0; };
+    for (int p = 0; p < parts.n_parts; p++)
+        if (!words(parts.part[p].w)) return false;
+    return parts.n_parts > 0 || words(a.single.w);
 }
 
-template <int MT, bool PIPE>
-void launch_form(const MatmulArgs &a, int64_t n_tiles, cudaStream_t stream) {
+// The blocks along the weight rows: a's matrix, or every part's from its own first row.
+uint32_t weight_blocks(const MatmulArgs &a, const MatmulParts &parts) {
+    if (parts.n_parts == 0) return ceil_div(a.n, MW);
+    return parts.block0[parts.n_parts - 1] + ceil_div(parts.part[parts.n_parts - 1].n, MW);
+}
+
+template <int MT, bool PIPE, bool PARTS = false>
+void launch_form(const MatmulArgs &a, const MatmulParts &parts, int64_t n_tiles, cudaStream_t stream) {
+    static_assert(!PARTS || (MT == k_wide_rows && PIPE), "parts: the Wide form only");
     const IqGrids &g = iq_grids();
-    const dim3 grid(unsigned(n_tiles), ceil_div(a.n, MW));
+    const dim3 grid(unsigned(n_tiles), weight_blocks(a, parts));
     if constexpr (MT == k_wide_rows && PIPE) {
-        if (q8_words(a)) {
+        if (q8_words(a, parts)) {
             static const bool attr = [] {
-                return cudaFuncSetAttribute(k_mmq<DType::Q8_0, MT, true, true>,
+                return cudaFuncSetAttribute(k_mmq<DType::Q8_0, MT, true, true, PARTS>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             int(coal_smem<MT>)) == cudaSuccess;
             }();
             if (!attr) fail("CUDA mmq: %zu bytes of shared memory per block are not available", coal_smem<MT>);
-            k_mmq<DType::Q8_0, MT, true, true><<<grid, THREADS, coal_smem<MT>, stream>>>(a, g);
+            k_mmq<DType::Q8_0, MT, true, true, PARTS><<<grid, THREADS, coal_smem<MT>, stream>>>(a, g, parts);
             return;
         }
     }
     // clang-format off
     switch (a.type) {
 #define X(T_) \
-    case DType::T_: k_mmq<DType::T_, MT, PIPE, false><<<grid, THREADS, 0, stream>>>(a, g); break;
+    case DType::T_: k_mmq<DType::T_, MT, PIPE, false, PARTS><<<grid, THREADS, 0, stream>>>(a, g, parts); break;
         X(Q8_0) X(Q4_0) X(MXFP4) X(IQ4_XS) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ2_XXS) X(IQ1_M)
 #undef X
         default: fail("CUDA: no quantized matrix kernel for %s", dtype_name(a.type));
     }
     // clang-format on
+}
+
+// The form a single group of `rows` rows (of a matrix with n_w rows) takes under Auto.
+MmqForm single_form(int64_t rows, int64_t n_w) {
+    if (!wide_enabled()) return MmqForm::Plain;
+    if (small_grid_enabled() && int64_t(ceil_div(rows, k_wide_rows)) * int64_t(ceil_div(n_w, MW)) < device_sms())
+        return MmqForm::Plain;
+    return MmqForm::Wide;
+}
+
+void launch_single(const MatmulArgs &a, MmqForm form, cudaStream_t stream) {
+    const int rows = form == MmqForm::Wide ? k_wide_rows : 64;
+    const int64_t n_tiles = (a.single.n_rows + rows - 1) / rows;
+    if (n_tiles == 0) return;
+    if (form == MmqForm::Wide) launch_form<k_wide_rows, true>(a, MatmulParts{}, n_tiles, stream);
+    else if (form == MmqForm::Narrow) launch_form<64, true>(a, MatmulParts{}, n_tiles, stream);
+    else launch_form<64, false>(a, MatmulParts{}, n_tiles, stream);
 }
 
 }  // namespace
@@ -463,27 +504,49 @@ bool mmq_supported(DType t) {
 void launch_mmq(const MatmulArgs &a, cudaStream_t stream, MmqForm form) {
     if (a.n == 0) return;
     STRATA_ASSERT(a.k % 32 == 0 && a.n <= int64_t(65535) * MW);
-    if (form == MmqForm::Auto) {
-        form = a.tiles ? (pipe_enabled() ? MmqForm::Narrow : MmqForm::Plain)
-                       : (wide_enabled() ? MmqForm::Wide : MmqForm::Plain);
-        if (form == MmqForm::Wide && small_grid_enabled() &&
-            int64_t(ceil_div(a.single.n_rows, k_wide_rows)) * int64_t(ceil_div(a.n, MW)) < device_sms())
-            form = MmqForm::Plain;
-    }
+    if (form == MmqForm::Auto)
+        form = a.tiles ? (pipe_enabled() ? MmqForm::Narrow : MmqForm::Plain) : single_form(a.single.n_rows, a.n);
     if (form == MmqForm::Wide && a.tiles) form = MmqForm::Narrow;  // the tile list's tiles are 64 rows
     if (a.tiles) {
         if (a.n_tiles == 0) return;
-        if (form == MmqForm::Plain) launch_form<64, false>(a, a.n_tiles, stream);
-        else launch_form<64, true>(a, a.n_tiles, stream);
+        if (form == MmqForm::Plain) launch_form<64, false>(a, MatmulParts{}, a.n_tiles, stream);
+        else launch_form<64, true>(a, MatmulParts{}, a.n_tiles, stream);
     } else {
-        const int rows = form == MmqForm::Wide ? k_wide_rows : 64;
-        const int64_t n_tiles = (a.single.n_rows + rows - 1) / rows;
-        if (n_tiles == 0) return;
-        if (form == MmqForm::Wide) launch_form<k_wide_rows, true>(a, n_tiles, stream);
-        else if (form == MmqForm::Narrow) launch_form<64, true>(a, n_tiles, stream);
-        else launch_form<64, false>(a, n_tiles, stream);
+        launch_single(a, form, stream);
     }
     STRATA_CUDA_LAUNCH_CHECK("k_mmq");
+}
+
+bool mmq_parts_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_MMQ_PARTS", false);
+    return on;
+}
+
+void launch_mmq_parts(const MatmulArgs &a, const MatmulPart *parts, int n_parts, cudaStream_t stream, MmqForm form) {
+    STRATA_ASSERT(a.k % 32 == 0 && !a.groups && !a.tiles && n_parts >= 1 && n_parts <= k_matmul_max_parts);
+    MatmulParts mp;
+    mp.n_parts = n_parts;
+    uint32_t blocks = 0;
+    for (int p = 0; p < n_parts; p++) {
+        mp.block0[p] = blocks;
+        mp.part[p] = parts[p];
+        blocks += ceil_div(parts[p].n, MW);  // each matrix's rows start a block: its blocks as alone
+    }
+    if (blocks == 0 || a.single.n_rows == 0) return;
+    STRATA_ASSERT(blocks <= 65535u);
+    // Auto: the form a single matrix of the launch's blocks would take (the small grids' line weighs the launch).
+    if (form == MmqForm::Auto) form = single_form(a.single.n_rows, int64_t(blocks) * MW);
+    if (form != MmqForm::Wide) {  // the other forms have no parts: a launch each, the same bits
+        for (int p = 0; p < n_parts; p++) {
+            MatmulArgs b = a;
+            b.single.w = parts[p].w;
+            b.n = parts[p].n, b.y = parts[p].y, b.y_stride = parts[p].y_stride;
+            launch_single(b, form, stream);
+        }
+    } else {
+        launch_form<k_wide_rows, true, true>(a, mp, ceil_div(a.single.n_rows, k_wide_rows), stream);
+    }
+    STRATA_CUDA_LAUNCH_CHECK("k_mmq parts");
 }
 
 }  // namespace strata::cuda

@@ -24,29 +24,20 @@ using qv::WSub;
 
 constexpr int k_mmvq_warps = 4;
 
-// The matrices of a launch of several (launch_mmvq_parts), passed by value so that a recorded graph holds them and
-// nothing is uploaded: part p owns the blocks along x from block0[p] to the next part's. n_parts 0: a's own matrix
-// (or its groups along y).
-struct MmvqParts {
-    int32_t n_parts = 0;
-    uint32_t block0[k_mmvq_max_parts] = {};
-    MmvqPart part[k_mmvq_max_parts] = {};
-};
-
 // One warp per weight row, MAXT activation rows at most (k_mmv_max_rows; 1 for a decoding token's groups, a form
 // with fewer registers).
 template <DType T, int MAXT>
-__global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrids g, MmvqParts parts) {
+__global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrids g, MatmulParts parts) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     MatmulGroup grp = a.single;
     int64_t n_w = a.n, y_stride = a.y_stride;
     float *y = a.y;
     uint32_t blk = blockIdx.x;
     if (parts.n_parts > 0) {  // the part this block's rows are in (static indices: the parts stay in parameters)
-        MmvqPart m = parts.part[0];
+        MatmulPart m = parts.part[0];
         uint32_t b0 = 0;
 #pragma unroll
-        for (int p = 1; p < k_mmvq_max_parts; p++)
+        for (int p = 1; p < k_matmul_max_parts; p++)
             if (p < parts.n_parts && blk >= parts.block0[p]) m = parts.part[p], b0 = parts.block0[p];
         grp.w = m.w, n_w = m.n, y = m.y, y_stride = m.y_stride;
         blk -= b0;
@@ -238,7 +229,7 @@ bool mmvq_supported(DType t) {
 namespace {
 
 // one_row: every group has one activation row (a decoding token's).
-void launch(const MatmulArgs &a, const MmvqParts &parts, dim3 grid, bool one_row, cudaStream_t stream) {
+void launch(const MatmulArgs &a, const MatmulParts &parts, dim3 grid, bool one_row, cudaStream_t stream) {
     const IqGrids &g = iq_grids();
     // clang-format off
     switch (a.type) {
@@ -261,12 +252,12 @@ void launch_mmvq(const MatmulArgs &a, cudaStream_t stream, bool one_row) {
     if (a.n_groups == 0 || a.n == 0) return;
     STRATA_ASSERT(a.k % 32 == 0 && a.n_groups <= 65535);
     STRATA_ASSERT(!one_row || a.groups || a.single.n_rows == 1);
-    launch(a, MmvqParts{}, dim3(ceil_div(a.n, k_mmvq_warps), unsigned(a.n_groups)), one_row, stream);
+    launch(a, MatmulParts{}, dim3(ceil_div(a.n, k_mmvq_warps), unsigned(a.n_groups)), one_row, stream);
 }
 
-void launch_mmvq_parts(const MatmulArgs &a, const MmvqPart *parts, int n_parts, cudaStream_t stream) {
-    STRATA_ASSERT(a.k % 32 == 0 && a.groups == nullptr && n_parts >= 1 && n_parts <= k_mmvq_max_parts);
-    MmvqParts mp;
+void launch_mmvq_parts(const MatmulArgs &a, const MatmulPart *parts, int n_parts, cudaStream_t stream) {
+    STRATA_ASSERT(a.k % 32 == 0 && a.groups == nullptr && n_parts >= 1 && n_parts <= k_matmul_max_parts);
+    MatmulParts mp;
     mp.n_parts = n_parts;
     uint32_t blocks = 0;
     for (int p = 0; p < n_parts; p++) {
