@@ -84,6 +84,16 @@ struct MatmulParts {
     int32_t n_parts = 0;
     uint32_t block0[k_matmul_max_parts] = {};
     MatmulPart part[k_matmul_max_parts] = {};
+    uint32_t blocks = 0;  // all the parts' blocks
+    // Parts of rows_per_block weight rows a block, each matrix's rows starting a block (its blocks as alone).
+    MatmulParts(const MatmulPart *parts, int n, int64_t rows_per_block) : n_parts(n) {
+        for (int p = 0; p < n; p++) {
+            block0[p] = blocks;
+            part[p] = parts[p];
+            blocks += uint32_t((parts[p].n + rows_per_block - 1) / rows_per_block);
+        }
+    }
+    MatmulParts() = default;
 };
 // Decode sizes (every row count <= k_mmv_max_rows): the mat-vec kernel.
 void launch_mmvq_parts(const MatmulArgs &a, const MatmulPart *parts, int n_parts, cudaStream_t stream);

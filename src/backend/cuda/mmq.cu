@@ -446,8 +446,7 @@ bool q8_words(const MatmulArgs &a, const MatmulParts &parts) {
 
 // The blocks along the weight rows: a's matrix, or every part's from its own first row.
 uint32_t weight_blocks(const MatmulArgs &a, const MatmulParts &parts) {
-    if (parts.n_parts == 0) return ceil_div(a.n, MW);
-    return parts.block0[parts.n_parts - 1] + ceil_div(parts.part[parts.n_parts - 1].n, MW);
+    return parts.n_parts == 0 ? ceil_div(a.n, MW) : parts.blocks;
 }
 
 template <int MT, bool PIPE, bool PARTS = false>
@@ -524,18 +523,11 @@ bool mmq_parts_enabled() {
 
 void launch_mmq_parts(const MatmulArgs &a, const MatmulPart *parts, int n_parts, cudaStream_t stream, MmqForm form) {
     STRATA_ASSERT(a.k % 32 == 0 && !a.groups && !a.tiles && n_parts >= 1 && n_parts <= k_matmul_max_parts);
-    MatmulParts mp;
-    mp.n_parts = n_parts;
-    uint32_t blocks = 0;
-    for (int p = 0; p < n_parts; p++) {
-        mp.block0[p] = blocks;
-        mp.part[p] = parts[p];
-        blocks += ceil_div(parts[p].n, MW);  // each matrix's rows start a block: its blocks as alone
-    }
-    if (blocks == 0 || a.single.n_rows == 0) return;
-    STRATA_ASSERT(blocks <= 65535u);
+    const MatmulParts mp(parts, n_parts, MW);
+    if (mp.blocks == 0 || a.single.n_rows == 0) return;
+    STRATA_ASSERT(mp.blocks <= 65535u);
     // Auto: the form a single matrix of the launch's blocks would take (the small grids' line weighs the launch).
-    if (form == MmqForm::Auto) form = single_form(a.single.n_rows, int64_t(blocks) * MW);
+    if (form == MmqForm::Auto) form = single_form(a.single.n_rows, int64_t(mp.blocks) * MW);
     if (form != MmqForm::Wide) {  // the other forms have no parts: a launch each, the same bits
         for (int p = 0; p < n_parts; p++) {
             MatmulArgs b = a;

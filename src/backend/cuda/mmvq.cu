@@ -257,16 +257,9 @@ void launch_mmvq(const MatmulArgs &a, cudaStream_t stream, bool one_row) {
 
 void launch_mmvq_parts(const MatmulArgs &a, const MatmulPart *parts, int n_parts, cudaStream_t stream) {
     STRATA_ASSERT(a.k % 32 == 0 && a.groups == nullptr && n_parts >= 1 && n_parts <= k_matmul_max_parts);
-    MatmulParts mp;
-    mp.n_parts = n_parts;
-    uint32_t blocks = 0;
-    for (int p = 0; p < n_parts; p++) {
-        mp.block0[p] = blocks;
-        mp.part[p] = parts[p];
-        blocks += ceil_div(parts[p].n, k_mmvq_warps);  // each matrix's rows start a block: its warps as alone
-    }
-    if (blocks == 0 || a.single.n_rows == 0) return;
-    launch(a, mp, dim3(blocks, 1), a.single.n_rows == 1, stream);
+    const MatmulParts mp(parts, n_parts, k_mmvq_warps);
+    if (mp.blocks == 0 || a.single.n_rows == 0) return;
+    launch(a, mp, dim3(mp.blocks, 1), a.single.n_rows == 1, stream);
 }
 
 void launch_quantize_act(DType vt, const float *x, int64_t x_stride, int64_t rows, int64_t k, int8_t *qs, float2 *ds,
