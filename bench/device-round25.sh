@@ -4,11 +4,13 @@
 #   1. GPU tests: the whole test_cuda_ops (the pipelined f32 kernel's bits against the tiled kernel's, the cp.async
 #      helpers now shared by flash attention and MMQ) and the engine's golden, fusion, loan, budget and graph tests
 #      under the new defaults (a prompt's attention split line at one wave, Q8_K's thread-per-element form up to 64
-#      rows) with the opt-in f32 kernel and q/k/v parts on (STRATA_CUDA_MM_F32=1 STRATA_CUDA_MMQ_PARTS=1; the ops
-#      suite's CudaMmq.PartsAreTheSeparateLaunchesBits runs either way). Make each the default if its tests pass and
+#      rows) with the opt-in f32 kernel and q/k/v parts on (STRATA_CUDA_MM_F32=1 STRATA_CUDA_MMQ_PARTS=1, and the
+#      engine's with STRATA_CUDA_MMQ_STAGED=1; the ops suite's CudaMmq tests run the parts and the staged form
+#      either way). Make each the default if its tests pass and
 #      it wins.
 #   2. The 30B-A3B all resident, pp512 / pp4096, alternated: STRATA_CUDA_MM_F32=0 / 1, then with it on,
-#      STRATA_CUDA_MMQ_PARTS=0 / 1 (a prompt's q, k and v in one Wide tensor-core launch; opt-in, the same bits).
+#      STRATA_CUDA_MMQ_PARTS=0 / 1 (a prompt's q, k and v in one Wide tensor-core launch; opt-in, the same bits),
+#      STRATA_CUDA_MMQ_STAGED=0 / 1 (the experts' Q4_K tiles copied by cp.async two steps ahead; the same bits).
 #   3. The 30B at --vram-budget 12G: pp512 / pp4096 (issue 15's bar) and uniform-routing decode (issue 17's).
 #   4. llama.cpp beside: all resident pp512 + tg128 (issue 16), 12G-class -ncmoe 26 pp512 / pp4096 / tg64.
 #   5. PROFILE=1: both engines' pp512 kernels (bench/device-profile.sh on the same file).
@@ -27,7 +29,7 @@ grep -E " error" $L/build2.log | head -5
 OPS='*'; [ -n "${SHORT:-}" ] && OPS='CudaMatmulGeneric*:*CudaMatmul*:CudaMmq*:*CudaAttention*:CudaFlash*:CudaActivations*'
 STRATA_CUDA_MM_F32=1 STRATA_CUDA_MMQ_PARTS=1 timeout 150 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 --gtest_filter="$OPS" > $L/ops.log 2>&1
 echo "test_cuda_ops rc=$? at $(el) s"; grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/ops.log | head -12
-STRATA_CUDA_MM_F32=1 STRATA_CUDA_MMQ_PARTS=1 timeout 240 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 \
+STRATA_CUDA_MM_F32=1 STRATA_CUDA_MMQ_PARTS=1 STRATA_CUDA_MMQ_STAGED=1 timeout 240 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 \
   --gtest_filter="${ENGINE:-*MatchesTheCpuEngine*:*FusedPromptExperts*:*PromptLoans*:*Budget*:*Graph*:*SplitPasses*}" \
   > $L/engine.log 2>&1
 echo "test_cuda_engine rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|Expected|Which" $L/engine.log | head -12
@@ -36,6 +38,7 @@ while [ ! -f $L/synth.rc ]; do sleep 2; done; cat $L/synth.rc
 AB="0 1 0 1"; [ -n "${SHORT:-}" ] && AB="0 1"
 for X in $AB; do STRATA_CUDA_MM_F32=$X sb -m $F -p 512,4096 -n 1 -r 3 --chunk 4096; done
 for X in $AB; do STRATA_CUDA_MM_F32=1 STRATA_CUDA_MMQ_PARTS=$X sb -m $F -p 512,4096 -n 1 -r 3 --chunk 4096; done
+for X in $AB; do STRATA_CUDA_MM_F32=1 STRATA_CUDA_MMQ_STAGED=$X sb -m $F -p 512,4096 -n 1 -r 3 --chunk 4096; done
 if [ -z "${SHORT:-}" ]; then
 sb -m $F -p 512,4096 -n 64 -r 2 --chunk 4096 --vram-budget 12G
 sb -m $F -p 16 -n 64 -r 2 --chunk 4096 --routing uniform --vram-budget 12G

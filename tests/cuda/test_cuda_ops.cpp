@@ -391,8 +391,8 @@ TEST(CudaMatmuls, OneLaunchIsTheSeparateLaunches) {
 }
 
 // The tensor-core matmul's forms (matmul.cuh, MmqForm) compute one function: for every type, a single group (the
-// dense matrices of a prompt: Plain, Narrow and Wide) and a tile list of several groups (the experts: Plain and
-// Narrow) give the same bits. Row counts that leave partial 64- and 128-row tiles, a weight-row count that leaves a
+// dense matrices of a prompt: Plain, Narrow, Wide and, for Q4_K, Staged) and a tile list of several groups (the
+// experts: Plain, Narrow and Staged) give the same bits. Row counts that leave partial 64- and 128-row tiles, a weight-row count that leaves a
 // partial 128-row block, row lengths with a partial k step and several steps (Q8_0's Wide form copies rows of whole
 // words: k 320 and 2048, a partial and whole last step; k 288 is read a block a thread).
 TEST(CudaMmq, FormsAreTheSameBits) {
@@ -419,7 +419,8 @@ TEST(CudaMmq, FormsAreTheSameBits) {
                 const std::vector<float> plain = run(cuda::MmqForm::Plain);
                 for (int64_t i = 0; i < int64_t(rows) * n; i++)
                     ASSERT_FALSE(std::isnan(plain[size_t(i)])) << what << ": output " << i << " not written";
-                for (cuda::MmqForm f : {cuda::MmqForm::Narrow, cuda::MmqForm::Wide, cuda::MmqForm::Auto})
+                for (cuda::MmqForm f :
+                     {cuda::MmqForm::Narrow, cuda::MmqForm::Wide, cuda::MmqForm::Staged, cuda::MmqForm::Auto})
                     EXPECT_EQ(std::memcmp(plain.data(), run(f).data(), plain.size() * 4), 0)
                         << what << ", " << rows << " rows, form " << int(f);
             }
@@ -436,7 +437,8 @@ TEST(CudaMmq, FormsAreTheSameBits) {
             a.tiles = td.as<int2>();
             a.n_tiles = int32_t(tiles.size());
             const std::vector<float> plain = run(cuda::MmqForm::Plain);
-            for (cuda::MmqForm f : {cuda::MmqForm::Narrow, cuda::MmqForm::Wide, cuda::MmqForm::Auto})
+            for (cuda::MmqForm f :
+                 {cuda::MmqForm::Narrow, cuda::MmqForm::Wide, cuda::MmqForm::Staged, cuda::MmqForm::Auto})
                 EXPECT_EQ(std::memcmp(plain.data(), run(f).data(), plain.size() * 4), 0)
                     << what << ", three groups, form " << int(f);
             a.groups = nullptr;

@@ -238,11 +238,25 @@ constexpr size_t coal_smem = sizeof(Tiles<MT>) + size_t(MW) * Q8_WORDS * 4;
 
 extern __shared__ __align__(16) uint8_t mmq_dyn_smem[];
 
+// Where mmq_step reads a k step's tiles: one Tiles struct, or (the staged form) weights unpacked into one buffer and
+// activations in the stage they were copied to.
+template <int MT>
+struct TileView {
+    const uint8_t *wq, *xq;
+    const float2 (*wsc)[MS];
+    const float (*woff)[MS];
+    const float2 (*xds)[MT];
+    __device__ TileView(const Tiles<MT> &t) : wq(t.wq), xq(t.xq), wsc(t.wsc), woff(t.woff), xds(t.xds) {}
+    __device__ TileView(const uint8_t *wq_, const uint8_t *xq_, const float2 (*wsc_)[MS], const float (*woff_)[MS],
+                        const float2 (*xds_)[MT])
+        : wq(wq_), xq(xq_), wsc(wsc_), woff(woff_), xds(xds_) {}
+};
+
 // The MMAs of one k step into a warp's accumulators (weight rows [ww, ww + 32), activation rows [wt, wt + 8 J)).
 // Each accumulator adds its sub-blocks in k order: y += dx * (scale * dot) + off * (dx * sum q), the offset term only
 // for the types that have one (k_off).
 template <DType T, int MT, int J>
-__device__ __forceinline__ void mmq_step(const Tiles<MT> &sm, int ww, int wt, float (&acc)[2][J][4]) {
+__device__ __forceinline__ void mmq_step(const TileView<MT> sm, int ww, int wt, float (&acc)[2][J][4]) {
     const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
 #pragma unroll
     for (int s = 0; s < MS; s++) {
@@ -398,6 +412,142 @@ __global__ __launch_bounds__(THREADS) void k_mmq(MatmulArgs a, IqGrids g, Matmul
             }
 }
 
+// The staged form (Q4_K, 64 activation rows): a k step's bytes copied by cp.async into one of three stages two
+// steps ahead of the step computed, then unpacked from shared memory. A stage holds, per weight row, the
+// super-block's 16-byte head and the step's 64 bytes of quants (80 bytes), and per activation row the step's 128
+// int8 values and four {d, d * sum} (transposed as the tiles hold them). The Plain form waits on its global loads
+// at every step (about 3,400 cycles a step for the 30B-A3B's experts at 512 tokens on an H200, the tensor cores
+// busy a tenth of it). The unpacked tiles are the Plain form's to the bit, so are the results.
+constexpr int ST_STAGES = 3, ST_ROW = 80, ST_MT = 64;
+struct Staged {
+    uint8_t raw[ST_STAGES][MW * ST_ROW];
+    uint8_t xq[ST_STAGES][ST_MT * ROW_BYTES];
+    float2 xds[ST_STAGES][MS][ST_MT];
+    uint8_t wq[MW * ROW_BYTES];
+    float2 wsc[MW][MS];
+    float woff[MW][MS];
+};
+
+__device__ __forceinline__ void cp_async8(void *dst, const void *src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 8 : 0));
+}
+
+// Step t's copies into stage st (one commit group, made by the caller).
+__device__ __forceinline__ void stage_copy(const MatmulArgs &a, const Where &at, int t, Staged &sm, int st) {
+    const int tid = threadIdx.x;
+    const int64_t s0 = int64_t(t) * MS;
+    const size_t head = size_t(s0 / 8) * 144, quants = head + 16 + 64 * size_t((s0 % 8) / 4);
+    for (int i = tid; i < MW * (ST_ROW / 16); i += THREADS) {
+        const int r = i / (ST_ROW / 16), c = i % (ST_ROW / 16);
+        const bool ok = at.n0 + r < a.n;
+        const uint8_t *row = at.w + size_t(ok ? at.n0 + r : at.n0) * a.row_bytes;
+        cp_async16(sm.raw[st] + r * ST_ROW + 16 * c, row + (c == 0 ? head : quants + 16 * (c - 1)), ok);
+    }
+#pragma unroll
+    for (int p = 0; p < ST_MT * 8 / THREADS; p++) {  // 8 16-byte pieces a row
+        const int i = tid + p * THREADS, r = i / 8, c = i % 8;
+        const bool ok = r < at.n_tok;
+        cp_async16(sm.xq[st] + r * ROW_BYTES + 16 * c, a.xq + (at.x_row + (ok ? r : 0)) * a.k + s0 * 32 + 16 * c, ok);
+    }
+    static_assert(ST_MT * MS == THREADS, "a thread's activation scale a step");
+    {
+        const int r = tid / MS, s = tid % MS;
+        const bool ok = r < at.n_tok;
+        cp_async8(&sm.xds[st][s][r], a.xds + (at.x_row + (ok ? r : 0)) * at.n_sub + s0 + s, ok);
+    }
+}
+
+__global__ __launch_bounds__(THREADS, 2) void k_mmq_staged(MatmulArgs a, IqGrids g) {
+    constexpr int MT = ST_MT, J = MT / 16;
+    Staged &sm = *reinterpret_cast<Staged *>(mmq_dyn_smem);
+    const int tid = threadIdx.x, warp = tid / 32;
+    const int lane = tid & 31, gid = lane >> 2, tig = lane & 3;
+    int group = 0, row0 = int(blockIdx.x) * MT;
+    if (a.tiles) {
+        const int2 t = a.tiles[blockIdx.x];
+        group = t.x;
+        row0 = t.y;
+    }
+    const MatmulGroup grp = a.groups ? a.groups[group] : a.single;
+    const Where at{static_cast<const uint8_t *>(grp.w), int64_t(blockIdx.y) * MW, a.k / 32,
+                   min(MT, grp.n_rows - row0), int64_t(grp.x_row0) + row0};
+    const int ww = (warp % 4) * 32, wt = (warp / 4) * (MT / 2);
+    float acc[2][J][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < J; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+
+    // Protocol: one commit group per step (empty past the last); before step t, groups up to t are complete when at
+    // most one is in flight (t + 1's); the barrier after that wait also says every thread is past step t - 1's MMAs,
+    // so the stage step t + 2 is copied into (t - 1's) and the unpacked weight tile are free.
+    const int steps = int(at.n_sub / MS);
+    stage_copy(a, at, 0, sm, 0);
+    cp_async_commit();
+    if (steps > 1) stage_copy(a, at, 1, sm, 1);
+    cp_async_commit();
+    for (int t = 0; t < steps; t++) {
+        cp_async_wait<1>();
+        __syncthreads();
+        if (t + 2 < steps) stage_copy(a, at, t + 2, sm, (t + 2) % ST_STAGES);
+        cp_async_commit();
+        const int st = t % ST_STAGES, h = (t * MS) % 8 / 4;
+        // The Plain form's unpacking and stores (load_step, store_step), from the stage.
+#pragma unroll
+        for (int p = 0; p < MW * MS / THREADS; p++) {
+            const int i = tid + p * THREADS, r = i / MS, s = i % MS;
+            const uint8_t *b = sm.raw[st] + r * ST_ROW;
+            WSub w;
+            QV<DType::Q4_K>::load_parts(b, b + 16 + 32 * (s / 2), 4 * h + s, w);
+            int4 *dst = reinterpret_cast<int4 *>(sm.wq + r * ROW_BYTES + s * 32);
+            dst[0] = make_int4(w.q[0], w.q[1], w.q[2], w.q[3]);
+            dst[1] = make_int4(w.q[4], w.q[5], w.q[6], w.q[7]);
+            sm.wsc[r][s] = make_float2(w.scale[0], w.scale[2]);
+            sm.woff[r][s] = w.off;
+        }
+        __syncthreads();
+        mmq_step<DType::Q4_K, MT, J>(TileView<MT>(sm.wq, sm.xq[st], sm.wsc, sm.woff, sm.xds[st]), ww, wt, acc);
+    }
+    cp_async_wait<0>();
+    (void)g;
+
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < J; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int64_t n = at.n0 + ww + 16 * i + gid + (e >= 2 ? 8 : 0);
+                const int t = wt + 8 * j + 2 * tig + (e & 1);
+                if (n < a.n && t < at.n_tok) a.y[int64_t(grp.y_row0 + row0 + t) * a.y_stride + n] = acc[i][j][e];
+            }
+}
+
+bool staged_applies(const MatmulArgs &a) {
+    return a.type == DType::Q4_K && a.k % 256 == 0 && a.row_bytes % 16 == 0 &&
+           reinterpret_cast<uintptr_t>(a.xq) % 16 == 0 && (a.groups || reinterpret_cast<uintptr_t>(a.single.w) % 16 == 0);
+}
+
+void launch_staged(const MatmulArgs &a, int64_t n_tiles, cudaStream_t stream) {
+    static const bool attr = [] {
+        return cudaFuncSetAttribute(k_mmq_staged, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(Staged))) ==
+               cudaSuccess;
+    }();
+    if (!attr) fail("CUDA mmq: %zu bytes of shared memory per block are not available", sizeof(Staged));
+    const dim3 grid(unsigned(n_tiles), ceil_div(a.n, MW));
+    k_mmq_staged<<<grid, THREADS, sizeof(Staged), stream>>>(a, iq_grids());
+}
+
+// STRATA_CUDA_MMQ_STAGED=1 (opt-in until run on a GPU): Q4_K matrices in the staged form where the Plain form
+// would take them (the experts' tile lists, and single groups with STRATA_CUDA_MMQ_WIDE=0).
+bool staged_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_MMQ_STAGED", false);
+    return on;
+}
+
 // STRATA_CUDA_MMQ_WIDE=0: single groups in the Plain form. STRATA_CUDA_MMQ_PIPE=1: tile lists in the Narrow form
 // (opt-in until measured: its registers leave one block per SM where Plain has two).
 bool wide_enabled() {
@@ -486,10 +636,12 @@ MmqForm single_form(int64_t rows, int64_t n_w) {
 }
 
 void launch_single(const MatmulArgs &a, MmqForm form, cudaStream_t stream) {
+    if (form == MmqForm::Staged && !staged_applies(a)) form = MmqForm::Plain;  // Q4_K only
     const int rows = form == MmqForm::Wide ? k_wide_rows : 64;
     const int64_t n_tiles = (a.single.n_rows + rows - 1) / rows;
     if (n_tiles == 0) return;
-    if (form == MmqForm::Wide) launch_form<k_wide_rows, true>(a, MatmulParts{}, n_tiles, stream);
+    if (form == MmqForm::Staged) launch_staged(a, n_tiles, stream);
+    else if (form == MmqForm::Wide) launch_form<k_wide_rows, true>(a, MatmulParts{}, n_tiles, stream);
     else if (form == MmqForm::Narrow) launch_form<64, true>(a, MatmulParts{}, n_tiles, stream);
     else launch_form<64, false>(a, MatmulParts{}, n_tiles, stream);
 }
@@ -503,12 +655,16 @@ bool mmq_supported(DType t) {
 void launch_mmq(const MatmulArgs &a, cudaStream_t stream, MmqForm form) {
     if (a.n == 0) return;
     STRATA_ASSERT(a.k % 32 == 0 && a.n <= int64_t(65535) * MW);
-    if (form == MmqForm::Auto)
+    if (form == MmqForm::Auto) {
         form = a.tiles ? (pipe_enabled() ? MmqForm::Narrow : MmqForm::Plain) : single_form(a.single.n_rows, a.n);
+        if (form == MmqForm::Plain && staged_enabled()) form = MmqForm::Staged;
+    }
+    if (form == MmqForm::Staged && !staged_applies(a)) form = MmqForm::Plain;  // Q4_K only
     if (form == MmqForm::Wide && a.tiles) form = MmqForm::Narrow;  // the tile list's tiles are 64 rows
     if (a.tiles) {
         if (a.n_tiles == 0) return;
-        if (form == MmqForm::Plain) launch_form<64, false>(a, MatmulParts{}, a.n_tiles, stream);
+        if (form == MmqForm::Staged) launch_staged(a, a.n_tiles, stream);
+        else if (form == MmqForm::Plain) launch_form<64, false>(a, MatmulParts{}, a.n_tiles, stream);
         else launch_form<64, true>(a, MatmulParts{}, a.n_tiles, stream);
     } else {
         launch_single(a, form, stream);

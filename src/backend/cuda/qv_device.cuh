@@ -140,9 +140,14 @@ struct QV<DType::Q4_K> {
     __device__ static void load(const uint8_t *row, int sb, WSub &w, const IqGrids &) {
         const uint8_t *b = row + size_t(sb / 8) * 144;
         const int j = sb % 8;
+        load_parts(b, b + 16 + 32 * (j / 2), j, w);
+    }
+    // Sub-block j of a super-block from its 16-byte head b (d, dmin, scales) and the 32 bytes of quants that hold
+    // it (16-byte aligned), wherever each lies: mmq.cu's staged form copies them apart into shared memory.
+    __device__ static void load_parts(const uint8_t *b, const uint8_t *qs_at, int j, WSub &w) {
         int sc, m;
         qd::k_scale_min(b + 4, j, sc, m);
-        const uint4 *qs = reinterpret_cast<const uint4 *>(b + 16 + 32 * (j / 2));
+        const uint4 *qs = reinterpret_cast<const uint4 *>(qs_at);
         const uint4 v0 = qs[0], v1 = qs[1];
         const uint32_t v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
         const int shift = 4 * (j & 1);
