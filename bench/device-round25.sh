@@ -13,7 +13,8 @@
 #      STRATA_CUDA_MMQ_STAGED=0 / 1 (the experts' Q4_K tiles copied by cp.async two steps ahead; the same bits).
 #   3. The 30B at --vram-budget 12G: pp512 / pp4096 (issue 15's bar) and uniform-routing decode (issue 17's).
 #   4. llama.cpp beside: all resident pp512 + tg128 (issue 16), 12G-class -ncmoe 26 pp512 / pp4096 / tg64.
-#   5. PROFILE=1: both engines' pp512 kernels (bench/device-profile.sh on the same file).
+#   5. PROFILE=1: both engines' pp512 kernels (bench/device-profile.sh on the same file); TGPROF=1: a decoding
+#      pass's (issue 16's HBM bar).
 # SHORT=1 (about three minutes on a fresh machine): the tests and one MM_F32 A/B pair, no llama.cpp, no 12G rows.
 # There:
 #   setsid nohup bash bench/device-round25.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/r25/main.log 570
@@ -52,4 +53,7 @@ echo "llama.cpp rows at $(el) s"; fi
 if [ -n "${PROFILE:-}" ]; then echo "profile: /tmp/prof/main.log"
   STRATA_CUDA_MM_F32=1 STRATA_CUDA_MMQ_PARTS=1 F=$F bash bench/device-profile.sh qwen3-30b-a3b pp512
   cp /tmp/prof/main.log $L/profile.log; sed -n '/^| kernel/,/^| all/p' /tmp/prof/main.log; fi
+if [ -n "${TGPROF:-}" ]; then echo "decode profile: /tmp/prof/main.log"  # issue 16's HBM bar: a decoding pass's kernels
+  F=$F bash bench/device-profile.sh qwen3-30b-a3b tg
+  cp /tmp/prof/main.log $L/profile-tg.log; sed -n '/^| kernel/,/^| all/p' /tmp/prof/main.log; fi
 echo "done at $(el) s"; echo ALL_DONE
