@@ -13,6 +13,8 @@
 #      STRATA_CUDA_MMQ_STAGED=0 / 1 (the experts' Q4_K tiles copied by cp.async two steps ahead; the same bits).
 #   3. The 30B at --vram-budget 12G: pp512 / pp4096 (issue 15's bar) and uniform-routing decode (issue 17's).
 #   4. llama.cpp beside: all resident pp512 + tg128 (issue 16), 12G-class -ncmoe 26 pp512 / pp4096 / tg64.
+#   The host's mat-vec for CPU-computed misses reading a staged copy of its rows or in place (STRATA_HOST_STAGE=1
+#   / 0, bench_host_experts on the 16-core host; 1.15-1.4x on two threads of the development machine).
 #   5. PROFILE=1: both engines' pp512 kernels (bench/device-profile.sh on the same file); TGPROF=1: a decoding
 #      pass's (issue 16's HBM bar).
 # SHORT=1 (about three minutes on a fresh machine): the tests and one MM_F32 A/B pair, no llama.cpp, no 12G rows.
@@ -25,7 +27,8 @@ source bench/device-lib.sh
 F=/tmp/q30.gguf
 rm -f $L/synth.rc; [ -f $F ] && touch $L/synth.rc || ($S synth --preset qwen3-30b-a3b --type Q4_K --dense-type Q8_0 -o $F > $L/synth.log 2>&1
   echo "synth rc=$? at $(el) s" > $L/synth.rc) &
-cmake --build /tmp/strata -j12 --target test_cuda_ops test_cuda_engine > $L/build2.log 2>&1; echo "tests build rc=$? at $(el) s"
+cmake --build /tmp/strata -j12 --target test_cuda_ops test_cuda_engine bench_host_experts > $L/build2.log 2>&1
+echo "tests build rc=$? at $(el) s"
 grep -E " error" $L/build2.log | head -5
 OPS='*'; [ -n "${SHORT:-}" ] && OPS='CudaMatmulGeneric*:*CudaMatmul*:CudaMmq*:*CudaAttention*:CudaFlash*:CudaActivations*'
 STRATA_CUDA_MM_F32=1 STRATA_CUDA_MMQ_PARTS=1 timeout 150 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 --gtest_filter="$OPS" > $L/ops.log 2>&1
@@ -35,6 +38,8 @@ STRATA_CUDA_MM_F32=1 STRATA_CUDA_MMQ_PARTS=1 STRATA_CUDA_MMQ_STAGED=1 timeout 24
   > $L/engine.log 2>&1
 echo "test_cuda_engine rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|Expected|Which" $L/engine.log | head -12
 [ -n "${OUT:-}" ] && cp $L/ops.log $L/engine.log $OUT/ 2>/dev/null
+for X in 0 1 0 1; do echo "== STRATA_HOST_STAGE=$X bench_host_experts --threads 8,16 --calls 1000"
+  STRATA_HOST_STAGE=$X /tmp/strata/bin/bench_host_experts --threads 8,16 --calls 1000 2>&1 | tail -3; done
 while [ ! -f $L/synth.rc ]; do sleep 2; done; cat $L/synth.rc
 AB="0 1 0 1"; [ -n "${SHORT:-}" ] && AB="0 1"
 for X in $AB; do STRATA_CUDA_MM_F32=$X sb -m $F -p 512,4096 -n 1 -r 3 --chunk 4096; done

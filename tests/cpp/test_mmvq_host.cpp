@@ -94,8 +94,9 @@ TEST(MmvqHost, DotsOfEveryTypeAreTheExactDotWithinRounding) {
 }
 
 // The vectorized forms (eight rows at a time with AVX2, sixteen with AVX-512 and VNNI) give the row-by-row form's
-// bits, for every type, row counts that are not a multiple of eight or sixteen, ranges that start inside a matrix,
-// large scales, and weights of -128 (Q8_0 rows can hold them: their magnitude is 128 unsigned).
+// bits, for every type, row counts that are not a multiple of eight or sixteen, ranges that start inside a matrix
+// and (rows of 1152 bytes and more) span several of the staged pieces (k_host_stage_bytes), large scales, and
+// weights of -128 (Q8_0 rows can hold them: their magnitude is 128 unsigned).
 TEST(MmvqHost, VectorizedRowsAreTheRowByRowBits) {
     std::vector<CpuIsa> forms;
     for (CpuIsa isa : {CpuIsa::avx2, CpuIsa::avx512})
@@ -107,7 +108,7 @@ TEST(MmvqHost, VectorizedRowsAreTheRowByRowBits) {
                         DType::IQ2_XXS, DType::IQ1_M})
             for (int64_t k : {256, 768, 2048, 2304})
                 for (float wscale : {0.05f, 300.0f}) {
-                    const int64_t rows = 41;
+                    const int64_t rows = 113;
                     const size_t rb = row_bytes(t, k);
                     const std::vector<float> wf = normals(size_t(rows * k), uint32_t(k) + 3, wscale);
                     std::vector<uint8_t> w(rb * size_t(rows));
@@ -119,7 +120,7 @@ TEST(MmvqHost, VectorizedRowsAreTheRowByRowBits) {
                     std::vector<int8_t> q(static_cast<size_t>(k));
                     std::vector<ActScale> ds(size_t(k / 32));
                     quantize_act_gpu(dot_act_type(t), x.data(), k, q.data(), ds.data());
-                    for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, rows}, {3, 17}, {5, 6}, {7, 39}}) {
+                    for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, rows}, {3, 17}, {5, 6}, {7, 109}}) {
                         std::vector<float> a(size_t(r1 - r0)), b(size_t(r1 - r0));
                         mmvq_host_rows(m, r0, r1, q.data(), ds.data(), a.data(), isa);
                         mmvq_host_rows(m, r0, r1, q.data(), ds.data(), b.data(), CpuIsa::scalar);

@@ -12,6 +12,7 @@
 #include "backend/host/mmvq_host_avx2.h"
 #include "backend/host/mmvq_host_avx512.h"
 #include "backend/host/mmvq_host_impl.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/fp16.h"
 #include "format/iq_grids.h"
@@ -188,10 +189,26 @@ void mmvq_host_rows(const HostMatrix &m, int64_t r0, int64_t r1, const int8_t *q
     STRATA_ASSERT(r0 >= 0 && r0 <= r1 && r1 <= m.n && m.k % 32 == 0);
     if (r0 == r1) return;
     const CpuIsa level = std::min(isa, cpu_isa_hardware());
-    if (level >= CpuIsa::avx512 && mmvq_detail::mmvq_rows_avx512(m.type, m.data, m.row_bytes, m.k, r0, r1, q, ds, out))
+    auto vector_rows = [&](const uint8_t *data, int64_t a, int64_t b, float *o) {
+        return (level >= CpuIsa::avx512 && mmvq_detail::mmvq_rows_avx512(m.type, data, m.row_bytes, m.k, a, b, q, ds, o)) ||
+               (level >= CpuIsa::avx2 && mmvq_detail::mmvq_rows_avx2(m.type, data, m.row_bytes, m.k, a, b, q, ds, o));
+    };
+    static const bool stage_on = env_switch("STRATA_HOST_STAGE", true);
+    if (level >= CpuIsa::avx2 && stage_on && m.row_bytes <= k_host_stage_bytes / 16) {
+        // Pieces of whole 16-row groups (the AVX-512 form's), copied in order and computed from the copy.
+        const int64_t piece = int64_t(k_host_stage_bytes / m.row_bytes) / 16 * 16;
+        static thread_local std::vector<uint8_t> stage;
+        if (stage.size() < k_host_stage_bytes) stage.resize(k_host_stage_bytes);
+        bool done = true;
+        for (int64_t a = r0; a < r1 && done; a += piece) {
+            const int64_t b = std::min(r1, a + piece);
+            std::memcpy(stage.data(), m.data + size_t(a) * m.row_bytes, size_t(b - a) * m.row_bytes);
+            done = vector_rows(stage.data(), 0, b - a, out + (a - r0));
+        }
+        if (done) return;  // false only for a type no vector form takes, at the first piece
+    } else if (vector_rows(m.data, r0, r1, out)) {
         return;
-    if (level >= CpuIsa::avx2 && mmvq_detail::mmvq_rows_avx2(m.type, m.data, m.row_bytes, m.k, r0, r1, q, ds, out))
-        return;
+    }
     for (int64_t r = r0; r < r1; r++) out[r - r0] = mmvq_host_dot(m.type, m.data + size_t(r) * m.row_bytes, m.k, q, ds);
 }
 
