@@ -392,9 +392,9 @@ TEST(CudaMatmuls, OneLaunchIsTheSeparateLaunches) {
 
 // The tensor-core matmul's forms (matmul.cuh, MmqForm) compute one function: for every type, a single group (the
 // dense matrices of a prompt: Plain, Narrow, Wide and, for Q4_K, Staged) and a tile list of several groups (the
-// experts: Plain, Narrow and Staged) give the same bits. Row counts that leave partial 64- and 128-row tiles, a weight-row count that leaves a
-// partial 128-row block, row lengths with a partial k step and several steps (Q8_0's Wide form copies rows of whole
-// words: k 320 and 2048, a partial and whole last step; k 288 is read a block a thread).
+// experts: Plain, Narrow and Staged) give the same bits. Row counts that leave partial 64- and 128-row tiles, a
+// weight-row count that leaves a partial 128-row block, row lengths with a partial k step and several steps (Q8_0's
+// Wide form copies rows of whole words: k 320 and 2048, a partial and whole last step; k 288 is read a block a thread).
 TEST(CudaMmq, FormsAreTheSameBits) {
     for (DType t : k_mmvq_types) {
         for (int64_t k : {288, 320, 2048}) {
@@ -462,7 +462,8 @@ TEST(CudaMmq, PartsAreTheSeparateLaunchesBits) {
             const std::string what0 = std::string(dtype_name(t)) + ", k " + std::to_string(k);
             for (int32_t rows : {int32_t(R), int32_t(129), int32_t(40)}) {
                 for (cuda::MmqForm f : {cuda::MmqForm::Plain, cuda::MmqForm::Wide, cuda::MmqForm::Auto}) {
-                    const std::string what = what0 + ", " + std::to_string(rows) + " rows, form " + std::to_string(int(f));
+                    const std::string what =
+                        what0 + ", " + std::to_string(rows) + " rows, form " + std::to_string(int(f));
                     cuda::MatmulPart parts[3];
                     int64_t r0 = 0, c0 = 0;
                     for (int p = 0; p < 3; p++) {

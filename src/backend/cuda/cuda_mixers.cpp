@@ -127,10 +127,10 @@ std::vector<AttnTile> CudaBackend::attention_tiles(const BatchInfo &b, int rpt) 
 // STRATA_CUDA_ATTN_FINE_SPLIT=0 (the form before, whose blocks walk twice the keys one tile after another: at a
 // 4096-token context a decoding layer's split attention took 23.6 us with 33 ranges of 128 keys).
 // The line is STRATA_CUDA_ATTN_SPLIT_WAVES blocks an SM: by default 1 for a prompt (a batch not of decoding's small
-// tiles) and 2 for decoding. A 512-token prompt of the 30B-A3B has 256 blocks on an H200's 132 SMs, just under two waves: with
-// the line at 2 it split in two and merged (59 us a layer for the merge alone, 4% of the pass); at 1 it stays whole,
-// 1.05-1.07x on the pass (bench/RESULTS.md, twenty-fourth round). Other bits than the line at 2: the choice follows
-// the batch's shape only, as before.
+// tiles) and 2 for decoding. A 512-token prompt of the 30B-A3B has 256 blocks on an H200's 132 SMs, just under two
+// waves: with the line at 2 it split in two and merged (59 us a layer for the merge alone, 4% of the pass); at 1 it
+// stays whole, 1.05-1.07x on the pass (bench/RESULTS.md, twenty-fourth round). Other bits than the line at 2: the
+// choice follows the batch's shape only, as before.
 void CudaBackend::attention_split(int64_t n_tiles, int64_t n_head_kv, int64_t max_end, bool prompt, int64_t &n_split,
                                   int64_t &chunk) const {
     static const int64_t G = env_switch("STRATA_CUDA_ATTN_FINE_SPLIT", true) ? 32 : 64;

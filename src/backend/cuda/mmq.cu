@@ -358,8 +358,8 @@ __global__ __launch_bounds__(THREADS) void k_mmq(MatmulArgs a, IqGrids g, Matmul
         grp.w = m.w, a.n = m.n, a.y = m.y, a.y_stride = m.y_stride;
         wblock -= b0;
     }
-    const Where at{static_cast<const uint8_t *>(grp.w), int64_t(wblock) * MW, a.k / 32,
-                   min(MT, grp.n_rows - row0), int64_t(grp.x_row0) + row0};
+    const Where at{static_cast<const uint8_t *>(grp.w), int64_t(wblock) * MW, a.k / 32, min(MT, grp.n_rows - row0),
+                   int64_t(grp.x_row0) + row0};
 
     // Warp tile: weight rows [ww, ww + 32), activation rows [wt, wt + MT / 2).
     const int ww = (warp % 4) * 32, wt = (warp / 4) * (MT / 2);
@@ -429,8 +429,7 @@ struct Staged {
 };
 
 __device__ __forceinline__ void cp_async8(void *dst, const void *src, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(valid ? 8 : 0));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 8 : 0));
 }
 
 // Step t's copies into stage st (one commit group, made by the caller).
@@ -470,8 +469,8 @@ __global__ __launch_bounds__(THREADS, 2) void k_mmq_staged(MatmulArgs a, IqGrids
         row0 = t.y;
     }
     const MatmulGroup grp = a.groups ? a.groups[group] : a.single;
-    const Where at{static_cast<const uint8_t *>(grp.w), int64_t(blockIdx.y) * MW, a.k / 32,
-                   min(MT, grp.n_rows - row0), int64_t(grp.x_row0) + row0};
+    const Where at{static_cast<const uint8_t *>(grp.w), int64_t(blockIdx.y) * MW, a.k / 32, min(MT, grp.n_rows - row0),
+                   int64_t(grp.x_row0) + row0};
     const int ww = (warp % 4) * 32, wt = (warp / 4) * (MT / 2);
     float acc[2][J][4];
 #pragma unroll
@@ -528,7 +527,8 @@ __global__ __launch_bounds__(THREADS, 2) void k_mmq_staged(MatmulArgs a, IqGrids
 
 bool staged_applies(const MatmulArgs &a) {
     return a.type == DType::Q4_K && a.k % 256 == 0 && a.row_bytes % 16 == 0 &&
-           reinterpret_cast<uintptr_t>(a.xq) % 16 == 0 && (a.groups || reinterpret_cast<uintptr_t>(a.single.w) % 16 == 0);
+           reinterpret_cast<uintptr_t>(a.xq) % 16 == 0 &&
+           (a.groups || reinterpret_cast<uintptr_t>(a.single.w) % 16 == 0);
 }
 
 void launch_staged(const MatmulArgs &a, int64_t n_tiles, cudaStream_t stream) {
@@ -640,10 +640,14 @@ void launch_single(const MatmulArgs &a, MmqForm form, cudaStream_t stream) {
     const int rows = form == MmqForm::Wide ? k_wide_rows : 64;
     const int64_t n_tiles = (a.single.n_rows + rows - 1) / rows;
     if (n_tiles == 0) return;
-    if (form == MmqForm::Staged) launch_staged(a, n_tiles, stream);
-    else if (form == MmqForm::Wide) launch_form<k_wide_rows, true>(a, MatmulParts{}, n_tiles, stream);
-    else if (form == MmqForm::Narrow) launch_form<64, true>(a, MatmulParts{}, n_tiles, stream);
-    else launch_form<64, false>(a, MatmulParts{}, n_tiles, stream);
+    if (form == MmqForm::Staged)
+        launch_staged(a, n_tiles, stream);
+    else if (form == MmqForm::Wide)
+        launch_form<k_wide_rows, true>(a, MatmulParts{}, n_tiles, stream);
+    else if (form == MmqForm::Narrow)
+        launch_form<64, true>(a, MatmulParts{}, n_tiles, stream);
+    else
+        launch_form<64, false>(a, MatmulParts{}, n_tiles, stream);
 }
 
 }  // namespace
@@ -663,9 +667,12 @@ void launch_mmq(const MatmulArgs &a, cudaStream_t stream, MmqForm form) {
     if (form == MmqForm::Wide && a.tiles) form = MmqForm::Narrow;  // the tile list's tiles are 64 rows
     if (a.tiles) {
         if (a.n_tiles == 0) return;
-        if (form == MmqForm::Staged) launch_staged(a, a.n_tiles, stream);
-        else if (form == MmqForm::Plain) launch_form<64, false>(a, MatmulParts{}, a.n_tiles, stream);
-        else launch_form<64, true>(a, MatmulParts{}, a.n_tiles, stream);
+        if (form == MmqForm::Staged)
+            launch_staged(a, a.n_tiles, stream);
+        else if (form == MmqForm::Plain)
+            launch_form<64, false>(a, MatmulParts{}, a.n_tiles, stream);
+        else
+            launch_form<64, true>(a, MatmulParts{}, a.n_tiles, stream);
     } else {
         launch_single(a, form, stream);
     }

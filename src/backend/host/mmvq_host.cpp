@@ -190,7 +190,8 @@ void mmvq_host_rows(const HostMatrix &m, int64_t r0, int64_t r1, const int8_t *q
     if (r0 == r1) return;
     const CpuIsa level = std::min(isa, cpu_isa_hardware());
     auto vector_rows = [&](const uint8_t *data, int64_t a, int64_t b, float *o) {
-        return (level >= CpuIsa::avx512 && mmvq_detail::mmvq_rows_avx512(m.type, data, m.row_bytes, m.k, a, b, q, ds, o)) ||
+        return (level >= CpuIsa::avx512 &&
+                mmvq_detail::mmvq_rows_avx512(m.type, data, m.row_bytes, m.k, a, b, q, ds, o)) ||
                (level >= CpuIsa::avx2 && mmvq_detail::mmvq_rows_avx2(m.type, data, m.row_bytes, m.k, a, b, q, ds, o));
     };
     static const bool stage_on = env_switch("STRATA_HOST_STAGE", true);
