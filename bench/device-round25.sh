@@ -17,7 +17,7 @@
 #   / 0, bench_host_experts on the 16-core host; 1.15-1.4x on two threads of the development machine).
 #   5. PROFILE=1: both engines' pp512 kernels (bench/device-profile.sh on the same file); TGPROF=1: a decoding
 #      pass's (issue 16's HBM bar).
-# SHORT=1 (about three minutes on a fresh machine): the tests and one MM_F32 A/B pair, no llama.cpp, no 12G rows.
+# SHORT=1 (about three minutes on a fresh machine): the tests and one A/B pair of each, no llama.cpp, no 12G rows.
 # There:
 #   setsid nohup bash bench/device-round25.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/r25/main.log 570
 L=/tmp/r25; mkdir -p $L
@@ -45,18 +45,22 @@ AB="0 1 0 1"; [ -n "${SHORT:-}" ] && AB="0 1"
 for X in $AB; do STRATA_CUDA_MM_F32=$X sb -m $F -p 512,4096 -n 1 -r 3 --chunk 4096; done
 for X in $AB; do STRATA_CUDA_MM_F32=1 STRATA_CUDA_MMQ_PARTS=$X sb -m $F -p 512,4096 -n 1 -r 3 --chunk 4096; done
 for X in $AB; do STRATA_CUDA_MM_F32=1 STRATA_CUDA_MMQ_STAGED=$X sb -m $F -p 512,4096 -n 1 -r 3 --chunk 4096; done
+on() { (export STRATA_CUDA_MM_F32=1 STRATA_CUDA_MMQ_PARTS=1 STRATA_CUDA_MMQ_STAGED=1; "$@"); }  # the three together
+for X in $AB; do if [ $X = 1 ]; then on sb -m $F -p 512,4096 -n 1 -r 3 --chunk 4096
+  else sb -m $F -p 512,4096 -n 1 -r 3 --chunk 4096; fi; done
 if [ -z "${SHORT:-}" ]; then
 sb -m $F -p 512,4096 -n 64 -r 2 --chunk 4096 --vram-budget 12G
+on sb -m $F -p 512,4096 -n 64 -r 2 --chunk 4096 --vram-budget 12G
 sb -m $F -p 16 -n 64 -r 2 --chunk 4096 --routing uniform --vram-budget 12G
 echo "rows at $(el) s"
 sb -m $F -p 512 -n 128 -r 5 --chunk 4096
 lb -p 512 -n 128 -r 5
 lb -p 512,4096 -n 64 -r 2 -ncmoe 26
-STRATA_CUDA_MM_F32=1 STRATA_CUDA_MMQ_PARTS=1 sb -m $F -p 512 -n 128 -r 5 --chunk 4096
+on sb -m $F -p 512 -n 128 -r 5 --chunk 4096
 echo "llama.cpp rows at $(el) s"; fi
 [ -n "${OUT:-}" ] && cp $L/main.log $L/strata-all.txt $OUT/ 2>/dev/null
 if [ -n "${PROFILE:-}" ]; then echo "profile: /tmp/prof/main.log"
-  STRATA_CUDA_MM_F32=1 STRATA_CUDA_MMQ_PARTS=1 F=$F bash bench/device-profile.sh qwen3-30b-a3b pp512
+  on env F=$F bash bench/device-profile.sh qwen3-30b-a3b pp512
   cp /tmp/prof/main.log $L/profile.log; sed -n '/^| kernel/,/^| all/p' /tmp/prof/main.log; fi
 if [ -n "${TGPROF:-}" ]; then echo "decode profile: /tmp/prof/main.log"  # issue 16's HBM bar: a decoding pass's kernels
   F=$F bash bench/device-profile.sh qwen3-30b-a3b tg
