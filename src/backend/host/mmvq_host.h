@@ -65,8 +65,8 @@ MmvqHostTiming mmvq_host_timing();
 // prefetchers follow badly: on the development machine (an AMD EPYC VM) sixteen rows of 1152 bytes read that way
 // came at 6-11 GB/s where one row after the other came at 27. So the rows are first copied, in order, into a
 // per-thread buffer (at most k_host_stage_bytes at a time) and read from there: bench_host_experts, one 30B Q4_K
-// expert a call on two threads, 240-262 us a call against 285-391 (STRATA_HOST_STAGE=0: read in place). The same
-// bytes, so the same bits.
+// expert a call on two threads, 226-308 us a call against 286-410 over fourteen alternated pairs
+// (STRATA_HOST_STAGE=0: read in place). The same bytes, so the same bits.
 constexpr size_t k_host_stage_bytes = size_t(64) << 10;
 void mmvq_host_rows(const HostMatrix &m, int64_t r0, int64_t r1, const int8_t *q, const ActScale *ds, float *out,
                     CpuIsa isa = mmvq_host_form());
