@@ -627,11 +627,17 @@ void launch_form(const MatmulArgs &a, const MatmulParts &parts, int64_t n_tiles,
     // clang-format on
 }
 
+// Where Auto would take the Plain form: Staged with STRATA_CUDA_MMQ_STAGED=1 (launch_single and launch_mmq fall back
+// to Plain for the types it does not take).
+MmqForm plain_form() {
+    return staged_enabled() ? MmqForm::Staged : MmqForm::Plain;
+}
+
 // The form a single group of `rows` rows (of a matrix with n_w rows) takes under Auto.
 MmqForm single_form(int64_t rows, int64_t n_w) {
-    if (!wide_enabled()) return MmqForm::Plain;
+    if (!wide_enabled()) return plain_form();
     if (small_grid_enabled() && int64_t(ceil_div(rows, k_wide_rows)) * int64_t(ceil_div(n_w, MW)) < device_sms())
-        return MmqForm::Plain;
+        return plain_form();
     return MmqForm::Wide;
 }
 
@@ -659,10 +665,8 @@ bool mmq_supported(DType t) {
 void launch_mmq(const MatmulArgs &a, cudaStream_t stream, MmqForm form) {
     if (a.n == 0) return;
     STRATA_ASSERT(a.k % 32 == 0 && a.n <= int64_t(65535) * MW);
-    if (form == MmqForm::Auto) {
-        form = a.tiles ? (pipe_enabled() ? MmqForm::Narrow : MmqForm::Plain) : single_form(a.single.n_rows, a.n);
-        if (form == MmqForm::Plain && staged_enabled()) form = MmqForm::Staged;
-    }
+    if (form == MmqForm::Auto)
+        form = a.tiles ? (pipe_enabled() ? MmqForm::Narrow : plain_form()) : single_form(a.single.n_rows, a.n);
     if (form == MmqForm::Staged && !staged_applies(a)) form = MmqForm::Plain;  // Q4_K only
     if (form == MmqForm::Wide && a.tiles) form = MmqForm::Narrow;  // the tile list's tiles are 64 rows
     if (a.tiles) {
