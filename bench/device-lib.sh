@@ -6,6 +6,8 @@
 #   sb ARGS...         strata bench ARGS (STRATA_* from the environment named), the table's rows kept in the log
 #   lb ARGS...         llama-bench on $F in the best configuration's flags plus ARGS, its peak GPU memory, once built
 #   lbb ARGS...        llama-batched-bench on $F likewise (parallel sequences: -npp, -ntg, -npl in ARGS)
+#   synth_start P F    `strata synth --preset P --type Q4_K --dense-type Q8_0 -o F` in the background (kept where F
+#                      exists: a warm machine); synth_wait: until it is written
 source .peer/device.sh env; source scripts/device-env.sh
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
@@ -33,3 +35,7 @@ lbb() { while [ ! -f $L/llama.done ]; do sleep 3; done
     bash .peer/device.sh peak $BB -m $F -ngl 99 -fa 1 -t 16 -ub 4096 -b 4096 -c 8192 "$@" > $L/lbb.txt 2>&1
     grep -E "^\| |peak|rror" $L/lbb.txt | grep -v -- "---"
   else echo "(llama-batched-bench did not build)"; fi; }
+synth_start() { rm -f $L/synth.rc; if [ -f "$2" ]; then touch $L/synth.rc; else
+  ($S synth --preset "$1" --type Q4_K --dense-type Q8_0 -o "$2" > $L/synth.log 2>&1; echo "synth rc=$? at $(el) s" > $L/synth.rc) &
+  fi; }
+synth_wait() { while [ ! -f $L/synth.rc ]; do sleep 2; done; cat $L/synth.rc; }

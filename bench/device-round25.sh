@@ -25,8 +25,7 @@ exec > $L/main.log 2>&1
 [ -n "${SHORT:-}" ] && NO_LLAMA=1
 source bench/device-lib.sh
 F=/tmp/q30.gguf
-rm -f $L/synth.rc; [ -f $F ] && touch $L/synth.rc || ($S synth --preset qwen3-30b-a3b --type Q4_K --dense-type Q8_0 -o $F > $L/synth.log 2>&1
-  echo "synth rc=$? at $(el) s" > $L/synth.rc) &
+synth_start qwen3-30b-a3b $F
 cmake --build /tmp/strata -j12 --target test_cuda_ops test_cuda_engine bench_host_experts > $L/build2.log 2>&1
 echo "tests build rc=$? at $(el) s"
 grep -E " error" $L/build2.log | head -5
@@ -40,7 +39,7 @@ echo "test_cuda_engine rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|Expecte
 [ -n "${OUT:-}" ] && cp $L/ops.log $L/engine.log $OUT/ 2>/dev/null
 for X in 0 1 0 1; do echo "== STRATA_HOST_STAGE=$X bench_host_experts --threads 8,16 --calls 1000"
   STRATA_HOST_STAGE=$X /tmp/strata/bin/bench_host_experts --threads 8,16 --calls 1000 2>&1 | tail -3; done
-while [ ! -f $L/synth.rc ]; do sleep 2; done; cat $L/synth.rc
+synth_wait
 AB="0 1 0 1"; [ -n "${SHORT:-}" ] && AB="0 1"
 for X in $AB; do STRATA_CUDA_MM_F32=$X sb -m $F -p 512,4096 -n 1 -r 3 --chunk 4096; done
 for X in $AB; do STRATA_CUDA_MM_F32=1 STRATA_CUDA_MMQ_PARTS=$X sb -m $F -p 512,4096 -n 1 -r 3 --chunk 4096; done
