@@ -515,8 +515,8 @@ TEST(CudaMmq, PartsAreTheSeparateLaunchesBits) {
 // generic tiled kernel its tile lists take: the same rows as one group of 64-row tiles, with a partial block of
 // weight rows (200) and row counts with partial tiles, every output written.
 TEST(CudaMatmulGeneric, F32FormIsTheTileListsBits) {
-    if (!env_switch("STRATA_CUDA_MM_F32", false))
-        GTEST_SKIP() << "the f32 form is opt-in until it has run on a GPU: run with STRATA_CUDA_MM_F32=1";
+    if (!env_switch("STRATA_CUDA_MM_F32", true))
+        GTEST_SKIP() << "STRATA_CUDA_MM_F32=0 turns the f32 form off";
     {
         const int64_t k = 2048, n = 200, R = 333;
         const std::vector<float> w = randn(size_t(n * k), 77, 0.05f), x = randn(size_t(R * k), 78);

@@ -208,7 +208,7 @@ void CudaBackend::matmul(const Weight &w, Act x, Act out) {
 
 // Products whose matrices share a quantized type (and so the bytes of a row) go out as one launch of up to
 // k_matmul_max_parts matrices, in the order given: at decode sizes the mat-vec kernel's, for a prompt (more rows;
-// STRATA_CUDA_MMQ_PARTS=1) the tensor-core kernel's. done[i] is set for every product launched here; a product with
+// STRATA_CUDA_MMQ_PARTS=0: separate launches) the tensor-core kernel's. done[i] is set for every product launched here; a product with
 // no partner is left to the plain path.
 void CudaBackend::matmul_parts(const std::vector<MatmulOut> &outs, PreparedAct &x, std::vector<bool> &done) {
     const bool prompt = x.rows > k_mmv_max_rows;

@@ -52,7 +52,7 @@ void launch_mmv_generic(const MatmulArgs &a, cudaStream_t stream);  // every gro
 void launch_mm_generic(const MatmulArgs &a, cudaStream_t stream);
 // f32 weights, a single group of more than k_mmv_max_rows rows, k a multiple of 32 and 16-byte aligned rows (a
 // prompt's router): a pipelined kernel of launch_mm_generic's bits, which launch_mm_generic takes where it applies
-// (opt-in: STRATA_CUDA_MM_F32=1).
+// (STRATA_CUDA_MM_F32=0 turns it off).
 bool mm_f32_applies(const MatmulArgs &a);
 void launch_mm_f32(const MatmulArgs &a, cudaStream_t stream);
 // Few rows and long ones (routers): the generic mat-vec splits each row's k over a block (mmv_split.cuh). The choice
@@ -106,13 +106,13 @@ void launch_mmvq_parts(const MatmulArgs &a, const MatmulPart *parts, int n_parts
 // two steps ahead and unpacked from there.
 // Auto: Wide for a single group (Plain with STRATA_CUDA_MMQ_WIDE=0, and with STRATA_CUDA_MMQ_SMALL_GRID=1 where
 // Wide's blocks would be fewer than the device's SMs), Plain for a tile list (Narrow with STRATA_CUDA_MMQ_PIPE=1);
-// Plain becomes Staged with STRATA_CUDA_MMQ_STAGED=1 (opt-in until run on a GPU).
+// Plain becomes Staged (STRATA_CUDA_MMQ_STAGED=0 keeps Plain).
 enum class MmqForm { Auto, Plain, Narrow, Wide, Staged };
 bool mmq_supported(DType t);
 void launch_mmq(const MatmulArgs &a, cudaStream_t stream, MmqForm form = MmqForm::Auto);
 // Several matrices of a prompt (more than k_mmv_max_rows rows) in one tensor-core launch, in the form launch_mmq's
 // Auto gives a single group: a prompt's k and v (16 blocks each on 512 tokens of the 30B-A3B) no longer each take a
-// whole block's time with most SMs idle. STRATA_CUDA_MMQ_PARTS=1 (opt-in until run on a GPU).
+// whole block's time with most SMs idle. On unless STRATA_CUDA_MMQ_PARTS=0.
 bool mmq_parts_enabled();
 void launch_mmq_parts(const MatmulArgs &a, const MatmulPart *parts, int n_parts, cudaStream_t stream,
                       MmqForm form = MmqForm::Auto);

@@ -4,8 +4,9 @@
 // blocks of 64 rows, each waiting on its own loads: 221 us a layer on an H200, 16% of its pp512 pass.
 //
 // Each output is summed in fp32 in k order from zero by the expression k_mm_generic uses (acc += x * w), so the
-// bits are that kernel's (test: CudaMatmulGeneric.F32FormIsTheTileListsBits). Opt-in (STRATA_CUDA_MM_F32=1) until
-// that test and its A/B have run on a GPU (bench/device-round25.sh); off, every f32 matrix goes to k_mm_generic.
+// bits are that kernel's (test: CudaMatmulGeneric.F32FormIsTheTileListsBits). On by default (1.15-1.18x the 30B's
+// pp512 on an H100, bench/RESULTS.md's twenty-fifth round); STRATA_CUDA_MM_F32=0 sends every f32 matrix to
+// k_mm_generic.
 #include "backend/cuda/matmul.cuh"
 
 #include "backend/cuda/device_common.cuh"
@@ -93,7 +94,7 @@ bool aligned16(const void *p) {
 }  // namespace
 
 bool mm_f32_applies(const MatmulArgs &a) {
-    static const bool on = env_switch("STRATA_CUDA_MM_F32", false);
+    static const bool on = env_switch("STRATA_CUDA_MM_F32", true);
     return on && a.type == DType::F32 && !a.tiles && !a.groups && a.k % BK == 0 && a.x_stride % 4 == 0 &&
            a.row_bytes % 16 == 0 && aligned16(a.x) && aligned16(a.single.w) && a.n <= int64_t(65535) * BN &&
            a.single.n_rows > k_mmv_max_rows;

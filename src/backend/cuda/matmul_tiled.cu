@@ -1,7 +1,7 @@
 // Generic tiled matmul for groups of more than 8 activation rows, every weight type: 64 activation rows x 64 weight
 // rows per block, 4 x 4 outputs a thread, k in steps of 32; weights are dequantized exactly into shared memory,
 // products summed in fp32 in k order by the same expression from zero. A single group of f32 weights (a prompt's
-// router) goes to matmul_f32.cu's pipelined kernel, of the same bits, where STRATA_CUDA_MM_F32=1.
+// router) goes to matmul_f32.cu's pipelined kernel, of the same bits, unless STRATA_CUDA_MM_F32=0.
 #include "backend/cuda/matmul.cuh"
 
 #include "backend/cuda/quant_device.cuh"

@@ -541,10 +541,10 @@ void launch_staged(const MatmulArgs &a, int64_t n_tiles, cudaStream_t stream) {
     k_mmq_staged<<<grid, THREADS, sizeof(Staged), stream>>>(a, iq_grids());
 }
 
-// STRATA_CUDA_MMQ_STAGED=1 (opt-in until run on a GPU): Q4_K matrices in the staged form where the Plain form
-// would take them (the experts' tile lists, and single groups with STRATA_CUDA_MMQ_WIDE=0).
+// Q4_K matrices in the staged form where the Plain form would take them (the experts' tile lists, and single groups
+// with STRATA_CUDA_MMQ_WIDE=0); STRATA_CUDA_MMQ_STAGED=0 leaves them to Plain.
 bool staged_enabled() {
-    static const bool on = env_switch("STRATA_CUDA_MMQ_STAGED", false);
+    static const bool on = env_switch("STRATA_CUDA_MMQ_STAGED", true);
     return on;
 }
 
@@ -627,7 +627,7 @@ void launch_form(const MatmulArgs &a, const MatmulParts &parts, int64_t n_tiles,
     // clang-format on
 }
 
-// Where Auto would take the Plain form: Staged with STRATA_CUDA_MMQ_STAGED=1 (launch_single and launch_mmq fall back
+// Where Auto would take the Plain form: Staged unless STRATA_CUDA_MMQ_STAGED=0 (launch_single and launch_mmq fall back
 // to Plain for the types it does not take).
 MmqForm plain_form() {
     return staged_enabled() ? MmqForm::Staged : MmqForm::Plain;
@@ -684,7 +684,7 @@ void launch_mmq(const MatmulArgs &a, cudaStream_t stream, MmqForm form) {
 }
 
 bool mmq_parts_enabled() {
-    static const bool on = env_switch("STRATA_CUDA_MMQ_PARTS", false);
+    static const bool on = env_switch("STRATA_CUDA_MMQ_PARTS", true);
     return on;
 }
 

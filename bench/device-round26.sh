@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The twenty-sixth round's call, one machine: the three matmul forms of round 25 (the f32 router kernel, a prompt's
+# q/k/v in one launch, the staged Q4_K expert tiles) are now the defaults.
+#   1. GPU tests: the whole test_cuda_ops and test_cuda_engine under the new defaults, and the engine's golden
+#      cases with the three switched off (STRATA_CUDA_MM_F32=0 STRATA_CUDA_MMQ_PARTS=0 STRATA_CUDA_MMQ_STAGED=0).
+#   2. Issue 17's 30B row at 12 GiB under uniform routing (57.0 tok/s in round 25 against 70-83 in earlier rounds):
+#      STRATA_HOST_STAGE=1 / 0 alternated, then --cpu-share 0 (the device alone).
+#   3. Where a resident decoding pass's GPU time goes, by op (STRATA_CUDA_PROFILE=1), for issue 16's HBM bar.
+#   4. Issue 16's bars on the 30B all resident: pp512 / pp4096 / tg128 beside llama.cpp (built in the background).
+# There:
+#   setsid nohup bash bench/device-round26.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/r26/main.log 570
+L=/tmp/r26; mkdir -p $L
+exec > $L/main.log 2>&1
+source bench/device-lib.sh
+F=/tmp/q30.gguf
+synth_start qwen3-30b-a3b $F
+cmake --build /tmp/strata -j12 --target test_cuda_ops test_cuda_engine > $L/build2.log 2>&1
+echo "tests build rc=$? at $(el) s"
+grep -E " error" $L/build2.log | head -5
+timeout 150 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 > $L/ops.log 2>&1
+echo "test_cuda_ops rc=$? at $(el) s"; grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/ops.log | head -12
+timeout 200 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 > $L/engine.log 2>&1
+echo "test_cuda_engine rc=$? at $(el) s"; grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/engine.log | head -12
+STRATA_CUDA_MM_F32=0 STRATA_CUDA_MMQ_PARTS=0 STRATA_CUDA_MMQ_STAGED=0 timeout 100 /tmp/strata/bin/test_cuda_engine \
+  --gtest_brief=1 --gtest_filter='*MatchesTheCpuEngine*:*FusedPromptExperts*' > $L/engine-off.log 2>&1
+echo "test_cuda_engine, the three off: rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure" $L/engine-off.log | head -6
+[ -n "${OUT:-}" ] && cp $L/ops.log $L/engine.log $L/engine-off.log $OUT/ 2>/dev/null
+synth_wait
+U="-m $F -p 16 -n 64 -r 2 --chunk 4096 --routing uniform --vram-budget 12G"
+for X in 1 0 1 0; do STRATA_HOST_STAGE=$X sb $U; done
+sb $U --cpu-share 0
+STRATA_CUDA_PROFILE=1 $S bench -m $F -p 1 -n 128 -r 1 > $L/tgprof.txt 2>&1; echo "decode profile:"
+grep -E "^\| (pp|tg)" $L/tgprof.txt; sed -n '/CUDA op profile/,$p' $L/tgprof.txt | head -60
+sb -m $F -p 512,4096 -n 128 -r 3 --chunk 4096
+lb -p 512,4096 -n 128 -r 3
+sb -m $F -p 512,4096 -n 128 -r 3 --chunk 4096
+[ -n "${OUT:-}" ] && cp $L/main.log $L/strata-all.txt $L/tgprof.txt $OUT/ 2>/dev/null
+echo "done at $(el) s"; echo ALL_DONE
