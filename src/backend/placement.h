@@ -88,6 +88,17 @@ const char *host_tier_name(HostTier t);
 // One layer's experts within an expert slot: gate, up and down at these byte offsets (bytes: what they take).
 struct ExpertSlotLayout {
     size_t gate_off = 0, up_off = 0, down_off = 0, bytes = 0;
+    int32_t cls = -1;  // the layer's slot class (Placement::slot_classes)
+};
+
+// Expert slots come in size classes, one per distinct ExpertSlotLayout::bytes: in a file whose layers' experts differ
+// in size (a Q4_K_M file's Q6_K down matrices in some layers) each layer's experts take slots of their own size, not
+// every slot the largest. Classes in increasing size, slots numbered class after class (class c: [first, first + n)),
+// so the top slots, a prompt loan's, are the largest class's.
+struct SlotClass {
+    size_t bytes = 0;
+    int64_t first = 0, n = 0;
+    int64_t n_experts = 0;  // the routed experts of the class's layers
 };
 
 struct Placement {
@@ -119,10 +130,17 @@ struct Placement {
     // Pinned host memory for one pass's small uploads (routing groups and rows, tiles, positions), so that a prompt
     // chunk never waits for its own earlier copies or grows the buffer mid-pass.
     uint64_t stage_bytes = 0;
-    // The expert cache: n_slots slots of slot_bytes, one layout per layer index (bytes 0: no routed experts).
+    // The expert cache: n_slots slots in slot_classes (slot_bytes: the largest class's size), one layout per layer
+    // index (bytes 0: no routed experts).
     int64_t n_slots = 0, n_experts_total = 0;
     size_t slot_bytes = 0;
+    std::vector<SlotClass> slot_classes;
     std::vector<ExpertSlotLayout> layouts;
+    uint64_t slots_total_bytes() const {
+        uint64_t b = 0;
+        for (const SlotClass &c : slot_classes) b += uint64_t(c.n) * c.bytes;
+        return b;
+    }
     bool all_resident() const { return n_experts_total > 0 && n_slots >= n_experts_total; }
     // The host stratum.
     HostTier host = HostTier::none;

@@ -14,7 +14,7 @@ namespace strata::cli {
 Run add_synth(CLI::App &app) {
     struct Args {
         SynthOptions opt;
-        std::string out, type = "Q4_K", dense_type = "Q8_0";
+        std::string out, type = "Q4_K", dense_type = "Q8_0", mixed_down;
         bool quiet = false;
     };
     auto a = std::make_shared<Args>();
@@ -24,6 +24,9 @@ Run add_synth(CLI::App &app) {
     sub->add_option("--preset", a->opt.preset, "Model shape: " + presets)->capture_default_str();
     sub->add_option("--type", a->type, "Type of the routed experts")->capture_default_str();
     sub->add_option("--dense-type", a->dense_type, "Type of the other matrices")->capture_default_str();
+    sub->add_option("--mixed-down", a->mixed_down,
+                    "Type of the routed experts' down matrices in the first and last eighth of the layers and every "
+                    "third layer between (as llama.cpp's Q4_K_M gives Q6_K): layers whose experts differ in size");
     sub->add_option("--seed", a->opt.seed, "Seed of the weights")->capture_default_str();
     sub->add_option("--route-skew", a->opt.route_skew,
                     "Zipf exponent S of expert popularity: the expert of rank r is routed to about in proportion to "
@@ -41,6 +44,7 @@ Run add_synth(CLI::App &app) {
         };
         a->opt.expert_type = parse("--type", a->type);
         a->opt.dense_type = parse("--dense-type", a->dense_type);
+        if (!a->mixed_down.empty()) a->opt.mixed_down_type = parse("--mixed-down", a->mixed_down);
         if (!std::isfinite(a->opt.route_skew) || a->opt.route_skew < 0)
             usage_fail("--route-skew: expected a number >= 0, got %g", double(a->opt.route_skew));
         auto t0 = std::chrono::steady_clock::now();

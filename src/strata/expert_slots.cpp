@@ -16,23 +16,52 @@ SlotPolicy parse_slot_policy(const std::string &s) {
 
 const char *slot_policy_name(SlotPolicy p) { return p == SlotPolicy::Lfu ? "lfu" : "lru"; }
 
+namespace {
+
+std::vector<int32_t> one_class(const std::vector<int64_t> &n_expert) {
+    std::vector<int32_t> c(n_expert.size(), -1);
+    for (size_t il = 0; il < n_expert.size(); il++)
+        if (n_expert[il] > 0) c[il] = 0;
+    return c;
+}
+
+}  // namespace
+
 ExpertSlotTable::ExpertSlotTable(std::vector<int64_t> n_expert, std::vector<size_t> expert_bytes, int64_t n_slots,
                                  SlotPolicy policy, uint64_t decay_every)
-    : expert_bytes_(std::move(expert_bytes)), policy_(policy), decay_every_(decay_every) {
-    STRATA_ASSERT(expert_bytes_.size() == n_expert.size() && n_slots >= 0);
+    : ExpertSlotTable(n_expert, std::move(expert_bytes), one_class(n_expert), {n_slots}, policy, decay_every) {}
+
+ExpertSlotTable::ExpertSlotTable(std::vector<int64_t> n_expert, std::vector<size_t> expert_bytes,
+                                 std::vector<int32_t> layer_class, const std::vector<int64_t> &class_slots,
+                                 SlotPolicy policy, uint64_t decay_every)
+    : expert_bytes_(std::move(expert_bytes)),
+      layer_class_(std::move(layer_class)),
+      policy_(policy),
+      decay_every_(decay_every) {
+    STRATA_ASSERT(expert_bytes_.size() == n_expert.size() && layer_class_.size() == n_expert.size());
     table_.resize(n_expert.size());
     for (size_t il = 0; il < n_expert.size(); il++) {
         table_[il].assign(size_t(n_expert[il]), -1);
         n_total_ += n_expert[il];
+        STRATA_ASSERT(n_expert[il] == 0 || (layer_class_[il] >= 0 && size_t(layer_class_[il]) < class_slots.size()));
     }
-    slots_.resize(size_t(n_slots));
-    n_avail_ = n_slots;
-    for (int32_t s = 0; s < int32_t(n_slots); s++) push_back(s);
+    for (const int64_t n : class_slots) {
+        STRATA_ASSERT(n >= 0);
+        Class c;
+        c.first = n_avail_, c.n = c.n_avail = n;
+        const int32_t cls = int32_t(classes_.size());
+        classes_.push_back(c);
+        slots_.resize(size_t(n_avail_ + n));
+        for (int64_t s = c.first; s < c.first + n; s++) slots_[size_t(s)].cls = cls;
+        for (int64_t s = c.first; s < c.first + n; s++) push_back(int32_t(s));
+        n_avail_ += n;
+    }
     if (policy_ == SlotPolicy::Lfu) {
         counts_.resize(n_expert.size());
         for (size_t il = 0; il < n_expert.size(); il++) counts_[il].assign(size_t(n_expert[il]), 0.0);
-        last_use_.assign(size_t(n_slots), 0);
-        for (int32_t s = 0; s < int32_t(n_slots); s++) by_rank_.insert({rank_of(s), s});
+        last_use_.assign(slots_.size(), 0);
+        by_rank_.resize(classes_.size());
+        for (int32_t s = 0; s < int32_t(slots_.size()); s++) rank_insert(s);
     }
 }
 
@@ -46,9 +75,9 @@ void ExpertSlotTable::touch(int32_t s) {
     unlink(s);
     push_back(s);
     if (policy_ != SlotPolicy::Lfu) return;
-    by_rank_.erase({rank_of(s), s});
+    rank_erase(s);
     last_use_[size_t(s)] = ++uses_;
-    by_rank_.insert({rank_of(s), s});
+    rank_insert(s);
 }
 
 void ExpertSlotTable::count(int64_t il, int32_t e) {
@@ -59,43 +88,45 @@ void ExpertSlotTable::count(int64_t il, int32_t e) {
             for (auto &layer : counts_)
                 for (double &c : layer) c /= step_;
             step_ = 1.0;
-            by_rank_.clear();
+            for (auto &r : by_rank_) r.clear();
             for (int32_t s = 0; s < int32_t(slots_.size()); s++)
-                if (!slots_[size_t(s)].lent) by_rank_.insert({rank_of(s), s});
+                if (!slots_[size_t(s)].lent) rank_insert(s);
         }
     }
     requests_++;
     const int32_t s = table_[size_t(il)][size_t(e)];
-    if (s >= 0) by_rank_.erase({rank_of(s), s});
+    if (s >= 0) rank_erase(s);
     counts_[size_t(il)][size_t(e)] += step_;
-    if (s >= 0) by_rank_.insert({rank_of(s), s});
+    if (s >= 0) rank_insert(s);
 }
 
-int32_t ExpertSlotTable::victim(bool scan, uint64_t call) const {
+int32_t ExpertSlotTable::victim(int32_t cls, bool scan, uint64_t call) const {
+    if (cls < 0) return -1;
+    const Class &C = classes_[size_t(cls)];
     auto kept = [&](int32_t s) { return slots_[size_t(s)].call == call || slots_[size_t(s)].pinned; };
     if (policy_ == SlotPolicy::Lfu && !scan) {
-        for (const auto &[rank, s] : by_rank_)
+        for (const auto &[rank, s] : by_rank_[size_t(cls)])
             if (!kept(s)) return s;
         return -1;
     }
     // LRU, and a scan under either policy (each expert of the sweep requested once: LFU would order it as LRU)
-    int32_t s = lru_head_;
+    int32_t s = C.lru_head;
     while (s >= 0 && kept(s)) s = slots_[size_t(s)].next;
     if (scan && s >= 0 && slots_[size_t(s)].layer >= 0) {  // empty slots first, in any case
         if (fence_ > 0) {
             // Touched slots move to the recent end, so the search resumes where it last stopped while that slot
             // is still before the fence.
             auto before = [&](int32_t v) { return !kept(v) && slots_[size_t(v)].call < fence_; };
-            int32_t v = fence_hint_ >= 0 && before(fence_hint_) && !slots_[size_t(fence_hint_)].lent ? fence_hint_
-                                                                                                    : lru_tail_;
+            const int32_t h = C.fence_hint;
+            int32_t v = h >= 0 && before(h) && !slots_[size_t(h)].lent ? h : C.lru_tail;
             while (v >= 0 && !before(v)) v = slots_[size_t(v)].prev;
             if (v >= 0) {
-                fence_hint_ = slots_[size_t(v)].prev;
+                C.fence_hint = slots_[size_t(v)].prev;
                 return v;
             }
         }
         // The slots this call touched, and those pinned, are at the recent end: the first one before them.
-        int32_t v = lru_tail_;
+        int32_t v = C.lru_tail;
         while (v >= 0 && kept(v)) v = slots_[size_t(v)].prev;
         if (v >= 0) s = v;
     }
@@ -104,47 +135,51 @@ int32_t ExpertSlotTable::victim(bool scan, uint64_t call) const {
 
 void ExpertSlotTable::unlink(int32_t s) {
     Slot &x = slots_[size_t(s)];
+    Class &C = classes_[size_t(x.cls)];
     if (x.prev >= 0)
         slots_[size_t(x.prev)].next = x.next;
     else
-        lru_head_ = x.next;
+        C.lru_head = x.next;
     if (x.next >= 0)
         slots_[size_t(x.next)].prev = x.prev;
     else
-        lru_tail_ = x.prev;
+        C.lru_tail = x.prev;
     x.prev = x.next = -1;
 }
 
 void ExpertSlotTable::push_back(int32_t s) {
     Slot &x = slots_[size_t(s)];
-    x.prev = lru_tail_;
+    Class &C = classes_[size_t(x.cls)];
+    x.prev = C.lru_tail;
     x.next = -1;
-    if (lru_tail_ >= 0)
-        slots_[size_t(lru_tail_)].next = s;
+    if (C.lru_tail >= 0)
+        slots_[size_t(C.lru_tail)].next = s;
     else
-        lru_head_ = s;
-    lru_tail_ = s;
+        C.lru_head = s;
+    C.lru_tail = s;
 }
 
 void ExpertSlotTable::push_front(int32_t s) {
     Slot &x = slots_[size_t(s)];
+    Class &C = classes_[size_t(x.cls)];
     x.prev = -1;
-    x.next = lru_head_;
-    if (lru_head_ >= 0)
-        slots_[size_t(lru_head_)].prev = s;
+    x.next = C.lru_head;
+    if (C.lru_head >= 0)
+        slots_[size_t(C.lru_head)].prev = s;
     else
-        lru_tail_ = s;
-    lru_head_ = s;
+        C.lru_tail = s;
+    C.lru_head = s;
 }
 
 std::vector<std::pair<int32_t, int32_t>> ExpertSlotTable::lend(int64_t n) {
     STRATA_ASSERT(n >= 0 && n <= n_avail_ && !all_resident_);
+    STRATA_ASSERT(!classes_.empty() && n <= classes_.back().n_avail);
     std::vector<std::pair<int32_t, int32_t>> held;
     for (int64_t i = n_avail_ - n; i < n_avail_; i++) {
         const int32_t s = int32_t(i);
         Slot &x = slots_[size_t(i)];
         STRATA_ASSERT(!x.pinned && !x.lent);
-        if (policy_ == SlotPolicy::Lfu) by_rank_.erase({rank_of(s), s});
+        if (policy_ == SlotPolicy::Lfu) rank_erase(s);
         if (x.layer >= 0) {
             held.push_back({x.layer, x.expert});
             table_[size_t(x.layer)][size_t(x.expert)] = -1;
@@ -154,6 +189,7 @@ std::vector<std::pair<int32_t, int32_t>> ExpertSlotTable::lend(int64_t n) {
         x.lent = true;
     }
     n_avail_ -= n;
+    if (n > 0) classes_.back().n_avail -= n;
     return held;
 }
 
@@ -165,16 +201,17 @@ void ExpertSlotTable::end_loan() {
         push_front(s);
         if (policy_ == SlotPolicy::Lfu) {
             last_use_[i] = 0;
-            by_rank_.insert({rank_of(s), s});
+            rank_insert(s);
         }
     }
     n_avail_ = int64_t(slots_.size());
+    for (Class &c : classes_) c.n_avail = c.n;
 }
 
 bool ExpertSlotTable::fill_empty(int64_t il, int32_t e, std::vector<SlotFill> &fills) {
     STRATA_ASSERT(il >= 0 && size_t(il) < table_.size() && e >= 0 && size_t(e) < table_[size_t(il)].size());
     STRATA_ASSERT(table_[size_t(il)][size_t(e)] < 0);
-    const int32_t s = victim(false, ++calls_);  // an empty slot comes first under either policy
+    const int32_t s = victim(class_of(il), false, ++calls_);  // an empty slot comes first under either policy
     if (s < 0 || slots_[size_t(s)].layer >= 0) return false;
     assign(s, il, e);
     touch(s);
@@ -185,23 +222,28 @@ bool ExpertSlotTable::fill_empty(int64_t il, int32_t e, std::vector<SlotFill> &f
 
 void ExpertSlotTable::assign(int32_t slot, int64_t il, int32_t e) {
     Slot &s = slots_[size_t(slot)];
+    STRATA_ASSERT(s.cls == class_of(il));
     const bool lfu = policy_ == SlotPolicy::Lfu;
-    if (lfu) by_rank_.erase({rank_of(slot), slot});
+    if (lfu) rank_erase(slot);
     if (s.layer >= 0) table_[size_t(s.layer)][size_t(s.expert)] = -1;
     s.layer = int32_t(il);
     s.expert = e;
     table_[size_t(il)][size_t(e)] = slot;
-    if (lfu) by_rank_.insert({rank_of(slot), slot});
+    if (lfu) rank_insert(slot);
 }
 
 std::vector<std::vector<SlotFill>> ExpertSlotTable::place_all() {
     STRATA_ASSERT(n_slots() >= n_total_);
     std::vector<std::vector<SlotFill>> fills(table_.size());
-    int32_t next = 0;
+    std::vector<int64_t> next(classes_.size());
+    for (size_t c = 0; c < classes_.size(); c++) next[c] = classes_[c].first;
     for (size_t il = 0; il < table_.size(); il++)
         for (int32_t e = 0; e < int32_t(table_[il].size()); e++) {
-            assign(next, int64_t(il), e);
-            fills[il].push_back({next++, e});
+            int64_t &s = next[size_t(class_of(int64_t(il)))];
+            STRATA_ASSERT(s <
+                          classes_[size_t(class_of(int64_t(il)))].first + classes_[size_t(class_of(int64_t(il)))].n);
+            assign(int32_t(s), int64_t(il), e);
+            fills[il].push_back({int32_t(s++), e});
         }
     all_resident_ = n_total_ > 0;
     return fills;
@@ -210,7 +252,7 @@ std::vector<std::vector<SlotFill>> ExpertSlotTable::place_all() {
 void ExpertSlotTable::acquire(int64_t il, const int32_t *experts, int64_t n, int32_t *slots_out, bool scan,
                               std::vector<SlotFill> &fills) {
     STRATA_ASSERT(il >= 0 && size_t(il) < table_.size() && !table_[size_t(il)].empty());
-    STRATA_ASSERT(n <= n_slots());
+    STRATA_ASSERT(n <= n_slots_for(il));
     std::vector<int32_t> &tab = table_[size_t(il)];
     const uint64_t call = ++calls_;
     auto kept = [&](int32_t s) { return slots_[size_t(s)].call == call || slots_[size_t(s)].pinned; };
@@ -230,7 +272,7 @@ void ExpertSlotTable::acquire(int64_t il, const int32_t *experts, int64_t n, int
     for (int64_t i = 0; i < n; i++) {
         int32_t s = tab[size_t(experts[i])];
         if (s < 0) {
-            s = victim(scan, call);
+            s = victim(class_of(il), scan, call);
             if (s < 0) {
                 // this call's assignments hold no bytes yet: undone before refusing
                 const std::vector<SlotFill> made(fills.begin() + int64_t(fills0), fills.end());
@@ -238,7 +280,8 @@ void ExpertSlotTable::acquire(int64_t il, const int32_t *experts, int64_t n, int
                 forget(il, made);
                 stats_.misses -= made.size();
                 stats_.bytes_filled -= made.size() * expert_bytes_[size_t(il)];
-                fail("expert slots: all %lld slots hold experts kept for compute still to come", (long long)n_slots());
+                fail("expert slots: all %lld slots hold experts kept for compute still to come",
+                     (long long)n_slots_for(il));
             }
             STRATA_ASSERT(!kept(s));
             slots_[size_t(s)].call = call;
@@ -272,7 +315,7 @@ bool ExpertSlotTable::admit(int64_t il, int32_t e, double factor, std::vector<Sl
     if (policy_ != SlotPolicy::Lfu) return false;
     count(il, e);
     const uint64_t call = ++calls_;
-    const int32_t s = victim(false, call);
+    const int32_t s = victim(class_of(il), false, call);
     if (s < 0) return false;
     const Slot &v = slots_[size_t(s)];
     if (v.layer >= 0 && !(counts_[size_t(il)][size_t(e)] > factor * counts_[size_t(v.layer)][size_t(v.expert)]))
@@ -316,25 +359,43 @@ std::vector<std::vector<SlotFill>> ExpertSlotTable::keep_favourites(double facto
         double score;
         int32_t layer, expert, slot;
     };
-    std::vector<Pick> in, out;  // experts in no slot, best first; slots that may give way, weakest first
+    // Experts in no slot, best first; per class, the slots that may give way, weakest first. The best experts in turn
+    // take their class's weakest slot left, until a class's next pair would not gain (and so no later pair of it).
+    std::vector<Pick> in;
+    std::vector<std::vector<Pick>> out(classes_.size());
     for (size_t il = 0; il < favourites_.size(); il++)
         for (size_t e = 0; e < favourites_[il].size(); e++)
             if (favourites_[il][e] > 0.0 && table_[il][e] < 0)
                 in.push_back({favourites_[il][e], int32_t(il), int32_t(e), -1});
     std::stable_sort(in.begin(), in.end(), [](const Pick &a, const Pick &b) { return a.score > b.score; });
-    for (int32_t s = lru_head_; s >= 0; s = slots_[size_t(s)].next) {  // least recently used first
-        const Slot &x = slots_[size_t(s)];
-        if (x.pinned || x.lent) continue;
-        out.push_back({x.layer < 0 ? -1.0 : favourite_score(x.layer, x.expert), x.layer, x.expert, s});
+    for (size_t c = 0; c < classes_.size(); c++) {
+        for (int32_t s = classes_[c].lru_head; s >= 0; s = slots_[size_t(s)].next) {  // least recently used first
+            const Slot &x = slots_[size_t(s)];
+            if (x.pinned || x.lent) continue;
+            out[c].push_back({x.layer < 0 ? -1.0 : favourite_score(x.layer, x.expert), x.layer, x.expert, s});
+        }
+        std::stable_sort(out[c].begin(), out[c].end(), [](const Pick &a, const Pick &b) { return a.score < b.score; });
     }
-    std::stable_sort(out.begin(), out.end(), [](const Pick &a, const Pick &b) { return a.score < b.score; });
-    for (size_t i = 0; i < std::min(in.size(), out.size()); i++) {
-        const Pick &p = in[i], &v = out[i];
-        if (v.score >= 0.0 && !(p.score > factor * v.score)) break;  // and so every later pair
-        if (max_fills >= 0 && int64_t(i) >= max_fills) {
+    std::vector<size_t> taken(classes_.size(), 0);
+    std::vector<bool> done(classes_.size(), false);
+    int64_t made = 0;
+    for (const Pick &p : in) {
+        const size_t c = size_t(class_of(p.layer));
+        if (done[c]) continue;
+        if (taken[c] == out[c].size()) {
+            done[c] = true;
+            continue;
+        }
+        const Pick &v = out[c][taken[c]];
+        if (v.score >= 0.0 && !(p.score > factor * v.score)) {  // and so every later pair of this class
+            done[c] = true;
+            continue;
+        }
+        if (max_fills >= 0 && made >= max_fills) {
             favourites_pending_ = true;  // more to move: the next call
             break;
         }
+        taken[c]++, made++;
         assign(v.slot, p.layer, p.expert);
         touch(v.slot);
         fills[size_t(p.layer)].push_back({v.slot, p.expert});
@@ -347,10 +408,10 @@ void ExpertSlotTable::forget(int64_t il, const std::vector<SlotFill> &fills) {
     for (const SlotFill &f : fills) {
         Slot &s = slots_[size_t(f.slot)];
         if (s.layer == int32_t(il) && s.expert == f.expert) {
-            if (policy_ == SlotPolicy::Lfu) by_rank_.erase({rank_of(f.slot), f.slot});
+            if (policy_ == SlotPolicy::Lfu) rank_erase(f.slot);
             table_[size_t(il)][size_t(f.expert)] = -1;
             s.layer = s.expert = -1;
-            if (policy_ == SlotPolicy::Lfu) by_rank_.insert({rank_of(f.slot), f.slot});
+            if (policy_ == SlotPolicy::Lfu) rank_insert(f.slot);
         }
     }
 }

@@ -16,6 +16,8 @@
 //   which LRU serves worst when the cache is smaller than a token's experts; on the demo model's real routing
 //   (models/demo/MODEL_CARD.md) LFU with decay hits 36% at a cache of 10% of the experts where LRU hits 0%.
 //   Halving every count keeps their order, so it is done by doubling the increment instead (rescaled when large).
+// Size classes (placement.h): a layer's experts go only into slots of the layer's class, and each class is a cache of
+// its own under the policy (its own recency list, LFU ranks, fence); counts, decay and favourites span them all.
 #pragma once
 
 #include <cstdint>
@@ -41,16 +43,21 @@ class ExpertSlotTable {
     };
 
     // n_expert[il]: routed experts of layer il (0: none); expert_bytes[il]: the bytes one of them fills.
-    // decay_every: LFU's halving period in requested experts (0: never).
+    // decay_every: LFU's halving period in requested experts (0: never). One size class of n_slots slots.
     ExpertSlotTable(std::vector<int64_t> n_expert, std::vector<size_t> expert_bytes, int64_t n_slots,
                     SlotPolicy policy = SlotPolicy::Lru, uint64_t decay_every = 0);
+    // Slots in classes: class c has class_slots[c] slots, numbered class after class; layer il's experts take slots
+    // of class layer_class[il] only (-1 for a layer without experts).
+    ExpertSlotTable(std::vector<int64_t> n_expert, std::vector<size_t> expert_bytes, std::vector<int32_t> layer_class,
+                    const std::vector<int64_t> &class_slots, SlotPolicy policy = SlotPolicy::Lru,
+                    uint64_t decay_every = 0);
 
     // Every expert of every layer in a slot of its own, for good (needs n_slots() >= n_experts_total()): the fills
     // to make, per layer index. Not counted as traffic.
     std::vector<std::vector<SlotFill>> place_all();
 
-    // Makes experts[0..n) of layer il resident (n <= n_slots(), distinct ids): their slots go to slots_out, and the
-    // fills that make it so to `fills` (one per expert that was not in a slot; victims by the policy above; never a
+    // Makes experts[0..n) of layer il resident (n <= n_slots_for(il), distinct ids): their slots go to slots_out, and
+    // the fills that make it so to `fills` (one per expert that was not in a slot; victims by the policy above; never a
     // pinned slot). Throws strata::Error when every slot that could be a victim is pinned.
     void acquire(int64_t il, const int32_t *experts, int64_t n, int32_t *slots_out, bool scan,
                  std::vector<SlotFill> &fills);
@@ -59,7 +66,10 @@ class ExpertSlotTable {
     // Scan fence: from here on a scan's victim is the most recently used slot not touched since the fence (the
     // slots of layers whose compute is done, where a schedule fences as a layer starts), and only where there is
     // none the rule above. A fill into a slot the current layer reads would wait for that compute.
-    void fence() { fence_ = calls_ + 1, fence_hint_ = -1; }
+    void fence() {
+        fence_ = calls_ + 1;
+        for (Class &c : classes_) c.fence_hint = -1;
+    }
     // Admission for a miss read in place (the MoE schedule's mapped misses; expert e of layer il is in no slot): the
     // request is counted, and under LFU, where e's count is above `factor` times that of the expert in the slot the
     // policy would give up (an empty slot: always), e takes that slot: the fill goes to `fills` and counts as traffic,
@@ -74,9 +84,10 @@ class ExpertSlotTable {
     // Fills acquire() asked for that did not happen (the copy failed): those slots hold nothing now.
     void forget(int64_t il, const std::vector<SlotFill> &fills);
 
-    // A prompt loan (placement.h): the top n slots, [n_slots() - n, n_slots()), leave the cache (none may be pinned);
-    // what they held is forgotten and returned as (layer, expert) pairs. n_slots() counts only the slots left until
-    // end_loan(), which gives them back empty, the first victims of either policy.
+    // A prompt loan (placement.h): the top n slots, [n_slots() - n, n_slots()), all of the last class, leave the cache
+    // (none may be pinned); what they held is forgotten and returned as (layer, expert) pairs. n_slots() and
+    // n_slots_for() count only the slots left until end_loan(), which gives them back empty, the first victims of
+    // either policy.
     std::vector<std::pair<int32_t, int32_t>> lend(int64_t n);
     void end_loan();
     int64_t n_lent() const { return int64_t(slots_.size()) - n_avail_; }
@@ -113,6 +124,12 @@ class ExpertSlotTable {
     }
 
     int64_t n_slots() const { return n_avail_; }
+    // The slots layer il's experts can take (its class's, less a loan's).
+    int64_t n_slots_for(int64_t il) const {
+        const int32_t c = layer_class_[size_t(il)];
+        return c < 0 ? 0 : classes_[size_t(c)].n_avail;
+    }
+    size_t n_classes() const { return classes_.size(); }
     int64_t n_experts_total() const { return n_total_; }
     bool all_resident() const { return all_resident_; }
     int32_t slot_of(int64_t il, int32_t e) const { return table_[size_t(il)][size_t(e)]; }  // -1: none
@@ -122,17 +139,27 @@ class ExpertSlotTable {
   private:
     struct Slot {
         int32_t layer = -1, expert = -1;
+        int32_t cls = 0;
         int32_t prev = -1, next = -1;  // recency list: head = least recently used
         uint64_t call = 0;             // the acquire() that last touched it
         bool pinned = false;
         bool lent = false;  // out of the cache for a prompt loan
     };
     void assign(int32_t slot, int64_t il, int32_t e);
+    // Each class: its recency list (head = least recently used), LFU's order of its slots, its fence hint.
+    struct Class {
+        int64_t first = 0, n = 0, n_avail = 0;
+        int32_t lru_head = -1, lru_tail = -1;
+        mutable int32_t fence_hint = -1;  // where the last fenced victim search stopped
+    };
     void unlink(int32_t s);
     void push_back(int32_t s);   // most recently used
     void push_front(int32_t s);  // least recently used
     void touch(int32_t s);      // most recently used, and for LFU its rank updated
-    int32_t victim(bool scan, uint64_t call) const;
+    int32_t victim(int32_t cls, bool scan, uint64_t call) const;
+    int32_t class_of(int64_t il) const { return layer_class_[size_t(il)]; }
+    void rank_insert(int32_t s) { by_rank_[size_t(slots_[size_t(s)].cls)].insert({rank_of(s), s}); }
+    void rank_erase(int32_t s) { by_rank_[size_t(slots_[size_t(s)].cls)].erase({rank_of(s), s}); }
     void count(int64_t il, int32_t e);  // LFU: one request of expert e of layer il
     using Rank = std::pair<double, uint64_t>;  // LFU: (count of the slot's expert, -1 when empty; last use)
     Rank rank_of(int32_t s) const;
@@ -140,13 +167,13 @@ class ExpertSlotTable {
     std::vector<std::vector<int32_t>> table_;  // [layer][expert] -> slot, -1: not resident
     std::vector<size_t> expert_bytes_;
     std::vector<Slot> slots_;
+    std::vector<int32_t> layer_class_;
+    std::vector<Class> classes_;
     int64_t n_avail_ = 0;  // slots not lent
     int64_t n_total_ = 0;
-    int32_t lru_head_ = -1, lru_tail_ = -1;
     bool all_resident_ = false;
     uint64_t calls_ = 0;
-    uint64_t fence_ = 0;               // acquires numbered fence_ or later came after the fence (0: none)
-    mutable int32_t fence_hint_ = -1;  // where the last fenced victim search stopped
+    uint64_t fence_ = 0;  // acquires numbered fence_ or later came after the fence (0: none)
     Stats stats_;
     SlotPolicy policy_;
     // LFU: request counts per [layer][expert] in units that double at each decay; the slots ordered by rank.
@@ -154,7 +181,7 @@ class ExpertSlotTable {
     double step_ = 1.0;
     uint64_t decay_every_ = 0, requests_ = 0, uses_ = 0;
     std::vector<uint64_t> last_use_;  // per slot
-    std::set<std::pair<Rank, int32_t>> by_rank_;
+    std::vector<std::set<std::pair<Rank, int32_t>>> by_rank_;  // per class
     std::vector<std::vector<double>> favourites_;  // [layer][expert]: the prompts' decayed rows (empty: none yet)
     bool favourites_pending_ = false;
 };

@@ -17,6 +17,7 @@ PlanOptions plan_options_from_env(PlanOptions o) {
     o.stager = env_switch("STRATA_CUDA_STAGER", true);
     o.pin_mapping = env_switch("STRATA_CUDA_PIN", false);
     o.prompt_loan = env_switch("STRATA_PROMPT_LOAN", true);
+    o.slot_classes = env_switch("STRATA_SLOT_CLASSES", true);
     return o;
 }
 
@@ -49,8 +50,13 @@ MemoryStrata::MemoryStrata(Backend &be, Model &m, const StrataOptions &o) : be_(
         int64_t n_moe = 0;
         for (const int64_t n : n_expert) n_moe += n > 0;
         const uint64_t decay_every = uint64_t(32 * n_moe * std::max<int64_t>(m.hp.n_expert_used, 1));
-        slots_ = std::make_unique<ExpertSlotTable>(std::move(n_expert), std::move(expert_bytes), plan_.n_slots,
-                                                   o.slot_policy, decay_every);
+        std::vector<int32_t> layer_class(ws.experts.size(), -1);
+        for (size_t il = 0; il < ws.experts.size() && il < plan_.layouts.size(); il++)
+            if (n_expert[il] > 0) layer_class[il] = plan_.layouts[il].cls;
+        std::vector<int64_t> class_slots;
+        for (const SlotClass &c : plan_.slot_classes) class_slots.push_back(c.n);
+        slots_ = std::make_unique<ExpertSlotTable>(std::move(n_expert), std::move(expert_bytes), std::move(layer_class),
+                                                   class_slots, o.slot_policy, decay_every);
         if (plan_.all_resident()) {
             // Every expert in a slot of its own for good: filled once now, and the backend told so.
             const std::vector<std::vector<SlotFill>> fills = slots_->place_all();
@@ -131,7 +137,7 @@ void MemoryStrata::end_loan() {
     for (const auto &[il, e] : want) {
         if (left == 0) break;
         if (slots_->slot_of(il, e) >= 0) continue;
-        if (!slots_->fill_empty(il, e, fills[il])) break;
+        if (!slots_->fill_empty(il, e, fills[il])) continue;  // none of this layer's size left (size classes)
         left--;
     }
     for (auto &[il, f] : fills) {

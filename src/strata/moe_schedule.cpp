@@ -357,7 +357,7 @@ void MoeSchedule::predict_next(int64_t il, Act x, const MoeParams &p) {
     std::vector<int32_t> want;
     for (int32_t e : pred_ids_)
         if (slots_->slot_of(nl, e) < 0 && std::find(want.begin(), want.end(), e) == want.end()) want.push_back(e);
-    want.resize(std::min<size_t>(want.size(), size_t(slots_->n_slots() / 2)));
+    want.resize(std::min<size_t>(want.size(), size_t(slots_->n_slots_for(nl) / 2)));
     if (want.empty()) return;
     prefetch_.prefetched += fill_ahead_pinned(nl, want, pinned_, false);
 }
@@ -384,13 +384,13 @@ uint64_t MoeSchedule::fill_ahead_pinned(int64_t il, const std::vector<int32_t> &
 }
 
 void MoeSchedule::stream_next(int64_t il, int64_t T, int64_t k, double share) {
-    if (schedule_ == PrefillSchedule::Routed || !slots_ || slots_->all_resident() || stream_ahead_ <= 0 ||
-        slots_->n_slots() < 4)
-        return;
+    if (schedule_ == PrefillSchedule::Routed || !slots_ || slots_->all_resident() || stream_ahead_ <= 0) return;
     if (!stream_ahead_set_ && T * k <= k_decode_max_pairs) return;
     int64_t nl = il + 1;
     while (nl < int64_t(experts_.size()) && !experts_[size_t(nl)].present()) nl++;
     if (nl >= int64_t(experts_.size())) return;
+    const int64_t n_slots = slots_->n_slots_for(nl);  // the slots of the next layer's class
+    if (n_slots < 4) return;
     const int64_t n_next = experts_[size_t(nl)].gate->ne[2];
     // auto: full where this layer's routing reached at least 90% of its experts (the next is taken to be alike),
     // predicted otherwise
@@ -402,7 +402,7 @@ void MoeSchedule::stream_next(int64_t il, int64_t T, int64_t k, double share) {
         tokens.assign(size_t(n_next), 0);
         for (int32_t e : pred_next_ids_) tokens[size_t(e)]++;
     }
-    const int64_t n = std::min<int64_t>(ring_ >= 0 ? ring_ : slots_->n_slots() / 4, slots_->n_slots() - 1);
+    const int64_t n = std::min<int64_t>(ring_ >= 0 ? ring_ : n_slots / 4, n_slots - 1);
     std::vector<int32_t> want;
     for (int32_t e = 0; e < n_next && int64_t(want.size()) < n; e++)
         if (slots_->slot_of(nl, e) < 0 && (!predicted || tokens[size_t(e)] > 0)) want.push_back(e);
@@ -417,7 +417,7 @@ void MoeSchedule::stream_next(int64_t il, int64_t T, int64_t k, double share) {
 
 bool MoeSchedule::streamed_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &used,
                                    int64_t n_exp, Act xs, Act ys) {
-    const int64_t n_slots = slots_->n_slots(), m = int64_t(used.size());
+    const int64_t n_slots = slots_->n_slots_for(w.il), m = int64_t(used.size());
     if (stream_ahead_ <= 0 || n_slots < 2) return false;
     if (!stream_ahead_set_ && int64_t(g.src_row.size()) <= k_decode_max_pairs) return false;
     // resident experts first (they compute while the first fills run), then the missing ones, each in id order
@@ -530,7 +530,7 @@ void MoeSchedule::routed_experts(const ExpertWeights &w, const RouteGroups &g, c
     }
     if (used.empty() || streamed_experts(w, g, used, n_exp, xs, ys)) return;
     // As many experts at a time as there are slots: with a small cache a layer's experts come in several sets.
-    const size_t per_set = size_t(std::max<int64_t>(1, slots_->n_slots()));
+    const size_t per_set = size_t(std::max<int64_t>(1, slots_->n_slots_for(w.il)));
     const bool scan = scan_evict_ && 2 * int64_t(used.size()) >= n_exp;
     std::vector<int32_t> slot(per_set);
     std::vector<SlotFill> fills;

@@ -70,8 +70,10 @@ uint64_t stage_estimate(const HParams &hp, int64_t chunk_tokens) {
     return std::clamp<uint64_t>(total, uint64_t(4) << 20, uint64_t(256) << 20);
 }
 
-Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShape &caches, const DeviceFacts &dev,
-                         const PlanOptions &opt) {
+namespace {
+
+Placement plan_with(const WeightSet &ws, const HParams &hp, const CacheShape &caches, const DeviceFacts &dev,
+                    const PlanOptions &opt) {
     Placement p;
     p.caches = caches;
     p.chunk_tokens = opt.chunk_tokens;
@@ -93,7 +95,8 @@ Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShap
             if (seen.insert(w->host).second) p.weight_bytes += align_up(size_t(w->ne[0] * w->ne[1]) * 4, a);
     }
 
-    // Expert slots: one expert's gate, up and down, each matrix aligned; the largest layer sets the slot size.
+    // Expert slots: one expert's gate, up and down, each matrix aligned; the layers of one size share a slot class
+    // (with opt.slot_classes off, one class of the largest size).
     p.layouts.assign(ws.experts.size(), {});
     int64_t n_moe_layers = 0;
     for (size_t il = 0; il < ws.experts.size(); il++) {
@@ -110,6 +113,72 @@ Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShap
         n_moe_layers++;
     }
     p.n_experts_total = n_moe_layers * hp.n_expert;
+    std::vector<SlotClass> &cls = p.slot_classes;
+    for (ExpertSlotLayout &L : p.layouts) {
+        if (!L.bytes) continue;
+        const size_t b = opt.slot_classes ? L.bytes : p.slot_bytes;
+        auto at = std::lower_bound(cls.begin(), cls.end(), b, [](const SlotClass &c, size_t v) { return c.bytes < v; });
+        if (at == cls.end() || at->bytes != b) at = cls.insert(at, SlotClass{b, 0, 0, 0});
+    }
+    for (ExpertSlotLayout &L : p.layouts) {
+        if (!L.bytes) continue;
+        const size_t b = opt.slot_classes ? L.bytes : p.slot_bytes;
+        for (size_t c = 0; c < cls.size(); c++)
+            if (cls[c].bytes == b) L.cls = int32_t(c), cls[c].n_experts += hp.n_expert;
+    }
+    const int64_t min_slots =
+        p.n_experts_total ? std::min<int64_t>(p.n_experts_total, std::max<int64_t>(hp.n_expert_used, 1)) : 0;
+    // Slots per class for `bytes` of cache (and at most opt.expert_slots in all): every class min(its experts,
+    // min_slots), then the same share f of every class's experts, f as large as fits, then what is left a slot at a
+    // time to the class with the smallest share (below the minimum, all of them so). One class: min(experts,
+    // bytes / size, expert_slots), as many as fit.
+    struct Split {
+        std::vector<int64_t> n;
+        int64_t total = 0;
+        bool minimum_fits = false;
+    };
+    auto split = [&](uint64_t bytes) {
+        Split s;
+        s.n.assign(cls.size(), 0);
+        const int64_t cap = opt.expert_slots > 0 ? opt.expert_slots : INT64_MAX;
+        auto at_least = [&](size_t c) { return std::min(cls[c].n_experts, min_slots); };
+        auto fill = [&](double f, std::vector<int64_t> &n) {
+            uint64_t b = 0;
+            int64_t k = 0;
+            for (size_t c = 0; c < cls.size(); c++) {
+                n[c] = std::max(at_least(c), std::min(cls[c].n_experts, int64_t(f * double(cls[c].n_experts))));
+                b += uint64_t(n[c]) * cls[c].bytes, k += n[c];
+            }
+            return b <= bytes && k <= cap;
+        };
+        s.minimum_fits = fill(0.0, s.n);
+        if (!s.minimum_fits) {
+            s.n.assign(cls.size(), 0);
+        } else if (fill(1.0, s.n)) {
+            for (const int64_t v : s.n) s.total += v;
+            return s;
+        } else {
+            double lo = 0.0, hi = 1.0;
+            for (int i = 0; i < 64; i++) {
+                const double mid = (lo + hi) / 2;
+                (fill(mid, s.n) ? lo : hi) = mid;
+            }
+            fill(lo, s.n);
+        }
+        uint64_t used = 0;
+        for (size_t c = 0; c < cls.size(); c++) used += uint64_t(s.n[c]) * cls[c].bytes, s.total += s.n[c];
+        for (bool more = true; more && s.total < cap;) {
+            more = false;
+            size_t best = cls.size();
+            for (size_t c = 0; c < cls.size(); c++)
+                if (s.n[c] < cls[c].n_experts && used + cls[c].bytes <= bytes &&
+                    (best == cls.size() ||
+                     double(s.n[c]) * double(cls[best].n_experts) < double(s.n[best]) * double(cls[c].n_experts)))
+                    best = c;
+            if (best < cls.size()) s.n[best]++, s.total++, used += cls[best].bytes, more = true;
+        }
+        return s;
+    };
 
     // The budget bounds what the process holds on the device, the runtime's context included, plus a margin for
     // what the runtime may still add. Without a budget: what is free less a reserve.
@@ -143,24 +212,23 @@ Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShap
     p.misc_bytes = p.pass_table_bytes + (uint64_t(4) << 20);
     p.stage_bytes = stage_estimate(hp, opt.chunk_tokens);
     uint64_t resident = p.weight_bytes + p.cache_bytes + p.scratch_bytes + p.misc_bytes;
-    const int64_t min_slots =
-        p.n_experts_total ? std::min<int64_t>(p.n_experts_total, std::max<int64_t>(hp.n_expert_used, 1)) : 0;
     // A prompt loan, where the whole chunk's scratch kept resident would leave the cache partial: scratch for
-    // k_loan_resident_chunk tokens resident, the cache the rest, and bigger passes on borrowed slots, as big as a
-    // loan can be while the floor of slots stays in the cache.
-    auto slots_with = [&](uint64_t res) -> int64_t {
-        if (res > budget || !p.slot_bytes) return -1;
-        int64_t n = int64_t(std::min<uint64_t>(uint64_t(p.n_experts_total), (budget - res) / p.slot_bytes));
-        if (opt.expert_slots > 0) n = std::min(n, opt.expert_slots);
-        return n;
-    };
+    // k_loan_resident_chunk tokens resident, the cache the rest, and bigger passes on borrowed slots of the largest
+    // class, as big as a loan can be while the floor of slots (that class's share of it) stays in the cache.
+    auto slots_with = [&](uint64_t res) { return split(res > budget ? 0 : budget - res); };
     if (opt.prompt_loan && p.n_experts_total > 0 && opt.chunk_tokens > k_loan_resident_chunk) {
         const uint64_t small = scratch_for(k_loan_resident_chunk), res_small = resident - p.scratch_bytes + small;
-        const int64_t n_full = slots_with(resident), n_small = slots_with(res_small);
-        if (n_full < p.n_experts_total && n_small >= min_slots && n_small < p.n_experts_total) {
-            const int64_t floor = std::max<int64_t>(
+        const Split n_full = slots_with(resident), n_small = slots_with(res_small);
+        if (n_full.total < p.n_experts_total && n_small.minimum_fits && n_small.total < p.n_experts_total) {
+            const int64_t floor_all = std::max<int64_t>(
                 min_slots, opt.loan_floor_slots >= 0 ? opt.loan_floor_slots : k_loan_floor_layers * hp.n_expert);
-            const uint64_t lendable = n_small > floor ? uint64_t(n_small - floor) * p.slot_bytes : 0;
+            const SlotClass &top = cls.back();
+            const int64_t floor =
+                cls.size() == 1 ? floor_all
+                                : std::max(std::min(top.n_experts, min_slots),
+                                           (floor_all * top.n_experts + p.n_experts_total - 1) / p.n_experts_total);
+            const int64_t n_top = n_small.n.back();
+            const uint64_t lendable = n_top > floor ? uint64_t(n_top - floor) * top.bytes : 0;
             auto fits = [&](int64_t c) { return scratch_for(c) <= lendable; };
             int64_t chunk = 0;
             if (fits(opt.chunk_tokens)) {
@@ -173,7 +241,7 @@ Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShap
                 }
                 if (lo * 256 > k_loan_resident_chunk && fits(lo * 256)) chunk = lo * 256;
             }
-            if (chunk > 0 || n_full < min_slots) {
+            if (chunk > 0 || !n_full.minimum_fits) {
                 p.scratch_bytes = small;
                 p.resident_chunk_tokens = p.chunk_tokens = k_loan_resident_chunk;
                 resident = res_small;
@@ -187,26 +255,34 @@ Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShap
                     p.loan_steps.push_back(p.loan_slots);
                 }
             }
-        } else if (n_full < min_slots) {  // the whole chunk's scratch does not fit at all: smaller chunks, no loan
+        } else if (!n_full.minimum_fits) {  // the whole chunk's scratch does not fit at all: smaller chunks, no loan
             p.scratch_bytes = small;
             p.resident_chunk_tokens = p.chunk_tokens = k_loan_resident_chunk;
             resident = res_small;
         }
     }
-    const uint64_t minimum = resident + uint64_t(min_slots) * p.slot_bytes;
+    uint64_t min_cache = 0;
+    for (const SlotClass &c : cls) min_cache += uint64_t(std::min(c.n_experts, min_slots)) * c.bytes;
+    const uint64_t minimum = resident + min_cache;
     const std::string what = given ? std::string("--vram-budget") : "the free memory of " + dev.name;
     if (minimum > budget)
         fail(
             "%s %s is too small for this model: the resident part needs %s (weights %s, KV cache and states %s, "
-            "scratch for %lld-token passes %s), the expert cache at least %lld slots of %s and the CUDA runtime %s; "
-            "give at least %s",
-            what.c_str(), format_bytes(given ? given : budget).c_str(),
-            format_bytes(resident).c_str(), format_bytes(p.weight_bytes).c_str(), format_bytes(p.cache_bytes).c_str(),
+            "scratch for %lld-token passes %s), the expert cache at least %lld slots of %s%s and the CUDA runtime "
+            "%s; give at least %s",
+            what.c_str(), format_bytes(given ? given : budget).c_str(), format_bytes(resident).c_str(),
+            format_bytes(p.weight_bytes).c_str(), format_bytes(p.cache_bytes).c_str(),
             (long long)p.resident_chunk_tokens, format_bytes(p.scratch_bytes).c_str(), (long long)min_slots,
-            format_bytes(p.slot_bytes).c_str(), format_bytes(runtime_total).c_str(),
-            format_bytes(minimum + (given ? runtime_total : 0)).c_str());
-    p.n_slots = p.slot_bytes ? slots_with(resident) : 0;
-    STRATA_ASSERT(p.loan_slots < p.n_slots || p.loan_slots == 0);
+            format_bytes(p.slot_bytes).c_str(),
+            cls.size() > 1
+                ? strfmt(" in each of %zu slot sizes (%s in all)", cls.size(), format_bytes(min_cache).c_str()).c_str()
+                : "",
+            format_bytes(runtime_total).c_str(), format_bytes(minimum + (given ? runtime_total : 0)).c_str());
+    if (!cls.empty()) {
+        const Split s = slots_with(resident);
+        for (size_t c = 0; c < cls.size(); c++) cls[c].first = p.n_slots, cls[c].n = s.n[c], p.n_slots += s.n[c];
+    }
+    STRATA_ASSERT(p.loan_slots == 0 || p.loan_slots < cls.back().n);
     p.budget_bytes = budget;
     p.budget_total_bytes = given ? given : budget + runtime_total;
 
@@ -250,11 +326,16 @@ Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShap
     const std::string runtime_note = strfmt("CUDA runtime %s%s", format_bytes(dev.runtime_bytes).c_str(),
                                             dev.runtime_estimated ? " (estimated: the driver's count is not readable)"
                                                                   : "");
+    std::string sizes_note;  // several classes: their slots and sizes, e.g. "; 1536 x 2.65 MiB + 960 x 3.06 MiB"
+    if (cls.size() > 1)
+        for (const SlotClass &c : cls)
+            sizes_note +=
+                strfmt("%s%lld x %s", sizes_note.empty() ? "; " : " + ", (long long)c.n, format_bytes(c.bytes).c_str());
     p.check_line = strfmt(
         "strata: %s plan: resident %s, expert cache %lld slots (%s, %.0f%% of experts), %s, KV %s %d x %lld (%s "
         "with states), scratch %s for %lld-token chunks, %s, budget %s",
         dev.name.c_str(), format_bytes(p.weight_bytes + p.cache_bytes + p.scratch_bytes).c_str(), (long long)p.n_slots,
-        format_bytes(uint64_t(p.n_slots) * p.slot_bytes).c_str(), pct, host.c_str(), kv_type_name(caches.kv_type),
+        (format_bytes(p.slots_total_bytes()) + sizes_note).c_str(), pct, host.c_str(), kv_type_name(caches.kv_type),
         caches.n_seqs, (long long)caches.n_ctx, format_bytes(p.cache_bytes).c_str(),
         format_bytes(p.scratch_bytes).c_str(), (long long)p.resident_chunk_tokens, runtime_note.c_str(),
         format_bytes(p.budget_total_bytes).c_str());
@@ -266,6 +347,30 @@ Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShap
         p.check_line += strfmt("; chunks of %lld tokens, not the %lld asked: no loan holds more under this budget",
                                (long long)p.chunk_tokens, (long long)opt.chunk_tokens);
     return p;
+}
+
+}  // namespace
+
+// Size classes where each class gets a slot, the budget holds every class's minimum and a prompt loan (from the
+// largest class alone) holds the chunk one class of the largest size would; otherwise (a budget near the smallest,
+// fewer slots asked for than there are sizes, a chunk the largest class's share cannot lend) that one class.
+Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShape &caches, const DeviceFacts &dev,
+                         const PlanOptions &opt) {
+    PlanOptions one = opt;
+    one.slot_classes = false;
+    if (!opt.slot_classes) return plan_with(ws, hp, caches, dev, one);
+    Placement p;
+    try {
+        p = plan_with(ws, hp, caches, dev, opt);
+    } catch (const Error &) {
+        // the single class's plan fails too where the budget is short of even its minimum, with its message
+        return plan_with(ws, hp, caches, dev, one);
+    }
+    if (p.slot_classes.size() <= 1) return p;
+    Placement q = plan_with(ws, hp, caches, dev, one);
+    bool each = true;
+    for (const SlotClass &c : p.slot_classes) each = each && c.n > 0;
+    return each && p.chunk_tokens >= q.chunk_tokens && p.n_slots >= q.n_slots ? p : q;
 }
 
 }  // namespace strata

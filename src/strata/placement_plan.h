@@ -23,6 +23,11 @@ struct PlanOptions {
     // holds chunk_tokens, the chunk shrinks to the largest one that fits.
     bool prompt_loan = true;
     int64_t loan_floor_slots = -1;  // slots a loan leaves in the cache (-1: k_loan_floor_layers layers' worth; tests)
+    // Slots in size classes (placement.h; STRATA_SLOT_CLASSES=0: every slot of the largest layer's size). Slots of a
+    // class go to its layers' experts in proportion to their number, each class at least a layer's routed experts
+    // where it has that many; a loan borrows from the largest class only. Where the budget cannot hold every class's
+    // minimum, or expert_slots is fewer than the classes, the plan is one class of the largest size.
+    bool slot_classes = true;
     // The host stratum: a pinned copy of the experts where host RAM allows (else the mapped file), copied through
     // a pinned stager (else as it is), or the mapping itself pinned instead (opt-in).
     bool host_pinned_copy = true;

@@ -420,7 +420,8 @@ std::vector<TensorSpec> plan_tensors(const HParams &hp, const SynthOptions &opt)
         if (skew) router.edit = skew_router_edit(hp, opt.seed, il, offsets);
         add(n("ffn_gate_exps.weight"), {E, hp.n_ff_exp, hp.n_expert}, et, mat(E));
         add(n("ffn_up_exps.weight"), {E, hp.n_ff_exp, hp.n_expert}, et, mat(E));
-        add(n("ffn_down_exps.weight"), {hp.n_ff_exp, E, hp.n_expert}, et, mat(hp.n_ff_exp));
+        const DType down = opt.mixed_down_type && mixed_down_layer(il, hp.n_layer_all) ? *opt.mixed_down_type : et;
+        add(n("ffn_down_exps.weight"), {hp.n_ff_exp, E, hp.n_expert}, down, mat(hp.n_ff_exp));
         if (hp.n_ff_shexp > 0) {
             add(n("ffn_gate_inp_shexp.weight"), {E}, DType::F32, mat(E));
             add(n("ffn_gate_shexp.weight"), {E, hp.n_ff_shexp}, dt, mat(E));
@@ -438,6 +439,10 @@ std::vector<TensorSpec> plan_tensors(const HParams &hp, const SynthOptions &opt)
 }
 
 }  // namespace
+
+bool mixed_down_layer(int64_t il, int64_t n) {
+    return il < n / 8 || il >= 7 * n / 8 || (il - n / 8) % 3 == 2;
+}
 
 std::vector<std::string> synth_presets() {
     std::vector<std::string> out;

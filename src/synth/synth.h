@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,10 @@ struct SynthOptions {
     std::string preset = "tiny-qwen3moe";
     DType expert_type = DType::Q4_K;  // routed experts
     DType dense_type = DType::Q8_0;   // attention / GDN projections, shared experts, embeddings, output
+    // Where set, the routed experts' down matrices of some layers take this type instead, as llama.cpp's Q4_K_M
+    // recipe gives Q6_K to the first and last eighth of the layers and every third layer between (mixed_down_layer):
+    // layers whose experts differ in size, as in most released quantized files.
+    std::optional<DType> mixed_down_type;
     uint64_t seed = 1;
     // 0: routing as random routers give it (nearly uniform); S > 0: the expert of popularity rank r is chosen about
     // in proportion to 1/r^S (synth/route_skew.h), which experts are popular shuffled per layer by the seed.
@@ -23,6 +28,9 @@ struct SynthOptions {
     std::string vocab_file;           // copy tokenizer.* metadata from this GGUF (its vocab size wins)
     int n_threads = 0;
 };
+
+// Whether layer il of n takes SynthOptions::mixed_down_type.
+bool mixed_down_layer(int64_t il, int64_t n);
 
 // Names of the presets, for help and errors.
 std::vector<std::string> synth_presets();

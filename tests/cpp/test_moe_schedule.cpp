@@ -244,10 +244,16 @@ class HostSlotBackend final : public Backend {
     uint64_t loans_ = 0;
 };
 
-std::string model_path(const std::string &preset) {
+// A preset's name, or with "-mixed" after it: the experts' down matrices of some layers Q6_K (two expert sizes, so
+// two slot classes: placement.h).
+std::string model_path(const std::string &name) {
+    const std::string mixed = "-mixed";
+    const bool is_mixed =
+        name.size() > mixed.size() && name.compare(name.size() - mixed.size(), mixed.size(), mixed) == 0;
     SynthOptions o;
-    o.preset = preset;
-    return test::cached_synth_model("sched-" + preset, o);
+    o.preset = is_mixed ? name.substr(0, name.size() - mixed.size()) : name;
+    if (is_mixed) o.mixed_down_type = DType::Q6_K;
+    return test::cached_synth_model("sched-" + name, o);
 }
 
 // Logits of a prompt read in chunks of 7 tokens, then four decoded tokens, concatenated.
@@ -876,14 +882,16 @@ TEST(MoeSchedule, FullShareThresholdIsWhereTheCostsMeet) {
     }
 }
 
-// The predicted schedule counts its recall (2-token passes through a half-size cache); a bad fixed line is refused.
+// The predicted schedule counts its recall (2-token passes through a half-size cache: half a layer's experts in each
+// slot class); a bad fixed line is refused.
 TEST_P(MoeScheduleSlots, PredictedScheduleCountsItsRecall) {
     const std::string path = model_path(GetParam());
     ::setenv("STRATA_PREFILL_STREAM_AHEAD", "4", 1);
     EngineConfig cfg = config(0);
     cfg.n_batch = 2;
     auto in_place = make_cpu_engine(path, cfg);
-    cfg.expert_slots = in_place->hparams().n_expert / 2;
+    const int64_t classes = std::string(GetParam()).find("-mixed") != std::string::npos ? 2 : 1;
+    cfg.expert_slots = classes * in_place->hparams().n_expert / 2;
     ::setenv("STRATA_PREFILL_SCHEDULE", "predicted", 1);
     auto e = std::make_unique<Engine>(load_model(path), std::make_unique<HostSlotBackend>(uint64_t(1) << 34), cfg);
     ::unsetenv("STRATA_PREFILL_SCHEDULE");
@@ -965,6 +973,38 @@ size_t slot_bytes_of(const std::string &path, int64_t total) {
 
 }  // namespace
 
+// Slot size classes (placement.h; STRATA_SLOT_CLASSES, on): with them and without (every slot the largest size),
+// under both policies and the streamed schedule, the bits of experts read in place. On the mixed file the plans
+// with them have a class per expert size; a file of one size has one class either way.
+TEST_P(MoeScheduleSlots, SlotClassesChangeNoBit) {
+    const std::string path = model_path(GetParam());
+    const bool mixed = std::string(GetParam()).find("-mixed") != std::string::npos;
+    auto in_place = make_cpu_engine(path, config(0));
+    const std::vector<float> ref = run(*in_place);
+    const int64_t n_expert = in_place->hparams().n_expert, total = moe_experts(*in_place);
+    for (const char *classes : {"1", "0"})
+        for (const char *ahead : {"0", "4"})
+            for (SlotPolicy policy : {SlotPolicy::Lru, SlotPolicy::Lfu})
+                for (int64_t slots : {n_expert, total / 2, total - 2}) {
+                    ::setenv("STRATA_SLOT_CLASSES", classes, 1);
+                    ::setenv("STRATA_PREFILL_STREAM_AHEAD", ahead, 1);
+                    auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
+                    HostSlotBackend *hb = be.get();
+                    EngineConfig cfg = config(slots);
+                    cfg.expert_cache_policy = policy;
+                    Engine e(load_model(path), std::move(be), cfg);
+                    const std::string what = std::string("classes ") + classes + ", ahead " + ahead + ", " +
+                                             slot_policy_name(policy) + ": " + e.plan().check_line;
+                    const std::vector<float> got = run(e);
+                    ASSERT_EQ(got.size(), ref.size()) << what;
+                    EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
+                    EXPECT_EQ(hb->filled(), e.expert_stats().expert_cache_misses) << what;
+                    EXPECT_EQ(e.plan().slot_classes.size(), mixed && classes[0] == '1' ? 2u : 1u) << what;
+                }
+    ::unsetenv("STRATA_SLOT_CLASSES");
+    ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
+}
+
 // Prompt loans (placement.h): passes over 512 tokens run while the top slots are lent (and scribbled over), under
 // either policy, both refills and both prefill schedules, and give the bits of experts read in place; no expert is
 // read from a lent slot; STRATA_PROMPT_LOAN=0 makes none.
@@ -996,6 +1036,10 @@ TEST_P(MoeScheduleSlots, PromptLoansChangeNoBit) {
                     const std::vector<float> got = run_long(e);
                     ASSERT_EQ(got.size(), ref.size());
                     EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
+                    // the mixed file's loan comes from the larger of its two slot classes
+                    if (std::string(GetParam()).find("-mixed") != std::string::npos) {
+                        EXPECT_EQ(e.plan().slot_classes.size(), 2u) << what;
+                    }
                     const ExpertCacheStats st = e.expert_stats();
                     if (loan[0] == '1') {
                         EXPECT_EQ(e.plan().loan_slots, 3) << what;
@@ -1272,4 +1316,6 @@ TEST_P(MoeScheduleSlots, ExpertProfileStartsTheNextEnginesCache) {
     EXPECT_THROW(c->seed_expert_profile(other), Error);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, MoeScheduleSlots, ::testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen35moe"));
+INSTANTIATE_TEST_SUITE_P(Tiny, MoeScheduleSlots,
+                         ::testing::Values("tiny-qwen3moe", "tiny-qwen3next", "tiny-qwen35moe",
+                                           "tiny-qwen3next-mixed"));

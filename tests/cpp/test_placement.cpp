@@ -47,11 +47,13 @@ struct Loaded {
     CacheShape caches;
 };
 
-Loaded load(const std::string &preset, int64_t n_ctx = 4096) {
+// mixed: the experts' down matrices of some layers Q6_K (SynthOptions::mixed_down_type), two expert sizes.
+Loaded load(const std::string &preset, int64_t n_ctx = 4096, bool mixed = false) {
     SynthOptions o;
     o.preset = preset;
+    if (mixed) o.mixed_down_type = DType::Q6_K;
     Loaded l;
-    l.m = load_model(test::cached_synth_model("plan-" + preset, o));
+    l.m = load_model(test::cached_synth_model("plan-" + preset + (mixed ? "-mixed" : ""), o));
     l.ws = weight_set(*l.m);
     l.caches = cache_shape(l.m->hp, 1, n_ctx, KvType::F16);
     return l;
@@ -855,7 +857,8 @@ struct FakeWeights {
     HParams hp;
     CacheShape caches;
 };
-std::unique_ptr<FakeWeights> fake_weights(const std::string &preset) {
+// mixed: the down matrices of SynthOptions::mixed_down_type's layers Q6_K (as a Q4_K_M file has them).
+std::unique_ptr<FakeWeights> fake_weights(const std::string &preset, bool mixed = false) {
     auto f = std::make_unique<FakeWeights>();
     f->hp = synth_hparams(preset);
     const HParams &hp = f->hp;
@@ -882,7 +885,7 @@ std::unique_ptr<FakeWeights> fake_weights(const std::string &preset) {
         x.il = il;
         x.gate = add(DType::Q4_K, E, F, hp.n_expert);
         x.up = add(DType::Q4_K, E, F, hp.n_expert);
-        x.down = add(DType::Q4_K, F, E, hp.n_expert);
+        x.down = add(mixed && mixed_down_layer(il, L) ? DType::Q6_K : DType::Q4_K, F, E, hp.n_expert);
     }
     f->caches = cache_shape(hp, 1, 32768, KvType::F16);
     return f;
@@ -949,4 +952,163 @@ TEST(PlacementPlan, PromptLoansLendSlotsToBigPasses) {
             }
         }
     }
+}
+
+// Two expert sizes (the down matrices of half the layers Q6_K): each layer's experts take slots of their own size, the
+// slot classes in increasing size and numbered class after class; every class's experts cached in about the same
+// share; every byte within the budget, and as many slots or more than one class of the largest size gives (the
+// switch off), more where the cache is partial; the check line names the sizes.
+TEST(PlacementPlan, LayersOfTwoExpertSizesTakeSlotsOfTheirOwnSize) {
+    const Loaded l = load("tiny-qwen3next", 4096, true);
+    const DeviceFacts d = device(80 * GiB);
+    const Placement all = plan(l, d);
+    ASSERT_EQ(all.slot_classes.size(), 2u);
+    EXPECT_LT(all.slot_classes[0].bytes, all.slot_classes[1].bytes);
+    EXPECT_EQ(all.slot_bytes, all.slot_classes[1].bytes);
+    EXPECT_TRUE(all.all_resident());
+    std::vector<int64_t> experts(2, 0);
+    for (size_t il = 0; il < all.layouts.size(); il++) {
+        const ExpertSlotLayout &L = all.layouts[il];
+        ASSERT_GE(L.cls, 0);
+        EXPECT_EQ(all.slot_classes[size_t(L.cls)].bytes, L.bytes) << il;
+        EXPECT_EQ(L.cls, mixed_down_layer(int64_t(il), l.m->hp.n_layer_all) ? 1 : 0) << il;
+        experts[size_t(L.cls)] += l.m->hp.n_expert;
+    }
+    for (size_t c = 0; c < 2; c++) {
+        EXPECT_EQ(all.slot_classes[c].n_experts, experts[c]);
+        EXPECT_EQ(all.slot_classes[c].n, experts[c]);  // all resident: a slot each
+    }
+    EXPECT_EQ(all.slot_classes[1].first, all.slot_classes[0].n);
+    const uint64_t minimum = named_minimum(l, d), top = minimum + all.slots_total_bytes() * 5 / 4;
+    int gained = 0;
+    for (int i = 0; i <= 16; i++) {
+        PlanOptions o;
+        o.vram_budget = minimum + 128 * 1024 + uint64_t(i) * ((top - minimum) / 16);
+        const Placement p = plan(l, d, o);
+        o.slot_classes = false;
+        const Placement q = plan(l, d, o);
+        SCOPED_TRACE(p.check_line);
+        ASSERT_EQ(q.slot_classes.size(), 1u);
+        EXPECT_EQ(q.slot_classes[0].bytes, q.slot_bytes);
+        EXPECT_EQ(q.slot_classes[0].n, q.n_slots);
+        EXPECT_LE(resident(p) + p.slots_total_bytes(), p.budget_bytes);
+        EXPECT_GE(p.n_slots, q.n_slots);
+        int64_t sum = 0;
+        for (const SlotClass &c : p.slot_classes) {
+            EXPECT_EQ(c.first, sum);
+            sum += c.n;
+        }
+        EXPECT_EQ(sum, p.n_slots);
+        if (p.slot_classes.size() == 2 && !p.all_resident()) {
+            const SlotClass &a = p.slot_classes[0], &b = p.slot_classes[1];
+            EXPECT_GE(a.n, l.m->hp.n_expert_used);
+            EXPECT_GE(b.n, l.m->hp.n_expert_used);
+            EXPECT_NEAR(double(a.n) / double(a.n_experts), double(b.n) / double(b.n_experts),
+                        2.0 / double(std::min(a.n_experts, b.n_experts)));
+            EXPECT_TRUE(std::regex_search(p.check_line, std::regex("; [0-9]+ x [0-9.]+ [KMG]iB \\+ [0-9]+ x ")));
+            gained += p.n_slots > q.n_slots;
+        }
+    }
+    EXPECT_GT(gained, 0);
+    // Fewer slots asked for than there are sizes: one class of the largest size.
+    PlanOptions one;
+    one.expert_slots = 1;
+    const Placement p1 = plan(l, d, one);
+    ASSERT_EQ(p1.slot_classes.size(), 1u);
+    EXPECT_EQ(p1.n_slots, 1);
+    EXPECT_EQ(p1.slot_classes[0].bytes, p1.slot_bytes);
+}
+
+// The 30B-A3B's shape with a Q4_K_M file's Q6_K down matrices at 12 GiB: slots of two sizes hold more experts than
+// slots all of the larger size, and a prompt loan borrows from the larger class, leaving it its share of the floor;
+// where that class's share cannot lend the chunk one size would (16384 tokens asked), the plan is the one size.
+TEST(PlacementPlan, SizeClassesOnAQ4KmShapeHoldMoreExpertsAndLendFromTheLargest) {
+    const auto f = fake_weights("qwen3-30b-a3b", true);
+    const DeviceFacts d = device(140 * GiB);
+    for (int64_t chunk : {int64_t(512), int64_t(4096), int64_t(16384)}) {
+        PlanOptions o;
+        o.vram_budget = 12 * GiB;
+        o.chunk_tokens = chunk;
+        const Placement p = plan_placement(f->ws, f->hp, f->caches, d, o);
+        o.slot_classes = false;
+        const Placement q = plan_placement(f->ws, f->hp, f->caches, d, o);
+        SCOPED_TRACE(p.check_line);
+        std::printf("chunk %lld: %s\n  one size: %lld slots\n", (long long)chunk, p.check_line.c_str(),
+                    (long long)q.n_slots);
+        EXPECT_EQ(p.chunk_tokens, q.chunk_tokens);
+        if (chunk == 16384) {
+            EXPECT_EQ(p.slot_classes.size(), 1u);
+            EXPECT_EQ(p.n_slots, q.n_slots);
+            continue;
+        }
+        ASSERT_EQ(p.slot_classes.size(), 2u);
+        EXPECT_GT(p.n_slots, q.n_slots + q.n_slots / 20);  // the Q4_K layers' slots 13% smaller: 5% or more
+        EXPECT_LE(resident(p) + p.slots_total_bytes(), p.budget_bytes);
+        if (chunk > k_loan_resident_chunk) {
+            const SlotClass &top = p.slot_classes.back();
+            ASSERT_GT(p.loan_slots, 0);
+            EXPECT_GE(uint64_t(p.loan_slots) * top.bytes, scratch_estimate(f->hp, p.chunk_tokens));
+            EXPECT_GE(top.n - p.loan_slots, k_loan_floor_layers * f->hp.n_expert * top.n_experts / p.n_experts_total);
+        }
+    }
+}
+
+// Size classes in the table: a layer's experts take only slots of its class, victims of either policy come from
+// that class, a loan lends the top class's top slots, and favourites move within their class.
+TEST(ExpertSlotTable, SizeClassesKeepTheirLayersApart) {
+    for (SlotPolicy policy : {SlotPolicy::Lru, SlotPolicy::Lfu}) {
+        SCOPED_TRACE(slot_policy_name(policy));
+        // layers 0 and 2 in class 0 (slots 0-2), layer 1 in class 1 (slots 3-4)
+        ExpertSlotTable t({4, 4, 4}, {100, 200, 100}, {0, 1, 0}, {3, 2}, policy, 0);
+        EXPECT_EQ(t.n_slots(), 5);
+        EXPECT_EQ(t.n_classes(), 2u);
+        EXPECT_EQ(t.n_slots_for(0), 3);
+        EXPECT_EQ(t.n_slots_for(1), 2);
+        EXPECT_EQ(t.n_slots_for(2), 3);
+        std::vector<SlotFill> fills;
+        int32_t s[4];
+        const int32_t e01[2] = {0, 1}, e012[3] = {0, 1, 2};
+        t.acquire(1, e01, 2, s, false, fills);
+        for (int i = 0; i < 2; i++) EXPECT_TRUE(s[i] == 3 || s[i] == 4) << s[i];
+        t.acquire(0, e012, 3, s, false, fills);
+        for (int i = 0; i < 3; i++) EXPECT_LT(s[i], 3);
+        // a third expert of layer 1 evicts one of layer 1's, never layer 0's
+        const int32_t e2 = 2;
+        t.acquire(1, &e2, 1, s, false, fills);
+        EXPECT_TRUE(s[0] == 3 || s[0] == 4) << s[0];
+        for (int32_t e = 0; e < 3; e++) EXPECT_GE(t.slot_of(0, e), 0) << e;
+        // layer 2 evicts layer 0's experts, never layer 1's
+        t.acquire(2, e01, 2, s, false, fills);
+        for (int i = 0; i < 2; i++) EXPECT_LT(s[i], 3);
+        EXPECT_GE(t.slot_of(1, 2), 0);
+        EXPECT_EQ(t.stats().misses, 8u);
+        EXPECT_EQ(t.stats().bytes_filled, uint64_t(2 * 200 + 3 * 100 + 200 + 2 * 100));
+        // a loan of one slot: the top slot, class 1's
+        const auto held = t.lend(1);
+        EXPECT_EQ(t.n_slots(), 4);
+        EXPECT_EQ(t.n_slots_for(1), 1);
+        EXPECT_EQ(t.n_slots_for(0), 3);
+        for (const auto &[il, e] : held) EXPECT_EQ(il, 1);
+        const int32_t e3 = 3;
+        t.acquire(1, &e3, 1, s, false, fills);
+        EXPECT_EQ(s[0], 3);
+        t.end_loan();
+        EXPECT_EQ(t.n_slots_for(1), 2);
+        // favourites of layer 1 take class 1's slots only; layer 0's favourite takes class 0's
+        std::vector<int32_t> rows1 = {0, 50, 0, 0}, rows0 = {0, 0, 0, 40};
+        t.note_prompt_rows(1, rows1, 16);
+        t.note_prompt_rows(0, rows0, 16);
+        const std::vector<std::vector<SlotFill>> fav = t.keep_favourites(1.0);
+        for (const SlotFill &f : fav[1]) EXPECT_TRUE(f.slot == 3 || f.slot == 4) << f.slot;
+        for (const SlotFill &f : fav[0]) EXPECT_LT(f.slot, 3);
+        EXPECT_GE(t.slot_of(1, 1), 3);
+        EXPECT_GE(t.slot_of(0, 3), 0);
+        EXPECT_LT(t.slot_of(0, 3), 3);
+    }
+    // every expert in a slot of its class
+    ExpertSlotTable all({2, 2}, {300, 100}, {1, 0}, {2, 2}, SlotPolicy::Lru, 0);
+    const auto fills = all.place_all();
+    for (const SlotFill &f : fills[0]) EXPECT_GE(f.slot, 2);
+    for (const SlotFill &f : fills[1]) EXPECT_LT(f.slot, 2);
+    EXPECT_TRUE(all.all_resident());
 }

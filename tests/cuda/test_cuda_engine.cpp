@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 
 #include "../cpp/synth_cache.h"
 #include "backend/host/mmvq_host.h"
@@ -46,13 +47,17 @@ EngineStats stats_of(const Engine &e) {
             d.graph_replays};
 }
 
-std::string model_path(const std::string &preset, DType et, DType dt) {
+// mixed_down: the experts' down matrices of some layers of that type (SynthOptions::mixed_down_type): two sizes.
+std::string model_path(const std::string &preset, DType et, DType dt, std::optional<DType> mixed_down = {}) {
     SynthOptions o;
     o.preset = preset;
     o.expert_type = et;
     o.dense_type = dt;
     o.seed = 7;
-    return test::cached_synth_model(preset + "-" + dtype_name(et) + "-" + dtype_name(dt), o);
+    o.mixed_down_type = mixed_down;
+    return test::cached_synth_model(preset + "-" + dtype_name(et) + "-" + dtype_name(dt) +
+                                        (mixed_down ? std::string("-down-") + dtype_name(*mixed_down) : ""),
+                                    o);
 }
 
 std::vector<int32_t> prompt_tokens(int n, int salt) {
@@ -1067,6 +1072,60 @@ TEST(CudaEngineLoan, PromptLoansChangeNoBitAndAllocateNothing) {
                 } else {
                     EXPECT_EQ(st.loans, 0u) << what;
                 }
+            }
+}
+
+// Expert slots in size classes (placement.h) on a file whose layers' experts come in two sizes (Q6_K down matrices
+// in some layers): the bits of every expert resident whatever the slots and the schedule, with the classes on and off
+// (STRATA_SLOT_CLASSES=0), a prompt's passes on slots lent from the larger class, and no device allocation.
+TEST(CudaEngineSlotClasses, TwoExpertSizesChangeNoBitAndAllocateNothing) {
+    const std::string path = model_path("small-qwen3next", DType::Q4_K, DType::Q8_0, DType::Q6_K);
+    const std::vector<int32_t> prompt = prompt_tokens(1500, 5);
+    auto config = [&](int64_t slots) {
+        EngineConfig cfg;
+        cfg.n_threads = 2;
+        cfg.n_ctx = 4096;
+        cfg.n_batch = 1024;
+        cfg.expert_slots = slots;
+        cfg.loan_floor_slots = 16;
+        return cfg;
+    };
+    auto run = [&](Engine &e) {
+        const int32_t s = e.new_sequence();
+        std::vector<std::vector<float>> l;
+        e.decode({{s, prompt, true}}, l);
+        std::vector<float> out = l[0];
+        for (int i = 0; i < 6; i++) {
+            e.decode({{s, {int32_t((i * 17 + 3) % 250)}, false}}, l);
+            out.insert(out.end(), l[0].begin(), l[0].end());
+        }
+        return out;
+    };
+    auto all = make_cuda_engine(path, config(0));
+    ASSERT_EQ(all->plan().slot_classes.size(), 2u) << all->plan().check_line;
+    const int64_t total = all->expert_stats().n_experts;
+    const std::vector<float> ref = run(*all);
+    for (const char *classes : {"1", "0"})
+        for (const char *schedule : {"routed", "full"})
+            for (int64_t slots : {total / 2, total * 7 / 16}) {  // half each class's: its top lends the loan
+                ::setenv("STRATA_SLOT_CLASSES", classes, 1);
+                ::setenv("STRATA_PREFILL_SCHEDULE", schedule, 1);
+                auto e = make_cuda_engine(path, config(slots));
+                ::unsetenv("STRATA_SLOT_CLASSES");
+                ::unsetenv("STRATA_PREFILL_SCHEDULE");
+                const std::string what = std::string("classes ") + classes + ", " + schedule + ", " +
+                                         std::to_string(slots) + " slots: " + e->plan().check_line;
+                EXPECT_EQ(e->plan().slot_classes.size(), classes[0] == '1' ? 2u : 1u) << what;
+                EXPECT_EQ(e->plan().chunk_tokens, 1024) << what;
+                const uint64_t allocs = e->backend().device_allocations();
+                const std::vector<float> got = run(*e);
+                EXPECT_EQ(e->backend().device_allocations(), allocs) << what;
+                ASSERT_EQ(got.size(), ref.size()) << what;
+                EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
+                const ExpertCacheStats st = e->expert_stats();
+                EXPECT_GT(st.expert_cache_misses, 0u) << what;
+                EXPECT_GT(st.loans, 0u) << what;
+                EXPECT_EQ(e->backend().scratch_overflows(), 0u) << what;
             }
 }
 

@@ -47,18 +47,24 @@ void CudaBackend::make_slots(const Placement &plan) {
     graph_gen_++;
     slot_bytes_ = plan.slot_bytes;
     layouts_ = plan.layouts;
-    // pools of at most 1 GiB, so no single allocation is huge, except the slots a prompt loan borrows (the plan's
-    // top loan_slots): one allocation, so that its scratch is one range
+    // Class after class (placement.h: the slots' numbering), pools of at most 1 GiB, so no single allocation is huge,
+    // except the slots a prompt loan borrows (the plan's top loan_slots, of the last class, whose size is
+    // slot_bytes): one allocation, so that its scratch is one range.
     const int64_t own = plan.n_slots - std::clamp<int64_t>(plan.loan_slots, 0, plan.n_slots);
-    for (int64_t done = 0; done < plan.n_slots;) {
-        const int64_t per_pool = done >= own ? plan.n_slots - own
-                                             : std::max<int64_t>(1, int64_t((uint64_t(1) << 30) /
-                                                                             std::max<size_t>(slot_bytes_, 1)));
-        const int64_t n = std::min({per_pool, plan.n_slots - done, done < own ? own - done : plan.n_slots - done});
-        uint8_t *pool = static_cast<uint8_t *>(dev_alloc(size_t(n) * slot_bytes_, "expert slots"));
-        for (int64_t i = 0; i < n; i++) slots_.push_back(pool + size_t(i) * slot_bytes_);
-        done += n;
+    for (const SlotClass &c : plan.slot_classes) {
+        STRATA_ASSERT(c.first == int64_t(slots_.size()) && c.bytes > 0);
+        const int64_t end = c.first + c.n;
+        for (int64_t done = c.first; done < end;) {
+            const int64_t per_pool =
+                done >= own ? end - done : std::max<int64_t>(1, int64_t((uint64_t(1) << 30) / c.bytes));
+            const int64_t n = std::min({per_pool, end - done, done < own ? own - done : end - done});
+            uint8_t *pool = static_cast<uint8_t *>(dev_alloc(size_t(n) * c.bytes, "expert slots"));
+            for (int64_t i = 0; i < n; i++) slots_.push_back(pool + size_t(i) * c.bytes);
+            done += n;
+        }
     }
+    STRATA_ASSERT(int64_t(slots_.size()) == plan.n_slots);
+    STRATA_ASSERT(plan.loan_slots == 0 || plan.slot_classes.back().bytes == slot_bytes_);
     slot_last_read_.assign(slots_.size(), 0);
     slot_fill_seq_.assign(slots_.size(), 0);
     moe_layers_ = 0;
