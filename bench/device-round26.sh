@@ -9,10 +9,13 @@
 #   4. Expert slots in size classes on a 30B file whose down matrices are Q6_K in the Q4_K_M recipe's layers
 #      (`strata synth --mixed-down Q6_K`), at 12 GiB: STRATA_SLOT_CLASSES=1 / 0 (more slots in the same memory).
 #   5. Issue 16's bars on the 30B all resident: pp512 / pp4096 / tg128 beside llama.cpp (built in the background).
+# SHORT=1 (a short budget): the ops suite's matmul, MMQ and attention tests, the engine's, one A/B pair each of 2 and
+# 4, no decode profile, no llama.cpp.
 # There:
 #   setsid nohup bash bench/device-round26.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/r26/main.log 570
 L=/tmp/r26; mkdir -p $L
 exec > $L/main.log 2>&1
+[ -n "${SHORT:-}" ] && NO_LLAMA=1
 source bench/device-lib.sh
 F=/tmp/q30.gguf M=/tmp/q30m.gguf
 synth_start qwen3-30b-a3b $F
@@ -21,25 +24,29 @@ synth_start qwen3-30b-a3b $F
 cmake --build /tmp/strata -j12 --target test_cuda_ops test_cuda_engine > $L/build2.log 2>&1
 echo "tests build rc=$? at $(el) s"
 grep -E " error" $L/build2.log | head -5
-timeout 150 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 > $L/ops.log 2>&1
+OPS='*'; [ -n "${SHORT:-}" ] && OPS='CudaMatmulGeneric*:*CudaMatmul*:CudaMmq*:*CudaAttention*:CudaFlash*'
+timeout 150 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 --gtest_filter="$OPS" > $L/ops.log 2>&1
 echo "test_cuda_ops rc=$? at $(el) s"; grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/ops.log | head -12
-timeout 200 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 --gtest_filter="${ENGINE:-*MatchesTheCpuEngine*:*PlacementDoesNotChangeABit*:*SchedulesDoNotChangeABit*:*FusedPromptExperts*:*PromptLoans*:*SlotClasses*:*Graph*:*Budget*:*SplitPasses*}" > $L/engine.log 2>&1
+EF='*MatchesTheCpuEngine*:*PlacementDoesNotChangeABit*:*SchedulesDoNotChangeABit*:*FusedPromptExperts*:*PromptLoans*:*SlotClasses*:*Graph*:*Budget*:*SplitPasses*'
+[ -n "${SHORT:-}" ] && EF='*MatchesTheCpuEngine*:*PlacementDoesNotChangeABit*:*PromptLoans*:*SlotClasses*:*GraphsDoNot*'
+timeout 200 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 --gtest_filter="${ENGINE:-$EF}" > $L/engine.log 2>&1
 echo "test_cuda_engine rc=$? at $(el) s"; grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/engine.log | head -12
-STRATA_CUDA_MM_F32=0 STRATA_CUDA_MMQ_PARTS=0 STRATA_CUDA_MMQ_STAGED=0 timeout 100 /tmp/strata/bin/test_cuda_engine \
+[ -z "${SHORT:-}" ] && STRATA_CUDA_MM_F32=0 STRATA_CUDA_MMQ_PARTS=0 STRATA_CUDA_MMQ_STAGED=0 timeout 100 /tmp/strata/bin/test_cuda_engine \
   --gtest_brief=1 --gtest_filter='*MatchesTheCpuEngine*:*FusedPromptExperts*' > $L/engine-off.log 2>&1
 echo "test_cuda_engine, the three off: rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure" $L/engine-off.log | head -6
 [ -n "${OUT:-}" ] && cp $L/ops.log $L/engine.log $L/engine-off.log $OUT/ 2>/dev/null
 synth_wait
 U="-m $F -p 16 -n 64 -r 2 --chunk 4096 --routing uniform --vram-budget 12G"
-for X in 1 0 1 0; do STRATA_HOST_STAGE=$X sb $U; done
-sb $U --cpu-share 0
-STRATA_CUDA_PROFILE=1 $S bench -m $F -p 1 -n 128 -r 1 > $L/tgprof.txt 2>&1; echo "decode profile:"
-grep -E "^\| (pp|tg)" $L/tgprof.txt; sed -n '/CUDA op profile/,$p' $L/tgprof.txt | head -60
+AB="1 0 1 0"; [ -n "${SHORT:-}" ] && AB="1 0"
+for X in $AB; do STRATA_HOST_STAGE=$X sb $U; done
+[ -z "${SHORT:-}" ] && sb $U --cpu-share 0
+[ -z "${SHORT:-}" ] && STRATA_CUDA_PROFILE=1 $S bench -m $F -p 1 -n 128 -r 1 > $L/tgprof.txt 2>&1; echo "decode profile:"
+[ -z "${SHORT:-}" ] && { grep -E "^\| (pp|tg)" $L/tgprof.txt; sed -n '/CUDA op profile/,$p' $L/tgprof.txt | head -60; }
 while [ ! -f $L/synthm.rc ]; do sleep 2; done; cat $L/synthm.rc
-for X in 1 0 1 0; do STRATA_SLOT_CLASSES=$X sb -m $M -p 4096 -n 64 -r 2 --chunk 4096 --vram-budget 12G
+for X in $AB; do STRATA_SLOT_CLASSES=$X sb -m $M -p 4096 -n 64 -r 2 --chunk 4096 --vram-budget 12G
   grep -h "plan:" $L/s.err $L/s.txt | head -1 | cut -c1-260; done
-sb -m $F -p 512,4096 -n 128 -r 3 --chunk 4096
+if [ -z "${SHORT:-}" ]; then sb -m $F -p 512,4096 -n 128 -r 3 --chunk 4096
 lb -p 512,4096 -n 128 -r 3
-sb -m $F -p 512,4096 -n 128 -r 3 --chunk 4096
+sb -m $F -p 512,4096 -n 128 -r 3 --chunk 4096; fi
 [ -n "${OUT:-}" ] && cp $L/main.log $L/strata-all.txt $L/tgprof.txt $OUT/ 2>/dev/null
 echo "done at $(el) s"; echo ALL_DONE
