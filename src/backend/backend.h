@@ -364,11 +364,12 @@ class Backend {
         gather_rows(x, rows, xs);
         return xs;
     }
-    // A prompt loan (placement.h): the memory of expert slots [first, first + n) serves as scratch, before the
-    // backend's own, from the next pass until end_loan(); the slot table has taken those slots out of the cache.
-    // The backend orders the loan after every fill and read of those slots so far, and the fills after end_loan()
-    // after every pass that used them. A backend without slot memory ignores both.
-    virtual void begin_loan(int32_t first, int32_t n) { (void)first, (void)n; }
+    // A prompt loan (placement.h): the memory of these expert slots (one range of memory, the plan's loan allocation's
+    // tail) serves as scratch, before the backend's own, from the next pass until end_loan(); the slot table has
+    // taken those slots out of the cache. The backend orders the loan after every fill and read of those slots so
+    // far, and the fills after end_loan() after every pass that used them. A backend without slot memory ignores
+    // both.
+    virtual void begin_loan(const std::vector<int32_t> &slots) { (void)slots; }
     virtual void end_loan() {}
     // How many times a pass's scratch outgrew what the plan gave (each time an allocation at run time).
     virtual uint64_t scratch_overflows() const { return 0; }

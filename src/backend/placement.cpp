@@ -1,10 +1,40 @@
 // Sizes of the caches a backend holds, and names for messages.
 #include "backend/placement.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "format/dtype.h"
 
 namespace strata {
+
+std::vector<int64_t> Placement::loan_take(uint64_t bytes) const {
+    std::vector<int64_t> x(loan_class_slots.size(), 0);
+    for (size_t c = x.size(); c-- > 0 && bytes > 0;) {
+        const uint64_t b = slot_classes[c].bytes;
+        x[c] = std::min<int64_t>(loan_class_slots[c], int64_t((bytes + b - 1) / b));
+        bytes -= std::min<uint64_t>(bytes, uint64_t(x[c]) * b);
+    }
+    return x;
+}
+
+std::vector<int64_t> Placement::loan_split_for(int64_t tokens) const {
+    if (loan_slots <= 0 || tokens <= resident_chunk_tokens) return {};
+    const size_t i = size_t((tokens + 255) / 256 - 1);
+    return i < loan_step_bytes.size() ? loan_take(loan_step_bytes[i]) : loan_class_slots;
+}
+
+int64_t Placement::loan_slots_for(int64_t tokens) const {
+    int64_t n = 0;
+    for (const int64_t x : loan_split_for(tokens)) n += x;
+    return n;
+}
+
+uint64_t Placement::loan_bytes() const {
+    uint64_t b = 0;
+    for (size_t c = 0; c < loan_class_slots.size(); c++) b += uint64_t(loan_class_slots[c]) * slot_classes[c].bytes;
+    return b;
+}
 
 const char *kv_type_name(KvType t) {
     switch (t) {

@@ -114,18 +114,22 @@ struct Placement {
     uint64_t misc_bytes = 0;        // small tables (rope, i-quant grids, expert pointer tables), rounding
     int64_t chunk_tokens = 0;       // the most tokens in one forward pass
     // Prompt loans (with a partial expert cache): passes of at most resident_chunk_tokens run on the resident
-    // scratch; a bigger one (up to chunk_tokens) runs on the memory of the top loan_slots expert slots, lent to it
-    // for the call and refilled after (loan_slots 0: no loans, scratch_bytes is for chunk_tokens).
+    // scratch; a bigger one (up to chunk_tokens) runs on the memory of expert slots lent to it for the call and
+    // refilled after (loan_slots 0: no loans, scratch_bytes is for chunk_tokens). The slots a loan may take are the
+    // top loan_class_slots[c] of each class c, one allocation laid out class after class; a loan of B bytes takes
+    // the last class's first (loan_take), so that its slots are always one range of memory, the allocation's tail.
     int64_t resident_chunk_tokens = 0;
-    int64_t loan_slots = 0;
-    // What a pass of fewer tokens borrows: loan_steps[i] slots for passes of up to (i + 1) * 256 tokens (the
-    // scratch such a pass needs), so that a shorter prompt leaves more of the cache in place.
-    std::vector<int64_t> loan_steps;
-    int64_t loan_slots_for(int64_t tokens) const {
-        if (loan_slots <= 0 || tokens <= resident_chunk_tokens) return 0;
-        const size_t i = size_t((tokens + 255) / 256 - 1);
-        return i < loan_steps.size() ? std::min(loan_steps[i], loan_slots) : loan_slots;
-    }
+    int64_t loan_slots = 0;  // the most slots a loan takes, all classes
+    std::vector<int64_t> loan_class_slots;
+    // What a pass of fewer tokens borrows: the scratch a pass of up to (i + 1) * 256 tokens needs, loan_step_bytes[i],
+    // so that a shorter prompt leaves more of the cache in place.
+    std::vector<uint64_t> loan_step_bytes;
+    // Slots of each class a loan of `bytes` takes (at most loan_class_slots), and what a call whose largest pass has
+    // `tokens` tokens takes (empty: none; loan_slots_for: how many in all).
+    std::vector<int64_t> loan_take(uint64_t bytes) const;
+    std::vector<int64_t> loan_split_for(int64_t tokens) const;
+    int64_t loan_slots_for(int64_t tokens) const;
+    uint64_t loan_bytes() const;    // the loan allocation's bytes
     int64_t download_cols = 0;      // the widest rows a pass downloads per token (logits, or a split part's residuals)
     // Pinned host memory for one pass's small uploads (routing groups and rows, tiles, positions), so that a prompt
     // chunk never waits for its own earlier copies or grows the buffer mid-pass.

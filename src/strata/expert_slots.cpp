@@ -172,29 +172,39 @@ void ExpertSlotTable::push_front(int32_t s) {
 }
 
 std::vector<std::pair<int32_t, int32_t>> ExpertSlotTable::lend(int64_t n) {
-    STRATA_ASSERT(n >= 0 && n <= n_avail_ && !all_resident_);
-    STRATA_ASSERT(!classes_.empty() && n <= classes_.back().n_avail);
+    STRATA_ASSERT(classes_.size() == 1);
+    return lend(std::vector<int64_t>{n});
+}
+
+std::vector<std::pair<int32_t, int32_t>> ExpertSlotTable::lend(const std::vector<int64_t> &per_class) {
+    STRATA_ASSERT(per_class.size() <= classes_.size() && !all_resident_);
     std::vector<std::pair<int32_t, int32_t>> held;
-    for (int64_t i = n_avail_ - n; i < n_avail_; i++) {
-        const int32_t s = int32_t(i);
-        Slot &x = slots_[size_t(i)];
-        STRATA_ASSERT(!x.pinned && !x.lent);
-        if (policy_ == SlotPolicy::Lfu) rank_erase(s);
-        if (x.layer >= 0) {
-            held.push_back({x.layer, x.expert});
-            table_[size_t(x.layer)][size_t(x.expert)] = -1;
-            x.layer = x.expert = -1;
+    for (size_t c = 0; c < per_class.size(); c++) {
+        Class &C = classes_[c];
+        const int64_t n = per_class[c];
+        STRATA_ASSERT(n >= 0 && n <= C.n_avail && C.n_avail == C.n);  // one loan at a time
+        for (int64_t i = C.first + C.n - n; i < C.first + C.n; i++) {
+            const int32_t s = int32_t(i);
+            Slot &x = slots_[size_t(i)];
+            STRATA_ASSERT(!x.pinned && !x.lent);
+            if (policy_ == SlotPolicy::Lfu) rank_erase(s);
+            if (x.layer >= 0) {
+                held.push_back({x.layer, x.expert});
+                table_[size_t(x.layer)][size_t(x.expert)] = -1;
+                x.layer = x.expert = -1;
+            }
+            unlink(s);
+            x.lent = true;
         }
-        unlink(s);
-        x.lent = true;
+        C.n_avail -= n;
+        n_avail_ -= n;
     }
-    n_avail_ -= n;
-    if (n > 0) classes_.back().n_avail -= n;
     return held;
 }
 
 void ExpertSlotTable::end_loan() {
-    for (size_t i = size_t(n_avail_); i < slots_.size(); i++) {
+    for (size_t i = 0; i < slots_.size(); i++) {
+        if (!slots_[i].lent) continue;
         const int32_t s = int32_t(i);
         slots_[i].lent = false;
         slots_[i].call = 0;

@@ -84,10 +84,11 @@ class ExpertSlotTable {
     // Fills acquire() asked for that did not happen (the copy failed): those slots hold nothing now.
     void forget(int64_t il, const std::vector<SlotFill> &fills);
 
-    // A prompt loan (placement.h): the top n slots, [n_slots() - n, n_slots()), all of the last class, leave the cache
-    // (none may be pinned); what they held is forgotten and returned as (layer, expert) pairs. n_slots() and
-    // n_slots_for() count only the slots left until end_loan(), which gives them back empty, the first victims of
-    // either policy.
+    // A prompt loan (placement.h): the top per_class[c] slots of each class c leave the cache (none may be pinned);
+    // what they held is forgotten and returned as (layer, expert) pairs. n_slots() and n_slots_for() count only the
+    // slots left until end_loan(), which gives them back empty, the first victims of either policy. lend(n): one
+    // class, its top n slots, [n_slots() - n, n_slots()).
+    std::vector<std::pair<int32_t, int32_t>> lend(const std::vector<int64_t> &per_class);
     std::vector<std::pair<int32_t, int32_t>> lend(int64_t n);
     void end_loan();
     int64_t n_lent() const { return int64_t(slots_.size()) - n_avail_; }

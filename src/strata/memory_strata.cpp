@@ -92,15 +92,20 @@ MemoryStrata::MemoryStrata(Backend &be, Model &m, const StrataOptions &o) : be_(
 
 void MemoryStrata::begin_loan(int64_t tokens) {
     if (lent_ || !slots_) return;
-    const int64_t n = loan_sized_                            ? plan_.loan_slots_for(tokens)
-                      : tokens > plan_.resident_chunk_tokens ? plan_.loan_slots
-                                                             : 0;
-    const int64_t first = slots_->n_slots() - n;
+    const std::vector<int64_t> take = loan_sized_                            ? plan_.loan_split_for(tokens)
+                                      : tokens > plan_.resident_chunk_tokens ? plan_.loan_class_slots
+                                                                             : std::vector<int64_t>{};
+    std::vector<int32_t> lent;  // each class's top take[c] slots
+    for (size_t c = 0; c < take.size(); c++) {
+        const SlotClass &k = plan_.slot_classes[c];
+        for (int64_t s = k.first + k.n - take[c]; s < k.first + k.n; s++) lent.push_back(int32_t(s));
+    }
+    const int64_t n = int64_t(lent.size());
     if (n <= 0) return;
     schedule_->release_pins();
-    loan_held_ = slots_->lend(n);
+    loan_held_ = slots_->lend(take);
     try {
-        be_.begin_loan(int32_t(first), int32_t(n));
+        be_.begin_loan(lent);
     } catch (...) {
         slots_->end_loan();
         throw;

@@ -213,8 +213,8 @@ Placement plan_with(const WeightSet &ws, const HParams &hp, const CacheShape &ca
     p.stage_bytes = stage_estimate(hp, opt.chunk_tokens);
     uint64_t resident = p.weight_bytes + p.cache_bytes + p.scratch_bytes + p.misc_bytes;
     // A prompt loan, where the whole chunk's scratch kept resident would leave the cache partial: scratch for
-    // k_loan_resident_chunk tokens resident, the cache the rest, and bigger passes on borrowed slots of the largest
-    // class, as big as a loan can be while the floor of slots (that class's share of it) stays in the cache.
+    // k_loan_resident_chunk tokens resident, the cache the rest, and bigger passes on borrowed slots, as big as a
+    // loan can be while the floor of slots (each class its share of it) stays in the cache.
     auto slots_with = [&](uint64_t res) { return split(res > budget ? 0 : budget - res); };
     if (opt.prompt_loan && p.n_experts_total > 0 && opt.chunk_tokens > k_loan_resident_chunk) {
         const uint64_t small = scratch_for(k_loan_resident_chunk), res_small = resident - p.scratch_bytes + small;
@@ -222,13 +222,17 @@ Placement plan_with(const WeightSet &ws, const HParams &hp, const CacheShape &ca
         if (n_full.total < p.n_experts_total && n_small.minimum_fits && n_small.total < p.n_experts_total) {
             const int64_t floor_all = std::max<int64_t>(
                 min_slots, opt.loan_floor_slots >= 0 ? opt.loan_floor_slots : k_loan_floor_layers * hp.n_expert);
-            const SlotClass &top = cls.back();
-            const int64_t floor =
-                cls.size() == 1 ? floor_all
-                                : std::max(std::min(top.n_experts, min_slots),
-                                           (floor_all * top.n_experts + p.n_experts_total - 1) / p.n_experts_total);
-            const int64_t n_top = n_small.n.back();
-            const uint64_t lendable = n_top > floor ? uint64_t(n_top - floor) * top.bytes : 0;
+            std::vector<int64_t> can_lend(cls.size(), 0);
+            uint64_t lendable = 0;
+            for (size_t c = 0; c < cls.size(); c++) {
+                const int64_t floor =
+                    cls.size() == 1
+                        ? floor_all
+                        : std::max(std::min(cls[c].n_experts, min_slots),
+                                   (floor_all * cls[c].n_experts + p.n_experts_total - 1) / p.n_experts_total);
+                can_lend[c] = std::max<int64_t>(0, n_small.n[c] - floor);
+                lendable += uint64_t(can_lend[c]) * cls[c].bytes;
+            }
             auto fits = [&](int64_t c) { return scratch_for(c) <= lendable; };
             int64_t chunk = 0;
             if (fits(opt.chunk_tokens)) {
@@ -247,12 +251,12 @@ Placement plan_with(const WeightSet &ws, const HParams &hp, const CacheShape &ca
                 resident = res_small;
                 if (chunk > 0) {
                     p.chunk_tokens = chunk;
-                    auto slots_for = [&](int64_t t) {
-                        return int64_t((scratch_for(t) + p.slot_bytes - 1) / p.slot_bytes);
-                    };
-                    p.loan_slots = slots_for(chunk);
-                    for (int64_t t = 256; t < chunk; t += 256) p.loan_steps.push_back(slots_for(t));
-                    p.loan_steps.push_back(p.loan_slots);
+                    // the loan allocation: what the chunk's scratch takes of what each class can lend
+                    p.loan_class_slots = can_lend;
+                    p.loan_class_slots = p.loan_take(scratch_for(chunk));
+                    for (const int64_t x : p.loan_class_slots) p.loan_slots += x;
+                    for (int64_t t = 256; t < chunk; t += 256) p.loan_step_bytes.push_back(scratch_for(t));
+                    p.loan_step_bytes.push_back(scratch_for(chunk));
                 }
             }
         } else if (!n_full.minimum_fits) {  // the whole chunk's scratch does not fit at all: smaller chunks, no loan
@@ -282,7 +286,8 @@ Placement plan_with(const WeightSet &ws, const HParams &hp, const CacheShape &ca
         const Split s = slots_with(resident);
         for (size_t c = 0; c < cls.size(); c++) cls[c].first = p.n_slots, cls[c].n = s.n[c], p.n_slots += s.n[c];
     }
-    STRATA_ASSERT(p.loan_slots == 0 || p.loan_slots < cls.back().n);
+    for (size_t c = 0; c < p.loan_class_slots.size(); c++)
+        STRATA_ASSERT(p.loan_class_slots[c] == 0 || p.loan_class_slots[c] < cls[c].n);
     p.budget_bytes = budget;
     p.budget_total_bytes = given ? given : budget + runtime_total;
 
@@ -342,7 +347,7 @@ Placement plan_with(const WeightSet &ws, const HParams &hp, const CacheShape &ca
     if (p.loan_slots > 0)
         p.check_line += strfmt("; prompt loan: passes of %lld-%lld tokens borrow up to %lld slots (%s)",
                                (long long)p.resident_chunk_tokens + 1, (long long)p.chunk_tokens,
-                               (long long)p.loan_slots, format_bytes(uint64_t(p.loan_slots) * p.slot_bytes).c_str());
+                               (long long)p.loan_slots, format_bytes(p.loan_bytes()).c_str());
     if (p.chunk_tokens < opt.chunk_tokens)
         p.check_line += strfmt("; chunks of %lld tokens, not the %lld asked: no loan holds more under this budget",
                                (long long)p.chunk_tokens, (long long)opt.chunk_tokens);
@@ -351,9 +356,9 @@ Placement plan_with(const WeightSet &ws, const HParams &hp, const CacheShape &ca
 
 }  // namespace
 
-// Size classes where each class gets a slot, the budget holds every class's minimum and a prompt loan (from the
-// largest class alone) holds the chunk one class of the largest size would; otherwise (a budget near the smallest,
-// fewer slots asked for than there are sizes, a chunk the largest class's share cannot lend) that one class.
+// Size classes where each class gets a slot, the budget holds every class's minimum and a prompt loan holds the chunk
+// one class of the largest size would; otherwise (a budget near the smallest, fewer slots asked for than there are
+// sizes, a chunk the classes' floors leave too little to lend for) that one class.
 Placement plan_placement(const WeightSet &ws, const HParams &hp, const CacheShape &caches, const DeviceFacts &dev,
                          const PlanOptions &opt) {
     PlanOptions one = opt;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <set>
 #include <utility>
 
 #include "backend/cpu/cpu_backend.h"
@@ -106,8 +107,8 @@ class HostSlotBackend final : public Backend {
                 EXPECT_TRUE(mapped_);
                 grouped_mapped_++;
             }
-            if (lent_n_) {
-                EXPECT_TRUE(g.slot < lent_first_ || g.slot >= lent_first_ + lent_n_) << "lent slot " << g.slot;
+            if (!lent_.empty()) {
+                EXPECT_EQ(lent_.count(g.slot), 0u) << "lent slot " << g.slot;
             }
         }
         if (!gpu_arith_) {
@@ -157,7 +158,7 @@ class HostSlotBackend final : public Backend {
                 const auto at = where_.find({w.il, e});
                 ExpertSrc src;
                 if (at != where_.end()) {
-                    EXPECT_FALSE(lent_n_ && at->second >= lent_first_ && at->second < lent_first_ + lent_n_);
+                    EXPECT_EQ(lent_.count(at->second), 0u);
                     src = expert_slot(w, at->second);
                     reads_.from_slots++;
                 } else {
@@ -178,14 +179,16 @@ class HostSlotBackend final : public Backend {
     MappedReads mapped_reads() const override { return reads_; }
     uint64_t grouped_mapped() const { return grouped_mapped_; }
     // A loan's slots are scribbled over, as a pass's scratch would: an expert read from one would show in the logits.
-    void begin_loan(int32_t first, int32_t n) override {
-        EXPECT_EQ(lent_n_, 0);
-        for (int32_t i = first; i < first + n; i++) unown(i);
-        lent_first_ = first, lent_n_ = n;
-        std::memset(memory_.data() + size_t(first) * slot_bytes_, 0x5a, size_t(n) * slot_bytes_);
+    void begin_loan(const std::vector<int32_t> &slots) override {
+        EXPECT_TRUE(lent_.empty());
+        for (const int32_t s : slots) {
+            unown(s);
+            lent_.insert(s);
+            std::memset(memory_.data() + size_t(s) * slot_bytes_, 0x5a, slot_bytes_);
+        }
         loans_++;
     }
-    void end_loan() override { lent_n_ = 0; }
+    void end_loan() override { lent_.clear(); }
     uint64_t loans() const { return loans_; }
     void moe_combine(Act ys, const std::vector<int32_t> &yrow, const std::vector<int32_t> &widx, const float *weights,
                      int64_t k, Act out) override {
@@ -240,7 +243,7 @@ class HostSlotBackend final : public Backend {
     uint64_t filled_ = 0, ahead_fills_ = 0;
     bool layer_experts_ = false, layer_shared_ = false;
     uint64_t shared_before_ = 0, shared_after_ = 0;
-    int32_t lent_first_ = 0, lent_n_ = 0;
+    std::set<int32_t> lent_;
     uint64_t loans_ = 0;
 };
 

@@ -1020,9 +1020,9 @@ TEST(PlacementPlan, LayersOfTwoExpertSizesTakeSlotsOfTheirOwnSize) {
 }
 
 // The 30B-A3B's shape with a Q4_K_M file's Q6_K down matrices at 12 GiB: slots of two sizes hold more experts than
-// slots all of the larger size, and a prompt loan borrows from the larger class, leaving it its share of the floor;
-// where that class's share cannot lend the chunk one size would (16384 tokens asked), the plan is the one size.
-TEST(PlacementPlan, SizeClassesOnAQ4KmShapeHoldMoreExpertsAndLendFromTheLargest) {
+// slots all of the larger size, with the same chunk; a prompt loan borrows from every class, leaving each its share
+// of the floor, and any loan (any pass size) takes one range of the loan's allocation: the last class's slots first.
+TEST(PlacementPlan, SizeClassesOnAQ4KmShapeHoldMoreExpertsAndLendFromEveryClass) {
     const auto f = fake_weights("qwen3-30b-a3b", true);
     const DeviceFacts d = device(140 * GiB);
     for (int64_t chunk : {int64_t(512), int64_t(4096), int64_t(16384)}) {
@@ -1033,22 +1033,36 @@ TEST(PlacementPlan, SizeClassesOnAQ4KmShapeHoldMoreExpertsAndLendFromTheLargest)
         o.slot_classes = false;
         const Placement q = plan_placement(f->ws, f->hp, f->caches, d, o);
         SCOPED_TRACE(p.check_line);
-        std::printf("chunk %lld: %s\n  one size: %lld slots\n", (long long)chunk, p.check_line.c_str(),
-                    (long long)q.n_slots);
-        EXPECT_EQ(p.chunk_tokens, q.chunk_tokens);
-        if (chunk == 16384) {
-            EXPECT_EQ(p.slot_classes.size(), 1u);
-            EXPECT_EQ(p.n_slots, q.n_slots);
-            continue;
-        }
+        std::printf("chunk %lld: %s\n  one size: %lld slots, chunk %lld\n", (long long)chunk, p.check_line.c_str(),
+                    (long long)q.n_slots, (long long)q.chunk_tokens);
         ASSERT_EQ(p.slot_classes.size(), 2u);
         EXPECT_GT(p.n_slots, q.n_slots + q.n_slots / 20);  // the Q4_K layers' slots 13% smaller: 5% or more
         EXPECT_LE(resident(p) + p.slots_total_bytes(), p.budget_bytes);
-        if (chunk > k_loan_resident_chunk) {
-            const SlotClass &top = p.slot_classes.back();
-            ASSERT_GT(p.loan_slots, 0);
-            EXPECT_GE(uint64_t(p.loan_slots) * top.bytes, scratch_estimate(f->hp, p.chunk_tokens));
-            EXPECT_GE(top.n - p.loan_slots, k_loan_floor_layers * f->hp.n_expert * top.n_experts / p.n_experts_total);
+        EXPECT_GE(p.chunk_tokens, q.chunk_tokens);
+        if (chunk <= k_loan_resident_chunk) {
+            EXPECT_EQ(p.loan_slots, 0);
+            continue;
+        }
+        ASSERT_GT(p.loan_slots, 0);
+        ASSERT_EQ(p.loan_class_slots.size(), 2u);
+        EXPECT_GE(p.loan_bytes(), scratch_estimate(f->hp, p.chunk_tokens));
+        int64_t sum = 0;
+        for (size_t c = 0; c < 2; c++) {
+            const SlotClass &k = p.slot_classes[c];
+            EXPECT_GE(k.n - p.loan_class_slots[c],
+                      k_loan_floor_layers * f->hp.n_expert * k.n_experts / p.n_experts_total);
+            sum += p.loan_class_slots[c];
+        }
+        EXPECT_EQ(sum, p.loan_slots);
+        // every pass size: enough bytes, and the tail of the allocation (class 0 only once class 1 is all taken)
+        for (int64_t t = k_loan_resident_chunk + 1; t <= p.chunk_tokens; t += 193) {
+            const std::vector<int64_t> x = p.loan_split_for(t);
+            ASSERT_EQ(x.size(), 2u);
+            EXPECT_GE(uint64_t(x[0]) * p.slot_classes[0].bytes + uint64_t(x[1]) * p.slot_classes[1].bytes,
+                      scratch_estimate(f->hp, t))
+                << t;
+            EXPECT_TRUE(x[0] == 0 || x[1] == p.loan_class_slots[1]) << t;
+            EXPECT_EQ(p.loan_slots_for(t), x[0] + x[1]);
         }
     }
 }
@@ -1083,17 +1097,22 @@ TEST(ExpertSlotTable, SizeClassesKeepTheirLayersApart) {
         EXPECT_GE(t.slot_of(1, 2), 0);
         EXPECT_EQ(t.stats().misses, 8u);
         EXPECT_EQ(t.stats().bytes_filled, uint64_t(2 * 200 + 3 * 100 + 200 + 2 * 100));
-        // a loan of one slot: the top slot, class 1's
-        const auto held = t.lend(1);
-        EXPECT_EQ(t.n_slots(), 4);
+        // a loan of one slot of each class: each class's top slot (2 and 4), the rest serving on
+        const auto held = t.lend(std::vector<int64_t>{1, 1});
+        EXPECT_EQ(t.n_slots(), 3);
+        EXPECT_EQ(t.n_lent(), 2);
         EXPECT_EQ(t.n_slots_for(1), 1);
-        EXPECT_EQ(t.n_slots_for(0), 3);
-        for (const auto &[il, e] : held) EXPECT_EQ(il, 1);
+        EXPECT_EQ(t.n_slots_for(0), 2);
+        for (const auto &[il, e] : held) EXPECT_EQ(t.slot_of(il, e), -1);
         const int32_t e3 = 3;
         t.acquire(1, &e3, 1, s, false, fills);
         EXPECT_EQ(s[0], 3);
+        t.acquire(2, &e3, 1, s, false, fills);
+        EXPECT_LT(s[0], 2);
         t.end_loan();
         EXPECT_EQ(t.n_slots_for(1), 2);
+        EXPECT_EQ(t.n_slots_for(0), 3);
+        EXPECT_EQ(t.n_lent(), 0);
         // favourites of layer 1 take class 1's slots only; layer 0's favourite takes class 0's
         std::vector<int32_t> rows1 = {0, 50, 0, 0}, rows0 = {0, 0, 0, 40};
         t.note_prompt_rows(1, rows1, 16);

@@ -360,18 +360,26 @@ void CudaBackend::reset_scratch() {
     tiles_dev_ = nullptr;
 }
 
-// A prompt loan (backend.h): slots [first, first + n) are one allocation (make_slots keeps the plan's lendable
-// slots together), put first in the scratch list. Compute waits for every fill issued so far (a fill may still be
-// writing one of them); every earlier read of them is on the compute stream, before the pass that writes them.
-void CudaBackend::begin_loan(int32_t first, int32_t n) {
-    STRATA_ASSERT(n > 0 && first >= 0 && size_t(first) + size_t(n) <= slots_.size());
+// A prompt loan (backend.h): the slots are one range of the plan's loan allocation (make_slots lays the lendable
+// slots out together), put first in the scratch list. Compute waits for every fill issued so far (a fill may still
+// be writing one of them); every earlier read of them is on the compute stream, before the pass that writes them.
+void CudaBackend::begin_loan(const std::vector<int32_t> &slots) {
+    STRATA_ASSERT(!slots.empty());
     STRATA_ASSERT(chunks_.empty() || !chunks_.front().borrowed);
-    for (int32_t i = 1; i < n; i++)
-        STRATA_ASSERT(slots_[size_t(first + i)] == slots_[size_t(first)] + size_t(i) * slot_bytes_);
+    uint8_t *lo = nullptr, *hi = nullptr;
+    size_t bytes = 0;
+    for (const int32_t s : slots) {
+        STRATA_ASSERT(s >= 0 && size_t(s) < slots_.size());
+        uint8_t *p = slots_[size_t(s)];
+        lo = lo && lo < p ? lo : p;
+        hi = hi && hi > p + slot_size_[size_t(s)] ? hi : p + slot_size_[size_t(s)];
+        bytes += slot_size_[size_t(s)];
+    }
+    STRATA_ASSERT(size_t(hi - lo) == bytes);  // distinct slots that fill one range: the range
     wait_for_fills();
-    for (int32_t i = 0; i < n; i++) unmap_slot(first + i);  // mapped layers read those experts from their copy
+    for (const int32_t s : slots) unmap_slot(s);  // mapped layers read those experts from their copy
     reset_scratch();
-    chunks_.insert(chunks_.begin(), Chunk{slots_[size_t(first)], size_t(n) * slot_bytes_, true});
+    chunks_.insert(chunks_.begin(), Chunk{lo, bytes, true});
     graph_gen_++;
 }
 

@@ -54,7 +54,7 @@ class CudaBackend final : public Backend {
     Act alloc(int64_t rows, int64_t cols) override;
     int32_t *alloc_i32(int64_t n) override { return scratch_array<int32_t>(n); }
     void reset_scratch() override;
-    void begin_loan(int32_t first, int32_t n) override;
+    void begin_loan(const std::vector<int32_t> &slots) override;
     void end_loan() override;
     uint64_t scratch_overflows() const override { return scratch_overflows_; }
     ScratchMark scratch_mark() override { return {cur_chunk_, cur_off_}; }
@@ -347,8 +347,8 @@ class CudaBackend final : public Backend {
     void *cache_arena_ = nullptr;  // every layer's caches, one allocation
 
     // expert slots
-    std::vector<uint8_t *> slots_;               // slot memory, slot_bytes_ each
-    size_t slot_bytes_ = 0;
+    std::vector<uint8_t *> slots_;   // slot memory
+    std::vector<size_t> slot_size_;  // each slot's bytes (its class's: placement.h)
     std::vector<ExpertSlotLayout> layouts_;      // per layer index
     std::vector<uint64_t> slot_last_read_;       // per slot: the expert_ffn that last read it (0: none)
     static constexpr int k_read_events = 64;
