@@ -264,3 +264,32 @@ TEST(RouteSkew, SameTensorsAsUnskewed) {
     bad.route_skew = -0.5f;
     EXPECT_THROW(synth_tensors(synth_hparams("tiny-qwen3moe"), bad), Error);
 }
+
+// --mixed-down: the routed experts' down matrices of the Q4_K_M recipe's layers (the first and last eighth, every
+// third between) take the given type, every other tensor what it would have taken.
+TEST(SynthTensors, MixedDownTypeOnTheRecipesLayers) {
+    const HParams hp = synth_hparams("qwen3-30b-a3b");
+    SynthOptions plain, mixed;
+    mixed.mixed_down_type = DType::Q6_K;
+    const std::vector<SynthTensor> a = synth_tensors(hp, plain), b = synth_tensors(hp, mixed);
+    ASSERT_EQ(a.size(), b.size());
+    int64_t n_mixed = 0;
+    for (size_t i = 0; i < a.size(); i++) {
+        ASSERT_EQ(a[i].name, b[i].name);
+        int il = -1;
+        const bool down = std::sscanf(a[i].name.c_str(), "blk.%d.ffn_down_exps.weight", &il) == 1 &&
+                          a[i].name.find("ffn_down_exps") != std::string::npos;
+        if (down && mixed_down_layer(il, hp.n_layer_all)) {
+            EXPECT_EQ(b[i].type, DType::Q6_K) << b[i].name;
+            EXPECT_GT(b[i].bytes, a[i].bytes) << b[i].name;
+            n_mixed++;
+        } else {
+            EXPECT_EQ(b[i].type, a[i].type) << b[i].name;
+            EXPECT_EQ(b[i].bytes, a[i].bytes) << b[i].name;
+        }
+    }
+    // 48 layers: 0-5 and 42-47, and every third of 6-41 from 8 (8, 11, ..., 41)
+    EXPECT_EQ(n_mixed, 6 + 6 + 12);
+    EXPECT_TRUE(mixed_down_layer(0, 48) && mixed_down_layer(8, 48) && mixed_down_layer(47, 48));
+    EXPECT_FALSE(mixed_down_layer(6, 48) || mixed_down_layer(7, 48) || mixed_down_layer(40, 48));
+}
