@@ -36,6 +36,35 @@ uint64_t Placement::loan_bytes() const {
     return b;
 }
 
+SlotPools slot_pools(const Placement &p, uint64_t max_pool_bytes) {
+    SlotPools out;
+    out.slots.resize(size_t(std::max<int64_t>(p.n_slots, 0)));
+    const uint64_t loan_bytes = p.loan_bytes();
+    if (loan_bytes) {
+        out.loan_pool = 0;
+        out.pool_bytes.push_back(loan_bytes);
+    }
+    uint64_t at = 0;  // in the loan pool
+    for (size_t c = 0; c < p.slot_classes.size(); c++) {
+        const SlotClass &k = p.slot_classes[c];
+        STRATA_ASSERT(k.bytes > 0 && k.first + k.n <= p.n_slots);
+        const int64_t lent = c < p.loan_class_slots.size() ? p.loan_class_slots[c] : 0, own = k.n - lent;
+        STRATA_ASSERT(lent >= 0 && own >= 0);
+        const int64_t per_pool = std::max<int64_t>(1, int64_t(max_pool_bytes / k.bytes));
+        for (int64_t done = 0; done < own;) {
+            const int64_t n = std::min(per_pool, own - done);
+            const int32_t pool = int32_t(out.pool_bytes.size());
+            out.pool_bytes.push_back(uint64_t(n) * k.bytes);
+            for (int64_t i = 0; i < n; i++)
+                out.slots[size_t(k.first + done + i)] = {pool, uint64_t(i) * k.bytes, k.bytes};
+            done += n;
+        }
+        for (int64_t i = 0; i < lent; i++, at += k.bytes) out.slots[size_t(k.first + own + i)] = {0, at, k.bytes};
+    }
+    STRATA_ASSERT(at == loan_bytes);
+    return out;
+}
+
 const char *kv_type_name(KvType t) {
     switch (t) {
         case KvType::F32: return "f32";

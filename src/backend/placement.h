@@ -156,4 +156,19 @@ struct Placement {
     std::string check_line;  // the plan in one line, printed at start
 };
 
+// Where a plan's expert slots live: allocations (pools) and each slot's pool and offset. Each class's slots in pools
+// of at most max_pool_bytes (at least a slot each), so no single allocation is huge, except the slots a prompt loan
+// may borrow (the top loan_class_slots[c] of each class): one pool laid out class after class, so that any loan's
+// slots (Placement::loan_take: the tail of it) are one range of memory.
+struct SlotPools {
+    struct At {
+        int32_t pool = -1;
+        uint64_t offset = 0, bytes = 0;
+    };
+    std::vector<uint64_t> pool_bytes;
+    std::vector<At> slots;  // per slot
+    int32_t loan_pool = -1;
+};
+SlotPools slot_pools(const Placement &p, uint64_t max_pool_bytes = uint64_t(1) << 30);
+
 }  // namespace strata

@@ -1131,3 +1131,64 @@ TEST(ExpertSlotTable, SizeClassesKeepTheirLayersApart) {
     for (const SlotFill &f : fills[1]) EXPECT_LT(f.slot, 2);
     EXPECT_TRUE(all.all_resident());
 }
+
+// Where the slots live (slot_pools, what the CUDA backend allocates): every slot inside its pool, of its class's size,
+// no two overlapping; pools of at most the cap except the loan's; the loan's pool the lendable slots exactly, and the
+// slots of any loan (every pass size) one range of it, its tail. One size and two sizes, with loans and without.
+TEST(PlacementPlan, SlotPoolsKeepEveryLoanOneRange) {
+    for (const bool mixed : {false, true}) {
+        const auto f = fake_weights("qwen3-30b-a3b", mixed);
+        for (int64_t chunk : {int64_t(512), int64_t(4096), int64_t(16384)}) {
+            PlanOptions o;
+            o.vram_budget = 12 * GiB;
+            o.chunk_tokens = chunk;
+            const Placement p = plan_placement(f->ws, f->hp, f->caches, device(140 * GiB), o);
+            SCOPED_TRACE(p.check_line);
+            const uint64_t cap = uint64_t(256) << 20;
+            const SlotPools sp = slot_pools(p, cap);
+            ASSERT_EQ(int64_t(sp.slots.size()), p.n_slots);
+            EXPECT_EQ(sp.loan_pool >= 0, p.loan_slots > 0);
+            std::vector<std::vector<std::pair<uint64_t, uint64_t>>> used(sp.pool_bytes.size());
+            for (const SlotClass &c : p.slot_classes)
+                for (int64_t s = c.first; s < c.first + c.n; s++) {
+                    const SlotPools::At &a = sp.slots[size_t(s)];
+                    ASSERT_GE(a.pool, 0);
+                    ASSERT_LT(size_t(a.pool), sp.pool_bytes.size());
+                    EXPECT_EQ(a.bytes, c.bytes);
+                    EXPECT_LE(a.offset + a.bytes, sp.pool_bytes[size_t(a.pool)]);
+                    used[size_t(a.pool)].push_back({a.offset, a.offset + a.bytes});
+                }
+            for (size_t i = 0; i < used.size(); i++) {
+                std::sort(used[i].begin(), used[i].end());
+                uint64_t end = 0;
+                for (const auto &[b, e] : used[i]) {
+                    EXPECT_GE(b, end) << "pool " << i;  // no overlap
+                    end = e;
+                }
+                EXPECT_EQ(end, sp.pool_bytes[i]) << "pool " << i;  // and no gap at the end
+                if (int32_t(i) != sp.loan_pool) {
+                    EXPECT_LE(sp.pool_bytes[i], cap);
+                }
+            }
+            if (p.loan_slots == 0) continue;
+            EXPECT_EQ(sp.pool_bytes[size_t(sp.loan_pool)], p.loan_bytes());
+            for (int64_t t = k_loan_resident_chunk + 1; t <= p.chunk_tokens; t += 251) {
+                const std::vector<int64_t> x = p.loan_split_for(t);
+                std::vector<std::pair<uint64_t, uint64_t>> r;
+                for (size_t c = 0; c < x.size(); c++) {
+                    const SlotClass &k = p.slot_classes[c];
+                    for (int64_t s = k.first + k.n - x[c]; s < k.first + k.n; s++) {
+                        const SlotPools::At &a = sp.slots[size_t(s)];
+                        EXPECT_EQ(a.pool, sp.loan_pool) << t;
+                        r.push_back({a.offset, a.offset + a.bytes});
+                    }
+                }
+                std::sort(r.begin(), r.end());
+                for (size_t i = 1; i < r.size(); i++) EXPECT_EQ(r[i].first, r[i - 1].second) << t;
+                ASSERT_FALSE(r.empty());
+                EXPECT_EQ(r.back().second, p.loan_bytes()) << t;  // the tail
+                EXPECT_GE(r.back().second - r.front().first, scratch_estimate(f->hp, t)) << t;
+            }
+        }
+    }
+}

@@ -46,29 +46,19 @@ namespace strata::cuda {
 void CudaBackend::make_slots(const Placement &plan) {
     graph_gen_++;
     layouts_ = plan.layouts;
-    // Each class's slots (placement.h: numbered class after class) in pools of at most 1 GiB, so no single allocation
-    // is huge, except the slots a prompt loan may borrow (the top plan.loan_class_slots[c] of each class): one
-    // allocation laid out class after class, so that any loan's slots, the tail of it, are one range of memory.
-    slots_.assign(size_t(plan.n_slots), nullptr);
-    slot_size_.assign(size_t(plan.n_slots), 0);
-    const uint64_t loan_bytes = plan.loan_bytes();
-    uint8_t *loan = loan_bytes ? static_cast<uint8_t *>(dev_alloc(loan_bytes, "expert slots (lendable)")) : nullptr;
-    size_t at = 0;
-    for (size_t c = 0; c < plan.slot_classes.size(); c++) {
-        const SlotClass &k = plan.slot_classes[c];
-        STRATA_ASSERT(k.bytes > 0);
-        const int64_t lent = c < plan.loan_class_slots.size() ? plan.loan_class_slots[c] : 0, own = k.n - lent;
-        const int64_t per_pool = std::max<int64_t>(1, int64_t((uint64_t(1) << 30) / k.bytes));
-        for (int64_t done = 0; done < own;) {
-            const int64_t n = std::min(per_pool, own - done);
-            uint8_t *pool = static_cast<uint8_t *>(dev_alloc(size_t(n) * k.bytes, "expert slots"));
-            for (int64_t i = 0; i < n; i++) slots_[size_t(k.first + done + i)] = pool + size_t(i) * k.bytes;
-            done += n;
-        }
-        for (int64_t i = 0; i < lent; i++, at += k.bytes) slots_[size_t(k.first + own + i)] = loan + at;
-        for (int64_t i = 0; i < k.n; i++) slot_size_[size_t(k.first + i)] = k.bytes;
+    // The slots' pools as the plan lays them out (placement.h: slot_pools; the lendable slots one pool, so that a
+    // loan is one range of memory).
+    const SlotPools pools = slot_pools(plan);
+    std::vector<uint8_t *> base;
+    for (size_t i = 0; i < pools.pool_bytes.size(); i++)
+        base.push_back(static_cast<uint8_t *>(dev_alloc(
+            size_t(pools.pool_bytes[i]), int32_t(i) == pools.loan_pool ? "expert slots (lendable)" : "expert slots")));
+    slots_.assign(pools.slots.size(), nullptr);
+    slot_size_.assign(pools.slots.size(), 0);
+    for (size_t s = 0; s < pools.slots.size(); s++) {
+        slots_[s] = base[size_t(pools.slots[s].pool)] + pools.slots[s].offset;
+        slot_size_[s] = size_t(pools.slots[s].bytes);
     }
-    STRATA_ASSERT(at == loan_bytes);
     slot_last_read_.assign(slots_.size(), 0);
     slot_fill_seq_.assign(slots_.size(), 0);
     moe_layers_ = 0;
