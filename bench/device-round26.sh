@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The twenty-sixth round's call, one machine: the three matmul forms of round 25 (the f32 router kernel, a prompt's
 # q/k/v in one launch, the staged Q4_K expert tiles) are now the defaults.
-#   1. GPU tests: the whole test_cuda_ops and test_cuda_engine under the new defaults, and the engine's golden
-#      cases with the three switched off (STRATA_CUDA_MM_F32=0 STRATA_CUDA_MMQ_PARTS=0 STRATA_CUDA_MMQ_STAGED=0).
+#   1. GPU tests: the whole test_cuda_ops, and test_cuda_engine's golden, placement, schedule, fusion, loan, slot-class
+#      (new: CudaEngineSlotClasses, a file of two expert sizes), graph, budget and split tests (ENGINE=... overrides)
+#      under the new defaults, and its golden cases with the three switched off (STRATA_CUDA_MM_F32=0
+#      STRATA_CUDA_MMQ_PARTS=0 STRATA_CUDA_MMQ_STAGED=0). The slots' pools and loans changed with the size classes
+#      (placement.h: slot_pools, a loan as a list of slots) and have not run on a GPU before this.
 #   2. Issue 17's 30B row at 12 GiB under uniform routing (57.0 tok/s in round 25 against 70-83 in earlier rounds):
 #      STRATA_HOST_STAGE=1 / 0 alternated, then --cpu-share 0 (the device alone).
 #   3. Where a resident decoding pass's GPU time goes, by op (STRATA_CUDA_PROFILE=1), for issue 16's HBM bar.
