@@ -284,7 +284,9 @@ ExpertSrc CudaBackend::expert_host_bytes(const ExpertWeights &w, int32_t e) cons
 void CudaBackend::fill_slots(const ExpertWeights &w, const std::vector<SlotFill> &fills, bool ahead) {
     STRATA_ASSERT(size_t(w.il) < layouts_.size() && layouts_[size_t(w.il)].bytes > 0);
     if (fills.empty()) return;
-    for (const SlotFill &f : fills) STRATA_ASSERT(f.slot >= 0 && size_t(f.slot) < slots_.size());
+    for (const SlotFill &f : fills)  // a slot of the layer's class (placement.h): its size holds the layer's expert
+        STRATA_ASSERT(f.slot >= 0 && size_t(f.slot) < slots_.size() &&
+                      layouts_[size_t(w.il)].bytes <= slot_size_[size_t(f.slot)]);
     cudaStream_t s = ahead ? copy_stream_ : stream_;
     // Mapped layers read what these slots held from its copy from here on, and the new experts once issued.
     for (const SlotFill &f : fills) unmap_slot(f.slot);
