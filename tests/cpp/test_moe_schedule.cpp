@@ -1008,6 +1008,38 @@ TEST_P(MoeScheduleSlots, SlotClassesChangeNoBit) {
     ::unsetenv("STRATA_PREFILL_STREAM_AHEAD");
 }
 
+// A loan bigger than the larger slot class can lend takes from both classes (the larger's slots first, then the
+// smaller's top ones: one range of the loan's allocation, placement.h) and changes no bit, under both policies; the
+// lent slots of both classes are scribbled over and never read.
+TEST(MoeScheduleSlotClasses, PromptLoansFromEveryClassChangeNoBit) {
+    const std::string path = model_path("tiny-qwen3next-mixed");
+    auto in_place = make_cpu_engine(path, long_config());
+    const std::vector<float> ref = run_long(*in_place);
+    const int64_t k = in_place->hparams().n_expert_used, total = moe_experts(*in_place);
+    const size_t slot_bytes = slot_bytes_of(path, total);
+    for (SlotPolicy policy : {SlotPolicy::Lru, SlotPolicy::Lfu}) {
+        auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
+        HostSlotBackend *hb = be.get();
+        EngineConfig c = long_config();
+        c.expert_slots = total / 2;
+        c.loan_floor_slots = k + 1;
+        c.scratch_bytes = 9 * slot_bytes;  // more than one class can lend
+        c.expert_cache_policy = policy;
+        Engine e(load_model(path), std::move(be), c);
+        const Placement &p = e.plan();
+        const std::string what = std::string(slot_policy_name(policy)) + ": " + p.check_line;
+        ASSERT_EQ(p.slot_classes.size(), 2u) << what;
+        ASSERT_EQ(p.loan_class_slots.size(), 2u) << what;
+        EXPECT_GT(p.loan_class_slots[0], 0) << what;
+        EXPECT_GT(p.loan_class_slots[1], 0) << what;
+        const std::vector<float> got = run_long(e);
+        ASSERT_EQ(got.size(), ref.size()) << what;
+        EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
+        EXPECT_EQ(e.expert_stats().loans, 2u) << what;
+        EXPECT_EQ(hb->loans(), 2u) << what;
+    }
+}
+
 // Prompt loans (placement.h): passes over 512 tokens run while the top slots are lent (and scribbled over), under
 // either policy, both refills and both prefill schedules, and give the bits of experts read in place; no expert is
 // read from a lent slot; STRATA_PROMPT_LOAN=0 makes none.
