@@ -606,6 +606,71 @@ TEST(CudaFlashMerge, VectorFormIsTheBlockForm) {
         }
 }
 
+// The tensor-core prefill attention's heavy-first block order against the order of the tiles, bit for bit: two
+// sequences (a 300-token prompt and 37 tokens after 90 cached positions), GQA groups of 8 and 1, head sizes 64, 128 and
+// 256, whole and with the keys split over blocks (merged).
+TEST(CudaFlashMma, HeavyFirstIsTheTileOrdersBits) {
+    int sm_major = 0;
+    CUDA_OK(cudaDeviceGetAttribute(&sm_major, cudaDevAttrComputeCapabilityMajor, 0));
+    if (!cuda::flash_mma_applies(KvType::F16, 128, 8, sm_major)) GTEST_SKIP() << "no tensor-core attention here";
+    const int64_t n_ctx = 400;
+    for (int64_t D : {64, 128, 256})
+        for (int64_t group : {8, 1}) {
+            const int64_t n_kv = 2, n_head = n_kv * group, kvc = n_kv * D, qc = n_head * D;
+            const int64_t P0 = 300, P1 = 37, done1 = 90, rows = P0 + P1;
+            // Keys and values of every position of both sequences, stored through the cache's own store.
+            const int64_t n_pos = 2 * n_ctx;
+            std::vector<float> k = randn(size_t(n_pos * kvc), uint64_t(D + group)),
+                               v = randn(size_t(n_pos * kvc), uint64_t(D + group + 1));
+            std::vector<int2> sp(static_cast<size_t>(n_pos));
+            for (int64_t i = 0; i < n_pos; i++) sp[size_t(i)] = int2{int(i / n_ctx), int(i % n_ctx)};
+            DevBuf kd(size_t(n_pos * kvc) * 4), vd(size_t(n_pos * kvc) * 4), spd(sp.size() * 8);
+            DevBuf kc(size_t(n_pos * kvc) * 2), vc(size_t(n_pos * kvc) * 2);
+            CUDA_OK(cudaMemcpy(kd.p, k.data(), k.size() * 4, cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(vd.p, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(spd.p, sp.data(), sp.size() * 8, cudaMemcpyHostToDevice));
+            const cuda::KvCacheView c{KvType::F16, kc.as<uint8_t>(), vc.as<uint8_t>(), size_t(kvc) * 2, n_ctx, kvc};
+            cuda::launch_kv_store(c, cuda::Rows{kd.as<float>(), n_pos, kvc, kvc},
+                                  cuda::Rows{vd.as<float>(), n_pos, kvc, kvc}, spd.as<int2>(), nullptr);
+            // Rows 0..P0-1: sequence 0 from position 0; rows P0..: sequence 1 from position done1.
+            const int rpt = cuda::flash_mma_rows_per_tile(group);
+            std::vector<cuda::AttnTile> tiles;
+            for (int64_t r = 0; r < P0; r += rpt)
+                tiles.push_back({int32_t(r), int32_t(std::min<int64_t>(rpt, P0 - r)), 0, int32_t(r)});
+            for (int64_t r = 0; r < P1; r += rpt)
+                tiles.push_back({int32_t(P0 + r), int32_t(std::min<int64_t>(rpt, P1 - r)), 1, int32_t(done1 + r)});
+            const int n_tiles = int(tiles.size());
+            DevBuf td(tiles.size() * sizeof(cuda::AttnTile));
+            CUDA_OK(cudaMemcpy(td.p, tiles.data(), tiles.size() * sizeof(cuda::AttnTile), cudaMemcpyHostToDevice));
+            const std::vector<float> q = randn(size_t(rows * qc), uint64_t(D * 7 + group));
+            DevBuf qd(q.size() * 4), o1(q.size() * 4), o2(q.size() * 4);
+            CUDA_OK(cudaMemcpy(qd.p, q.data(), q.size() * 4, cudaMemcpyHostToDevice));
+            const float scale = 1.0f / std::sqrt(float(D));
+            for (int n_split : {1, 3}) {
+                const int chunk = n_split == 1 ? 1 << 30 : 128;
+                const size_t n_ws = cuda::flash_mma_workspace_floats(n_tiles, n_kv, n_split, D);
+                DevBuf ws(std::max<size_t>(n_ws, 1) * 4);
+                std::vector<float> a(q.size()), b(q.size());
+                for (int order = 0; order < 2; order++) {
+                    DevBuf &o = order ? o2 : o1;
+                    CUDA_OK(cudaMemset(o.p, 0xff, q.size() * 4));
+                    cuda::launch_flash_attention_mma(c, cuda::Rows{qd.as<float>(), rows, qc, qc},
+                                                     cuda::Rows{o.as<float>(), rows, qc, qc}, n_head, n_kv, D, scale,
+                                                     td.as<cuda::AttnTile>(), n_tiles, n_split, chunk,
+                                                     n_split > 1 ? ws.as<float>() : nullptr, nullptr, order == 1);
+                }
+                CUDA_OK(cudaDeviceSynchronize());
+                CUDA_OK(cudaMemcpy(a.data(), o1.p, a.size() * 4, cudaMemcpyDeviceToHost));
+                CUDA_OK(cudaMemcpy(b.data(), o2.p, b.size() * 4, cudaMemcpyDeviceToHost));
+                size_t finite = 0;
+                for (float x : a) finite += std::isfinite(x);
+                EXPECT_EQ(finite, a.size()) << "D " << D << ", group " << group << ": every output written";
+                EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0)
+                    << "D " << D << ", group " << group << ", " << n_split << " splits";
+            }
+        }
+}
+
 // A decoding MoE layer's tail in one launch against the launches it replaces (combine, shared expert, residual add
 // and norm), bit for bit: with and without the shared expert and the norm, 1 and 3 tokens, rows of 1024 to 6144
 // floats (each KPT form), the normed rows written over the layer's input as the trunk does.

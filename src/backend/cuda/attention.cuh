@@ -63,12 +63,13 @@ void launch_flash_merge(Rows out, int64_t head_dim, int vectors_per_tile, int gr
                         MergeForm form = MergeForm::Auto);
 
 // The tensor-core kernel (flash_attention_mma.cu) for prefill tiles: f16 caches, head sizes 64, 128, 256, GPUs of
-// compute capability 8 and later; tiles of 64 query vectors; fp32 precision through fp16 hi/lo splits.
+// compute capability 8 and later; tiles of 64 query vectors; fp32 precision through fp16 hi/lo splits. heavy_first:
+// the blocks of the last tiles (the most keys in a causal prompt) first; the same bits either way.
 bool flash_mma_applies(KvType kv, int64_t head_dim, int64_t group, int sm_major);
 int flash_mma_rows_per_tile(int64_t group);
 size_t flash_mma_workspace_floats(int n_tiles, int64_t n_head_kv, int n_split, int64_t head_dim);
 void launch_flash_attention_mma(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv,
                                 int64_t head_dim, float scale, const AttnTile *tiles_dev, int n_tiles, int n_split,
-                                int chunk, float *ws, cudaStream_t stream);
+                                int chunk, float *ws, cudaStream_t stream, bool heavy_first = false);
 
 }  // namespace strata::cuda

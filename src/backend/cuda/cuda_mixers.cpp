@@ -21,6 +21,13 @@ bool flash_mma_enabled() {
     return on;
 }
 
+// STRATA_CUDA_ATTN_HEAVY_FIRST=1 starts a prompt's tensor-core attention with the tiles that see the most keys
+// (flash_attention_mma.cu; the same bits); opt-in until measured.
+bool attn_heavy_first_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_ATTN_HEAVY_FIRST", false);
+    return on;
+}
+
 // STRATA_CUDA_FLASH_DECODE=0 keeps decoding over short contexts on the tiled kernel (A/B checks of the decode one;
 // the two round differently).
 bool flash_decode_enabled() {
@@ -103,7 +110,8 @@ void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int
     float *ws = n_split > 1 ? scratch_array<float>(int64_t(ws_floats)) : nullptr;
     if (mma)
         launch_flash_attention_mma(c.kv, rows_of(q), rows_of(out), n_head, n_head_kv, head_dim, scale,
-                                   attn_tiles(tiles), int(tiles.size()), int(n_split), int(chunk), ws, stream_);
+                                   attn_tiles(tiles), int(tiles.size()), int(n_split), int(chunk), ws, stream_,
+                                   attn_heavy_first_enabled());
     else
         launch_flash_attention(c.kv, rows_of(q), rows_of(out), n_head, n_head_kv, head_dim, scale, small,
                                attn_tiles(tiles), int(tiles.size()), int(n_split), int(chunk), ws, stream_);

@@ -6,6 +6,10 @@
 // an fp16 part and an fp16 remainder (x = hi + lo to about 2^-22) and both parts go through the MMA, so the result
 // is the fp32 kernel's to within accumulation order. Splits over keys write the same partials as
 // flash_attention.cu and are merged there.
+// Order of the blocks (heavy_first): a causal prompt's last tiles see the most keys. In order, the block of tile i and
+// KV head h is block i + h * n_tiles, so the heaviest tiles of the last head start last and run on with the GPU
+// nearly idle; heavy first, block b takes head b % n_kv of tile n_tiles - 1 - b / n_kv. A block computes the same
+// outputs in the same way either way: the same bits.
 //
 // Memory protocol of a block (one K and one V buffer in shared memory, both filled by cp.async, row-major as the
 // cache holds them; the MMAs' operands come out of them through ldmatrix, V's transposed on the way):
@@ -90,15 +94,16 @@ __device__ __forceinline__ void stage_rows(const uint8_t *base, size_t row_bytes
 
 template <int D>
 __global__ __launch_bounds__(k_threads) void k_flash_mma(KvCacheView c, Rows q, Rows out, int group, int n_kv,
-                                                         float scale, const AttnTile *tiles, int n_split, int chunk,
-                                                         float *ws) {
+                                                         float scale, const AttnTile *tiles, int n_tiles, int n_split,
+                                                         int chunk, float *ws, bool heavy_first) {
     using C = MmaCfg<D>;
     constexpr int N = C::N, P = C::P, NT = N / 8, DT = D / 8;
     extern __shared__ uint4 smem_u4[];
     __half *Qs = reinterpret_cast<__half *>(smem_u4), *Ql = Qs + M * P, *Ks = Ql + M * P, *Vs = Ks + N * P;
 
-    const AttnTile t = tiles[blockIdx.x];
-    const int kvh = blockIdx.y, split = blockIdx.z;
+    const int tile = heavy_first ? n_tiles - 1 - int(blockIdx.x) / n_kv : int(blockIdx.x);
+    const int kvh = heavy_first ? int(blockIdx.x) % n_kv : int(blockIdx.y), split = blockIdx.z;
+    const AttnTile t = tiles[tile];
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, quad = lane % 4, qr = lane / 4;
     const int n_vec = t.n_rows * group;
     const int key_end = t.pos0 + t.n_rows;
@@ -243,7 +248,7 @@ __global__ __launch_bounds__(k_threads) void k_flash_mma(KvCacheView c, Rows q, 
                 dst[j * 8 + 2 * quad + 1] = o[j][2 * h + 1] * inv;
             }
         } else {
-            const int64_t base = ((int64_t(blockIdx.x) * n_kv + kvh) * n_split + split) * M + v;
+            const int64_t base = ((int64_t(tile) * n_kv + kvh) * n_split + split) * M + v;
             float *dst = ws + base * (D + 2);
 #pragma unroll
             for (int j = 0; j < DT; j++) {
@@ -257,15 +262,16 @@ __global__ __launch_bounds__(k_threads) void k_flash_mma(KvCacheView c, Rows q, 
 
 template <int D>
 void launch_typed(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, float scale, const AttnTile *tiles,
-                  int n_tiles, int n_split, int chunk, float *ws, cudaStream_t stream) {
+                  int n_tiles, int n_split, int chunk, float *ws, bool heavy_first, cudaStream_t stream) {
     static const bool attr = [] {
         return cudaFuncSetAttribute(k_flash_mma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(MmaCfg<D>::smem)) == cudaSuccess;
     }();
     if (!attr) fail("CUDA attention: %zu bytes of shared memory per block are not available", MmaCfg<D>::smem);
-    const dim3 grid{unsigned(n_tiles), unsigned(n_kv), unsigned(n_split)};
-    k_flash_mma<D>
-        <<<grid, k_threads, MmaCfg<D>::smem, stream>>>(c, q, out, group, n_kv, scale, tiles, n_split, chunk, ws);
+    const dim3 grid = heavy_first ? dim3{unsigned(n_tiles * n_kv), 1u, unsigned(n_split)}
+                                  : dim3{unsigned(n_tiles), unsigned(n_kv), unsigned(n_split)};
+    k_flash_mma<D><<<grid, k_threads, MmaCfg<D>::smem, stream>>>(c, q, out, group, n_kv, scale, tiles, n_tiles, n_split,
+                                                                 chunk, ws, heavy_first);
     STRATA_CUDA_LAUNCH_CHECK("k_flash_mma");
     if (n_split > 1) launch_flash_merge(out, D, M, group, n_kv, tiles, n_tiles, n_split, ws, stream);
 }
@@ -288,20 +294,24 @@ size_t flash_mma_workspace_floats(int n_tiles, int64_t n_head_kv, int n_split, i
 
 void launch_flash_attention_mma(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv,
                                 int64_t head_dim, float scale, const AttnTile *tiles_dev, int n_tiles, int n_split,
-                                int chunk, float *ws, cudaStream_t stream) {
+                                int chunk, float *ws, cudaStream_t stream, bool heavy_first) {
     if (n_tiles == 0) return;
     STRATA_ASSERT(n_head % n_head_kv == 0 && flash_mma_rows_per_tile(n_head / n_head_kv) > 0);
     STRATA_ASSERT(n_tiles <= int64_t(1) << 30 && n_head_kv <= 65535 && n_split >= 1 && n_split <= 65535);
+    STRATA_ASSERT(!heavy_first || int64_t(n_tiles) * n_head_kv < int64_t(1) << 31);
     STRATA_ASSERT(n_split == 1 || ws);
     STRATA_ASSERT(c.type == KvType::F16);
     const int group = int(n_head / n_head_kv), n_kv = int(n_head_kv);
     switch (head_dim) {
         case 64:
-            return launch_typed<64>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws, stream);
+            return launch_typed<64>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws, heavy_first,
+                                    stream);
         case 128:
-            return launch_typed<128>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws, stream);
+            return launch_typed<128>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws, heavy_first,
+                                     stream);
         case 256:
-            return launch_typed<256>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws, stream);
+            return launch_typed<256>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws, heavy_first,
+                                     stream);
         default:
             fail("CUDA attention: no tensor-core kernel for head size %lld", (long long)head_dim);
     }
