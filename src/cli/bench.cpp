@@ -447,6 +447,7 @@ json report_json(const ModelFacts &m, const EngineConfig &cfg, const std::string
         j["next_layer_streamed"] = pf.streamed_next;
         j["next_layer_streamed_used"] = pf.streamed_next_used;
         j["predicted_schedule_recall"] = {{"predicted", pf.recall_predicted}, {"missed", pf.recall_missed}};
+        j["auto_schedule_by_cost"] = {{"full", pf.cost_full}, {"predicted", pf.cost_predicted}};
     }
     j["prefill_timing"] = timing_json(strata_stats.timing);
     j["decode_timing"] = timing_json(strata_stats.decode_timing);
@@ -610,6 +611,9 @@ Run add_bench(CLI::App &app) {
                             100.0 * double(pf.recall_predicted) / double(pf.recall_predicted + pf.recall_missed),
                             full_share_threshold(double(pf.recall_predicted) /
                                                  double(pf.recall_predicted + pf.recall_missed)));
+            if (pf.cost_full + pf.cost_predicted)
+                std::printf("; by the measured rates (STRATA_PREFILL_COST) %llu layers full, %llu predicted",
+                            (unsigned long long)pf.cost_full, (unsigned long long)pf.cost_predicted);
             std::printf("\n");
         }
         print_cache_summary(results, backend, upload_gbs);

@@ -138,6 +138,7 @@ ExpertCacheStats Engine::expert_stats() const {
         f.picks += g.picks, f.predicted += g.predicted, f.prefetched += g.prefetched;
         f.streamed_next += g.streamed_next, f.streamed_next_used += g.streamed_next_used;
         f.recall_predicted += g.recall_predicted, f.recall_missed += g.recall_missed;
+        f.cost_full += g.cost_full, f.cost_predicted += g.cost_predicted;
     }
     return s;
 }

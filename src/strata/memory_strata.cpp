@@ -34,6 +34,11 @@ MemoryStrata::MemoryStrata(Backend &be, Model &m, const StrataOptions &o) : be_(
     const CacheShape caches = cache_shape(m.hp, o.n_seqs, o.n_ctx, o.kv_type, o.l0, o.l1);
     const DeviceFacts dev = be.device_facts();
     plan_ = plan_placement(ws, m.hp, caches, dev, o.plan);
+    // The bus rate auto's cost model prices a copy at (prefill_cost.h), measured before anything of the budget is
+    // held, where experts will stream; 0 where the backend cannot (the recall's line then decides).
+    double bus_gbs = 0;
+    if (plan_.device && !plan_.all_resident() && env_switch("STRATA_PREFILL_COST", true))
+        bus_gbs = be.start_rates_gbs().second;
     be.prepare(ws, plan_);
     be.init_caches(plan_.caches);
     if (plan_.device) {
@@ -75,6 +80,7 @@ MemoryStrata::MemoryStrata(Backend &be, Model &m, const StrataOptions &o) : be_(
     HybridOptions hy = o.hybrid;
     hy.on = hy.on && env_switch("STRATA_DECODE_CPU", true);
     schedule_ = std::make_unique<MoeSchedule>(be, ws.experts, std::move(routers), slots_.get(), hy);
+    schedule_->set_bus_rate(bus_gbs);
     if (o.log && !plan_.check_line.empty()) {
         const bool partial = slots_ && !plan_.all_resident();
         std::string hybrid;
@@ -85,8 +91,9 @@ MemoryStrata::MemoryStrata(Backend &be, Model &m, const StrataOptions &o) : be_(
                          : strfmt(", decoding's misses split with %d host threads", schedule_->hybrid_threads());
             if (schedule_->hybrid_pinned()) hybrid += " (a core each)";
         }
+        const std::string bus = bus_gbs > 0 ? strfmt(", bus %.1f GB/s", bus_gbs) : "";
         o.log(plan_.check_line + (partial ? std::string(", expert cache ") + slot_policy_name(o.slot_policy) : "") +
-              hybrid + be.prepare_note());
+              bus + hybrid + be.prepare_note());
     }
 }
 

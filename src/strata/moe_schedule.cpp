@@ -154,8 +154,13 @@ constexpr int64_t k_decode_max_pairs = 64;
 
 MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::vector<const Weight *> routers,
                          ExpertSlotTable *slots, const HybridOptions &hybrid)
-    : be_(be), experts_(std::move(experts)), routers_(std::move(routers)), slots_(slots),
-      timing_(be, TimingKind::Prompt), decode_timing_(be, TimingKind::Decode) {
+    : be_(be),
+      experts_(std::move(experts)),
+      routers_(std::move(routers)),
+      slots_(slots),
+      cost_(be),
+      timing_(be, TimingKind::Prompt),
+      decode_timing_(be, TimingKind::Decode) {
     STRATA_ASSERT(slots_ || be_.experts_in_place());
     // STRATA_CUDA_SCAN_EVICT=0 keeps least-recently-used eviction for chunks that sweep most experts.
     scan_evict_ = env_switch("STRATA_CUDA_SCAN_EVICT", true);
@@ -217,6 +222,7 @@ void MoeSchedule::start_pass(int64_t T, bool traced) {
     if (favourites_ && T >= 1 && T <= k_hybrid_max_tokens && slots_->favourites_pending()) keep_favourites();
     pass_tokens_ = T;
     line_ = full_share();
+    if (schedule_ == PrefillSchedule::Auto && slots_ && !slots_->all_resident()) cost_.start_pass(T, timing_);
     split_pass_ = true;
     bool alone = false;
     if (hybrid_ && choose_ && !traced && T >= 1 && T <= k_hybrid_max_tokens)
@@ -295,11 +301,30 @@ double full_share_threshold(double q) {
     return (std::sqrt(b * b + 4.0) - b) / 2.0;
 }
 
-double MoeSchedule::full_share() const {
-    if (fixed_full_share_ >= 0.0) return fixed_full_share_;
+double MoeSchedule::recall() const {
     const double n = double(prefetch_.recall_predicted + prefetch_.recall_missed);
-    return full_share_threshold((double(prefetch_.recall_predicted) + k_recall_prior * k_recall_prior_n) /
-                                (n + k_recall_prior_n));
+    return (double(prefetch_.recall_predicted) + k_recall_prior * k_recall_prior_n) / (n + k_recall_prior_n);
+}
+
+double MoeSchedule::full_share() const {
+    return fixed_full_share_ >= 0.0 ? fixed_full_share_ : full_share_threshold(recall());
+}
+
+bool MoeSchedule::auto_full(int64_t nl, int64_t T, double share, bool count) {
+    double W = 0, C = 0;
+    if (nl < 0 || !slots_ || fixed_full_share_ >= 0.0 || !cost_.rates(nl, T, W, C)) return share >= line_;
+    const ExpertWeights &w = experts_[size_t(nl)];
+    const int64_t n_next = w.gate->ne[2], n_slots = slots_->n_slots_for(nl);
+    NextLayerCost c;
+    for (int32_t e = 0; e < n_next; e++) c.missing += slots_->slot_of(nl, e) < 0;
+    c.expert_s = cost_.expert_seconds(w.expert_bytes());
+    c.window_s = W, c.compute_s = C;
+    c.ahead = std::min<int64_t>(ring_ >= 0 ? ring_ : n_slots / 4, n_slots - 1);
+    c.share = share;
+    c.recall = recall();
+    const bool full = next_layer_cost(c).full();
+    if (count) (full ? prefetch_.cost_full : prefetch_.cost_predicted)++;
+    return full;
 }
 
 // Decode-sized passes only: a prefill chunk routes to most experts anyway.
@@ -394,8 +419,8 @@ void MoeSchedule::stream_next(int64_t il, int64_t T, int64_t k, double share) {
     const int64_t n_next = experts_[size_t(nl)].gate->ne[2];
     // auto: full where this layer's routing reached at least 90% of its experts (the next is taken to be alike),
     // predicted otherwise
-    const bool predicted =
-        schedule_ == PrefillSchedule::Predicted || (schedule_ == PrefillSchedule::Auto && share < line_);
+    const bool predicted = schedule_ == PrefillSchedule::Predicted ||
+                           (schedule_ == PrefillSchedule::Auto && !auto_full(nl, T, share, true));
     if (predicted && pred_next_layer_ != nl) return;
     std::vector<int32_t> tokens;  // predicted: the next layer's tokens per expert
     if (predicted) {
@@ -639,6 +664,8 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
     PassTiming &timing = T >= k_timing_min_tokens ? timing_ : decode_timing_;
     const bool timed = timing.layer_begin(il, T);
     PassTiming *tm = timed ? &timing : nullptr;
+    if (!tm)  // the cost model's sampled passes (prefill_cost.h)
+        if (PassTiming *s = cost_.sampling(); s && s->layer_begin(il, T)) tm = s;
     layer_timing_ = tm;
     const Backend::ScratchMark mark = be_.scratch_mark();
     if (slots_) {  // what the previous layer streamed ahead for this one is an ordinary slot from here on
@@ -682,12 +709,13 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
         // layer's routing (the first download waits for both).
         // Auto predicts only after a layer that took the predicted schedule (the layers of a pass route alike):
         // where every expert is routed, the next router's product is work for nothing.
-        int64_t pred_layer = (schedule_ == PrefillSchedule::Predicted ||
-                              (schedule_ == PrefillSchedule::Auto && last_share_ < line_)) &&
-                                     slots_ && !slots_->all_resident() && !on_device && !override_.active() &&
+        int64_t pred_layer = slots_ && !slots_->all_resident() && !on_device && !override_.active() &&
                                      (stream_ahead_set_ || T * k > k_decode_max_pairs) && stream_ahead_ > 0
                                  ? next_moe_layer(il)
                                  : -1;
+        if (pred_layer >= 0 && schedule_ != PrefillSchedule::Predicted &&
+            (schedule_ != PrefillSchedule::Auto || auto_full(pred_layer, T, last_share_, false)))
+            pred_layer = -1;
         if (pred_layer >= 0 && routers_[size_t(pred_layer)]->ne[1] != n_exp) pred_layer = -1;
         pred_next_layer_ = -1;
         const Backend::ScratchMark pred_mark = be_.scratch_mark();

@@ -43,7 +43,8 @@
 //     part of the experts, where full moves experts no token needs;
 //   - auto: full where the layer's routing reached at least full_share() of its experts (the next layer is taken
 //     to be alike; the line from the predicted schedule's measured recall, full_share_threshold below), predicted
-//     otherwise (where the next router is as wide as this one; routed where not). Measured on
+//     otherwise (where the next router is as wide as this one; routed where not); once the cost model has measured
+//     rates (prefill_cost.h, STRATA_PREFILL_COST), by each schedule's time from them instead. Measured on
 //     the H200 at 12 GiB: full is 1.15-1.18x of routed on Next-80B's 4096- and 8192-token chunks (every expert
 //     routed, 6% of them cached; predicted 0.94x of full at 16384), and 0.63-0.91x of routed on the 30B-A3B's 512-
 //     and 4096-token chunks (68% of a layer's experts routed, 44% cached: the experts filled ahead and not routed
@@ -76,8 +77,8 @@
 // Its gate and add come after the combine as always.
 // Decode mode (STRATA_DECODE_CHOOSE, on; decode_mode.h): where the split exists and the layers are mapped, each
 // decode-sized pass runs either alone (step 2: the device reads its misses in place, nothing read back, graphs
-// replay; nothing is filled during it, under LFU its admissions after it, step 2) or split (the host computes some misses, the
-// device copies the rest into slots as every miss was before mapped reads), chosen at the pass's start
+// replay; nothing is filled during it, under LFU its admissions after it, step 2) or split (the host computes some
+// misses, the device copies the rest into slots as every miss was before mapped reads), chosen at the pass's start
 // (start_pass) by the measured time of earlier passes of its size. =0: split wherever the split exists. With the
 // split off (--cpu-share 0, STRATA_DECODE_CPU=0) every such pass runs alone.
 // The split's device part reads its misses in place instead (STRATA_DECODE_SPLIT_MAPPED=1, off: the ninth round's
@@ -102,6 +103,7 @@
 #include "strata/decode_mode.h"
 #include "strata/expert_slots.h"
 #include "strata/pass_timing.h"
+#include "strata/prefill_cost.h"
 #include "strata/route_override.h"
 
 namespace strata {
@@ -142,6 +144,8 @@ struct PrefetchStats {
     // Layers the predicted schedule filled ahead for: their routed experts that had no slot before, filled ahead
     // (predicted) or not (missed): the prediction's recall, which sets auto's line (full_share_threshold).
     uint64_t recall_predicted = 0, recall_missed = 0;
+    // Layers whose fills ahead auto chose by the measured rates (prefill_cost.h): full or predicted.
+    uint64_t cost_full = 0, cost_predicted = 0;
 };
 
 enum class PrefillSchedule { Routed, Full, Auto, Predicted };
@@ -169,6 +173,8 @@ class MoeSchedule final : public ExpertRunner {
     MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::vector<const Weight *> routers,
                 ExpertSlotTable *slots, const HybridOptions &hybrid = {});
     const PrefetchStats &prefetch_stats() const { return prefetch_; }
+    // The bus rate auto's cost model prices a copy at (prefill_cost.h; 0: the recall's line alone).
+    void set_bus_rate(double gbs) { cost_.set_bus_rate(gbs); }
     // STRATA_PREFILL_TIMING=1 / STRATA_DECODE_TIMING=1: prompt or decode-sized passes' time by layer and phase
     // (pass_timing.h); settles what it can first.
     const std::vector<LayerTiming> &timing(TimingKind kind = TimingKind::Prompt) {
@@ -269,6 +275,12 @@ class MoeSchedule final : public ExpertRunner {
     bool next_ahead_predicted_ = false;    // by the predicted schedule (for its recall)
     double fixed_full_share_ = -1.0;       // STRATA_PREFILL_FULL_SHARE (< 0: from the recall)
     double full_share() const;             // auto's line from the recall so far
+    double recall() const;                 // the prediction's recall so far (k_recall_prior before any)
+    // Auto's choice for layer nl's fills ahead, this layer's routing having reached a share of its experts: full
+    // (true) or predicted, by the cost model where it has measured rates, else the recall's line; count: into
+    // prefetch_'s cost_full / cost_predicted.
+    bool auto_full(int64_t nl, int64_t T, double share, bool count);
+    PrefillCost cost_;
     double line_ = 1.0;                    // auto's line for this pass (full_share() at its start)
     int64_t next_ahead_layer_ = -1;        // their layer
     std::vector<int32_t> pred_next_ids_;   // the predicted schedule: the next MoE layer's top-k for this pass

@@ -217,6 +217,9 @@ class HostSlotBackend final : public Backend {
     // Device marks as a counter, one millisecond from each to the next (off unless asked for: the hybrid split
     // would time its paths by them).
     void fake_marks() { fake_marks_ = true; }
+    // start_rates_gbs reports this bus rate (0: not measured, as the CPU's)
+    void set_bus_rate(double gbs) { bus_gbs_ = gbs; }
+    std::pair<double, double> start_rates_gbs() override { return {0.0, bus_gbs_}; }
     uint64_t mark_device() override { return fake_marks_ ? ++marks_ : 0; }
     double device_ms(uint64_t a, uint64_t b) override {
         return fake_marks_ && a && b && a <= b && b <= marks_ ? double(b - a) : -1.0;
@@ -235,6 +238,7 @@ class HostSlotBackend final : public Backend {
     bool gpu_arith_ = false;
     bool fake_marks_ = false;
     uint64_t marks_ = 0;
+    double bus_gbs_ = 0;
     std::unique_ptr<Backend> cpu_;
     uint64_t budget_;
     std::vector<ExpertSlotLayout> layouts_;
@@ -882,6 +886,86 @@ TEST(MoeSchedule, FullShareThresholdIsWhereTheCostsMeet) {
         ASSERT_LE(r1, 1.0) << q;
         EXPECT_GT(1.0 + r0 - r0 * r0, r0 * (2.0 - q)) << q;
         EXPECT_LT(1.0 + r1 - r1 * r1, r1 * (2.0 - q)) << q;
+    }
+}
+
+// Auto's costs from measured rates (prefill_cost.h), in units of one expert's copy: with no window and no compute
+// full never wins below r = 1 (its extra copies are all cost) and ties at 1; a window that hides full's fills makes it
+// win where the prediction misses much; compute that hides every copy leaves only full's evictions; the ring caps
+// what either fills ahead.
+TEST(PrefillCost, FullWinsWhereTheWindowPaysForItsCopies) {
+    NextLayerCost c;
+    c.expert_s = 1.0;
+    c.missing = 100;
+    c.ahead = 1000;
+    for (double r : {0.3, 0.68, 0.95}) {
+        c.share = r, c.recall = 0.9;
+        const ScheduleCost s = next_layer_cost(c);
+        EXPECT_NEAR(s.full_s, 100.0 * (1.0 + r * (1.0 - r)), 1e-9) << r;
+        EXPECT_NEAR(s.predicted_s, 100.0 * r, 1e-9) << r;  // 90% ahead, 10% after the routing
+        EXPECT_FALSE(s.full()) << r;
+    }
+    c.share = 1.0;
+    EXPECT_TRUE(next_layer_cost(c).full());  // a tie: full needs no next-layer router
+    // the window hides every fill ahead: full's cost is its evictions, predicted's the experts it missed
+    c.window_s = 200.0, c.share = 0.7;
+    c.recall = 0.5;
+    EXPECT_NEAR(next_layer_cost(c).full_s, 100.0 * 0.3 * 0.7, 1e-9);
+    EXPECT_NEAR(next_layer_cost(c).predicted_s, 0.5 * 70.0, 1e-9);
+    EXPECT_TRUE(next_layer_cost(c).full());
+    c.recall = 0.95;
+    EXPECT_FALSE(next_layer_cost(c).full());  // 3.5 late copies against 21 evictions
+    // compute longer than any copy: full only adds its evictions; at r = 1 a tie
+    c.window_s = 0.0, c.compute_s = 1000.0, c.recall = 0.5;
+    EXPECT_NEAR(next_layer_cost(c).full_s, 1000.0 + 21.0, 1e-9);
+    EXPECT_NEAR(next_layer_cost(c).predicted_s, 1000.0, 1e-9);
+    c.share = 1.0;
+    EXPECT_TRUE(next_layer_cost(c).full());
+    // the ring: 40 filled ahead at most; full's other 60 routed experts come after the routing
+    c.compute_s = 0.0, c.ahead = 40, c.share = 1.0, c.recall = 0.9;
+    EXPECT_NEAR(next_layer_cost(c).full_s, 100.0, 1e-9);
+    EXPECT_NEAR(next_layer_cost(c).predicted_s, 100.0, 1e-9);
+    c.window_s = 30.0;
+    EXPECT_NEAR(next_layer_cost(c).full_s, 10.0 + 60.0, 1e-9);
+    EXPECT_NEAR(next_layer_cost(c).predicted_s, 10.0 + 60.0, 1e-9);
+    // nothing missing: nothing to copy, the compute alone
+    c.missing = 0, c.compute_s = 5.0;
+    EXPECT_DOUBLE_EQ(next_layer_cost(c).full_s, 5.0);
+    EXPECT_DOUBLE_EQ(next_layer_cost(c).predicted_s, 5.0);
+}
+
+// Auto by the measured rates on a partial cache (a bus rate reported at start, prompt passes of 70 tokens timed by
+// the model's samples): the layers after the first sampled pass are chosen by the costs, and the logits are those of
+// the experts read in place, with the model on and off (STRATA_PREFILL_COST=0: none chosen so).
+TEST_P(MoeScheduleSlots, AutoByMeasuredRatesChangesNoBit) {
+    const std::string path = model_path(GetParam());
+    EngineConfig cfg = config(0);
+    cfg.n_batch = 70;
+    cfg.n_ctx = 256;
+    auto in_place = make_cpu_engine(path, cfg);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 210; i++) prompt.push_back(int32_t((i * 37 + 11) % in_place->n_vocab()));
+    std::vector<std::vector<float>> ref;
+    in_place->decode({{in_place->new_sequence(), prompt, true}}, ref);
+    const int64_t classes = std::string(GetParam()).find("-mixed") != std::string::npos ? 2 : 1;
+    cfg.expert_slots = classes * in_place->hparams().n_expert / 2;
+    for (const char *on : {"1", "0"}) {
+        ::setenv("STRATA_PREFILL_COST", on, 1);
+        auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
+        be->set_bus_rate(0.001);  // slow enough that the copies, not the compute, decide
+        auto e = std::make_unique<Engine>(load_model(path), std::move(be), cfg);
+        ::unsetenv("STRATA_PREFILL_COST");
+        std::vector<std::vector<float>> lg;
+        e->decode({{e->new_sequence(), prompt, true}}, lg);
+        ASSERT_EQ(lg[0].size(), ref[0].size());
+        EXPECT_EQ(std::memcmp(lg[0].data(), ref[0].data(), ref[0].size() * 4), 0) << "cost model " << on;
+        const PrefetchStats pf = e->expert_stats().prefetch;
+        if (*on == '1') {
+            EXPECT_GT(pf.cost_full + pf.cost_predicted, 0u) << "no layer chosen by the rates";
+        } else {
+            EXPECT_EQ(pf.cost_full + pf.cost_predicted, 0u);
+        }
+        EXPECT_GT(pf.streamed_next, 0u);
     }
 }
 
