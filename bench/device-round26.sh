@@ -11,6 +11,8 @@
 #   3. Where a resident decoding pass's GPU time goes, by op (STRATA_CUDA_PROFILE=1), for issue 16's HBM bar.
 #   4. Expert slots in size classes on a 30B file whose down matrices are Q6_K in the Q4_K_M recipe's layers
 #      (`strata synth --mixed-down Q6_K`), at 12 GiB: STRATA_SLOT_CLASSES=1 / 0 (more slots in the same memory).
+#      Then the same with auto's cost model off (STRATA_PREFILL_COST=0: the recall's line; the rows above print the
+#      layers the model chose full or predicted, and the check line the bus rate measured at start).
 #   4b. A prompt's tensor-core attention with its heaviest tiles first (STRATA_CUDA_ATTN_HEAVY_FIRST=0 / 1, the same
 #      bits: CudaFlashMma.HeavyFirstIsTheTileOrdersBits in the ops suite), 30B pp512 / pp4096 all resident.
 #   5. Issue 16's bars on the 30B all resident: pp512 / pp4096 / tg128 beside llama.cpp (built in the background).
@@ -50,6 +52,7 @@ AB="1 0 1 0"; [ -n "${SHORT:-}" ] && AB="1 0"
 while [ ! -f $L/synthm.rc ]; do sleep 2; done; cat $L/synthm.rc
 for X in $AB; do STRATA_SLOT_CLASSES=$X sb -m $M -p 4096 -n 64 -r 2 --chunk 4096 --vram-budget 12G
   grep -h "plan:" $L/s.err $L/s.txt | head -1 | cut -c1-260; done
+[ -z "${SHORT:-}" ] && STRATA_PREFILL_COST=0 sb -m $M -p 4096 -n 64 -r 2 --chunk 4096 --vram-budget 12G
 [ -z "${SHORT:-}" ] && for X in 0 1 0 1; do STRATA_CUDA_ATTN_HEAVY_FIRST=$X sb -m $F -p 512,4096 -n 1 -r 3 --chunk 4096; done
 if [ -z "${SHORT:-}" ]; then sb -m $F -p 512,4096 -n 128 -r 3 --chunk 4096
 lb -p 512,4096 -n 128 -r 3
