@@ -16,8 +16,8 @@
 #   4b. A prompt's tensor-core attention with its heaviest tiles first (STRATA_CUDA_ATTN_HEAVY_FIRST=0 / 1, the same
 #      bits: CudaFlashMma.HeavyFirstIsTheTileOrdersBits in the ops suite), 30B pp512 / pp4096 all resident.
 #   5. Issue 16's bars on the 30B all resident: pp512 / pp4096 / tg128 beside llama.cpp (built in the background).
-# SHORT=1 (about four minutes): the engine's placement, loan and slot-class tests, one A/B pair of 4; no ops suite,
-# no golden cases, no 2, no decode profile, no llama.cpp.
+# SHORT=1 (about five minutes): the engine's placement, loan and slot-class tests, the ops suite's attention tests,
+# one A/B pair of 4 and its cost-model row; no golden cases, no 2, no decode profile, no 4b, no llama.cpp.
 # There:
 #   setsid nohup bash bench/device-round26.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/r26/main.log 570
 L=/tmp/r26; mkdir -p $L
@@ -28,12 +28,13 @@ F=/tmp/q30.gguf M=/tmp/q30m.gguf
 if [ -z "${SHORT:-}" ]; then synth_start qwen3-30b-a3b $F; else touch $L/synth.rc; fi
 [ -f $M ] || ($S synth --preset qwen3-30b-a3b --type Q4_K --dense-type Q8_0 --mixed-down Q6_K -o $M > $L/synthm.log 2>&1;
   echo "mixed synth rc=$? at $(el) s" > $L/synthm.rc) &
-T2="test_cuda_ops test_cuda_engine"; [ -n "${SHORT:-}" ] && T2=test_cuda_engine
+T2="test_cuda_ops test_cuda_engine"
 cmake --build /tmp/strata -j12 --target $T2 > $L/build2.log 2>&1
 echo "tests build rc=$? at $(el) s"
 grep -E " error" $L/build2.log | head -5
-if [ -z "${SHORT:-}" ]; then timeout 150 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 > $L/ops.log 2>&1
-echo "test_cuda_ops rc=$? at $(el) s"; grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/ops.log | head -12; fi
+OF='*'; [ -n "${SHORT:-}" ] && OF='*FlashMma*:*CudaAttention*:*FlashMerge*'
+timeout 150 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 --gtest_filter="$OF" > $L/ops.log 2>&1
+echo "test_cuda_ops ($OF) rc=$? at $(el) s"; grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/ops.log | head -12
 EF='*MatchesTheCpuEngine*:*PlacementDoesNotChangeABit*:*SchedulesDoNotChangeABit*:*FusedPromptExperts*:*PromptLoans*:*SlotClasses*:*Graph*:*Budget*:*SplitPasses*'
 [ -n "${SHORT:-}" ] && EF='*PlacementDoesNotChangeABit*:*PromptLoans*:*SlotClasses*'
 timeout 200 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 --gtest_filter="${ENGINE:-$EF}" > $L/engine.log 2>&1
@@ -52,7 +53,7 @@ AB="1 0 1 0"; [ -n "${SHORT:-}" ] && AB="1 0"
 while [ ! -f $L/synthm.rc ]; do sleep 2; done; cat $L/synthm.rc
 for X in $AB; do STRATA_SLOT_CLASSES=$X sb -m $M -p 4096 -n 64 -r 2 --chunk 4096 --vram-budget 12G
   grep -h "plan:" $L/s.err $L/s.txt | head -1 | cut -c1-260; done
-[ -z "${SHORT:-}" ] && STRATA_PREFILL_COST=0 sb -m $M -p 4096 -n 64 -r 2 --chunk 4096 --vram-budget 12G
+STRATA_PREFILL_COST=0 sb -m $M -p 4096 -n 64 -r 2 --chunk 4096 --vram-budget 12G
 [ -z "${SHORT:-}" ] && for X in 0 1 0 1; do STRATA_CUDA_ATTN_HEAVY_FIRST=$X sb -m $F -p 512,4096 -n 1 -r 3 --chunk 4096; done
 if [ -z "${SHORT:-}" ]; then sb -m $F -p 512,4096 -n 128 -r 3 --chunk 4096
 lb -p 512,4096 -n 128 -r 3
