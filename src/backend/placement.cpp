@@ -44,10 +44,12 @@ SlotPools slot_pools(const Placement &p, uint64_t max_pool_bytes) {
         out.loan_pool = 0;
         out.pool_bytes.push_back(loan_bytes);
     }
-    uint64_t at = 0;  // in the loan pool
+    uint64_t at = 0;      // in the loan pool
+    int64_t covered = 0;  // slots numbered so far: the classes number them class after class, leaving none out
     for (size_t c = 0; c < p.slot_classes.size(); c++) {
         const SlotClass &k = p.slot_classes[c];
-        STRATA_ASSERT(k.bytes > 0 && k.first + k.n <= p.n_slots);
+        STRATA_ASSERT(k.bytes > 0 && k.first == covered && k.first + k.n <= p.n_slots);
+        covered += k.n;
         const int64_t lent = c < p.loan_class_slots.size() ? p.loan_class_slots[c] : 0, own = k.n - lent;
         STRATA_ASSERT(lent >= 0 && own >= 0);
         const int64_t per_pool = std::max<int64_t>(1, int64_t(max_pool_bytes / k.bytes));
@@ -61,7 +63,7 @@ SlotPools slot_pools(const Placement &p, uint64_t max_pool_bytes) {
         }
         for (int64_t i = 0; i < lent; i++, at += k.bytes) out.slots[size_t(k.first + own + i)] = {0, at, k.bytes};
     }
-    STRATA_ASSERT(at == loan_bytes);
+    STRATA_ASSERT(at == loan_bytes && covered == int64_t(out.slots.size()));
     return out;
 }
 

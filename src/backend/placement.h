@@ -93,8 +93,8 @@ struct ExpertSlotLayout {
 
 // Expert slots come in size classes, one per distinct ExpertSlotLayout::bytes: in a file whose layers' experts differ
 // in size (a Q4_K_M file's Q6_K down matrices in some layers) each layer's experts take slots of their own size, not
-// every slot the largest. Classes in increasing size, slots numbered class after class (class c: [first, first + n)),
-// so the top slots, a prompt loan's, are the largest class's.
+// every slot the largest. Classes in increasing size, slots numbered class after class (class c: [first, first + n));
+// a prompt loan takes the top slots of each class (Placement::loan_class_slots, loan_take).
 struct SlotClass {
     size_t bytes = 0;
     int64_t first = 0, n = 0;

@@ -72,11 +72,11 @@ class MemoryStrata {
     }
 
     // Prompt loans (placement.h): passes of more than plan().resident_chunk_tokens tokens run between begin_loan()
-    // and end_loan(). begin_loan(tokens) takes the top plan().loan_slots_for(tokens) slots out of the cache (their
-    // experts forgotten; tokens: the call's largest pass; STRATA_LOAN_SIZED=0: plan().loan_slots whatever the
-    // pass) and gives their memory to the backend as scratch; end_loan gives them back and refills them, on the copy
-    // stream, with STRATA_LOAN_REFILL's choice: "before" (default) what they held before the loan, "last" the
-    // experts with the most rows in the last prompt pass that are not in a slot; with the prompts' favourites on
+    // and end_loan(). begin_loan(tokens) takes the top plan().loan_split_for(tokens) slots of each class out of the
+    // cache (their experts forgotten; tokens: the call's largest pass; STRATA_LOAN_SIZED=0: plan().loan_class_slots
+    // whatever the pass) and gives their memory to the backend as scratch; end_loan gives them back and refills them,
+    // on the copy stream, with STRATA_LOAN_REFILL's choice: "before" (default) what they held before the loan, "last"
+    // the experts with the most rows in the last prompt pass that are not in a slot; with the prompts' favourites on
     // (STRATA_PROMPT_FAVOURITES, moe_schedule.h) it leaves them empty for those. Both do nothing where there is no
     // loan (begin_loan: or one is on already).
     void begin_loan(int64_t tokens);

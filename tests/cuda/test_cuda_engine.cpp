@@ -1077,15 +1077,17 @@ TEST(CudaEngineLoan, PromptLoansChangeNoBitAndAllocateNothing) {
 
 // Expert slots in size classes (placement.h) on a file whose layers' experts come in two sizes (Q6_K down matrices
 // in some layers): the bits of every expert resident whatever the slots and the schedule, with the classes on and off
-// (STRATA_SLOT_CLASSES=0), a prompt's passes on slots lent from the larger class, and no device allocation.
+// (STRATA_SLOT_CLASSES=0), a prompt's passes on lent slots, and no device allocation. At 1024-token chunks the loan
+// comes from the larger class alone; at 2048 (one pass of the 2000-token prompt) it takes every lendable slot of the
+// larger class and some of the smaller's: one range across the classes' boundary.
 TEST(CudaEngineSlotClasses, TwoExpertSizesChangeNoBitAndAllocateNothing) {
     const std::string path = model_path("small-qwen3next", DType::Q4_K, DType::Q8_0, DType::Q6_K);
-    const std::vector<int32_t> prompt = prompt_tokens(1500, 5);
-    auto config = [&](int64_t slots) {
+    const std::vector<int32_t> prompt = prompt_tokens(2000, 5);
+    auto config = [&](int64_t slots, int64_t batch) {
         EngineConfig cfg;
         cfg.n_threads = 2;
         cfg.n_ctx = 4096;
-        cfg.n_batch = 1024;
+        cfg.n_batch = batch;
         cfg.expert_slots = slots;
         cfg.loan_floor_slots = 16;
         return cfg;
@@ -1101,32 +1103,41 @@ TEST(CudaEngineSlotClasses, TwoExpertSizesChangeNoBitAndAllocateNothing) {
         }
         return out;
     };
-    auto all = make_cuda_engine(path, config(0));
-    ASSERT_EQ(all->plan().slot_classes.size(), 2u) << all->plan().check_line;
-    const int64_t total = all->expert_stats().n_experts;
-    const std::vector<float> ref = run(*all);
-    for (const char *classes : {"1", "0"})
-        for (const char *schedule : {"routed", "full"})
-            for (int64_t slots : {total / 2, total * 7 / 16}) {  // half each class's: its top lends the loan
-                ::setenv("STRATA_SLOT_CLASSES", classes, 1);
-                ::setenv("STRATA_PREFILL_SCHEDULE", schedule, 1);
-                auto e = make_cuda_engine(path, config(slots));
-                ::unsetenv("STRATA_SLOT_CLASSES");
-                ::unsetenv("STRATA_PREFILL_SCHEDULE");
-                const std::string what = std::string("classes ") + classes + ", " + schedule + ", " +
-                                         std::to_string(slots) + " slots: " + e->plan().check_line;
-                EXPECT_EQ(e->plan().slot_classes.size(), classes[0] == '1' ? 2u : 1u) << what;
-                EXPECT_EQ(e->plan().chunk_tokens, 1024) << what;
-                const uint64_t allocs = e->backend().device_allocations();
-                const std::vector<float> got = run(*e);
-                EXPECT_EQ(e->backend().device_allocations(), allocs) << what;
-                ASSERT_EQ(got.size(), ref.size()) << what;
-                EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
-                const ExpertCacheStats st = e->expert_stats();
-                EXPECT_GT(st.expert_cache_misses, 0u) << what;
-                EXPECT_GT(st.loans, 0u) << what;
-                EXPECT_EQ(e->backend().scratch_overflows(), 0u) << what;
-            }
+    for (int64_t batch : {1024, 2048}) {
+        auto all = make_cuda_engine(path, config(0, batch));
+        ASSERT_EQ(all->plan().slot_classes.size(), 2u) << all->plan().check_line;
+        const int64_t total = all->expert_stats().n_experts;
+        const std::vector<float> ref = run(*all);
+        for (const char *classes : {"1", "0"})
+            for (const char *schedule : {"routed", "full"})
+                for (int64_t slots : {total / 2, total * 7 / 16}) {  // half each class's: its top lends the loan
+                    ::setenv("STRATA_SLOT_CLASSES", classes, 1);
+                    ::setenv("STRATA_PREFILL_SCHEDULE", schedule, 1);
+                    auto e = make_cuda_engine(path, config(slots, batch));
+                    ::unsetenv("STRATA_SLOT_CLASSES");
+                    ::unsetenv("STRATA_PREFILL_SCHEDULE");
+                    const Placement &pl = e->plan();
+                    const std::string what = std::string("classes ") + classes + ", " + schedule + ", " +
+                                             std::to_string(slots) + " slots, " + std::to_string(batch) +
+                                             "-token chunks: " + pl.check_line;
+                    EXPECT_EQ(pl.slot_classes.size(), classes[0] == '1' ? 2u : 1u) << what;
+                    EXPECT_EQ(pl.chunk_tokens, batch) << what;
+                    const uint64_t allocs = e->backend().device_allocations();
+                    const std::vector<float> got = run(*e);
+                    EXPECT_EQ(e->backend().device_allocations(), allocs) << what;
+                    ASSERT_EQ(got.size(), ref.size()) << what;
+                    EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
+                    const ExpertCacheStats st = e->expert_stats();
+                    EXPECT_GT(st.expert_cache_misses, 0u) << what;
+                    EXPECT_GT(st.loans, 0u) << what;
+                    EXPECT_EQ(e->backend().scratch_overflows(), 0u) << what;
+                    if (batch == 2048 && classes[0] == '1') {  // the loan crossed into the smaller class
+                        ASSERT_EQ(pl.loan_class_slots.size(), 2u) << what;
+                        EXPECT_GT(pl.loan_class_slots[0], 0) << what;
+                        EXPECT_GT(st.loan_slots, pl.loan_class_slots[1]) << what;
+                    }
+                }
+    }
 }
 
 // Small uploads by a kernel reading the pinned staging buffer, or by the copy engine (STRATA_CUDA_UPLOAD_KERNEL=0):

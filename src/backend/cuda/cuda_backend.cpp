@@ -376,6 +376,7 @@ void CudaBackend::begin_loan(const std::vector<int32_t> &slots) {
         bytes += slot_size_[size_t(s)];
     }
     STRATA_ASSERT(size_t(hi - lo) == bytes);  // distinct slots that fill one range: the range
+    STRATA_ASSERT(hi == loan_end_);           // the tail of the lendable slots' allocation
     wait_for_fills();
     for (const int32_t s : slots) unmap_slot(s);  // mapped layers read those experts from their copy
     reset_scratch();

@@ -349,6 +349,7 @@ class CudaBackend final : public Backend {
     // expert slots
     std::vector<uint8_t *> slots_;   // slot memory
     std::vector<size_t> slot_size_;  // each slot's bytes (its class's: placement.h)
+    uint8_t *loan_end_ = nullptr;    // the end of the lendable slots' allocation (nullptr: none); a loan ends there
     std::vector<ExpertSlotLayout> layouts_;      // per layer index
     std::vector<uint64_t> slot_last_read_;       // per slot: the expert_ffn that last read it (0: none)
     static constexpr int k_read_events = 64;

@@ -55,7 +55,10 @@ void CudaBackend::make_slots(const Placement &plan) {
             size_t(pools.pool_bytes[i]), int32_t(i) == pools.loan_pool ? "expert slots (lendable)" : "expert slots")));
     slots_.assign(pools.slots.size(), nullptr);
     slot_size_.assign(pools.slots.size(), 0);
+    loan_end_ =
+        pools.loan_pool >= 0 ? base[size_t(pools.loan_pool)] + pools.pool_bytes[size_t(pools.loan_pool)] : nullptr;
     for (size_t s = 0; s < pools.slots.size(); s++) {
+        STRATA_ASSERT(pools.slots[s].pool >= 0 && size_t(pools.slots[s].pool) < base.size());
         slots_[s] = base[size_t(pools.slots[s].pool)] + pools.slots[s].offset;
         slot_size_[s] = size_t(pools.slots[s].bytes);
     }
@@ -267,6 +270,7 @@ void CudaBackend::free_slots() {
 ExpertSrc CudaBackend::expert_slot(const ExpertWeights &w, int32_t slot) const {
     STRATA_ASSERT(slot >= 0 && size_t(slot) < slots_.size() && size_t(w.il) < layouts_.size());
     const ExpertSlotLayout &L = layouts_[size_t(w.il)];
+    STRATA_ASSERT(L.bytes <= slot_size_[size_t(slot)]);  // a slot of the layer's class (or larger: one class)
     const uint8_t *s = slots_[size_t(slot)];
     return {s + L.gate_off, s + L.up_off, s + L.down_off};
 }
