@@ -12,6 +12,11 @@ inline void check(cudaError_t err, const char *call, const char *file, int line)
     if (err != cudaSuccess) throw_cuda_error(err, call, file, line);
 }
 
+// Lets `func` (a __global__ function) take `bytes` of dynamic shared memory on the current device; false where that
+// device cannot give them. The limit is a device's: a process that launches on several devices sets it on each, once
+// (the answer is kept per function and device).
+bool allow_dynamic_smem(const void *func, size_t bytes);
+
 }  // namespace strata::cuda
 
 #define STRATA_CUDA_CHECK(call) ::strata::cuda::check((call), #call, __FILE__, __LINE__)

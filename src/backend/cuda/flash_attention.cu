@@ -346,11 +346,8 @@ namespace {
 template <KvType KT, int D, bool SMALL>
 void launch_typed(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, float scale, const AttnTile *tiles,
                   int n_tiles, int n_split, int chunk, float *ws, cudaStream_t stream) {
-    static const bool attr = [] {
-        return cudaFuncSetAttribute(k_flash<KT, D, SMALL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(Cfg<D, SMALL>::smem)) == cudaSuccess;
-    }();
-    if (!attr) fail("CUDA attention: %zu bytes of shared memory per block are not available", Cfg<D, SMALL>::smem);
+    if (!allow_dynamic_smem(reinterpret_cast<const void *>(k_flash<KT, D, SMALL>), Cfg<D, SMALL>::smem))
+        fail("CUDA attention: %zu bytes of shared memory per block are not available", Cfg<D, SMALL>::smem);
     const dim3 grid{unsigned(n_tiles), unsigned(n_kv), unsigned(n_split)};
     pdl_launch(k_flash<KT, D, SMALL>, grid, k_threads, Cfg<D, SMALL>::smem, stream, c, q, out, group, n_kv, scale,
                tiles, n_split, chunk, ws);

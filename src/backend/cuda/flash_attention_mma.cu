@@ -263,11 +263,8 @@ __global__ __launch_bounds__(k_threads) void k_flash_mma(KvCacheView c, Rows q, 
 template <int D>
 void launch_typed(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, float scale, const AttnTile *tiles,
                   int n_tiles, int n_split, int chunk, float *ws, bool heavy_first, cudaStream_t stream) {
-    static const bool attr = [] {
-        return cudaFuncSetAttribute(k_flash_mma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(MmaCfg<D>::smem)) == cudaSuccess;
-    }();
-    if (!attr) fail("CUDA attention: %zu bytes of shared memory per block are not available", MmaCfg<D>::smem);
+    if (!allow_dynamic_smem(reinterpret_cast<const void *>(k_flash_mma<D>), MmaCfg<D>::smem))
+        fail("CUDA attention: %zu bytes of shared memory per block are not available", MmaCfg<D>::smem);
     const dim3 grid = heavy_first ? dim3{unsigned(n_tiles * n_kv), 1u, unsigned(n_split)}
                                   : dim3{unsigned(n_tiles), unsigned(n_kv), unsigned(n_split)};
     k_flash_mma<D><<<grid, k_threads, MmaCfg<D>::smem, stream>>>(c, q, out, group, n_kv, scale, tiles, n_tiles, n_split,

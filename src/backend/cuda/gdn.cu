@@ -325,18 +325,13 @@ void launch_gdn_delta_rule(const GdnShape &s, const float *xc, const float *g, c
         return;
     }
     const size_t smem = size_t(s.d_k * s.d_v + 2 * s.d_k) * sizeof(float);
-    static int max_optin = -1;
-    if (max_optin < 0) {
-        int dev = 0;
+    if (smem > 48 * 1024 && !allow_dynamic_smem(reinterpret_cast<const void *>(k_delta_rule_recurrent), smem)) {
+        int dev = 0, max_optin = 0;
         STRATA_CUDA_CHECK(cudaGetDevice(&dev));
         STRATA_CUDA_CHECK(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    }
-    if (smem > size_t(max_optin))
         fail("CUDA Gated DeltaNet: a %lld x %lld state needs %zu bytes of shared memory; this GPU offers %d",
              (long long)s.d_k, (long long)s.d_v, smem, max_optin);
-    if (smem > 48 * 1024)
-        STRATA_CUDA_CHECK(
-            cudaFuncSetAttribute(k_delta_rule_recurrent, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    }
     const unsigned threads = std::min<unsigned>(1024, ceil_div(s.d_v, 32) * 32);
     if (s.d_v > 1024) fail("CUDA Gated DeltaNet: head_v_dim %lld is above 1024", (long long)s.d_v);
     pdl_launch(k_delta_rule_recurrent, unsigned(s.n_v), threads, smem, stream, s, xc, g, beta, n, states, out);

@@ -532,11 +532,8 @@ bool staged_applies(const MatmulArgs &a) {
 }
 
 void launch_staged(const MatmulArgs &a, int64_t n_tiles, cudaStream_t stream) {
-    static const bool attr = [] {
-        return cudaFuncSetAttribute(k_mmq_staged, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(Staged))) ==
-               cudaSuccess;
-    }();
-    if (!attr) fail("CUDA mmq: %zu bytes of shared memory per block are not available", sizeof(Staged));
+    if (!allow_dynamic_smem(reinterpret_cast<const void *>(k_mmq_staged), sizeof(Staged)))
+        fail("CUDA mmq: %zu bytes of shared memory per block are not available", sizeof(Staged));
     const dim3 grid(unsigned(n_tiles), ceil_div(a.n, MW));
     k_mmq_staged<<<grid, THREADS, sizeof(Staged), stream>>>(a, iq_grids());
 }
@@ -606,12 +603,9 @@ void launch_form(const MatmulArgs &a, const MatmulParts &parts, int64_t n_tiles,
     const dim3 grid(unsigned(n_tiles), weight_blocks(a, parts));
     if constexpr (MT == k_wide_rows && PIPE) {
         if (q8_words(a, parts)) {
-            static const bool attr = [] {
-                return cudaFuncSetAttribute(k_mmq<DType::Q8_0, MT, true, true, PARTS>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            int(coal_smem<MT>)) == cudaSuccess;
-            }();
-            if (!attr) fail("CUDA mmq: %zu bytes of shared memory per block are not available", coal_smem<MT>);
+            if (!allow_dynamic_smem(reinterpret_cast<const void *>(k_mmq<DType::Q8_0, MT, true, true, PARTS>),
+                                    coal_smem<MT>))
+                fail("CUDA mmq: %zu bytes of shared memory per block are not available", coal_smem<MT>);
             k_mmq<DType::Q8_0, MT, true, true, PARTS><<<grid, THREADS, coal_smem<MT>, stream>>>(a, g, parts);
             return;
         }
