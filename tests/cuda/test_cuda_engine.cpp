@@ -258,6 +258,62 @@ TEST_P(CudaEngine, SplitOverTwoParticipantsIsBitIdentical) {
             }
 }
 
+// Two GPUs (skipped where the machine has one): the split over devices 0 and 1, and a whole model on device 1, give
+// device 0's one participant's bits, whatever device the calling thread last made current (each backend makes its
+// own current at its entry points: a thread left on the other device must not send its calls there), all experts
+// resident and on two slots a participant, the parts one after the other and pipelined.
+TEST_P(CudaEngine, SplitOverTwoGpusIsBitIdentical) {
+    int n_dev = 0;
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev < 2) GTEST_SKIP() << "one GPU here";
+    const std::vector<int32_t> prompt = prompt_tokens(40, 9);
+    auto go = [&](Engine &e, int stray) {
+        EXPECT_EQ(cudaSetDevice(stray), cudaSuccess);
+        std::vector<float> out = run(e, prompt);
+        std::vector<int32_t> ids;
+        const int32_t s = e.new_sequence();
+        EXPECT_EQ(cudaSetDevice(1 - stray), cudaSuccess);
+        e.decode_argmax({{s, prompt_tokens(9, 2), false}}, ids);
+        for (int i = 0; i < 6; i++) {
+            out.push_back(float(ids[0]));
+            EXPECT_EQ(cudaSetDevice(i % 2), cudaSuccess);
+            e.decode_argmax({{s, {ids[0]}, false}}, ids);
+        }
+        return out;
+    };
+    for (int64_t slots : {int64_t(0), int64_t(2)}) {
+        EngineConfig cfg = config(16);
+        cfg.expert_slots = slots;
+        std::vector<float> ref;
+        {
+            auto whole = make_cuda_engine(path(), cfg);
+            ref = go(*whole, 1);
+        }
+        EngineConfig on1 = cfg;
+        on1.cuda_device = 1;
+        std::vector<float> got;
+        {
+            auto e = make_cuda_engine(path(), on1);
+            got = go(*e, 0);
+        }
+        ASSERT_EQ(got.size(), ref.size());
+        EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "device 1, " << slots << " slots";
+        const int64_t n = make_cuda_engine(path(), cfg)->hparams().n_layer;
+        for (const char *pipe : {"1", "0"}) {
+            ::setenv("STRATA_SPLIT_PIPELINE", pipe, 1);
+            EngineConfig sc = cfg;
+            sc.parts = {{Device::Cuda, 0, 0, n / 2}, {Device::Cuda, 1, 0, n - n / 2}};
+            auto e = make_engine(path(), sc);
+            ::unsetenv("STRATA_SPLIT_PIPELINE");
+            ASSERT_EQ(e->n_parts(), 2u);
+            got = go(*e, 1);
+            ASSERT_EQ(got.size(), ref.size());
+            EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0)
+                << "devices 0 and 1, " << slots << " slots, STRATA_SPLIT_PIPELINE=" << pipe;
+        }
+    }
+    cudaSetDevice(0);
+}
+
 // A GPU's kernels take their form from a pass's row count (a mat-vec up to k_mmv_max_rows, tiles above), so cutting
 // a call of several sequences into micro-passes (runtime/part_pipeline.h) would change bits on a GPU: its first run
 // here (2026-12-05) differed from the one participant's in every case. GPU parts never cut, even with

@@ -149,6 +149,7 @@ CudaDeviceStats CudaBackend::device_stats() const {
 // What a placement plan needs to know: free and total memory, the runtime's share of the process as the driver
 // counts it (NVML) less what Strata's backends have allocated, host RAM available for a pinned copy.
 DeviceFacts CudaBackend::device_facts() {
+    use_device();
     DeviceFacts f;
     f.has_device_memory = true;
     f.device = device_;
@@ -174,6 +175,7 @@ DeviceFacts CudaBackend::device_facts() {
 // ---- device memory ------------------------------------------------------------------------------------------
 
 bool CudaBackend::device_memory(DeviceMemory &out) const {
+    use_device();
     out.held = dev_bytes_;
     out.budget = budget_total_;
     out.driver = 0;
@@ -209,6 +211,7 @@ float CudaBackend::time_copies(cudaStream_t st, void *const dst[2], const void *
 // Half of the first scratch chunk copied onto the other half and back, five times on the compute stream between
 // passes (scratch holds nothing then); no allocation.
 double CudaBackend::copy_rate_gbs() {
+    use_device();
     if (copy_rate_gbs_ >= 0.0) return copy_rate_gbs_;
     copy_rate_gbs_ = 0.0;
     if (capturing_ || chunks_.empty()) return 0.0;
@@ -225,9 +228,16 @@ double CudaBackend::copy_rate_gbs() {
 
 void CudaBackend::bind_thread() { STRATA_CUDA_CHECK(cudaSetDevice(device_)); }
 
+void CudaBackend::use_device() const {
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess) cudaGetLastError();
+    if (current != device_) STRATA_CUDA_CHECK(cudaSetDevice(device_));
+}
+
 // 64 MiB copied within a device buffer and from a pinned host buffer, both allocated here and freed after (before
 // prepare(): nothing of the budget is held yet); {0, 0} where either cannot be had.
 std::pair<double, double> CudaBackend::start_rates_gbs() {
+    use_device();
     const size_t bytes = size_t(64) << 20;
     uint8_t *dev = nullptr, *host = nullptr;
     if (cudaMalloc(reinterpret_cast<void **>(&dev), 2 * bytes) != cudaSuccess) {
@@ -257,6 +267,7 @@ std::pair<double, double> CudaBackend::start_rates_gbs() {
 // times on the copy stream between passes; the host buffer is freed after (host memory, not counted against the
 // budget), so the device allocates nothing.
 double CudaBackend::upload_rate_gbs() {
+    use_device();
     if (upload_rate_gbs_ >= 0.0) return upload_rate_gbs_;
     upload_rate_gbs_ = 0.0;
     if (capturing_ || chunks_.empty()) return 0.0;
@@ -335,6 +346,7 @@ Act CudaBackend::alloc(int64_t rows, int64_t cols) {
 }
 
 void CudaBackend::reset_scratch() {
+    use_device();
     if (capturing_) drop_capture();  // a pass left without end_pass or abort_pass
     expert_input_ = {};              // in the scratch being reset
     norm_quant_.src = nullptr;
@@ -364,6 +376,7 @@ void CudaBackend::reset_scratch() {
 // slots out together), put first in the scratch list. Compute waits for every fill issued so far (a fill may still
 // be writing one of them); every earlier read of them is on the compute stream, before the pass that writes them.
 void CudaBackend::begin_loan(const std::vector<int32_t> &slots) {
+    use_device();
     STRATA_ASSERT(!slots.empty());
     STRATA_ASSERT(chunks_.empty() || !chunks_.front().borrowed);
     uint8_t *lo = nullptr, *hi = nullptr;
@@ -387,6 +400,7 @@ void CudaBackend::begin_loan(const std::vector<int32_t> &slots) {
 // The loan's end: the copy stream waits for the compute that used the borrowed slots as scratch before any fill
 // (the slot table hands them out empty from here on).
 void CudaBackend::end_loan() {
+    use_device();
     if (chunks_.empty() || !chunks_.front().borrowed) return;
     if (!loan_done_) STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&loan_done_, cudaEventDisableTiming));
     STRATA_CUDA_CHECK(cudaEventRecord(loan_done_, stream_));
@@ -452,6 +466,7 @@ void *CudaBackend::upload(const void *host, size_t bytes, UploadSrc src) {
 }
 
 void CudaBackend::upload_rows(const float *host, Act dst) {
+    use_device();
     wrote(dst);
     if (dst.rows == 0) return;
     // Inside a recorded pass only a split part's input (PassIo::in_x, in_cur), whole: a replay rewrites its bytes.
@@ -469,6 +484,7 @@ void CudaBackend::upload_rows(const float *host, Act dst) {
 }
 
 uint64_t CudaBackend::mark_device() {
+    use_device();
     // Not inside a recorded pass: the event would be recorded by every replay of the graph, not once here, and a
     // query of an event last recorded into a capture fails (cudaErrorInvalidValue). Its spans read as lost.
     if (capturing_) return 0;
@@ -478,6 +494,7 @@ uint64_t CudaBackend::mark_device() {
 }
 
 double CudaBackend::device_ms(uint64_t a, uint64_t b) {
+    use_device();
     if (a == 0 || b == 0 || a > n_marks_ || b > n_marks_ || n_marks_ - std::min(a, b) >= uint64_t(k_marks)) return -1.0;
     // Marks are recorded on the one compute stream, in order: where the later has been reached, so has the other.
     const cudaError_t st = cudaEventQuery(marks_[std::max(a, b) % k_marks]);
@@ -521,6 +538,7 @@ const AttnTile *CudaBackend::attn_tiles(const std::vector<AttnTile> &tiles) {
 }
 
 void CudaBackend::download(const Act &src, float *host) {
+    use_device();
     STRATA_CUDA_OP("download");
     if (src.rows == 0) return;
     if (capturing_) {  // recorded: into pinned memory now, to `host` once the graph has run (end_pass)
@@ -542,6 +560,7 @@ void CudaBackend::download(const Act &src, float *host) {
 }
 
 void CudaBackend::download_argmax(const Act &src, int32_t *host) {
+    use_device();
     STRATA_CUDA_OP("argmax");
     if (src.rows == 0) return;
     const int64_t parts = argmax_parts(src.cols);
@@ -581,6 +600,7 @@ const float *CudaBackend::dev_vector(const Weight &w) const {
 // The plan carried out: the weights' arena, scratch, pass tables, expert slots and the host stratum, under the
 // plan's budget (dev_alloc refuses more).
 void CudaBackend::prepare(WeightSet &ws, const Placement &plan) {
+    use_device();
     STRATA_ASSERT(plan.device);
     budget_ = plan.budget_bytes;
     budget_total_ = plan.budget_total_bytes;
@@ -650,6 +670,7 @@ void CudaBackend::upload_weights(WeightSet &ws, const Placement &plan) {
 // ---- caches -------------------------------------------------------------------------------------------------
 
 void CudaBackend::init_caches(const CacheShape &shape) {
+    use_device();
     graph_gen_++;
     // One allocation for every layer's caches (see upload_weights: the driver's 2 MiB pages).
     if (cache_arena_) dev_free(cache_arena_);
@@ -688,6 +709,7 @@ void CudaBackend::init_caches(const CacheShape &shape) {
 }
 
 void CudaBackend::copy_seq(int32_t src, int32_t dst, int64_t n_pos) {
+    use_device();
     STRATA_ASSERT(src >= 0 && dst >= 0 && src < cache_shape_.n_seqs && dst < cache_shape_.n_seqs);
     if (src == dst) return;
     for (LayerCache &c : caches_) {
@@ -707,6 +729,7 @@ void CudaBackend::copy_seq(int32_t src, int32_t dst, int64_t n_pos) {
 }
 
 void CudaBackend::clear_seq(int32_t seq) {
+    use_device();
     STRATA_ASSERT(seq >= 0 && seq < cache_shape_.n_seqs);
     for (LayerCache &c : caches_) {
         if (c.attn) continue;  // attention rows beyond a sequence's length are never read
@@ -726,6 +749,7 @@ size_t CudaBackend::recurrent_state_bytes() const {
 }
 
 void CudaBackend::save_recurrent_state(int32_t seq, void *dst) {
+    use_device();
     STRATA_ASSERT(seq >= 0 && seq < cache_shape_.n_seqs);
     auto *out = static_cast<float *>(dst);
     for (const LayerCache &c : caches_) {
@@ -741,6 +765,7 @@ void CudaBackend::save_recurrent_state(int32_t seq, void *dst) {
 }
 
 void CudaBackend::load_recurrent_state(int32_t seq, const void *src) {
+    use_device();
     STRATA_ASSERT(seq >= 0 && seq < cache_shape_.n_seqs);
     const auto *in = static_cast<const float *>(src);
     for (LayerCache &c : caches_) {

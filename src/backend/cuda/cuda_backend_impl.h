@@ -71,6 +71,11 @@ class CudaBackend final : public Backend {
     void begin_pass(const BatchInfo &b, const PassIo &io, bool traced) override;
     std::pair<double, double> start_rates_gbs() override;
     void bind_thread() override;
+    // This backend's device made the calling thread's current one (where it is not already). Every entry point that
+    // makes CUDA calls outside a pass, and a pass's own (reset_scratch, begin_pass, replay_pass, end_pass), call it:
+    // a thread may drive several backends (a split's parts, one after the other), each on its own device, and a
+    // CUDA call goes to whatever device the thread last made current.
+    void use_device() const;
     bool replay_pass(const BatchInfo &b, const PassIo &io) override;
     void end_pass() override;
     void abort_pass() override;

@@ -71,6 +71,7 @@ bool same_shape(const std::vector<BatchSeg> &a, const std::vector<BatchSeg> &b) 
 }  // namespace
 
 void CudaBackend::begin_pass(const BatchInfo &b, const PassIo &io, bool traced) {
+    use_device();
     STRATA_ASSERT(!capturing_);
     flush_mapped(-1);  // the mapped tables as the fills left them, before anything is recorded
     pass_t0_ = Clock::now();
@@ -133,6 +134,7 @@ CudaBackend::PassGraph *CudaBackend::find_graph(const BatchInfo &b, const std::v
 }
 
 bool CudaBackend::replay_pass(const BatchInfo &b, const PassIo &io) {
+    use_device();
     if (!graphs_on_ || !replay_enabled() || prof_.on() || !graph_eligible_) return false;
     if (b.n_tokens < 1 || b.n_tokens > k_mmv_max_rows || !io.tokens || !io.out_rows ||
         (!io.logits && !io.ids && !io.out_x))
@@ -243,10 +245,12 @@ void CudaBackend::drop_capture() {
 }
 
 void CudaBackend::abort_pass() {
+    use_device();
     if (capturing_) drop_capture();
 }
 
 void CudaBackend::end_pass() {
+    use_device();
     if (!capturing_) return;
     capturing_ = false;
     cudaGraph_t graph = nullptr;

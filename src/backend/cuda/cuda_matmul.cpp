@@ -315,6 +315,7 @@ void CudaBackend::route_draws(Act logits, const MoeParams &p, const RouteDraws &
 // Passes count from here, and every pass size runs once without a recording first (a recording made before would
 // route as the router does; a Zipf table is made outside any recording).
 void CudaBackend::reset_draws() {
+    use_device();
     STRATA_ASSERT(!capturing_);
     if (!draw_pass_dev_) draw_pass_dev_ = static_cast<int64_t *>(dev_alloc(sizeof(int64_t), "routing draws"));
     STRATA_CUDA_CHECK(cudaMemsetAsync(draw_pass_dev_, 0xff, sizeof(int64_t), stream_));  // -1
@@ -374,11 +375,13 @@ void CudaBackend::route_for_device(const Weight &router, const ExpertWeights &w,
 }
 
 void CudaBackend::download_i32(const int32_t *src, int64_t n, int32_t *host) {
+    use_device();
     STRATA_CUDA_CHECK(cudaMemcpyAsync(host, src, size_t(n) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 const int32_t *CudaBackend::ids_after_pass(int64_t key, const int32_t *src, int64_t n) {
+    use_device();
     if (key < 0 || n <= 0) return nullptr;
     if (!ids_pinned_) {
         if (ids_keys_ < 0 || capturing_ || expert_tables_.empty()) return nullptr;  // < 0: pinning failed once
@@ -402,6 +405,7 @@ const int32_t *CudaBackend::ids_after_pass(int64_t key, const int32_t *src, int6
 }
 
 void CudaBackend::ids_ready() {
+    use_device();
     if (!ids_pending_ || capturing_) return;
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));  // most passes ended with a download that waited already
     ids_pending_ = false;
@@ -409,6 +413,7 @@ void CudaBackend::ids_ready() {
 
 void CudaBackend::download_many(std::initializer_list<ActDownload> acts, const int32_t *ids, int64_t n,
                                 int32_t *ids_host) {
+    use_device();
     if (capturing_) {  // a recorded pass defers its downloads (download()); ids it cannot read at all
         Backend::download_many(acts, ids, n, ids_host);
         return;
@@ -428,11 +433,13 @@ void CudaBackend::download_many(std::initializer_list<ActDownload> acts, const i
 // device (a synchronous copy from pageable memory cost a round trip of ~13 us on the H200 machine, three a layer
 // when a benchmark's routing override sends ids and weights up).
 void CudaBackend::upload(const float *host, Act dst) {
+    use_device();
     wrote(dst);
     upload_rows(host, dst);
 }
 
 void CudaBackend::upload_i32(const int32_t *host, int64_t n, int32_t *dst) {
+    use_device();
     if (n == 0) return;
     if (capturing_) fail("internal: an upload inside a recorded pass");
     const uint8_t *h = stage(host, size_t(n) * sizeof(int32_t));

@@ -154,6 +154,7 @@ void CudaBackend::flush_mapped(int64_t il) {
 }
 
 Backend::MappedReads CudaBackend::mapped_reads() const {
+    use_device();
     MappedReads r;
     if (!mapped_counts_) return r;
     std::vector<unsigned long long> c(2 * mapped_.size());
@@ -286,6 +287,7 @@ ExpertSrc CudaBackend::expert_host_bytes(const ExpertWeights &w, int32_t e) cons
 }
 
 void CudaBackend::fill_slots(const ExpertWeights &w, const std::vector<SlotFill> &fills, bool ahead) {
+    use_device();
     STRATA_ASSERT(size_t(w.il) < layouts_.size() && layouts_[size_t(w.il)].bytes > 0);
     if (fills.empty()) return;
     for (const SlotFill &f : fills)  // a slot of the layer's class (placement.h): its size holds the layer's expert
@@ -394,6 +396,7 @@ void CudaBackend::note_slots_read(const std::vector<ExpertGroup> &groups) {
 }
 
 void CudaBackend::set_resident_experts(const ExpertWeights &w, const std::vector<int32_t> &slot_of) {
+    use_device();
     STRATA_ASSERT(size_t(w.il) < expert_tables_.size() && int64_t(slot_of.size()) == w.gate->ne[2]);
     // The start-up fills are done before anything reads these slots without waiting.
     STRATA_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));

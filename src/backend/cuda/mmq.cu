@@ -26,6 +26,8 @@
 // the tensor cores work on this one.
 #include "backend/cuda/matmul.cuh"
 
+#include <atomic>
+
 #include "backend/cuda/qv_device.cuh"
 #include "core/env.h"
 #include "core/error.h"
@@ -568,16 +570,22 @@ bool small_grid_enabled() {
     static const bool on = env_switch("STRATA_CUDA_MMQ_SMALL_GRID", false);
     return on;
 }
-int64_t device_sms() {
-    static const int64_t n = [] {
-        int dev = 0, sms = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+int64_t device_sms() {  // of the current device (0: unknown, the line is never crossed)
+    constexpr int k_devices = 64;
+    static std::atomic<int> known[k_devices];  // 0: not read yet
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= k_devices) {
+        cudaGetLastError();
+        return 0;
+    }
+    int n = known[dev].load(std::memory_order_relaxed);
+    if (n == 0) {
+        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
             cudaGetLastError();
-            return int64_t(0);  // unknown: the line is never crossed
+            return 0;
         }
-        return int64_t(sms);
-    }();
+        known[dev].store(n, std::memory_order_relaxed);
+    }
     return n;
 }
 
