@@ -36,8 +36,8 @@ OF='*'; [ -n "${SHORT:-}" ] && OF='*FlashMma*:*CudaAttention*:*FlashMerge*'
 timeout 150 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 --gtest_filter="$OF" > $L/ops.log 2>&1
 echo "test_cuda_ops ($OF) rc=$? at $(el) s"; grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/ops.log | head -12
 EF='*MatchesTheCpuEngine*:*PlacementDoesNotChangeABit*:*SchedulesDoNotChangeABit*:*FusedPromptExperts*:*PromptLoans*:*SlotClasses*:*Graph*:*Budget*:*SplitPasses*'
-[ -n "${SHORT:-}" ] && EF='*PlacementDoesNotChangeABit*:*PromptLoans*:*SlotClasses*'
-timeout 200 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 --gtest_filter="${ENGINE:-$EF}" > $L/engine.log 2>&1
+[ -n "${SHORT:-}" ] && EF='*PlacementDoesNotChangeABit*:*PromptLoans*:*SlotClasses*:*MatchesTheCpuEngine*:*TwoGpus*'
+timeout 240 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 --gtest_filter="${ENGINE:-$EF}" > $L/engine.log 2>&1
 echo "test_cuda_engine rc=$? at $(el) s"; grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/engine.log | head -12
 [ -z "${SHORT:-}" ] && STRATA_CUDA_MM_F32=0 STRATA_CUDA_MMQ_PARTS=0 STRATA_CUDA_MMQ_STAGED=0 timeout 100 /tmp/strata/bin/test_cuda_engine \
   --gtest_brief=1 --gtest_filter='*MatchesTheCpuEngine*:*FusedPromptExperts*' > $L/engine-off.log 2>&1
