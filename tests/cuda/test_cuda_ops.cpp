@@ -10,12 +10,13 @@
 #include <memory>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/host/mmvq_host.h"
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/host_register.h"
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/moe.cuh"
+#include "backend/host/mmvq_host.h"
 #include "core/argmax.h"
 #include "core/env.h"
 #include "core/fp16.h"
@@ -143,6 +144,30 @@ TEST(CudaFp16, ConversionsAreTheHostsBitForBit) {
     CUDA_OK(cudaMemcpy(got16.data() + cols * rows, vc.p, size_t(cols * rows) * 2, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < bits.size(); i++)
         ASSERT_EQ(got16[i], f32_to_f16(bits_to_f32(bits[i]))) << "float bits 0x" << std::hex << bits[i];
+}
+
+// A host range registered by two users (the parts of a split sharing the model file's mapping) is registered once:
+// the second registration counts, the first release leaves it pinned, the last unregisters; a longer range than the
+// one registered is refused.
+TEST(CudaHostRegister, SharedRegistrationIsCounted) {
+    const size_t bytes = size_t(4) << 20;
+    std::vector<uint8_t> host(bytes + 4096);
+    uint8_t *base = host.data() + (4096 - reinterpret_cast<uintptr_t>(host.data()) % 4096) % 4096;
+    auto registered = [&] {
+        unsigned flags = 0;
+        const bool yes = cudaHostGetFlags(&flags, base) == cudaSuccess;
+        cudaGetLastError();
+        return yes;
+    };
+    ASSERT_FALSE(registered());
+    ASSERT_EQ(cuda::host_register_shared(base, bytes, true), cudaSuccess);
+    ASSERT_EQ(cuda::host_register_shared(base, bytes, true), cudaSuccess);
+    EXPECT_EQ(cuda::host_register_shared(base, bytes + 4096, true), cudaErrorHostMemoryAlreadyRegistered);
+    EXPECT_TRUE(registered());
+    cuda::host_unregister_shared(base);
+    EXPECT_TRUE(registered());
+    cuda::host_unregister_shared(base);
+    EXPECT_FALSE(registered());
 }
 
 // The device's arg-max (Backend::download_argmax) is the host's pick: rows of a vocabulary's width and narrow ones,

@@ -36,6 +36,7 @@
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/host_register.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/threads.h"
@@ -241,14 +242,13 @@ void CudaBackend::make_host_tier(WeightSet &ws, const Placement &plan) {
             const long page = sysconf(_SC_PAGESIZE);
             const size_t len = (ws.file_size + size_t(page) - 1) / size_t(page) * size_t(page);
             const auto t0 = std::chrono::steady_clock::now();
-            const cudaError_t err = cudaHostRegister(const_cast<uint8_t *>(ws.file_bytes), len,
-                                                     cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+            // (a split's other parts share the mapping: one registration, counted)
+            const cudaError_t err = host_register_shared(ws.file_bytes, len, /*read_only=*/true);
             const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             if (err == cudaSuccess) {
                 pinned_base_ = ws.file_bytes;
                 prepare_note_ = strfmt(" (pinned in %.2f s)", secs);
             } else {
-                cudaGetLastError();
                 make_stager();
                 prepare_note_ = strfmt(" (pinning failed: %s; through a pinned stager %d x %s instead)",
                                        cudaGetErrorName(err), plan.stager_buffers,
@@ -261,7 +261,7 @@ void CudaBackend::make_host_tier(WeightSet &ws, const Placement &plan) {
 
 void CudaBackend::free_slots() {
     graph_gen_++;
-    if (pinned_base_) cudaHostUnregister(const_cast<uint8_t *>(pinned_base_));
+    if (pinned_base_) host_unregister_shared(pinned_base_);
     pinned_base_ = nullptr;
     for (void *p : host_allocs_) cudaFreeHost(p);
     host_allocs_.clear();
