@@ -417,8 +417,8 @@ void MoeSchedule::stream_next(int64_t il, int64_t T, int64_t k, double share) {
     const int64_t n_slots = slots_->n_slots_for(nl);  // the slots of the next layer's class
     if (n_slots < 4) return;
     const int64_t n_next = experts_[size_t(nl)].gate->ne[2];
-    // auto: full where this layer's routing reached at least 90% of its experts (the next is taken to be alike),
-    // predicted otherwise
+    // auto: full or predicted by the measured rates (prefill_cost.h), else by the recall's line (the next layer is
+    // taken to route like this one)
     const bool predicted = schedule_ == PrefillSchedule::Predicted ||
                            (schedule_ == PrefillSchedule::Auto && !auto_full(nl, T, share, true));
     if (predicted && pred_next_layer_ != nl) return;
