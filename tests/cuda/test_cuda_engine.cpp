@@ -60,6 +60,18 @@ std::string model_path(const std::string &preset, DType et, DType dt, std::optio
                                     o);
 }
 
+// The loan tests' engine: a 4096-token context, passes of `chunk` tokens, `slots` expert slots (0: every expert
+// resident), a floor of 16 slots never lent.
+EngineConfig loan_config(int64_t slots, int64_t chunk) {
+    EngineConfig cfg;
+    cfg.n_threads = 2;
+    cfg.n_ctx = 4096;
+    cfg.n_batch = chunk;
+    cfg.expert_slots = slots;
+    cfg.loan_floor_slots = 16;
+    return cfg;
+}
+
 std::vector<int32_t> prompt_tokens(int n, int salt) {
     std::vector<int32_t> t;
     for (int i = 0; i < n; i++) t.push_back(int32_t((i * 37 + salt * 11 + 5) % 250));
@@ -1045,15 +1057,7 @@ TEST(CudaEngineLongPass, MoreTokenExpertPairsThanAGridRow) {
 TEST(CudaEngineLoan, PromptLoansChangeNoBitAndAllocateNothing) {
     const std::string path = model_path("small-qwen3next", DType::Q4_K, DType::Q8_0);
     std::vector<int32_t> prompt = prompt_tokens(1500, 3);
-    auto config = [&](int64_t slots, int64_t chunk = 2048) {
-        EngineConfig cfg;
-        cfg.n_threads = 2;
-        cfg.n_ctx = 4096;
-        cfg.n_batch = chunk;
-        cfg.expert_slots = slots;
-        cfg.loan_floor_slots = 16;
-        return cfg;
-    };
+    auto config = [](int64_t slots, int64_t chunk = 2048) { return loan_config(slots, chunk); };
     // The logits of the prompts' last rows and of four decoding steps, then the sequence's recurrent state (every
     // GDN layer's conv and delta-rule state) as the backend saves it, bytes as they are.
     auto run = [&](Engine &e) {
@@ -1139,15 +1143,6 @@ TEST(CudaEngineLoan, PromptLoansChangeNoBitAndAllocateNothing) {
 TEST(CudaEngineSlotClasses, TwoExpertSizesChangeNoBitAndAllocateNothing) {
     const std::string path = model_path("small-qwen3next", DType::Q4_K, DType::Q8_0, DType::Q6_K);
     const std::vector<int32_t> prompt = prompt_tokens(2000, 5);
-    auto config = [&](int64_t slots, int64_t batch) {
-        EngineConfig cfg;
-        cfg.n_threads = 2;
-        cfg.n_ctx = 4096;
-        cfg.n_batch = batch;
-        cfg.expert_slots = slots;
-        cfg.loan_floor_slots = 16;
-        return cfg;
-    };
     auto run = [&](Engine &e) {
         const int32_t s = e.new_sequence();
         std::vector<std::vector<float>> l;
@@ -1160,7 +1155,7 @@ TEST(CudaEngineSlotClasses, TwoExpertSizesChangeNoBitAndAllocateNothing) {
         return out;
     };
     for (int64_t batch : {1024, 2048}) {
-        auto all = make_cuda_engine(path, config(0, batch));
+        auto all = make_cuda_engine(path, loan_config(0, batch));
         ASSERT_EQ(all->plan().slot_classes.size(), 2u) << all->plan().check_line;
         const int64_t total = all->expert_stats().n_experts;
         const std::vector<float> ref = run(*all);
@@ -1169,7 +1164,7 @@ TEST(CudaEngineSlotClasses, TwoExpertSizesChangeNoBitAndAllocateNothing) {
                 for (int64_t slots : {total / 2, total * 7 / 16}) {  // half each class's: its top lends the loan
                     ::setenv("STRATA_SLOT_CLASSES", classes, 1);
                     ::setenv("STRATA_PREFILL_SCHEDULE", schedule, 1);
-                    auto e = make_cuda_engine(path, config(slots, batch));
+                    auto e = make_cuda_engine(path, loan_config(slots, batch));
                     ::unsetenv("STRATA_SLOT_CLASSES");
                     ::unsetenv("STRATA_PREFILL_SCHEDULE");
                     const Placement &pl = e->plan();
