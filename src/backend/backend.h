@@ -254,7 +254,9 @@ class Backend {
     // own scratch: the bus a streamed prefill's bytes are quoted against. 0 where the backend has no device memory.
     virtual double upload_rate_gbs() { return 0.0; }
     // Both rates timed at start, before prepare(), on buffers of the backend's own that it frees after: what a
-    // split model weighs its participants by (strata/split_plan.h). {0, 0} where the backend has no device memory.
+    // split model weighs its participants by (strata/split_plan.h) and auto's prefill cost prices a copy at
+    // (strata/prefill_cost.h); measured on the first call, later calls give the same. {0, 0} where the backend has
+    // no device memory.
     virtual std::pair<double, double> start_rates_gbs() { return {0.0, 0.0}; }
     // Makes the calling thread able to drive this backend (a split model's pipeline runs each part on a thread of its
     // own; the CUDA backend makes its device current).

@@ -237,7 +237,9 @@ void CudaBackend::use_device() const {
 // 64 MiB copied within a device buffer and from a pinned host buffer, both allocated here and freed after (before
 // prepare(): nothing of the budget is held yet); {0, 0} where either cannot be had.
 std::pair<double, double> CudaBackend::start_rates_gbs() {
+    if (start_rates_.first >= 0.0) return start_rates_;  // measured once (a split's choice, then its part's strata)
     use_device();
+    start_rates_ = {0.0, 0.0};
     const size_t bytes = size_t(64) << 20;
     uint8_t *dev = nullptr, *host = nullptr;
     if (cudaMalloc(reinterpret_cast<void **>(&dev), 2 * bytes) != cudaSuccess) {
@@ -260,7 +262,9 @@ std::pair<double, double> CudaBackend::start_rates_gbs() {
     cudaFreeHost(host);
     cudaFree(dev);
     const double gb = double(bytes) * reps / 1e9;
-    return {copy_ms > 0 ? 2.0 * gb / (double(copy_ms) * 1e-3) : 0.0, up_ms > 0 ? gb / (double(up_ms) * 1e-3) : 0.0};
+    start_rates_ = {copy_ms > 0 ? 2.0 * gb / (double(copy_ms) * 1e-3) : 0.0,
+                    up_ms > 0 ? gb / (double(up_ms) * 1e-3) : 0.0};
+    return start_rates_;
 }
 
 // A pinned host buffer of up to 256 MiB (the size of copy_rate_gbs' halves) copied into the first scratch chunk five

@@ -420,6 +420,7 @@ class CudaBackend final : public Backend {
 
     OpProfiler prof_;
     double copy_rate_gbs_ = -1.0;    // measured once (copy_rate_gbs)
+    std::pair<double, double> start_rates_{-1.0, -1.0};  // measured once (start_rates_gbs)
     double upload_rate_gbs_ = -1.0;  // measured once (upload_rate_gbs)
     // mark_device(): timing events, mark n recorded into marks_[n % k_marks]
     static constexpr int k_marks = 1024;  // a streamed layer's batches take three each (pass_timing.h)
