@@ -416,13 +416,14 @@ TEST(CudaMatmuls, OneLaunchIsTheSeparateLaunches) {
 }
 
 // The tensor-core matmul's forms (matmul.cuh, MmqForm) compute one function: for every type, a single group (the
-// dense matrices of a prompt: Plain, Narrow, Wide and, for Q4_K, Staged) and a tile list of several groups (the
-// experts: Plain, Narrow and Staged) give the same bits. Row counts that leave partial 64- and 128-row tiles, a
-// weight-row count that leaves a partial 128-row block, row lengths with a partial k step and several steps (Q8_0's
-// Wide form copies rows of whole words: k 320 and 2048, a partial and whole last step; k 288 is read a block a thread).
+// dense matrices of a prompt: Plain, Narrow, Wide and, for Q4_K, Staged; for Q8_0, Q8Staged) and a tile list of
+// several groups (the experts: Plain, Narrow and Staged) give the same bits. Row counts that leave partial 64- and
+// 128-row tiles, a weight-row count that leaves a partial 128-row block, row lengths with a partial k step and several
+// steps (Q8_0's Wide form copies rows of whole words: k 320 and 2048, a partial and whole last step; k 288 is read a
+// block a thread; Q8Staged takes k 256, fewer steps than it has stages, and 2048).
 TEST(CudaMmq, FormsAreTheSameBits) {
     for (DType t : k_mmvq_types) {
-        for (int64_t k : {288, 320, 2048}) {
+        for (int64_t k : {288, 320, 256, 2048}) {
             if (k % dtype_info(t).block_size != 0 || k % dtype_info(dot_act_type(t)).block_size != 0) continue;
             const int64_t n = 200, R = 333;
             QuantizedProduct qp(t, k, n, R, uint64_t(k) * 7 + uint64_t(t), uint64_t(k) * 7 + 1);
@@ -444,8 +445,8 @@ TEST(CudaMmq, FormsAreTheSameBits) {
                 const std::vector<float> plain = run(cuda::MmqForm::Plain);
                 for (int64_t i = 0; i < int64_t(rows) * n; i++)
                     ASSERT_FALSE(std::isnan(plain[size_t(i)])) << what << ": output " << i << " not written";
-                for (cuda::MmqForm f :
-                     {cuda::MmqForm::Narrow, cuda::MmqForm::Wide, cuda::MmqForm::Staged, cuda::MmqForm::Auto})
+                for (cuda::MmqForm f : {cuda::MmqForm::Narrow, cuda::MmqForm::Wide, cuda::MmqForm::Staged,
+                                        cuda::MmqForm::Q8Staged, cuda::MmqForm::Auto})
                     EXPECT_EQ(std::memcmp(plain.data(), run(f).data(), plain.size() * 4), 0)
                         << what << ", " << rows << " rows, form " << int(f);
             }
@@ -462,8 +463,8 @@ TEST(CudaMmq, FormsAreTheSameBits) {
             a.tiles = td.as<int2>();
             a.n_tiles = int32_t(tiles.size());
             const std::vector<float> plain = run(cuda::MmqForm::Plain);
-            for (cuda::MmqForm f :
-                 {cuda::MmqForm::Narrow, cuda::MmqForm::Wide, cuda::MmqForm::Staged, cuda::MmqForm::Auto})
+            for (cuda::MmqForm f : {cuda::MmqForm::Narrow, cuda::MmqForm::Wide, cuda::MmqForm::Staged,
+                                    cuda::MmqForm::Q8Staged, cuda::MmqForm::Auto})
                 EXPECT_EQ(std::memcmp(plain.data(), run(f).data(), plain.size() * 4), 0)
                     << what << ", three groups, form " << int(f);
             a.groups = nullptr;
@@ -486,7 +487,8 @@ TEST(CudaMmq, PartsAreTheSeparateLaunchesBits) {
             DevBuf wide(size_t(R * cols) * 4);
             const std::string what0 = std::string(dtype_name(t)) + ", k " + std::to_string(k);
             for (int32_t rows : {int32_t(R), int32_t(129), int32_t(40)}) {
-                for (cuda::MmqForm f : {cuda::MmqForm::Plain, cuda::MmqForm::Wide, cuda::MmqForm::Auto}) {
+                for (cuda::MmqForm f :
+                     {cuda::MmqForm::Plain, cuda::MmqForm::Wide, cuda::MmqForm::Q8Staged, cuda::MmqForm::Auto}) {
                     const std::string what =
                         what0 + ", " + std::to_string(rows) + " rows, form " + std::to_string(int(f));
                     cuda::MatmulPart parts[3];

@@ -254,9 +254,66 @@ struct TileView {
         : wq(wq_), xq(xq_), wsc(wsc_), woff(woff_), xds(xds_) {}
 };
 
+// One sub-block's MMAs of a warp's weight rows [16 i, 16 i + 16) into their accumulators (activation rows
+// [wt, wt + 8 J)), from the A fragment af, the B fragments bf, the two rows' scales and offsets and the activations'
+// {d, d * sum} (load_dx): y += dx * (scale * dot) + off * (dx * sum q), the offset term only for the
+// types that have one (k_off). Every form adds its sub-blocks in k order through this, so every form's bits are one.
+template <DType T, int J, typename Dx>
+__device__ __forceinline__ void mmq_accumulate(const int (&af)[4], const int (&bf)[J][2], float2 scA, float2 scB,
+                                               float offA, float offB, const Dx &dx, float (&acc)[J][4]) {
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        const float4 d = dx(j);
+        const float2 dA = make_float2(d.x, d.y), dB = make_float2(d.z, d.w);
+        float sA0, sA1, sB0, sB1;  // scale * dot for the fragment's four elements
+        if constexpr (k_per16<T>) {
+            int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+            mma_k16(lo, af[0], af[1], bf[j][0]);
+            mma_k16(hi, af[2], af[3], bf[j][1]);
+            sA0 = scA.x * float(lo[0]) + scA.y * float(hi[0]);
+            sA1 = scA.x * float(lo[1]) + scA.y * float(hi[1]);
+            sB0 = scB.x * float(lo[2]) + scB.y * float(hi[2]);
+            sB1 = scB.x * float(lo[3]) + scB.y * float(hi[3]);
+        } else {
+            int c[4] = {0, 0, 0, 0};
+            mma_k32(c, af, bf[j]);
+            sA0 = scA.x * float(c[0]);
+            sA1 = scA.x * float(c[1]);
+            sB0 = scB.x * float(c[2]);
+            sB1 = scB.x * float(c[3]);
+        }
+        if constexpr (k_off<T>) {
+            acc[j][0] += dA.x * sA0 + offA * dA.y;
+            acc[j][1] += dB.x * sA1 + offA * dB.y;
+            acc[j][2] += dA.x * sB0 + offB * dA.y;
+            acc[j][3] += dB.x * sB1 + offB * dB.y;
+        } else {
+            acc[j][0] = __fmaf_rn(dA.x, sA0, acc[j][0]);
+            acc[j][1] = __fmaf_rn(dB.x, sA1, acc[j][1]);
+            acc[j][2] = __fmaf_rn(dA.x, sB0, acc[j][2]);
+            acc[j][3] = __fmaf_rn(dB.x, sB1, acc[j][3]);
+        }
+    }
+}
+
+// {dx, dx * sum} of activation rows wt + 8 j + 2 tig and the one after, from sub-block s's (xds_s).
+__device__ __forceinline__ float4 load_dx(const float2 *xds_s, int wt, int j) {
+    return *reinterpret_cast<const float4 *>(&xds_s[wt + 8 * j + 2 * (threadIdx.x & 3)]);
+}
+
+// A warp's B fragments of sub-block s: activation rows [wt, wt + 8 J) of tiles xq (rows ROW_BYTES apart).
+template <int J>
+__device__ __forceinline__ void load_b(const uint8_t *xq, int s, int wt, int (&bf)[J][2]) {
+    const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        const uint8_t *t0 = xq + (wt + 8 * j + gid) * ROW_BYTES + s * 32 + tig * 4;
+        bf[j][0] = *reinterpret_cast<const int *>(t0);
+        bf[j][1] = *reinterpret_cast<const int *>(t0 + 16);
+    }
+}
+
 // The MMAs of one k step into a warp's accumulators (weight rows [ww, ww + 32), activation rows [wt, wt + 8 J)).
-// Each accumulator adds its sub-blocks in k order: y += dx * (scale * dot) + off * (dx * sum q), the offset term only
-// for the types that have one (k_off).
 template <DType T, int MT, int J>
 __device__ __forceinline__ void mmq_step(const TileView<MT> sm, int ww, int wt, float (&acc)[2][J][4]) {
     const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
@@ -272,53 +329,53 @@ __device__ __forceinline__ void mmq_step(const TileView<MT> sm, int ww, int wt, 
             af[i][2] = *reinterpret_cast<const int *>(r0 + 16);
             af[i][3] = *reinterpret_cast<const int *>(r1 + 16);
         }
-#pragma unroll
-        for (int j = 0; j < J; j++) {
-            const uint8_t *t0 = sm.xq + (wt + 8 * j + gid) * ROW_BYTES + s * 32 + tig * 4;
-            bf[j][0] = *reinterpret_cast<const int *>(t0);
-            bf[j][1] = *reinterpret_cast<const int *>(t0 + 16);
-        }
+        load_b<J>(sm.xq, s, wt, bf);
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             const int rA = ww + 16 * i + gid, rB = rA + 8;
             const float2 scA = sm.wsc[rA][s], scB = sm.wsc[rB][s];
             const float offA = k_off<T> ? sm.woff[rA][s] : 0.0f, offB = k_off<T> ? sm.woff[rB][s] : 0.0f;
-#pragma unroll
-            for (int j = 0; j < J; j++) {
-                // {dx, dx * sum} of activation rows tA and tA + 1
-                const float4 d = *reinterpret_cast<const float4 *>(&sm.xds[s][wt + 8 * j + 2 * tig]);
-                const float2 dA = make_float2(d.x, d.y), dB = make_float2(d.z, d.w);
-                float sA0, sA1, sB0, sB1;  // scale * dot for the fragment's four elements
-                if constexpr (k_per16<T>) {
-                    int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
-                    mma_k16(lo, af[i][0], af[i][1], bf[j][0]);
-                    mma_k16(hi, af[i][2], af[i][3], bf[j][1]);
-                    sA0 = scA.x * float(lo[0]) + scA.y * float(hi[0]);
-                    sA1 = scA.x * float(lo[1]) + scA.y * float(hi[1]);
-                    sB0 = scB.x * float(lo[2]) + scB.y * float(hi[2]);
-                    sB1 = scB.x * float(lo[3]) + scB.y * float(hi[3]);
-                } else {
-                    int c[4] = {0, 0, 0, 0};
-                    mma_k32(c, af[i], bf[j]);
-                    sA0 = scA.x * float(c[0]);
-                    sA1 = scA.x * float(c[1]);
-                    sB0 = scB.x * float(c[2]);
-                    sB1 = scB.x * float(c[3]);
-                }
-                if constexpr (k_off<T>) {
-                    acc[i][j][0] += dA.x * sA0 + offA * dA.y;
-                    acc[i][j][1] += dB.x * sA1 + offA * dB.y;
-                    acc[i][j][2] += dA.x * sB0 + offB * dA.y;
-                    acc[i][j][3] += dB.x * sB1 + offB * dB.y;
-                } else {
-                    acc[i][j][0] = __fmaf_rn(dA.x, sA0, acc[i][j][0]);
-                    acc[i][j][1] = __fmaf_rn(dB.x, sA1, acc[i][j][1]);
-                    acc[i][j][2] = __fmaf_rn(dA.x, sB0, acc[i][j][2]);
-                    acc[i][j][3] = __fmaf_rn(dB.x, sB1, acc[i][j][3]);
-                }
-            }
+            const float2 *xds_s = sm.xds[s];
+            mmq_accumulate<T, J>(
+                af[i], bf, scA, scB, offA, offB, [&](int j) { return load_dx(xds_s, wt, j); }, acc[i]);
         }
     }
+}
+
+// PARTS: the part a block of weight rows `wblock` (blockIdx.y) is in becomes the block's matrix (a's n, y, y_stride
+// and grp's weights), wblock its block within that part (static indices: the parts stay kernel parameters).
+__device__ __forceinline__ void select_part(const MatmulParts &parts, MatmulArgs &a, MatmulGroup &grp,
+                                            uint32_t &wblock) {
+    MatmulPart m = parts.part[0];
+    uint32_t b0 = 0;
+#pragma unroll
+    for (int p = 1; p < k_matmul_max_parts; p++)
+        if (p < parts.n_parts && wblock >= parts.block0[p]) m = parts.part[p], b0 = parts.block0[p];
+    grp.w = m.w, a.n = m.n, a.y = m.y, a.y_stride = m.y_stride;
+    wblock -= b0;
+}
+
+// The blocks along the weight rows: a's matrix, or every part's from its own first row.
+uint32_t weight_blocks(const MatmulArgs &a, const MatmulParts &parts) {
+    return parts.n_parts == 0 ? ceil_div(a.n, MW) : parts.blocks;
+}
+
+// A warp's accumulators to y (C fragment: element e of tile (i, j) is weight row ww + 16 i + gid (+ 8 for e >= 2),
+// activation row wt + 8 j + 2 tig (+ 1 for odd e)), rows of y from y_row.
+template <int J>
+__device__ __forceinline__ void store_acc(const MatmulArgs &a, const Where &at, int y_row, int ww, int wt,
+                                          const float (&acc)[2][J][4]) {
+    const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < J; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int64_t n = at.n0 + ww + 16 * i + gid + (e >= 2 ? 8 : 0);
+                const int t = wt + 8 * j + 2 * tig + (e & 1);
+                if (n < a.n && t < at.n_tok) a.y[int64_t(y_row + t) * a.y_stride + n] = acc[i][j][e];
+            }
 }
 
 // PIPE: the next k step's loads issued before this step's MMAs (registers), stored after them. COAL: Q8_0 rows
@@ -341,8 +398,7 @@ __global__ __launch_bounds__(THREADS) void k_mmq(MatmulArgs a, IqGrids g, Matmul
     }
     Tiles<MT> &sm = *smp;
 
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31;
-    const int gid = lane >> 2, tig = lane & 3;
+    const int tid = threadIdx.x, warp = tid / 32;
     int group = 0, row0 = int(blockIdx.x) * MT;
     if (a.tiles) {
         const int2 t = a.tiles[blockIdx.x];
@@ -351,15 +407,7 @@ __global__ __launch_bounds__(THREADS) void k_mmq(MatmulArgs a, IqGrids g, Matmul
     }
     MatmulGroup grp = a.groups ? a.groups[group] : a.single;
     uint32_t wblock = blockIdx.y;
-    if constexpr (PARTS) {  // the part this block's weight rows are in (static indices: the parts stay parameters)
-        MatmulPart m = parts.part[0];
-        uint32_t b0 = 0;
-#pragma unroll
-        for (int p = 1; p < k_matmul_max_parts; p++)
-            if (p < parts.n_parts && wblock >= parts.block0[p]) m = parts.part[p], b0 = parts.block0[p];
-        grp.w = m.w, a.n = m.n, a.y = m.y, a.y_stride = m.y_stride;
-        wblock -= b0;
-    }
+    if constexpr (PARTS) select_part(parts, a, grp, wblock);
     const Where at{static_cast<const uint8_t *>(grp.w), int64_t(wblock) * MW, a.k / 32, min(MT, grp.n_rows - row0),
                    int64_t(grp.x_row0) + row0};
 
@@ -400,18 +448,7 @@ __global__ __launch_bounds__(THREADS) void k_mmq(MatmulArgs a, IqGrids g, Matmul
         if (more) put();
     }
 
-    // C fragment: element e of tile (i, j) is weight row ww + 16 i + gid (+ 8 for e >= 2), activation row
-    // wt + 8 j + 2 tig (+ 1 for odd e).
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < J; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int64_t n = at.n0 + ww + 16 * i + gid + (e >= 2 ? 8 : 0);
-                const int t = wt + 8 * j + 2 * tig + (e & 1);
-                if (n < a.n && t < at.n_tok) a.y[int64_t(grp.y_row0 + row0 + t) * a.y_stride + n] = acc[i][j][e];
-            }
+    store_acc<J>(a, at, grp.y_row0 + row0, ww, wt, acc);
 }
 
 // The staged form (Q4_K, 64 activation rows): a k step's bytes copied by cp.async into one of three stages two
@@ -429,10 +466,6 @@ struct Staged {
     float2 wsc[MW][MS];
     float woff[MW][MS];
 };
-
-__device__ __forceinline__ void cp_async8(void *dst, const void *src, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 8 : 0));
-}
 
 // Step t's copies into stage st (one commit group, made by the caller).
 __device__ __forceinline__ void stage_copy(const MatmulArgs &a, const Where &at, int t, Staged &sm, int st) {
@@ -463,7 +496,6 @@ __global__ __launch_bounds__(THREADS, 2) void k_mmq_staged(MatmulArgs a, IqGrids
     constexpr int MT = ST_MT, J = MT / 16;
     Staged &sm = *reinterpret_cast<Staged *>(mmq_dyn_smem);
     const int tid = threadIdx.x, warp = tid / 32;
-    const int lane = tid & 31, gid = lane >> 2, tig = lane & 3;
     int group = 0, row0 = int(blockIdx.x) * MT;
     if (a.tiles) {
         const int2 t = a.tiles[blockIdx.x];
@@ -514,17 +546,222 @@ __global__ __launch_bounds__(THREADS, 2) void k_mmq_staged(MatmulArgs a, IqGrids
     }
     cp_async_wait<0>();
     (void)g;
+    store_acc<J>(a, at, grp.y_row0 + row0, ww, wt, acc);
+}
 
+// The Q8_0 staged form (a single group of Q8_0 rows, 128 activation rows a block, the Wide form's warp tiles): each
+// k step's weight and activation bytes are copied by cp.async into one of S stages, S - 1 steps ahead of the step
+// computed, and the MMAs read their fragments from the copied bytes as they are: no unpacking, no tiles, one barrier
+// a step. A Q8_0 block is a 2-byte scale and 32 quants (34 bytes), so a step's 4 blocks of a row are 136 bytes; in
+// the stage a row takes Q8_PITCH bytes (36 words: the 8 rows and 4 word columns of a fragment load fall in 32
+// banks). Block s's quants start 2 bytes into a word for even s (the fragment's word from two words, as
+// split_q8_step does) and on a word for odd s. The scales (f16) are read where they lie. The sums are mmq_accumulate's
+// in k order, so the bits are the Wide form's.
+constexpr int Q8_PITCH = 144;
+constexpr int Q8_PIECES = MS * Q8_BLOCK / 8;  // 8-byte copies of a row's step
+static_assert(MS * Q8_BLOCK % 8 == 0 && Q8_PITCH >= MS * Q8_BLOCK && Q8_PITCH / 4 % 32 == 4, "the stage's rows");
+
+template <int S>
+struct Q8Stages {
+    uint8_t w[S][MW * Q8_PITCH];
+    uint8_t xq[S][k_wide_rows * ROW_BYTES];
+    float2 xds[S][MS][k_wide_rows];
+};
+
+// A thread's share of a step's weight copies: piece tid + p * THREADS (of MW rows x Q8_PIECES), from byte src[p] past
+// the step's first byte of the block's first row to byte dst[p] of the stage; pieces past the matrix's rows (or past
+// the step) have valid's bit p clear.
+constexpr int Q8_THREAD_PIECES = (MW * Q8_PIECES + THREADS - 1) / THREADS;
+struct Q8Copies {
+    uint32_t src[Q8_THREAD_PIECES], dst[Q8_THREAD_PIECES];
+    uint32_t valid = 0;
+};
+
+__device__ __forceinline__ Q8Copies q8_copies(const MatmulArgs &a, const Where &at) {
+    Q8Copies c;
+#pragma unroll
+    for (int p = 0; p < Q8_THREAD_PIECES; p++) {
+        const int i = int(threadIdx.x) + p * THREADS, r = i / Q8_PIECES, col = i - r * Q8_PIECES;
+        c.src[p] = uint32_t(r) * uint32_t(a.row_bytes) + 8 * col;
+        c.dst[p] = uint32_t(r * Q8_PITCH + 8 * col);
+        if (i < MW * Q8_PIECES && at.n0 + r < a.n) c.valid |= 1u << p;
+    }
+    return c;
+}
+
+// Step t's copies into stage st (one commit group, made by the caller); zeros past the matrix's rows and the
+// group's activation rows.
+template <int S>
+__device__ __forceinline__ void q8_stage_copy(const MatmulArgs &a, const Where &at, const Q8Copies &c, int t,
+                                              Q8Stages<S> &sm, int st) {
+    const int tid = threadIdx.x;
+    const int64_t s0 = int64_t(t) * MS;
+    const uint8_t *base = at.w + size_t(at.n0) * a.row_bytes + size_t(s0) * Q8_BLOCK;
+#pragma unroll
+    for (int p = 0; p < Q8_THREAD_PIECES; p++) {
+        if (p + 1 < Q8_THREAD_PIECES || tid + p * THREADS < MW * Q8_PIECES) {
+            const bool ok = (c.valid >> p) & 1;
+            cp_async8(sm.w[st] + c.dst[p], base + (ok ? c.src[p] : 0u), ok);
+        }
+    }
+#pragma unroll
+    for (int p = 0; p < k_wide_rows * 8 / THREADS; p++) {  // 8 16-byte pieces a row
+        const int i = tid + p * THREADS, r = i / 8, col = i % 8;
+        const bool ok = r < at.n_tok;
+        cp_async16(sm.xq[st] + r * ROW_BYTES + 16 * col, a.xq + (at.x_row + (ok ? r : 0)) * a.k + s0 * 32 + 16 * col,
+                   ok);
+    }
+#pragma unroll
+    for (int p = 0; p < k_wide_rows * MS / THREADS; p++) {
+        const int i = tid + p * THREADS, r = i / MS, s = i % MS;
+        const bool ok = r < at.n_tok;
+        cp_async8(&sm.xds[st][s][r], a.xds + (at.x_row + (ok ? r : 0)) * at.n_sub + s0 + s, ok);
+    }
+}
+
+// A fragment's two words of a weight row's block s in a stage (`blk`: the block's first byte): quants tig * 4 and
+// 16 + tig * 4.
+template <int s>
+__device__ __forceinline__ void q8_quant_words(const uint8_t *blk, int tig, int &lo, int &hi) {
+    if constexpr (s % 2 == 1) {  // quants on a word
+        lo = *reinterpret_cast<const int *>(blk + 2 + 4 * tig);
+        hi = *reinterpret_cast<const int *>(blk + 18 + 4 * tig);
+    } else {  // 2 bytes into a word
+        const uint32_t *w = reinterpret_cast<const uint32_t *>(blk) + tig;
+        lo = int(__byte_perm(w[0], w[1], 0x5432));
+        hi = int(__byte_perm(w[4], w[5], 0x5432));
+    }
+}
+
+template <int J, int s>
+__device__ __forceinline__ void q8_direct_sub(const uint8_t *w, const uint8_t *xq, const float2 *xds_s, int ww, int wt,
+                                              float (&acc)[2][J][4]) {
+    const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+    int af[2][4], bf[J][2];
+    float dA[2], dB[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const uint8_t *a0 = w + (ww + 16 * i + gid) * Q8_PITCH + s * Q8_BLOCK, *b0 = a0 + 8 * Q8_PITCH;
+        q8_quant_words<s>(a0, tig, af[i][0], af[i][2]);
+        q8_quant_words<s>(b0, tig, af[i][1], af[i][3]);
+        dA[i] = f16_to_f32(*reinterpret_cast<const uint16_t *>(a0));
+        dB[i] = f16_to_f32(*reinterpret_cast<const uint16_t *>(b0));
+    }
+    load_b<J>(xq, s, wt, bf);
+    float4 dx[J];  // loaded once for both row halves
+#pragma unroll
+    for (int j = 0; j < J; j++) dx[j] = load_dx(xds_s, wt, j);
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+        mmq_accumulate<DType::Q8_0, J>(
+            af[i], bf, make_float2(dA[i], dA[i]), make_float2(dB[i], dB[i]), 0.0f, 0.0f, [&](int j) { return dx[j]; },
+            acc[i]);
+}
+
+template <int S, bool PARTS>
+__global__ __launch_bounds__(THREADS, 1) void k_mmq_q8_staged(MatmulArgs a, MatmulParts parts) {
+    constexpr int MT = k_wide_rows, J = MT / 16;
+    static_assert(MS == 4, "q8_direct_sub's four sub-blocks");
+    Q8Stages<S> &sm = *reinterpret_cast<Q8Stages<S> *>(mmq_dyn_smem);
+    const int warp = threadIdx.x / 32;
+    const int row0 = int(blockIdx.x) * MT;
+    MatmulGroup grp = a.single;
+    uint32_t wblock = blockIdx.y;
+    if constexpr (PARTS) select_part(parts, a, grp, wblock);
+    const Where at{static_cast<const uint8_t *>(grp.w), int64_t(wblock) * MW, a.k / 32, min(MT, grp.n_rows - row0),
+                   int64_t(grp.x_row0) + row0};
+    const int ww = (warp % 4) * 32, wt = (warp / 4) * (MT / 2);
+    float acc[2][J][4];
 #pragma unroll
     for (int i = 0; i < 2; i++)
 #pragma unroll
         for (int j = 0; j < J; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int64_t n = at.n0 + ww + 16 * i + gid + (e >= 2 ? 8 : 0);
-                const int t = wt + 8 * j + 2 * tig + (e & 1);
-                if (n < a.n && t < at.n_tok) a.y[int64_t(grp.y_row0 + row0 + t) * a.y_stride + n] = acc[i][j][e];
-            }
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+
+    // Protocol: one commit group per step (empty past the last), S - 1 before the loop; before step t at most S - 2
+    // groups are left in flight, so step t's has landed, and the barrier after that wait says every thread's copies
+    // of it are visible and every thread is past step t - 1's MMAs: the stage step t + S - 1 is copied into
+    // (t - 1's) is free.
+    const int steps = int(at.n_sub / MS);
+    const Q8Copies copies = q8_copies(a, at);
+#pragma unroll
+    for (int t = 0; t < S - 1; t++) {
+        if (t < steps) q8_stage_copy<S>(a, at, copies, t, sm, t);
+        cp_async_commit();
+    }
+    for (int t = 0; t < steps; t++) {
+        cp_async_wait<S - 2>();
+        __syncthreads();
+        if (t + S - 1 < steps) q8_stage_copy<S>(a, at, copies, t + S - 1, sm, (t + S - 1) % S);
+        cp_async_commit();
+        const int st = t % S;
+        q8_direct_sub<J, 0>(sm.w[st], sm.xq[st], sm.xds[st][0], ww, wt, acc);
+        q8_direct_sub<J, 1>(sm.w[st], sm.xq[st], sm.xds[st][1], ww, wt, acc);
+        q8_direct_sub<J, 2>(sm.w[st], sm.xq[st], sm.xds[st][2], ww, wt, acc);
+        q8_direct_sub<J, 3>(sm.w[st], sm.xq[st], sm.xds[st][3], ww, wt, acc);
+    }
+    cp_async_wait<0>();
+    store_acc<J>(a, at, grp.y_row0 + row0, ww, wt, acc);
+}
+
+// Where the Q8_0 staged form takes a launch: a single group (or parts) of Q8_0 rows in whole steps (k a multiple of
+// 128, so rows and steps are whole 8-byte pieces), 8-byte aligned weights, 16-byte aligned activations.
+bool q8_staged_applies(const MatmulArgs &a, const MatmulParts &parts) {
+    if (a.type != DType::Q8_0 || a.tiles || a.groups || a.k % (MS * 32) != 0 || a.row_bytes % 8 != 0 ||
+        reinterpret_cast<uintptr_t>(a.xq) % 16 != 0 || reinterpret_cast<uintptr_t>(a.xds) % 8 != 0)
+        return false;
+    auto aligned = [](const void *w) { return reinterpret_cast<uintptr_t>(w) % 8 == 0; };
+    for (int p = 0; p < parts.n_parts; p++)
+        if (!aligned(parts.part[p].w)) return false;
+    return parts.n_parts > 0 || aligned(a.single.w);
+}
+
+// The stages a block can have on the current device: 4 where its shared memory per block allows (Hopper, 227 KiB),
+// else 3 (A100's 163 KiB), else 2 (the RTX cards' 99 KiB).
+int q8_stages() {
+    constexpr int k_devices = 64;
+    static std::atomic<int> known[k_devices];  // 0: not read yet
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= k_devices) {
+        cudaGetLastError();
+        return 2;
+    }
+    int n = known[dev].load(std::memory_order_relaxed);
+    if (n == 0) {
+        int smem = 0;
+        if (cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+            cudaGetLastError();
+            smem = 0;
+        }
+        n = size_t(smem) >= sizeof(Q8Stages<4>) ? 4 : size_t(smem) >= sizeof(Q8Stages<3>) ? 3 : 2;
+        known[dev].store(n, std::memory_order_relaxed);
+    }
+    return n;
+}
+
+template <int S, bool PARTS>
+void launch_q8_staged_s(const MatmulArgs &a, const MatmulParts &parts, int64_t n_tiles, cudaStream_t stream) {
+    const void *k = reinterpret_cast<const void *>(k_mmq_q8_staged<S, PARTS>);
+    if (!allow_dynamic_smem(k, sizeof(Q8Stages<S>)))
+        fail("CUDA mmq: %zu bytes of shared memory per block are not available", sizeof(Q8Stages<S>));
+    const dim3 grid(unsigned(n_tiles), weight_blocks(a, parts));
+    k_mmq_q8_staged<S, PARTS><<<grid, THREADS, sizeof(Q8Stages<S>), stream>>>(a, parts);
+}
+
+template <bool PARTS>
+void launch_q8_staged(const MatmulArgs &a, const MatmulParts &parts, int64_t n_tiles, cudaStream_t stream) {
+    switch (q8_stages()) {
+        case 4:
+            launch_q8_staged_s<4, PARTS>(a, parts, n_tiles, stream);
+            break;
+        case 3:
+            launch_q8_staged_s<3, PARTS>(a, parts, n_tiles, stream);
+            break;
+        default:
+            launch_q8_staged_s<2, PARTS>(a, parts, n_tiles, stream);
+            break;
+    }
 }
 
 bool staged_applies(const MatmulArgs &a) {
@@ -555,6 +792,12 @@ bool wide_enabled() {
 }
 bool pipe_enabled() {
     static const bool on = env_switch("STRATA_CUDA_MMQ_PIPE", false);
+    return on;
+}
+// STRATA_CUDA_MMQ_Q8_STAGED=1 (opt-in until measured): Q8_0 single groups in the Q8_0 staged form where Auto would
+// take Wide.
+bool q8_staged_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_MMQ_Q8_STAGED", false);
     return on;
 }
 // STRATA_CUDA_MMQ_COALESCED=0: Q8_0 rows read a sub-block a thread like the other types.
@@ -599,11 +842,6 @@ bool q8_words(const MatmulArgs &a, const MatmulParts &parts) {
     return parts.n_parts > 0 || words(a.single.w);
 }
 
-// The blocks along the weight rows: a's matrix, or every part's from its own first row.
-uint32_t weight_blocks(const MatmulArgs &a, const MatmulParts &parts) {
-    return parts.n_parts == 0 ? ceil_div(a.n, MW) : parts.blocks;
-}
-
 template <int MT, bool PIPE, bool PARTS = false>
 void launch_form(const MatmulArgs &a, const MatmulParts &parts, int64_t n_tiles, cudaStream_t stream) {
     static_assert(!PARTS || (MT == k_wide_rows && PIPE), "parts: the Wide form only");
@@ -640,15 +878,18 @@ MmqForm single_form(int64_t rows, int64_t n_w) {
     if (!wide_enabled()) return plain_form();
     if (small_grid_enabled() && int64_t(ceil_div(rows, k_wide_rows)) * int64_t(ceil_div(n_w, MW)) < device_sms())
         return plain_form();
-    return MmqForm::Wide;
+    return q8_staged_enabled() ? MmqForm::Q8Staged : MmqForm::Wide;
 }
 
 void launch_single(const MatmulArgs &a, MmqForm form, cudaStream_t stream) {
     if (form == MmqForm::Staged && !staged_applies(a)) form = MmqForm::Plain;  // Q4_K only
-    const int rows = form == MmqForm::Wide ? k_wide_rows : 64;
+    if (form == MmqForm::Q8Staged && !q8_staged_applies(a, MatmulParts{})) form = MmqForm::Wide;
+    const int rows = form == MmqForm::Wide || form == MmqForm::Q8Staged ? k_wide_rows : 64;
     const int64_t n_tiles = (a.single.n_rows + rows - 1) / rows;
     if (n_tiles == 0) return;
-    if (form == MmqForm::Staged)
+    if (form == MmqForm::Q8Staged)
+        launch_q8_staged<false>(a, MatmulParts{}, n_tiles, stream);
+    else if (form == MmqForm::Staged)
         launch_staged(a, n_tiles, stream);
     else if (form == MmqForm::Wide)
         launch_form<k_wide_rows, true>(a, MatmulParts{}, n_tiles, stream);
@@ -670,7 +911,8 @@ void launch_mmq(const MatmulArgs &a, cudaStream_t stream, MmqForm form) {
     if (form == MmqForm::Auto)
         form = a.tiles ? (pipe_enabled() ? MmqForm::Narrow : plain_form()) : single_form(a.single.n_rows, a.n);
     if (form == MmqForm::Staged && !staged_applies(a)) form = MmqForm::Plain;  // Q4_K only
-    if (form == MmqForm::Wide && a.tiles) form = MmqForm::Narrow;  // the tile list's tiles are 64 rows
+    if ((form == MmqForm::Wide || form == MmqForm::Q8Staged) && a.tiles)
+        form = MmqForm::Narrow;  // the tile list's tiles are 64 rows
     if (a.tiles) {
         if (a.n_tiles == 0) return;
         if (form == MmqForm::Staged)
@@ -697,6 +939,14 @@ void launch_mmq_parts(const MatmulArgs &a, const MatmulPart *parts, int n_parts,
     STRATA_ASSERT(mp.blocks <= 65535u);
     // Auto: the form a single matrix of the launch's blocks would take (the small grids' line weighs the launch).
     if (form == MmqForm::Auto) form = single_form(a.single.n_rows, int64_t(mp.blocks) * MW);
+    if (form == MmqForm::Q8Staged) {
+        if (q8_staged_applies(a, mp)) {
+            launch_q8_staged<true>(a, mp, ceil_div(a.single.n_rows, k_wide_rows), stream);
+            STRATA_CUDA_LAUNCH_CHECK("k_mmq_q8_staged parts");
+            return;
+        }
+        form = MmqForm::Wide;
+    }
     if (form != MmqForm::Wide) {  // the other forms have no parts: a launch each, the same bits
         for (int p = 0; p < n_parts; p++) {
             MatmulArgs b = a;
