@@ -258,9 +258,21 @@ struct TileView {
 // [wt, wt + 8 J)), from the A fragment af, the B fragments bf, the two rows' scales and offsets and the activations'
 // {d, d * sum} (load_dx): y += dx * (scale * dot) + off * (dx * sum q), the offset term only for the
 // types that have one (k_off). Every form adds its sub-blocks in k order through this, so every form's bits are one.
-template <DType T, int J, typename Dx>
+// An MMA's integer sum as a float. ADD: by adding it to the bits of 1.5 * 2^23 and subtracting that float, exact for
+// |c| < 2^22 (an int8 MMA's sum over 32 products is at most 2^19), so the same value as the conversion instruction,
+// whose pipe does 16 a clock an SM where the integer add does 64 and the float add 128.
+template <bool ADD>
+__device__ __forceinline__ float int_sum_to_float(int c) {
+    if constexpr (ADD)
+        return __fsub_rn(__int_as_float(c + 0x4B400000), 12582912.0f);
+    else
+        return float(c);
+}
+
+template <DType T, int J, typename Dx, bool ADD = false>
 __device__ __forceinline__ void mmq_accumulate(const int (&af)[4], const int (&bf)[J][2], float2 scA, float2 scB,
                                                float offA, float offB, const Dx &dx, float (&acc)[J][4]) {
+    auto f = [](int c) { return int_sum_to_float<ADD>(c); };
 #pragma unroll
     for (int j = 0; j < J; j++) {
         const float4 d = dx(j);
@@ -270,17 +282,17 @@ __device__ __forceinline__ void mmq_accumulate(const int (&af)[4], const int (&b
             int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
             mma_k16(lo, af[0], af[1], bf[j][0]);
             mma_k16(hi, af[2], af[3], bf[j][1]);
-            sA0 = scA.x * float(lo[0]) + scA.y * float(hi[0]);
-            sA1 = scA.x * float(lo[1]) + scA.y * float(hi[1]);
-            sB0 = scB.x * float(lo[2]) + scB.y * float(hi[2]);
-            sB1 = scB.x * float(lo[3]) + scB.y * float(hi[3]);
+            sA0 = scA.x * f(lo[0]) + scA.y * f(hi[0]);
+            sA1 = scA.x * f(lo[1]) + scA.y * f(hi[1]);
+            sB0 = scB.x * f(lo[2]) + scB.y * f(hi[2]);
+            sB1 = scB.x * f(lo[3]) + scB.y * f(hi[3]);
         } else {
             int c[4] = {0, 0, 0, 0};
             mma_k32(c, af, bf[j]);
-            sA0 = scA.x * float(c[0]);
-            sA1 = scA.x * float(c[1]);
-            sB0 = scB.x * float(c[2]);
-            sB1 = scB.x * float(c[3]);
+            sA0 = scA.x * f(c[0]);
+            sA1 = scA.x * f(c[1]);
+            sB0 = scB.x * f(c[2]);
+            sB1 = scB.x * f(c[3]);
         }
         if constexpr (k_off<T>) {
             acc[j][0] += dA.x * sA0 + offA * dA.y;
@@ -633,7 +645,7 @@ __device__ __forceinline__ void q8_quant_words(const uint8_t *blk, int tig, int 
     }
 }
 
-template <int J, int s>
+template <int J, int s, bool ADD>
 __device__ __forceinline__ void q8_direct_sub(const uint8_t *w, const uint8_t *xq, const float2 *xds_s, int ww, int wt,
                                               float (&acc)[2][J][4]) {
     const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
@@ -651,14 +663,15 @@ __device__ __forceinline__ void q8_direct_sub(const uint8_t *w, const uint8_t *x
     float4 dx[J];  // loaded once for both row halves
 #pragma unroll
     for (int j = 0; j < J; j++) dx[j] = load_dx(xds_s, wt, j);
+    auto get_dx = [&](int j) { return dx[j]; };
 #pragma unroll
     for (int i = 0; i < 2; i++)
-        mmq_accumulate<DType::Q8_0, J>(
-            af[i], bf, make_float2(dA[i], dA[i]), make_float2(dB[i], dB[i]), 0.0f, 0.0f, [&](int j) { return dx[j]; },
-            acc[i]);
+        mmq_accumulate<DType::Q8_0, J, decltype(get_dx), ADD>(af[i], bf, make_float2(dA[i], dA[i]),
+                                                              make_float2(dB[i], dB[i]), 0.0f, 0.0f, get_dx, acc[i]);
 }
 
-template <int S, bool PARTS>
+// ADD: the MMAs' sums to floats by an integer and a float add (int_sum_to_float), the same values.
+template <int S, bool PARTS, bool ADD>
 __global__ __launch_bounds__(THREADS, 1) void k_mmq_q8_staged(MatmulArgs a, MatmulParts parts) {
     constexpr int MT = k_wide_rows, J = MT / 16;
     static_assert(MS == 4, "q8_direct_sub's four sub-blocks");
@@ -696,10 +709,10 @@ __global__ __launch_bounds__(THREADS, 1) void k_mmq_q8_staged(MatmulArgs a, Matm
         if (t + S - 1 < steps) q8_stage_copy<S>(a, at, copies, t + S - 1, sm, (t + S - 1) % S);
         cp_async_commit();
         const int st = t % S;
-        q8_direct_sub<J, 0>(sm.w[st], sm.xq[st], sm.xds[st][0], ww, wt, acc);
-        q8_direct_sub<J, 1>(sm.w[st], sm.xq[st], sm.xds[st][1], ww, wt, acc);
-        q8_direct_sub<J, 2>(sm.w[st], sm.xq[st], sm.xds[st][2], ww, wt, acc);
-        q8_direct_sub<J, 3>(sm.w[st], sm.xq[st], sm.xds[st][3], ww, wt, acc);
+        q8_direct_sub<J, 0, ADD>(sm.w[st], sm.xq[st], sm.xds[st][0], ww, wt, acc);
+        q8_direct_sub<J, 1, ADD>(sm.w[st], sm.xq[st], sm.xds[st][1], ww, wt, acc);
+        q8_direct_sub<J, 2, ADD>(sm.w[st], sm.xq[st], sm.xds[st][2], ww, wt, acc);
+        q8_direct_sub<J, 3, ADD>(sm.w[st], sm.xq[st], sm.xds[st][3], ww, wt, acc);
     }
     cp_async_wait<0>();
     store_acc<J>(a, at, grp.y_row0 + row0, ww, wt, acc);
@@ -740,13 +753,27 @@ int q8_stages() {
     return n;
 }
 
-template <int S, bool PARTS>
-void launch_q8_staged_s(const MatmulArgs &a, const MatmulParts &parts, int64_t n_tiles, cudaStream_t stream) {
-    const void *k = reinterpret_cast<const void *>(k_mmq_q8_staged<S, PARTS>);
+// STRATA_CUDA_MMQ_ADD_CVT=0: the Q8_0 staged form's sums to floats by the conversion instruction.
+bool add_cvt_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_MMQ_ADD_CVT", true);
+    return on;
+}
+
+template <int S, bool PARTS, bool ADD>
+void launch_q8_staged_k(const MatmulArgs &a, const MatmulParts &parts, int64_t n_tiles, cudaStream_t stream) {
+    const void *k = reinterpret_cast<const void *>(k_mmq_q8_staged<S, PARTS, ADD>);
     if (!allow_dynamic_smem(k, sizeof(Q8Stages<S>)))
         fail("CUDA mmq: %zu bytes of shared memory per block are not available", sizeof(Q8Stages<S>));
     const dim3 grid(unsigned(n_tiles), weight_blocks(a, parts));
-    k_mmq_q8_staged<S, PARTS><<<grid, THREADS, sizeof(Q8Stages<S>), stream>>>(a, parts);
+    k_mmq_q8_staged<S, PARTS, ADD><<<grid, THREADS, sizeof(Q8Stages<S>), stream>>>(a, parts);
+}
+
+template <int S, bool PARTS>
+void launch_q8_staged_s(const MatmulArgs &a, const MatmulParts &parts, int64_t n_tiles, cudaStream_t stream) {
+    if (add_cvt_enabled())
+        launch_q8_staged_k<S, PARTS, true>(a, parts, n_tiles, stream);
+    else
+        launch_q8_staged_k<S, PARTS, false>(a, parts, n_tiles, stream);
 }
 
 template <bool PARTS>
