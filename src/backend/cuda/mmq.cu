@@ -27,6 +27,7 @@
 #include "backend/cuda/matmul.cuh"
 
 #include <atomic>
+#include <type_traits>
 
 #include "backend/cuda/qv_device.cuh"
 #include "core/env.h"
@@ -326,7 +327,7 @@ __device__ __forceinline__ void load_b(const uint8_t *xq, int s, int wt, int (&b
 }
 
 // The MMAs of one k step into a warp's accumulators (weight rows [ww, ww + 32), activation rows [wt, wt + 8 J)).
-template <DType T, int MT, int J>
+template <DType T, int MT, int J, bool ADD = false>
 __device__ __forceinline__ void mmq_step(const TileView<MT> sm, int ww, int wt, float (&acc)[2][J][4]) {
     const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
 #pragma unroll
@@ -348,8 +349,8 @@ __device__ __forceinline__ void mmq_step(const TileView<MT> sm, int ww, int wt, 
             const float2 scA = sm.wsc[rA][s], scB = sm.wsc[rB][s];
             const float offA = k_off<T> ? sm.woff[rA][s] : 0.0f, offB = k_off<T> ? sm.woff[rB][s] : 0.0f;
             const float2 *xds_s = sm.xds[s];
-            mmq_accumulate<T, J>(
-                af[i], bf, scA, scB, offA, offB, [&](int j) { return load_dx(xds_s, wt, j); }, acc[i]);
+            auto get_dx = [&](int j) { return load_dx(xds_s, wt, j); };
+            mmq_accumulate<T, J, decltype(get_dx), ADD>(af[i], bf, scA, scB, offA, offB, get_dx, acc[i]);
         }
     }
 }
@@ -395,7 +396,7 @@ __device__ __forceinline__ void store_acc(const MatmulArgs &a, const Where &at, 
 // PARTS: several matrices in one launch (launch_mmq_parts, the Wide form only); a block of part p computes what the
 // same block of a launch of that matrix alone computes. A template argument: the selection's registers would push
 // the Wide form past 255 for every launch.
-template <DType T, int MT, bool PIPE, bool COAL, bool PARTS>
+template <DType T, int MT, bool PIPE, bool COAL, bool PARTS, bool ADD = false>
 __global__ __launch_bounds__(THREADS) void k_mmq(MatmulArgs a, IqGrids g, MatmulParts parts) {
     static_assert(!COAL || T == DType::Q8_0, "only Q8_0 rows are read as words");
     constexpr int J = MT / 16;  // 8-row activation tiles per warp
@@ -455,7 +456,7 @@ __global__ __launch_bounds__(THREADS) void k_mmq(MatmulArgs a, IqGrids g, Matmul
         __syncthreads();
         const bool more = PIPE && s0 + MS < at.n_sub;
         if (more) fetch(s0 + MS);
-        mmq_step<T, MT, J>(sm, ww, wt, acc);
+        mmq_step<T, MT, J, ADD>(sm, ww, wt, acc);
         __syncthreads();
         if (more) put();
     }
@@ -504,6 +505,7 @@ __device__ __forceinline__ void stage_copy(const MatmulArgs &a, const Where &at,
     }
 }
 
+template <bool ADD>
 __global__ __launch_bounds__(THREADS, 2) void k_mmq_staged(MatmulArgs a, IqGrids g) {
     constexpr int MT = ST_MT, J = MT / 16;
     Staged &sm = *reinterpret_cast<Staged *>(mmq_dyn_smem);
@@ -554,11 +556,19 @@ __global__ __launch_bounds__(THREADS, 2) void k_mmq_staged(MatmulArgs a, IqGrids
             sm.woff[r][s] = w.off;
         }
         __syncthreads();
-        mmq_step<DType::Q4_K, MT, J>(TileView<MT>(sm.wq, sm.xq[st], sm.wsc, sm.woff, sm.xds[st]), ww, wt, acc);
+        mmq_step<DType::Q4_K, MT, J, ADD>(TileView<MT>(sm.wq, sm.xq[st], sm.wsc, sm.woff, sm.xds[st]), ww, wt, acc);
     }
     cp_async_wait<0>();
     (void)g;
     store_acc<J>(a, at, grp.y_row0 + row0, ww, wt, acc);
+}
+
+// STRATA_CUDA_MMQ_ADD_CVT=1 (opt-in until measured): the staged forms' and the Wide form's Q8_0 word copies' MMA
+// sums to floats by an integer and a float add (int_sum_to_float) instead of the conversion instruction; the same
+// values, so the same bits.
+bool add_cvt_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_MMQ_ADD_CVT", false);
+    return on;
 }
 
 // The Q8_0 staged form (a single group of Q8_0 rows, 128 activation rows a block, the Wide form's warp tiles): each
@@ -753,12 +763,6 @@ int q8_stages() {
     return n;
 }
 
-// STRATA_CUDA_MMQ_ADD_CVT=0: the Q8_0 staged form's sums to floats by the conversion instruction.
-bool add_cvt_enabled() {
-    static const bool on = env_switch("STRATA_CUDA_MMQ_ADD_CVT", true);
-    return on;
-}
-
 template <int S, bool PARTS, bool ADD>
 void launch_q8_staged_k(const MatmulArgs &a, const MatmulParts &parts, int64_t n_tiles, cudaStream_t stream) {
     const void *k = reinterpret_cast<const void *>(k_mmq_q8_staged<S, PARTS, ADD>);
@@ -797,11 +801,19 @@ bool staged_applies(const MatmulArgs &a) {
            (a.groups || reinterpret_cast<uintptr_t>(a.single.w) % 16 == 0);
 }
 
-void launch_staged(const MatmulArgs &a, int64_t n_tiles, cudaStream_t stream) {
-    if (!allow_dynamic_smem(reinterpret_cast<const void *>(k_mmq_staged), sizeof(Staged)))
+template <bool ADD>
+void launch_staged_k(const MatmulArgs &a, int64_t n_tiles, cudaStream_t stream) {
+    if (!allow_dynamic_smem(reinterpret_cast<const void *>(k_mmq_staged<ADD>), sizeof(Staged)))
         fail("CUDA mmq: %zu bytes of shared memory per block are not available", sizeof(Staged));
     const dim3 grid(unsigned(n_tiles), ceil_div(a.n, MW));
-    k_mmq_staged<<<grid, THREADS, sizeof(Staged), stream>>>(a, iq_grids());
+    k_mmq_staged<ADD><<<grid, THREADS, sizeof(Staged), stream>>>(a, iq_grids());
+}
+
+void launch_staged(const MatmulArgs &a, int64_t n_tiles, cudaStream_t stream) {
+    if (add_cvt_enabled())
+        launch_staged_k<true>(a, n_tiles, stream);
+    else
+        launch_staged_k<false>(a, n_tiles, stream);
 }
 
 // Q4_K matrices in the staged form where the Plain form would take them (the experts' tile lists, and single groups
@@ -876,10 +888,17 @@ void launch_form(const MatmulArgs &a, const MatmulParts &parts, int64_t n_tiles,
     const dim3 grid(unsigned(n_tiles), weight_blocks(a, parts));
     if constexpr (MT == k_wide_rows && PIPE) {
         if (q8_words(a, parts)) {
-            if (!allow_dynamic_smem(reinterpret_cast<const void *>(k_mmq<DType::Q8_0, MT, true, true, PARTS>),
-                                    coal_smem<MT>))
-                fail("CUDA mmq: %zu bytes of shared memory per block are not available", coal_smem<MT>);
-            k_mmq<DType::Q8_0, MT, true, true, PARTS><<<grid, THREADS, coal_smem<MT>, stream>>>(a, g, parts);
+            auto coal = [&](auto add) {
+                constexpr bool ADD = decltype(add)::value;
+                const void *k = reinterpret_cast<const void *>(k_mmq<DType::Q8_0, MT, true, true, PARTS, ADD>);
+                if (!allow_dynamic_smem(k, coal_smem<MT>))
+                    fail("CUDA mmq: %zu bytes of shared memory per block are not available", coal_smem<MT>);
+                k_mmq<DType::Q8_0, MT, true, true, PARTS, ADD><<<grid, THREADS, coal_smem<MT>, stream>>>(a, g, parts);
+            };
+            if (add_cvt_enabled())
+                coal(std::true_type{});
+            else
+                coal(std::false_type{});
             return;
         }
     }
