@@ -32,20 +32,32 @@ std::vector<DeviceInfo> list_devices() {
     return out;
 }
 
+int device_fact(DeviceFact f) {
+    constexpr int k_devices = 64, k_facts = int(DeviceFact::Count);
+    static std::atomic<int> known[k_devices][k_facts];  // the fact + 1; 0: not read yet
+    static constexpr cudaDeviceAttr attr[k_facts] = {
+        cudaDevAttrMultiProcessorCount, cudaDevAttrMaxSharedMemoryPerBlockOptin, cudaDevAttrComputeCapabilityMajor};
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= k_devices) {
+        cudaGetLastError();
+        return 0;
+    }
+    std::atomic<int> &k = known[dev][int(f)];
+    int v = k.load(std::memory_order_relaxed);
+    if (v == 0) {
+        if (cudaDeviceGetAttribute(&v, attr[int(f)], dev) != cudaSuccess) {
+            cudaGetLastError();
+            return 0;
+        }
+        k.store(v + 1, std::memory_order_relaxed);
+        return v;
+    }
+    return v - 1;
+}
+
 bool pdl_enabled() {
     static const bool allowed = env_switch("STRATA_CUDA_PDL", true);
-    if (!allowed) return false;
-    constexpr int k_devices = 64;
-    static std::atomic<int> known[k_devices];  // 0 not read yet, 1 off, 2 on
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= k_devices) return false;
-    int v = known[dev].load(std::memory_order_relaxed);
-    if (v == 0) {
-        int major = 0;
-        v = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9 ? 2 : 1;
-        known[dev].store(v, std::memory_order_relaxed);
-    }
-    return v == 2;
+    return allowed && device_fact(DeviceFact::CcMajor) >= 9;
 }
 
 }  // namespace strata::cuda

@@ -16,4 +16,8 @@ struct DeviceInfo {
 // Every visible device; empty (not an error) when there is no GPU or driver.
 std::vector<DeviceInfo> list_devices();
 
+// Facts of the current device the kernels' launches ask for, read once per device: 0 where it cannot be read.
+enum class DeviceFact { Sms, SmemOptin, CcMajor, Count };
+int device_fact(DeviceFact f);
+
 }  // namespace strata::cuda

@@ -26,9 +26,9 @@
 // the tensor cores work on this one.
 #include "backend/cuda/matmul.cuh"
 
-#include <atomic>
 #include <type_traits>
 
+#include "backend/cuda/device.h"
 #include "backend/cuda/qv_device.cuh"
 #include "core/env.h"
 #include "core/error.h"
@@ -426,13 +426,7 @@ __global__ __launch_bounds__(THREADS) void k_mmq(MatmulArgs a, IqGrids g, Matmul
 
     // Warp tile: weight rows [ww, ww + 32), activation rows [wt, wt + MT / 2).
     const int ww = (warp % 4) * 32, wt = (warp / 4) * (MT / 2);
-    float acc[2][J][4];
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < J; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+    float acc[2][J][4] = {};
 
     // fetch: a k step's loads issued (COAL: the weights' copies); put: stored into the tiles (COAL: once copied).
     Loads<MT, COAL> l;
@@ -520,13 +514,7 @@ __global__ __launch_bounds__(THREADS, 2) void k_mmq_staged(MatmulArgs a, IqGrids
     const Where at{static_cast<const uint8_t *>(grp.w), int64_t(blockIdx.y) * MW, a.k / 32, min(MT, grp.n_rows - row0),
                    int64_t(grp.x_row0) + row0};
     const int ww = (warp % 4) * 32, wt = (warp / 4) * (MT / 2);
-    float acc[2][J][4];
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < J; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+    float acc[2][J][4] = {};
 
     // Protocol: one commit group per step (empty past the last); before step t, groups up to t are complete when at
     // most one is in flight (t + 1's); the barrier after that wait also says every thread is past step t - 1's MMAs,
@@ -694,13 +682,7 @@ __global__ __launch_bounds__(THREADS, 1) void k_mmq_q8_staged(MatmulArgs a, Matm
     const Where at{static_cast<const uint8_t *>(grp.w), int64_t(wblock) * MW, a.k / 32, min(MT, grp.n_rows - row0),
                    int64_t(grp.x_row0) + row0};
     const int ww = (warp % 4) * 32, wt = (warp / 4) * (MT / 2);
-    float acc[2][J][4];
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < J; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+    float acc[2][J][4] = {};
 
     // Protocol: one commit group per step (empty past the last), S - 1 before the loop; before step t at most S - 2
     // groups are left in flight, so step t's has landed, and the barrier after that wait says every thread's copies
@@ -743,24 +725,8 @@ bool q8_staged_applies(const MatmulArgs &a, const MatmulParts &parts) {
 // The stages a block can have on the current device: 4 where its shared memory per block allows (Hopper, 227 KiB),
 // else 3 (A100's 163 KiB), else 2 (the RTX cards' 99 KiB).
 int q8_stages() {
-    constexpr int k_devices = 64;
-    static std::atomic<int> known[k_devices];  // 0: not read yet
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= k_devices) {
-        cudaGetLastError();
-        return 2;
-    }
-    int n = known[dev].load(std::memory_order_relaxed);
-    if (n == 0) {
-        int smem = 0;
-        if (cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
-            cudaGetLastError();
-            smem = 0;
-        }
-        n = size_t(smem) >= sizeof(Q8Stages<4>) ? 4 : size_t(smem) >= sizeof(Q8Stages<3>) ? 3 : 2;
-        known[dev].store(n, std::memory_order_relaxed);
-    }
-    return n;
+    const size_t smem = size_t(device_fact(DeviceFact::SmemOptin));
+    return smem >= sizeof(Q8Stages<4>) ? 4 : smem >= sizeof(Q8Stages<3>) ? 3 : 2;
 }
 
 template <int S, bool PARTS, bool ADD>
@@ -853,22 +819,7 @@ bool small_grid_enabled() {
     return on;
 }
 int64_t device_sms() {  // of the current device (0: unknown, the line is never crossed)
-    constexpr int k_devices = 64;
-    static std::atomic<int> known[k_devices];  // 0: not read yet
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= k_devices) {
-        cudaGetLastError();
-        return 0;
-    }
-    int n = known[dev].load(std::memory_order_relaxed);
-    if (n == 0) {
-        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-            cudaGetLastError();
-            return 0;
-        }
-        known[dev].store(n, std::memory_order_relaxed);
-    }
-    return n;
+    return device_fact(DeviceFact::Sms);
 }
 
 // Q8_0 rows that are whole 4-byte words (and start on one) can be copied as words (the Wide form only).
