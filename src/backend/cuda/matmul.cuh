@@ -106,9 +106,10 @@ void launch_mmvq_parts(const MatmulArgs &a, const MatmulPart *parts, int n_parts
 // two steps ahead and unpacked from there. Q8Staged (Q8_0 single groups, k a multiple of 128; others take Wide):
 // Wide's tiles, each k step's bytes copied into shared memory by cp.async up to three steps ahead and read by the
 // MMAs as they are.
-// Auto: Wide for a single group (Plain with STRATA_CUDA_MMQ_WIDE=0, and with STRATA_CUDA_MMQ_SMALL_GRID=1 where
-// Wide's blocks would be fewer than the device's SMs; Q8Staged with STRATA_CUDA_MMQ_Q8_STAGED=1), Plain for a tile
-// list (Narrow with STRATA_CUDA_MMQ_PIPE=1); Plain becomes Staged (STRATA_CUDA_MMQ_STAGED=0 keeps Plain).
+// Auto: Wide for a single group, Q8Staged where it applies (Plain with STRATA_CUDA_MMQ_WIDE=0, and with
+// STRATA_CUDA_MMQ_SMALL_GRID=1 where Wide's blocks would be fewer than the device's SMs; STRATA_CUDA_MMQ_Q8_STAGED=0
+// keeps Wide), Plain for a tile list (Narrow with STRATA_CUDA_MMQ_PIPE=1); Plain becomes Staged
+// (STRATA_CUDA_MMQ_STAGED=0 keeps Plain).
 enum class MmqForm { Auto, Plain, Narrow, Wide, Staged, Q8Staged };
 bool mmq_supported(DType t);
 void launch_mmq(const MatmulArgs &a, cudaStream_t stream, MmqForm form = MmqForm::Auto);

@@ -26,8 +26,6 @@
 // the tensor cores work on this one.
 #include "backend/cuda/matmul.cuh"
 
-#include <type_traits>
-
 #include "backend/cuda/device.h"
 #include "backend/cuda/qv_device.cuh"
 #include "core/env.h"
@@ -259,21 +257,9 @@ struct TileView {
 // [wt, wt + 8 J)), from the A fragment af, the B fragments bf, the two rows' scales and offsets and the activations'
 // {d, d * sum} (load_dx): y += dx * (scale * dot) + off * (dx * sum q), the offset term only for the
 // types that have one (k_off). Every form adds its sub-blocks in k order through this, so every form's bits are one.
-// An MMA's integer sum as a float. ADD: by adding it to the bits of 1.5 * 2^23 and subtracting that float, exact for
-// |c| < 2^22 (an int8 MMA's sum over 32 products is at most 2^19), so the same value as the conversion instruction,
-// whose pipe does 16 a clock an SM where the integer add does 64 and the float add 128.
-template <bool ADD>
-__device__ __forceinline__ float int_sum_to_float(int c) {
-    if constexpr (ADD)
-        return __fsub_rn(__int_as_float(c + 0x4B400000), 12582912.0f);
-    else
-        return float(c);
-}
-
-template <DType T, int J, typename Dx, bool ADD = false>
+template <DType T, int J, typename Dx>
 __device__ __forceinline__ void mmq_accumulate(const int (&af)[4], const int (&bf)[J][2], float2 scA, float2 scB,
                                                float offA, float offB, const Dx &dx, float (&acc)[J][4]) {
-    auto f = [](int c) { return int_sum_to_float<ADD>(c); };
 #pragma unroll
     for (int j = 0; j < J; j++) {
         const float4 d = dx(j);
@@ -283,17 +269,17 @@ __device__ __forceinline__ void mmq_accumulate(const int (&af)[4], const int (&b
             int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
             mma_k16(lo, af[0], af[1], bf[j][0]);
             mma_k16(hi, af[2], af[3], bf[j][1]);
-            sA0 = scA.x * f(lo[0]) + scA.y * f(hi[0]);
-            sA1 = scA.x * f(lo[1]) + scA.y * f(hi[1]);
-            sB0 = scB.x * f(lo[2]) + scB.y * f(hi[2]);
-            sB1 = scB.x * f(lo[3]) + scB.y * f(hi[3]);
+            sA0 = scA.x * float(lo[0]) + scA.y * float(hi[0]);
+            sA1 = scA.x * float(lo[1]) + scA.y * float(hi[1]);
+            sB0 = scB.x * float(lo[2]) + scB.y * float(hi[2]);
+            sB1 = scB.x * float(lo[3]) + scB.y * float(hi[3]);
         } else {
             int c[4] = {0, 0, 0, 0};
             mma_k32(c, af, bf[j]);
-            sA0 = scA.x * f(c[0]);
-            sA1 = scA.x * f(c[1]);
-            sB0 = scB.x * f(c[2]);
-            sB1 = scB.x * f(c[3]);
+            sA0 = scA.x * float(c[0]);
+            sA1 = scA.x * float(c[1]);
+            sB0 = scB.x * float(c[2]);
+            sB1 = scB.x * float(c[3]);
         }
         if constexpr (k_off<T>) {
             acc[j][0] += dA.x * sA0 + offA * dA.y;
@@ -327,7 +313,7 @@ __device__ __forceinline__ void load_b(const uint8_t *xq, int s, int wt, int (&b
 }
 
 // The MMAs of one k step into a warp's accumulators (weight rows [ww, ww + 32), activation rows [wt, wt + 8 J)).
-template <DType T, int MT, int J, bool ADD = false>
+template <DType T, int MT, int J>
 __device__ __forceinline__ void mmq_step(const TileView<MT> sm, int ww, int wt, float (&acc)[2][J][4]) {
     const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
 #pragma unroll
@@ -350,7 +336,7 @@ __device__ __forceinline__ void mmq_step(const TileView<MT> sm, int ww, int wt, 
             const float offA = k_off<T> ? sm.woff[rA][s] : 0.0f, offB = k_off<T> ? sm.woff[rB][s] : 0.0f;
             const float2 *xds_s = sm.xds[s];
             auto get_dx = [&](int j) { return load_dx(xds_s, wt, j); };
-            mmq_accumulate<T, J, decltype(get_dx), ADD>(af[i], bf, scA, scB, offA, offB, get_dx, acc[i]);
+            mmq_accumulate<T, J>(af[i], bf, scA, scB, offA, offB, get_dx, acc[i]);
         }
     }
 }
@@ -396,7 +382,7 @@ __device__ __forceinline__ void store_acc(const MatmulArgs &a, const Where &at, 
 // PARTS: several matrices in one launch (launch_mmq_parts, the Wide form only); a block of part p computes what the
 // same block of a launch of that matrix alone computes. A template argument: the selection's registers would push
 // the Wide form past 255 for every launch.
-template <DType T, int MT, bool PIPE, bool COAL, bool PARTS, bool ADD = false>
+template <DType T, int MT, bool PIPE, bool COAL, bool PARTS>
 __global__ __launch_bounds__(THREADS) void k_mmq(MatmulArgs a, IqGrids g, MatmulParts parts) {
     static_assert(!COAL || T == DType::Q8_0, "only Q8_0 rows are read as words");
     constexpr int J = MT / 16;  // 8-row activation tiles per warp
@@ -450,7 +436,7 @@ __global__ __launch_bounds__(THREADS) void k_mmq(MatmulArgs a, IqGrids g, Matmul
         __syncthreads();
         const bool more = PIPE && s0 + MS < at.n_sub;
         if (more) fetch(s0 + MS);
-        mmq_step<T, MT, J, ADD>(sm, ww, wt, acc);
+        mmq_step<T, MT, J>(sm, ww, wt, acc);
         __syncthreads();
         if (more) put();
     }
@@ -499,7 +485,6 @@ __device__ __forceinline__ void stage_copy(const MatmulArgs &a, const Where &at,
     }
 }
 
-template <bool ADD>
 __global__ __launch_bounds__(THREADS, 2) void k_mmq_staged(MatmulArgs a, IqGrids g) {
     constexpr int MT = ST_MT, J = MT / 16;
     Staged &sm = *reinterpret_cast<Staged *>(mmq_dyn_smem);
@@ -544,19 +529,11 @@ __global__ __launch_bounds__(THREADS, 2) void k_mmq_staged(MatmulArgs a, IqGrids
             sm.woff[r][s] = w.off;
         }
         __syncthreads();
-        mmq_step<DType::Q4_K, MT, J, ADD>(TileView<MT>(sm.wq, sm.xq[st], sm.wsc, sm.woff, sm.xds[st]), ww, wt, acc);
+        mmq_step<DType::Q4_K, MT, J>(TileView<MT>(sm.wq, sm.xq[st], sm.wsc, sm.woff, sm.xds[st]), ww, wt, acc);
     }
     cp_async_wait<0>();
     (void)g;
     store_acc<J>(a, at, grp.y_row0 + row0, ww, wt, acc);
-}
-
-// STRATA_CUDA_MMQ_ADD_CVT=1 (opt-in until measured): the staged forms' and the Wide form's Q8_0 word copies' MMA
-// sums to floats by an integer and a float add (int_sum_to_float) instead of the conversion instruction; the same
-// values, so the same bits.
-bool add_cvt_enabled() {
-    static const bool on = env_switch("STRATA_CUDA_MMQ_ADD_CVT", false);
-    return on;
 }
 
 // The Q8_0 staged form (a single group of Q8_0 rows, 128 activation rows a block, the Wide form's warp tiles): each
@@ -643,7 +620,7 @@ __device__ __forceinline__ void q8_quant_words(const uint8_t *blk, int tig, int 
     }
 }
 
-template <int J, int s, bool ADD>
+template <int J, int s>
 __device__ __forceinline__ void q8_direct_sub(const uint8_t *w, const uint8_t *xq, const float2 *xds_s, int ww, int wt,
                                               float (&acc)[2][J][4]) {
     const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
@@ -664,12 +641,11 @@ __device__ __forceinline__ void q8_direct_sub(const uint8_t *w, const uint8_t *x
     auto get_dx = [&](int j) { return dx[j]; };
 #pragma unroll
     for (int i = 0; i < 2; i++)
-        mmq_accumulate<DType::Q8_0, J, decltype(get_dx), ADD>(af[i], bf, make_float2(dA[i], dA[i]),
-                                                              make_float2(dB[i], dB[i]), 0.0f, 0.0f, get_dx, acc[i]);
+        mmq_accumulate<DType::Q8_0, J>(af[i], bf, make_float2(dA[i], dA[i]), make_float2(dB[i], dB[i]), 0.0f, 0.0f,
+                                       get_dx, acc[i]);
 }
 
-// ADD: the MMAs' sums to floats by an integer and a float add (int_sum_to_float), the same values.
-template <int S, bool PARTS, bool ADD>
+template <int S, bool PARTS>
 __global__ __launch_bounds__(THREADS, 1) void k_mmq_q8_staged(MatmulArgs a, MatmulParts parts) {
     constexpr int MT = k_wide_rows, J = MT / 16;
     static_assert(MS == 4, "q8_direct_sub's four sub-blocks");
@@ -701,10 +677,10 @@ __global__ __launch_bounds__(THREADS, 1) void k_mmq_q8_staged(MatmulArgs a, Matm
         if (t + S - 1 < steps) q8_stage_copy<S>(a, at, copies, t + S - 1, sm, (t + S - 1) % S);
         cp_async_commit();
         const int st = t % S;
-        q8_direct_sub<J, 0, ADD>(sm.w[st], sm.xq[st], sm.xds[st][0], ww, wt, acc);
-        q8_direct_sub<J, 1, ADD>(sm.w[st], sm.xq[st], sm.xds[st][1], ww, wt, acc);
-        q8_direct_sub<J, 2, ADD>(sm.w[st], sm.xq[st], sm.xds[st][2], ww, wt, acc);
-        q8_direct_sub<J, 3, ADD>(sm.w[st], sm.xq[st], sm.xds[st][3], ww, wt, acc);
+        q8_direct_sub<J, 0>(sm.w[st], sm.xq[st], sm.xds[st][0], ww, wt, acc);
+        q8_direct_sub<J, 1>(sm.w[st], sm.xq[st], sm.xds[st][1], ww, wt, acc);
+        q8_direct_sub<J, 2>(sm.w[st], sm.xq[st], sm.xds[st][2], ww, wt, acc);
+        q8_direct_sub<J, 3>(sm.w[st], sm.xq[st], sm.xds[st][3], ww, wt, acc);
     }
     cp_async_wait<0>();
     store_acc<J>(a, at, grp.y_row0 + row0, ww, wt, acc);
@@ -729,21 +705,13 @@ int q8_stages() {
     return smem >= sizeof(Q8Stages<4>) ? 4 : smem >= sizeof(Q8Stages<3>) ? 3 : 2;
 }
 
-template <int S, bool PARTS, bool ADD>
-void launch_q8_staged_k(const MatmulArgs &a, const MatmulParts &parts, int64_t n_tiles, cudaStream_t stream) {
-    const void *k = reinterpret_cast<const void *>(k_mmq_q8_staged<S, PARTS, ADD>);
+template <int S, bool PARTS>
+void launch_q8_staged_s(const MatmulArgs &a, const MatmulParts &parts, int64_t n_tiles, cudaStream_t stream) {
+    const void *k = reinterpret_cast<const void *>(k_mmq_q8_staged<S, PARTS>);
     if (!allow_dynamic_smem(k, sizeof(Q8Stages<S>)))
         fail("CUDA mmq: %zu bytes of shared memory per block are not available", sizeof(Q8Stages<S>));
     const dim3 grid(unsigned(n_tiles), weight_blocks(a, parts));
-    k_mmq_q8_staged<S, PARTS, ADD><<<grid, THREADS, sizeof(Q8Stages<S>), stream>>>(a, parts);
-}
-
-template <int S, bool PARTS>
-void launch_q8_staged_s(const MatmulArgs &a, const MatmulParts &parts, int64_t n_tiles, cudaStream_t stream) {
-    if (add_cvt_enabled())
-        launch_q8_staged_k<S, PARTS, true>(a, parts, n_tiles, stream);
-    else
-        launch_q8_staged_k<S, PARTS, false>(a, parts, n_tiles, stream);
+    k_mmq_q8_staged<S, PARTS><<<grid, THREADS, sizeof(Q8Stages<S>), stream>>>(a, parts);
 }
 
 template <bool PARTS>
@@ -767,19 +735,11 @@ bool staged_applies(const MatmulArgs &a) {
            (a.groups || reinterpret_cast<uintptr_t>(a.single.w) % 16 == 0);
 }
 
-template <bool ADD>
-void launch_staged_k(const MatmulArgs &a, int64_t n_tiles, cudaStream_t stream) {
-    if (!allow_dynamic_smem(reinterpret_cast<const void *>(k_mmq_staged<ADD>), sizeof(Staged)))
+void launch_staged(const MatmulArgs &a, int64_t n_tiles, cudaStream_t stream) {
+    if (!allow_dynamic_smem(reinterpret_cast<const void *>(k_mmq_staged), sizeof(Staged)))
         fail("CUDA mmq: %zu bytes of shared memory per block are not available", sizeof(Staged));
     const dim3 grid(unsigned(n_tiles), ceil_div(a.n, MW));
-    k_mmq_staged<ADD><<<grid, THREADS, sizeof(Staged), stream>>>(a, iq_grids());
-}
-
-void launch_staged(const MatmulArgs &a, int64_t n_tiles, cudaStream_t stream) {
-    if (add_cvt_enabled())
-        launch_staged_k<true>(a, n_tiles, stream);
-    else
-        launch_staged_k<false>(a, n_tiles, stream);
+    k_mmq_staged<<<grid, THREADS, sizeof(Staged), stream>>>(a, iq_grids());
 }
 
 // Q4_K matrices in the staged form where the Plain form would take them (the experts' tile lists, and single groups
@@ -799,10 +759,10 @@ bool pipe_enabled() {
     static const bool on = env_switch("STRATA_CUDA_MMQ_PIPE", false);
     return on;
 }
-// STRATA_CUDA_MMQ_Q8_STAGED=1 (opt-in until measured): Q8_0 single groups in the Q8_0 staged form where Auto would
-// take Wide.
+// Q8_0 single groups in the Q8_0 staged form where Auto would take Wide; STRATA_CUDA_MMQ_Q8_STAGED=0 leaves them to
+// Wide.
 bool q8_staged_enabled() {
-    static const bool on = env_switch("STRATA_CUDA_MMQ_Q8_STAGED", false);
+    static const bool on = env_switch("STRATA_CUDA_MMQ_Q8_STAGED", true);
     return on;
 }
 // STRATA_CUDA_MMQ_COALESCED=0: Q8_0 rows read a sub-block a thread like the other types.
@@ -839,17 +799,10 @@ void launch_form(const MatmulArgs &a, const MatmulParts &parts, int64_t n_tiles,
     const dim3 grid(unsigned(n_tiles), weight_blocks(a, parts));
     if constexpr (MT == k_wide_rows && PIPE) {
         if (q8_words(a, parts)) {
-            auto coal = [&](auto add) {
-                constexpr bool ADD = decltype(add)::value;
-                const void *k = reinterpret_cast<const void *>(k_mmq<DType::Q8_0, MT, true, true, PARTS, ADD>);
-                if (!allow_dynamic_smem(k, coal_smem<MT>))
-                    fail("CUDA mmq: %zu bytes of shared memory per block are not available", coal_smem<MT>);
-                k_mmq<DType::Q8_0, MT, true, true, PARTS, ADD><<<grid, THREADS, coal_smem<MT>, stream>>>(a, g, parts);
-            };
-            if (add_cvt_enabled())
-                coal(std::true_type{});
-            else
-                coal(std::false_type{});
+            if (!allow_dynamic_smem(reinterpret_cast<const void *>(k_mmq<DType::Q8_0, MT, true, true, PARTS>),
+                                    coal_smem<MT>))
+                fail("CUDA mmq: %zu bytes of shared memory per block are not available", coal_smem<MT>);
+            k_mmq<DType::Q8_0, MT, true, true, PARTS><<<grid, THREADS, coal_smem<MT>, stream>>>(a, g, parts);
             return;
         }
     }
