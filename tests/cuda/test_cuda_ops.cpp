@@ -416,11 +416,12 @@ TEST(CudaMatmuls, OneLaunchIsTheSeparateLaunches) {
 }
 
 // The tensor-core matmul's forms (matmul.cuh, MmqForm) compute one function: for every type, a single group (the
-// dense matrices of a prompt: Plain, Narrow, Wide and, for Q4_K, Staged; for Q8_0, Q8Staged) and a tile list of
-// several groups (the experts: Plain, Narrow and Staged) give the same bits. Row counts that leave partial 64- and
-// 128-row tiles, a weight-row count that leaves a partial 128-row block, row lengths with a partial k step and several
-// steps (Q8_0's Wide form copies rows of whole words: k 320 and 2048, a partial and whole last step; k 288 is read a
-// block a thread; Q8Staged takes k 256, fewer steps than it has stages, and 2048).
+// dense matrices of a prompt: Plain, Narrow, Wide and, for Q4_K, Staged and Q4Direct; for Q8_0, Q8Staged) and a tile
+// list of several groups (the experts: Plain, Narrow, Staged and Q4Direct) give the same bits. Row counts that leave
+// partial 64- and 128-row tiles, a weight-row count that leaves a partial 128-row block, row lengths with a partial k
+// step and several steps (Q8_0's Wide form copies rows of whole words: k 320 and 2048, a partial and whole last step; k
+// 288 is read a block a thread; Q8Staged takes k 256, fewer steps than it has stages, and 2048; Q4Direct k 256, one
+// super-block of two steps, fewer than its stages, and 2048).
 TEST(CudaMmq, FormsAreTheSameBits) {
     for (DType t : k_mmvq_types) {
         for (int64_t k : {288, 320, 256, 2048}) {
@@ -446,7 +447,7 @@ TEST(CudaMmq, FormsAreTheSameBits) {
                 for (int64_t i = 0; i < int64_t(rows) * n; i++)
                     ASSERT_FALSE(std::isnan(plain[size_t(i)])) << what << ": output " << i << " not written";
                 for (cuda::MmqForm f : {cuda::MmqForm::Narrow, cuda::MmqForm::Wide, cuda::MmqForm::Staged,
-                                        cuda::MmqForm::Q8Staged, cuda::MmqForm::Auto})
+                                        cuda::MmqForm::Q8Staged, cuda::MmqForm::Q4Direct, cuda::MmqForm::Auto})
                     EXPECT_EQ(std::memcmp(plain.data(), run(f).data(), plain.size() * 4), 0)
                         << what << ", " << rows << " rows, form " << int(f);
             }
@@ -464,7 +465,7 @@ TEST(CudaMmq, FormsAreTheSameBits) {
             a.n_tiles = int32_t(tiles.size());
             const std::vector<float> plain = run(cuda::MmqForm::Plain);
             for (cuda::MmqForm f : {cuda::MmqForm::Narrow, cuda::MmqForm::Wide, cuda::MmqForm::Staged,
-                                    cuda::MmqForm::Q8Staged, cuda::MmqForm::Auto})
+                                    cuda::MmqForm::Q8Staged, cuda::MmqForm::Q4Direct, cuda::MmqForm::Auto})
                 EXPECT_EQ(std::memcmp(plain.data(), run(f).data(), plain.size() * 4), 0)
                     << what << ", three groups, form " << int(f);
             a.groups = nullptr;

@@ -103,14 +103,14 @@ void launch_mmvq_parts(const MatmulArgs &a, const MatmulPart *parts, int n_parts
 // Forms (mmq.cu), all of the same bits: Plain loads a k step and then computes it, 64 activation rows a block;
 // Narrow and Wide load the next step while computing this one, 64 and 128 rows a block (Wide: a single group only).
 // Staged (Q4_K; other types take Plain): 64 rows a block, each k step's bytes copied into shared memory by cp.async
-// two steps ahead and unpacked from there. Q8Staged (Q8_0 single groups, k a multiple of 128; others take Wide):
-// Wide's tiles, each k step's bytes copied into shared memory by cp.async up to three steps ahead and read by the
-// MMAs as they are.
-// Auto: Wide for a single group, Q8Staged where it applies (Plain with STRATA_CUDA_MMQ_WIDE=0, and with
-// STRATA_CUDA_MMQ_SMALL_GRID=1 where Wide's blocks would be fewer than the device's SMs; STRATA_CUDA_MMQ_Q8_STAGED=0
-// keeps Wide), Plain for a tile list (Narrow with STRATA_CUDA_MMQ_PIPE=1); Plain becomes Staged
-// (STRATA_CUDA_MMQ_STAGED=0 keeps Plain).
-enum class MmqForm { Auto, Plain, Narrow, Wide, Staged, Q8Staged };
+// two steps ahead and unpacked from there; Q4Direct likewise (Q4_K only), four stages three steps ahead and only the
+// scales unpacked, the MMAs reading the copied quants. Q8Staged (Q8_0 single groups, k a multiple of 128; others take
+// Wide): Wide's tiles, each k step's bytes copied into shared memory by cp.async up to three steps ahead and read by
+// the MMAs as they are. Auto: Wide for a single group, Q8Staged where it applies (Plain with STRATA_CUDA_MMQ_WIDE=0,
+// and with STRATA_CUDA_MMQ_SMALL_GRID=1 where Wide's blocks would be fewer than the device's SMs;
+// STRATA_CUDA_MMQ_Q8_STAGED=0 keeps Wide), Plain for a tile list (Narrow with STRATA_CUDA_MMQ_PIPE=1); Plain becomes
+// Staged (STRATA_CUDA_MMQ_STAGED=0 keeps Plain; STRATA_CUDA_MMQ_Q4_DIRECT=1, opt-in until measured, makes it Q4Direct).
+enum class MmqForm { Auto, Plain, Narrow, Wide, Staged, Q8Staged, Q4Direct };
 bool mmq_supported(DType t);
 void launch_mmq(const MatmulArgs &a, cudaStream_t stream, MmqForm form = MmqForm::Auto);
 // Several matrices of a prompt (more than k_mmv_max_rows rows) in one tensor-core launch, in the form launch_mmq's

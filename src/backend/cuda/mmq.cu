@@ -460,8 +460,10 @@ struct Staged {
     float woff[MW][MS];
 };
 
-// Step t's copies into stage st (one commit group, made by the caller).
-__device__ __forceinline__ void stage_copy(const MatmulArgs &a, const Where &at, int t, Staged &sm, int st) {
+// Step t's copies into a stage's raw rows, activation rows and activation scales (one commit group, made by the
+// caller).
+__device__ __forceinline__ void stage_copy(const MatmulArgs &a, const Where &at, int t, uint8_t *raw, uint8_t *xq,
+                                           float2 (*xds)[ST_MT]) {
     const int tid = threadIdx.x;
     const int64_t s0 = int64_t(t) * MS;
     const size_t head = size_t(s0 / 8) * 144, quants = head + 16 + 64 * size_t((s0 % 8) / 4);
@@ -469,19 +471,19 @@ __device__ __forceinline__ void stage_copy(const MatmulArgs &a, const Where &at,
         const int r = i / (ST_ROW / 16), c = i % (ST_ROW / 16);
         const bool ok = at.n0 + r < a.n;
         const uint8_t *row = at.w + size_t(ok ? at.n0 + r : at.n0) * a.row_bytes;
-        cp_async16(sm.raw[st] + r * ST_ROW + 16 * c, row + (c == 0 ? head : quants + 16 * (c - 1)), ok);
+        cp_async16(raw + r * ST_ROW + 16 * c, row + (c == 0 ? head : quants + 16 * (c - 1)), ok);
     }
 #pragma unroll
     for (int p = 0; p < ST_MT * 8 / THREADS; p++) {  // 8 16-byte pieces a row
         const int i = tid + p * THREADS, r = i / 8, c = i % 8;
         const bool ok = r < at.n_tok;
-        cp_async16(sm.xq[st] + r * ROW_BYTES + 16 * c, a.xq + (at.x_row + (ok ? r : 0)) * a.k + s0 * 32 + 16 * c, ok);
+        cp_async16(xq + r * ROW_BYTES + 16 * c, a.xq + (at.x_row + (ok ? r : 0)) * a.k + s0 * 32 + 16 * c, ok);
     }
     static_assert(ST_MT * MS == THREADS, "a thread's activation scale a step");
     {
         const int r = tid / MS, s = tid % MS;
         const bool ok = r < at.n_tok;
-        cp_async8(&sm.xds[st][s][r], a.xds + (at.x_row + (ok ? r : 0)) * at.n_sub + s0 + s, ok);
+        cp_async8(&xds[s][r], a.xds + (at.x_row + (ok ? r : 0)) * at.n_sub + s0 + s, ok);
     }
 }
 
@@ -505,14 +507,17 @@ __global__ __launch_bounds__(THREADS, 2) void k_mmq_staged(MatmulArgs a, IqGrids
     // most one is in flight (t + 1's); the barrier after that wait also says every thread is past step t - 1's MMAs,
     // so the stage step t + 2 is copied into (t - 1's) and the unpacked weight tile are free.
     const int steps = int(at.n_sub / MS);
-    stage_copy(a, at, 0, sm, 0);
+    stage_copy(a, at, 0, sm.raw[0], sm.xq[0], sm.xds[0]);
     cp_async_commit();
-    if (steps > 1) stage_copy(a, at, 1, sm, 1);
+    if (steps > 1) stage_copy(a, at, 1, sm.raw[1], sm.xq[1], sm.xds[1]);
     cp_async_commit();
     for (int t = 0; t < steps; t++) {
         cp_async_wait<1>();
         __syncthreads();
-        if (t + 2 < steps) stage_copy(a, at, t + 2, sm, (t + 2) % ST_STAGES);
+        if (t + 2 < steps) {
+            const int sn = (t + 2) % ST_STAGES;
+            stage_copy(a, at, t + 2, sm.raw[sn], sm.xq[sn], sm.xds[sn]);
+        }
         cp_async_commit();
         const int st = t % ST_STAGES, h = (t * MS) % 8 / 4;
         // The Plain form's unpacking and stores (load_step, store_step), from the stage.
@@ -729,10 +734,122 @@ void launch_q8_staged(const MatmulArgs &a, const MatmulParts &parts, int64_t n_t
     }
 }
 
+// The Q4_K direct form (STRATA_CUDA_MMQ_Q4_DIRECT=1, opt-in until measured; where the staged form applies): the
+// staged form's copies into four stages, three steps ahead, and its tiles, but the MMAs' A fragments are taken from
+// the copied quants as they lie (a word's nibbles shifted and masked, as QV<Q4_K>::load_parts unpacks them), and
+// only the weights' scales and offsets are unpacked, a step ahead into one of two buffers: one barrier a step, no
+// unpacked weight tile. A stage row of 80 bytes (20 words) puts a fragment load's 8 rows and 4 word columns in 32
+// banks. The same values reach mmq_accumulate as in the staged form, in the same order, so the same bits.
+constexpr int QD_STAGES = 4;
+struct Q4Direct {
+    uint8_t raw[QD_STAGES][MW * ST_ROW];
+    uint8_t xq[QD_STAGES][ST_MT * ROW_BYTES];
+    float2 xds[QD_STAGES][MS][ST_MT];
+    float wsc[2][MW][MS];
+    float woff[2][MW][MS];
+};
+
+template <int J>
+__device__ __forceinline__ void q4_direct_step(const uint8_t *raw, const uint8_t *xq, const float2 (*xds)[ST_MT],
+                                               const float (*wsc)[MS], const float (*woff)[MS], int ww, int wt,
+                                               float (&acc)[2][J][4]) {
+    const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int s = 0; s < MS; s++) {
+        const int shift = 4 * (s & 1);
+        auto word = [&](const uint8_t *p) {
+            return int((*reinterpret_cast<const uint32_t *>(p) >> shift) & 0x0f0f0f0fu);
+        };
+        int af[2][4], bf[J][2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const uint8_t *qa = raw + (ww + 16 * i + gid) * ST_ROW + 16 + 32 * (s / 2) + 4 * tig;
+            const uint8_t *qb = qa + 8 * ST_ROW;
+            af[i][0] = word(qa);
+            af[i][1] = word(qb);
+            af[i][2] = word(qa + 16);
+            af[i][3] = word(qb + 16);
+        }
+        load_b<J>(xq, s, wt, bf);
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int rA = ww + 16 * i + gid, rB = rA + 8;
+            const float2 scA = make_float2(wsc[rA][s], wsc[rA][s]), scB = make_float2(wsc[rB][s], wsc[rB][s]);
+            const float2 *xds_s = xds[s];
+            auto get_dx = [&](int j) { return load_dx(xds_s, wt, j); };
+            mmq_accumulate<DType::Q4_K, J>(af[i], bf, scA, scB, woff[rA][s], woff[rB][s], get_dx, acc[i]);
+        }
+    }
+}
+
+__global__ __launch_bounds__(THREADS, 2) void k_mmq_q4_direct(MatmulArgs a) {
+    constexpr int MT = ST_MT, J = MT / 16;
+    Q4Direct &sm = *reinterpret_cast<Q4Direct *>(mmq_dyn_smem);
+    const int tid = threadIdx.x, warp = tid / 32;
+    int group = 0, row0 = int(blockIdx.x) * MT;
+    if (a.tiles) {
+        const int2 t = a.tiles[blockIdx.x];
+        group = t.x;
+        row0 = t.y;
+    }
+    const MatmulGroup grp = a.groups ? a.groups[group] : a.single;
+    const Where at{static_cast<const uint8_t *>(grp.w), int64_t(blockIdx.y) * MW, a.k / 32, min(MT, grp.n_rows - row0),
+                   int64_t(grp.x_row0) + row0};
+    const int ww = (warp % 4) * 32, wt = (warp / 4) * (MT / 2);
+    float acc[2][J][4] = {};
+
+    // Protocol: one commit group per step (empty past the last), three before the loop. Step 0's scales are unpacked
+    // once its group has landed (and a barrier made every thread's copies visible). Before step t at most one group is
+    // left in flight, so steps t and t + 1 have landed; the barrier after that wait says every thread's copies of them
+    // are visible, step t's scales (unpacked before it) are written, and every thread is past step t - 1's MMAs: the
+    // stage step t + 3 is copied into (t - 1's) and the scale buffer step t + 1's are unpacked into (t - 1's) are
+    // free.
+    const int steps = int(at.n_sub / MS);
+    auto copy = [&](int t) {
+        const int st = t % QD_STAGES;
+        stage_copy(a, at, t, sm.raw[st], sm.xq[st], sm.xds[st]);
+    };
+    auto unpack_scales = [&](int t) {
+        const uint8_t *raw = sm.raw[t % QD_STAGES];
+        const int h = (t * MS) % 8 / 4, b = t % 2;
+#pragma unroll
+        for (int p = 0; p < MW * MS / THREADS; p++) {
+            const int i = tid + p * THREADS, r = i / MS, s = i % MS;
+            QV<DType::Q4_K>::scale_off(raw + r * ST_ROW, 4 * h + s, sm.wsc[b][r][s], sm.woff[b][r][s]);
+        }
+    };
+#pragma unroll
+    for (int t = 0; t < QD_STAGES - 1; t++) {
+        if (t < steps) copy(t);
+        cp_async_commit();
+    }
+    cp_async_wait<QD_STAGES - 2>();
+    __syncthreads();
+    unpack_scales(0);
+    for (int t = 0; t < steps; t++) {
+        cp_async_wait<QD_STAGES - 3>();
+        __syncthreads();
+        if (t + QD_STAGES - 1 < steps) copy(t + QD_STAGES - 1);
+        cp_async_commit();
+        if (t + 1 < steps) unpack_scales(t + 1);
+        const int st = t % QD_STAGES;
+        q4_direct_step<J>(sm.raw[st], sm.xq[st], sm.xds[st], sm.wsc[t % 2], sm.woff[t % 2], ww, wt, acc);
+    }
+    cp_async_wait<0>();
+    store_acc<J>(a, at, grp.y_row0 + row0, ww, wt, acc);
+}
+
 bool staged_applies(const MatmulArgs &a) {
     return a.type == DType::Q4_K && a.k % 256 == 0 && a.row_bytes % 16 == 0 &&
            reinterpret_cast<uintptr_t>(a.xq) % 16 == 0 &&
            (a.groups || reinterpret_cast<uintptr_t>(a.single.w) % 16 == 0);
+}
+
+void launch_q4_direct(const MatmulArgs &a, int64_t n_tiles, cudaStream_t stream) {
+    if (!allow_dynamic_smem(reinterpret_cast<const void *>(k_mmq_q4_direct), sizeof(Q4Direct)))
+        fail("CUDA mmq: %zu bytes of shared memory per block are not available", sizeof(Q4Direct));
+    const dim3 grid(unsigned(n_tiles), ceil_div(a.n, MW));
+    k_mmq_q4_direct<<<grid, THREADS, sizeof(Q4Direct), stream>>>(a);
 }
 
 void launch_staged(const MatmulArgs &a, int64_t n_tiles, cudaStream_t stream) {
@@ -746,6 +863,10 @@ void launch_staged(const MatmulArgs &a, int64_t n_tiles, cudaStream_t stream) {
 // with STRATA_CUDA_MMQ_WIDE=0); STRATA_CUDA_MMQ_STAGED=0 leaves them to Plain.
 bool staged_enabled() {
     static const bool on = env_switch("STRATA_CUDA_MMQ_STAGED", true);
+    return on;
+}
+bool q4_direct_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_MMQ_Q4_DIRECT", false);
     return on;
 }
 
@@ -820,7 +941,7 @@ void launch_form(const MatmulArgs &a, const MatmulParts &parts, int64_t n_tiles,
 // Where Auto would take the Plain form: Staged unless STRATA_CUDA_MMQ_STAGED=0 (launch_single and launch_mmq fall back
 // to Plain for the types it does not take).
 MmqForm plain_form() {
-    return staged_enabled() ? MmqForm::Staged : MmqForm::Plain;
+    return staged_enabled() ? (q4_direct_enabled() ? MmqForm::Q4Direct : MmqForm::Staged) : MmqForm::Plain;
 }
 
 // The form a single group of `rows` rows (of a matrix with n_w rows) takes under Auto.
@@ -832,13 +953,15 @@ MmqForm single_form(int64_t rows, int64_t n_w) {
 }
 
 void launch_single(const MatmulArgs &a, MmqForm form, cudaStream_t stream) {
-    if (form == MmqForm::Staged && !staged_applies(a)) form = MmqForm::Plain;  // Q4_K only
+    if ((form == MmqForm::Staged || form == MmqForm::Q4Direct) && !staged_applies(a)) form = MmqForm::Plain;
     if (form == MmqForm::Q8Staged && !q8_staged_applies(a, MatmulParts{})) form = MmqForm::Wide;
     const int rows = form == MmqForm::Wide || form == MmqForm::Q8Staged ? k_wide_rows : 64;
     const int64_t n_tiles = (a.single.n_rows + rows - 1) / rows;
     if (n_tiles == 0) return;
     if (form == MmqForm::Q8Staged)
         launch_q8_staged<false>(a, MatmulParts{}, n_tiles, stream);
+    else if (form == MmqForm::Q4Direct)
+        launch_q4_direct(a, n_tiles, stream);
     else if (form == MmqForm::Staged)
         launch_staged(a, n_tiles, stream);
     else if (form == MmqForm::Wide)
@@ -860,13 +983,16 @@ void launch_mmq(const MatmulArgs &a, cudaStream_t stream, MmqForm form) {
     STRATA_ASSERT(a.k % 32 == 0 && a.n <= int64_t(65535) * MW);
     if (form == MmqForm::Auto)
         form = a.tiles ? (pipe_enabled() ? MmqForm::Narrow : plain_form()) : single_form(a.single.n_rows, a.n);
-    if (form == MmqForm::Staged && !staged_applies(a)) form = MmqForm::Plain;  // Q4_K only
+    if ((form == MmqForm::Staged || form == MmqForm::Q4Direct) && !staged_applies(a))
+        form = MmqForm::Plain;  // Q4_K only
     if ((form == MmqForm::Wide || form == MmqForm::Q8Staged) && a.tiles)
         form = MmqForm::Narrow;  // the tile list's tiles are 64 rows
     if (a.tiles) {
         if (a.n_tiles == 0) return;
         if (form == MmqForm::Staged)
             launch_staged(a, a.n_tiles, stream);
+        else if (form == MmqForm::Q4Direct)
+            launch_q4_direct(a, a.n_tiles, stream);
         else if (form == MmqForm::Plain)
             launch_form<64, false>(a, MatmulParts{}, a.n_tiles, stream);
         else

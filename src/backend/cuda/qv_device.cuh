@@ -145,16 +145,23 @@ struct QV<DType::Q4_K> {
     // Sub-block j of a super-block from its 16-byte head b (d, dmin, scales) and the 32 bytes of quants that hold
     // it (16-byte aligned), wherever each lies: mmq.cu's staged form copies them apart into shared memory.
     __device__ static void load_parts(const uint8_t *b, const uint8_t *qs_at, int j, WSub &w) {
-        int sc, m;
-        qd::k_scale_min(b + 4, j, sc, m);
         const uint4 *qs = reinterpret_cast<const uint4 *>(qs_at);
         const uint4 v0 = qs[0], v1 = qs[1];
         const uint32_t v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
         const int shift = 4 * (j & 1);
 #pragma unroll
         for (int i = 0; i < 8; i++) w.q[i] = int((v[i] >> shift) & 0x0f0f0f0fu);
-        uniform_scale(w, __fmul_rn(ld_f16(b), float(sc)));
-        w.off = -__fmul_rn(ld_f16(b + 2), float(m));
+        float scale, off;
+        scale_off(b, j, scale, off);
+        uniform_scale(w, scale);
+        w.off = off;
+    }
+    // Sub-block j's scale (every element's) and offset from its super-block's 16-byte head b.
+    __device__ static void scale_off(const uint8_t *b, int j, float &scale, float &off) {
+        int sc, m;
+        qd::k_scale_min(b + 4, j, sc, m);
+        scale = __fmul_rn(ld_f16(b), float(sc));
+        off = -__fmul_rn(ld_f16(b + 2), float(m));
     }
 };
 
