@@ -166,6 +166,14 @@ class Backend {
     virtual ScratchMark scratch_mark() { return {}; }
     virtual void scratch_release(ScratchMark) {}
     virtual void download(const Act &src, float *host) = 0;     // rows x cols, packed
+    // Host memory for n floats that download() and upload() move in bulk (a split model's residual stream between
+    // parts), page-locked where the backend has such memory, so those copies run at the bus's rate; nullptr where it
+    // has none or cannot get it (the caller then uses ordinary memory). free_host gives back what alloc_host gave.
+    virtual float *alloc_host(size_t n) {
+        (void)n;
+        return nullptr;
+    }
+    virtual void free_host(float *p) { (void)p; }
     virtual void download_i32(const int32_t *src, int64_t n, int32_t *host) = 0;  // synchronous
     // Each row's arg-max (core/argmax.h's pick: NaN never larger, the lowest index among equal maxima) to host[rows],
     // as download() delivers (inside a pass: once end_pass() has returned). Backends that can take it where the rows

@@ -144,8 +144,8 @@ void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *toke
     if (c.l1 < m.hp.n_layer) {  // a part before the last: the residual stream goes on to the next
         STRATA_ASSERT(part && part->out);
         const size_t n = size_t(batch.n_tokens * m.hp.n_embd);
-        part->out->x.resize(n);
-        part->out->cur.resize(n);
+        part->out->x.resize(n, be);
+        part->out->cur.resize(n, be);
         io.out_x = part->out->x.data(), io.out_cur = part->out->cur.data();
         io.logits = nullptr, io.ids = nullptr;
     }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/host_floats.h"
 #include "model/weights.h"
 
 namespace strata {
@@ -38,11 +39,12 @@ class ExpertRunner {
     virtual bool reads_back() const { return false; }
 };
 
-// The residual stream between two parts of a split model (runtime/engine.h), in host memory: x, the residual after
-// the part's last layer, and cur, x normed by the next layer's attn_norm (rows x n_embd each). Handing both over
-// keeps the next part's first block on exactly the bits the whole model's pass gives it.
+// The residual stream between two parts of a split model (runtime/engine.h), in host memory the writing part's
+// backend gives (page-locked on a GPU, so each part's copy runs at the bus's rate): x, the residual after the part's
+// last layer, and cur, x normed by the next layer's attn_norm (rows x n_embd each). Handing both over keeps the next
+// part's first block on exactly the bits the whole model's pass gives it.
 struct Residual {
-    std::vector<float> x, cur;
+    HostFloats x, cur;
 };
 
 // The layers a pass runs: all of them, or one participant's part [l0, l1) of a split model. A part that does not

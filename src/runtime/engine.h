@@ -79,7 +79,8 @@ struct StateCheckpoint {
 
 // A split model (several participants): each participant holds the weights, expert cache, loan and caches of its
 // layers only, on its own backend; a pass runs the parts in layer order, each handing the residual stream (and its
-// next norm) to the next through host memory (forward.h's PassPart), so the result is bit for bit the one
+// next norm) to the next through host memory (forward.h's PassPart; page-locked where the writing part's backend has
+// such memory, so a GPU's copies of it run at the bus's rate), so the result is bit for bit the one
 // participant's wherever the parts run on backends of one kind. Sequences, checkpoints and cuts span all parts.
 class Engine {
   public:

@@ -11,6 +11,7 @@
 #include <thread>
 #include <sstream>
 
+#include "backend/host_floats.h"
 #include "core/error.h"
 #include "runtime/engine.h"
 #include "runtime/part_pipeline.h"
@@ -204,6 +205,32 @@ INSTANTIATE_TEST_SUITE_P(Tiny, SplitTest,
                                  if (c == '-') c = '_';
                              return n + (std::get<1>(info.param) ? "_q4k" : "_f32");
                          });
+
+// The residual stream's host memory: a backend without page-locked memory gives ordinary memory; it grows only when
+// asked for more, keeps its buffer when asked for less, and moves with its owner.
+TEST(HostFloats, OrdinaryMemoryGrowsAndMoves) {
+    std::unique_ptr<Backend> cpu = make_cpu_backend(1);
+    HostFloats a;
+    EXPECT_EQ(a.size(), 0u);
+    a.resize(1000, *cpu);
+    ASSERT_NE(a.data(), nullptr);
+    EXPECT_EQ(a.size(), 1000u);
+    EXPECT_FALSE(a.page_locked());
+    for (size_t i = 0; i < a.size(); i++) a.data()[i] = float(i);
+    const float *p = a.data();
+    a.resize(10, *cpu);  // smaller: the same buffer
+    EXPECT_EQ(a.data(), p);
+    EXPECT_EQ(a.size(), 10u);
+    EXPECT_EQ(a.data()[9], 9.0f);
+    HostFloats b(std::move(a));
+    EXPECT_EQ(b.data(), p);
+    EXPECT_EQ(b.size(), 10u);
+    EXPECT_EQ(a.data(), nullptr);
+    EXPECT_EQ(a.size(), 0u);
+    b.resize(5000, *cpu);  // larger: a new buffer of that size
+    EXPECT_EQ(b.size(), 5000u);
+    b.data()[4999] = 1.0f;
+}
 
 TEST(SplitConfig, BadSplitsAreRefusedByName) {
     const std::string p = model_path("tiny-qwen3moe", true);

@@ -563,6 +563,21 @@ void CudaBackend::download(const Act &src, float *host) {
     note_direct_pass(issued, Clock::now());
 }
 
+// Portable: every device's copies run at the bus's rate from it (a split's next part may be on another GPU).
+float *CudaBackend::alloc_host(size_t n) {
+    use_device();
+    float *p = nullptr;
+    if (cudaHostAlloc(reinterpret_cast<void **>(&p), n * sizeof(float), cudaHostAllocPortable) != cudaSuccess) {
+        cudaGetLastError();
+        return nullptr;
+    }
+    return p;
+}
+
+void CudaBackend::free_host(float *p) {
+    if (p) cudaFreeHost(p);
+}
+
 void CudaBackend::download_argmax(const Act &src, int32_t *host) {
     use_device();
     STRATA_CUDA_OP("argmax");

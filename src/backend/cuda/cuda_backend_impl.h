@@ -60,6 +60,8 @@ class CudaBackend final : public Backend {
     ScratchMark scratch_mark() override { return {cur_chunk_, cur_off_}; }
     void scratch_release(ScratchMark m) override;
     void download(const Act &src, float *host) override;
+    float *alloc_host(size_t n) override;
+    void free_host(float *p) override;
     void download_i32(const int32_t *src, int64_t n, int32_t *host) override;
     const int32_t *ids_after_pass(int64_t key, const int32_t *src, int64_t n) override;
     void ids_ready() override;
