@@ -12,9 +12,12 @@
 //   - Narrow: MT = 64, the next k step's weights and activations loaded into registers while the tensor cores work
 //     on this one (loads issued before the MMAs, stored to shared memory after them);
 //   - Wide: MT = 128 and pipelined like Narrow, for a single large group (the dense matrices of a prompt): each
-//     weight tile unpacked once for twice the rows.
-// Every output element sums its sub-blocks in k order with the same code (mmq_step), so every form gives the same
-// bits (the choice and its switches: launch_mmq). Several matrices of one type and row length times the same rows
+//     weight tile unpacked once for twice the rows;
+//   - Staged (Q4_K, MT = 64: the experts), Q4Direct (its variant reading the copied quants) and Q8Staged (Q8_0,
+//     MT = 128: a prompt's dense matrices): each k step's bytes copied by cp.async into shared-memory stages steps
+//     ahead of the step computed (below, at each kernel).
+// Every output element sums its sub-blocks in k order with the same code (mmq_accumulate), so every form gives the
+// same bits (the choice and its switches: launch_mmq). Several matrices of one type and row length times the same rows
 // (a prompt's q, k and v) can share a Wide launch (launch_mmq_parts), each block computing what it would alone.
 // A k step's tiles in shared memory: weights unpacked to int8 rows, activation rows, weight scales per row and
 // sub-block, the activations' {d, d * sum} sub-block-major (a thread's two rows in one 16-byte load). Weights come
