@@ -949,6 +949,27 @@ TEST(MmvqHost, IsTheKernelBitForBit) {
                 CUDA_OK(cudaMemcpy(yf.data(), yd.p, yf.size() * 4, cudaMemcpyDeviceToHost));
                 ASSERT_EQ(std::memcmp(yf.data(), yg.data(), yf.size() * 4), 0) << what << ", one activation row";
             }
+            {  // a group table (a decoding token's experts), read after the wait and before it (groups_early, the
+               // rows staged as a named matrix's): the same bits as the single launch
+                const cuda::MatmulGroup gs[2] = {{qp.wd.p, 2, 1, 0}, {qp.wd.p, 0, 1, 1}};
+                DevBuf gd(sizeof(gs));
+                CUDA_OK(cudaMemcpy(gd.p, gs, sizeof(gs), cudaMemcpyHostToDevice));
+                for (bool early : {false, true}) {
+                    cuda::MatmulArgs ag = qp.a;
+                    ag.groups = gd.as<cuda::MatmulGroup>();
+                    ag.n_groups = 2;
+                    ag.groups_early = early;
+                    CUDA_OK(cudaMemset(yd.p, 0xff, yg.size() * 4));
+                    cuda::launch_mmvq(ag, nullptr, true);
+                    CUDA_OK(cudaDeviceSynchronize());
+                    std::vector<float> yt(size_t(2 * n));
+                    CUDA_OK(cudaMemcpy(yt.data(), yd.p, yt.size() * 4, cudaMemcpyDeviceToHost));
+                    ASSERT_EQ(std::memcmp(yt.data(), yg.data() + 2 * n, size_t(n) * 4), 0)
+                        << what << ", group of activation row 2" << (early ? ", early" : "");
+                    ASSERT_EQ(std::memcmp(yt.data() + n, yg.data(), size_t(n) * 4), 0)
+                        << what << ", group of activation row 0" << (early ? ", early" : "");
+                }
+            }
             {  // the gated form (an expert's down-matrix input): silu(x) * m quantized, on the device and here
                 const std::vector<float> m = randn(size_t(R * k), uint64_t(k) * 31 + 3);
                 DevBuf md(m.size() * 4), q2(size_t(R * k)), d2(size_t(R * k / 32) * 8);

@@ -630,8 +630,10 @@ void CudaBackend::experts_device_routed(const ExpertWeights &w, Act x, int64_t k
     Act gu = alloc(2 * M, n_ff), ys = alloc(M, E);
     Act g = gu.rows_view(0, M), u = gu.rows_view(M, M);
     // Activations quantized once per activation format (gate and up usually share it).
+    // early: the groups were made two launches or more before this one (MatmulArgs::groups_early): the down
+    // matrices', after gate and up and the quantization between.
     auto run = [&](const Weight &mw, const MatmulGroup *gs, int64_t n_groups, const Act &src, Act y, const int8_t *&q,
-                   const float2 *&ds, DType &qt, const Act *silu_mul_by = nullptr) {
+                   const float2 *&ds, DType &qt, const Act *silu_mul_by = nullptr, bool early = false) {
         const DType vt = dot_act_type(mw.type);
         if ((!q || qt != vt) && !silu_mul_by &&
             norm_quant_take(src.data, src.rows, src.cols, src.stride, vt, q, ds)) {
@@ -654,6 +656,7 @@ void CudaBackend::experts_device_routed(const ExpertWeights &w, Act x, int64_t k
         a.y_stride = y.stride;
         a.groups = gs;
         a.n_groups = int32_t(n_groups);
+        a.groups_early = early;
         launch_mmvq(a, stream_, true);  // a group per pair: one row each
     };
     const int8_t *xq = nullptr, *gq = nullptr;
@@ -667,10 +670,10 @@ void CudaBackend::experts_device_routed(const ExpertWeights &w, Act x, int64_t k
     }
     // silu(gate) * up made while quantizing for the down matrices (no launch of its own)
     if (fusion_enabled()) {
-        run(*w.down, groups + 2 * M, M, g, ys, gq, gds, gt, &u);
+        run(*w.down, groups + 2 * M, M, g, ys, gq, gds, gt, &u, true);
     } else {
         launch_silu_mul(rows_of(g), rows_of(u), stream_);
-        run(*w.down, groups + 2 * M, M, g, ys, gq, gds, gt);
+        run(*w.down, groups + 2 * M, M, g, ys, gq, gds, gt, nullptr, true);
     }
     // The combination and the tail (the shared expert's rows, the residual step) in one launch where the shapes
     // allow (STRATA_CUDA_MOE_TAIL=0: separate launches; the same bits).

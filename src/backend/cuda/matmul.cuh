@@ -45,6 +45,13 @@ struct MatmulArgs {
     int32_t n_groups = 1;
     const int2 *tiles = nullptr;  // mm: device array of (group, first row) per row tile; nullptr: tiles of `single`
     int32_t n_tiles = 0;
+    // mmvq: the group table may be read before the kernel's wait for the one before it (pdl.cuh): the kernel that
+    // wrote it is two launches or more back in the stream, so it finished before the kernel before this one began
+    // its work. The mat-vec then stages its weight rows as a matrix named by the parameters (launch_mmvq).
+    bool groups_early = false;
+    // mmvq, set by launch_mmvq: bytes of the first stage_sub sub-blocks of a row that a warp copies into shared memory
+    // before the wait, in pieces of stage_piece bytes (16 or 4); 0: none.
+    int32_t stage_bytes = 0, stage_sub = 0, stage_piece = 0;
 };
 
 // Generic kernels (every type cuda_can_dequantize accepts).

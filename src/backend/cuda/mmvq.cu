@@ -26,8 +26,14 @@ constexpr int k_mmvq_warps = 4;
 
 // One warp per weight row, MAXT activation rows at most (k_mmv_max_rows; 1 for a decoding token's groups, a form
 // with fewer registers).
+// Staged rows (a.stage_bytes > 0; STRATA_CUDA_MMVQ_STAGE=0: none): before pdl_wait each warp copies the first
+// stage_sub sub-blocks of its weight row into its part of the dynamic shared memory by cp.async, so a decoding
+// mat-vec's weights stream in while the kernel before it still runs (the weights are constant; a group table read
+// there was written two launches or more back: MatmulArgs::groups_early); after the wait the lanes read those
+// sub-blocks from shared memory. The same bytes, so the same bits.
 template <DType T, int MAXT>
 __global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrids g, MatmulParts parts) {
+    extern __shared__ __align__(16) uint8_t stage[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     MatmulGroup grp = a.single;
     int64_t n_w = a.n, y_stride = a.y_stride;
@@ -43,19 +49,38 @@ __global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrid
         blk -= b0;
     }
     const int64_t n = int64_t(blk) * k_mmvq_warps + warp;
+    const bool early = a.groups && a.groups_early;
+    if (early) grp = a.groups[blockIdx.y];
+    uint8_t *srow = stage + warp * a.stage_bytes;
+    const uint8_t *wrow = static_cast<const uint8_t *>(grp.w) + size_t(n) * a.row_bytes;
+    const bool staged = a.stage_bytes > 0 && (!a.groups || early) && n < n_w &&
+                        (reinterpret_cast<uintptr_t>(wrow) & uintptr_t(a.stage_piece - 1)) == 0;
+    if (staged) {
+        if (a.stage_piece == 16)
+            for (int o = lane * 16; o < a.stage_bytes; o += 32 * 16) cp_async16(srow + o, wrow + o, true);
+        else
+            for (int o = lane * 4; o < a.stage_bytes; o += 32 * 4) cp_async4(srow + o, wrow + o, true);
+        cp_async_commit();
+    }
     pdl_wait();
     pdl_release();
-    if (a.groups) grp = a.groups[blockIdx.y];
+    if (a.groups && !early) {
+        grp = a.groups[blockIdx.y];
+        wrow = static_cast<const uint8_t *>(grp.w) + size_t(n) * a.row_bytes;
+    }
     if (n >= n_w) return;
     const int rows = MAXT == 1 ? 1 : grp.n_rows;
-    const uint8_t *wrow = static_cast<const uint8_t *>(grp.w) + size_t(n) * a.row_bytes;
-    const int64_t n_sub = a.k / 32;
+    const int64_t n_sub = a.k / 32, n_staged = staged ? a.stage_sub : 0;
+    if (staged) {
+        cp_async_wait<0>();
+        __syncwarp();
+    }
     float acc[MAXT];
 #pragma unroll
     for (int t = 0; t < MAXT; t++) acc[t] = 0.0f;
     for (int64_t sb = lane; sb < n_sub; sb += 32) {
         WSub w;
-        QV<T>::load(wrow, int(sb), w, g);
+        QV<T>::load(sb < n_staged ? srow : wrow, int(sb), w, g);
 #pragma unroll
         for (int t = 0; t < MAXT; t++) {
             if (t >= rows) break;
@@ -228,15 +253,38 @@ bool mmvq_supported(DType t) {
 
 namespace {
 
+// STRATA_CUDA_MMVQ_STAGE=0: no staged rows (A/B; the same bits).
+bool mmvq_stage_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_MMVQ_STAGE", true);
+    return on;
+}
+
+// The staged part of a's rows (k_mmvq): the first k_stage_sub sub-blocks at most (two a lane), whole blocks of the
+// type, copied in 16-byte pieces where the rows allow, else 4-byte ones, else not staged.
+constexpr int64_t k_stage_sub = 64;
+void set_stage(MatmulArgs &a) {
+    a.stage_bytes = a.stage_sub = a.stage_piece = 0;
+    if (!mmvq_stage_enabled() || (a.groups && !a.groups_early)) return;
+    const DTypeInfo &ti = dtype_info(a.type);
+    int64_t elems = std::min<int64_t>(a.k, k_stage_sub * 32);
+    elems -= elems % ti.block_size;
+    const int64_t bytes = elems / ti.block_size * ti.block_bytes;
+    const int piece = bytes % 16 == 0 && a.row_bytes % 16 == 0 ? 16 : bytes % 4 == 0 && a.row_bytes % 4 == 0 ? 4 : 0;
+    if (elems == 0 || piece == 0) return;
+    a.stage_bytes = int32_t(bytes), a.stage_sub = int32_t(elems / 32), a.stage_piece = piece;
+}
+
 // one_row: every group has one activation row (a decoding token's).
-void launch(const MatmulArgs &a, const MatmulParts &parts, dim3 grid, bool one_row, cudaStream_t stream) {
+void launch(MatmulArgs a, const MatmulParts &parts, dim3 grid, bool one_row, cudaStream_t stream) {
     const IqGrids &g = iq_grids();
+    set_stage(a);
+    const size_t smem = size_t(k_mmvq_warps) * size_t(a.stage_bytes);
     // clang-format off
     switch (a.type) {
 #define X(T_) \
     case DType::T_: \
-        if (one_row) pdl_launch(k_mmvq<DType::T_, 1>, grid, k_mmvq_warps * 32, 0, stream, a, g, parts); \
-        else pdl_launch(k_mmvq<DType::T_, k_mmv_max_rows>, grid, k_mmvq_warps * 32, 0, stream, a, g, parts); \
+        if (one_row) pdl_launch(k_mmvq<DType::T_, 1>, grid, k_mmvq_warps * 32, smem, stream, a, g, parts); \
+        else pdl_launch(k_mmvq<DType::T_, k_mmv_max_rows>, grid, k_mmvq_warps * 32, smem, stream, a, g, parts); \
         break;
         X(Q8_0) X(Q4_0) X(MXFP4) X(IQ4_XS) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ2_XXS) X(IQ1_M)
 #undef X
