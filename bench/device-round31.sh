@@ -4,17 +4,17 @@
 #      sub-blocks into shared memory before the kernel's wait for the one before it) bit for bit against the host's
 #      copy of the kernel, with group tables read before and after the wait; the same with the switch off; the
 #      engine suite with the defaults.
-#   2. The 30B all resident, decode: STRATA_CUDA_MMVQ_STAGE=0 / 1 alternated, three pairs, then the CUPTI timeline of
-#      32 decoded tokens with the defaults (tools/profile/timeline.py), kernel by kernel.
+#   2. The 30B all resident, decode: each switch of SWITCHES (default CUDA_MMVQ_STAGE CUDA_KV_FUSE: the q/k norm's
+#      launch storing k and v in the cache) =0 / =1 alternated, three pairs, then the CUPTI timeline of 32 decoded
+#      tokens with the defaults (tools/profile/timeline.py), kernel by kernel.
 # There (carry .peer):
 #   setsid nohup bash bench/device-round31.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/r31/main.log 570
-# SWITCH=NAME: the A/B of step 2 over STRATA_NAME instead of STRATA_CUDA_MMVQ_STAGE.
 L=/tmp/r31; mkdir -p $L
 exec > $L/main.log 2>&1
 NO_LLAMA=${NO_LLAMA:-1}
 source bench/device-lib.sh
 F=/tmp/q30.gguf
-SW=STRATA_${SWITCH:-CUDA_MMVQ_STAGE}
+SWITCHES=${SWITCHES:-CUDA_MMVQ_STAGE CUDA_KV_FUSE}
 synth_start qwen3-30b-a3b $F
 cmake --build /tmp/strata -j12 --target test_cuda_ops test_cuda_engine > $L/build2.log 2>&1
 echo "tests build rc=$? at $(el) s"; grep -E " error" $L/build2.log | head -5
@@ -22,15 +22,20 @@ bash tools/profile/build_kernel_trace.sh /tmp/kernel_trace.so > $L/kt.log 2>&1 |
 OPS='*Mmvq*:*CudaMatmuls*:*CudaMoe*:*CudaRouter*:*CudaNormQuant*:*Flash*:*QkNorm*:*KvStore*'
 timeout 120 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 --gtest_filter="$OPS" > $L/ops.log 2>&1
 echo "test_cuda_ops ($OPS) rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|Expected|Which" $L/ops.log | head -8
-env $SW=0 timeout 120 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 --gtest_filter="$OPS" > $L/ops0.log 2>&1
-echo "test_cuda_ops, $SW=0: rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|Expected|Which" $L/ops0.log | head -8
+OFF=$(for s in $SWITCHES; do echo -n "STRATA_$s=0 "; done)
+env $OFF timeout 120 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 --gtest_filter="$OPS" > $L/ops0.log 2>&1
+echo "test_cuda_ops, $OFF: rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|Expected|Which" $L/ops0.log | head -8
 synth_wait
-for X in 0 1 0 1 0 1; do export $SW=$X; sb -m $F -p 512 -n 128 -r 3 --chunk 4096; unset $SW; done
+for SW in $SWITCHES; do
+  for X in 0 1 0 1 0 1; do export STRATA_$SW=$X; sb -m $F -p 512 -n 128 -r 3 --chunk 4096; unset STRATA_$SW; done
+done
 CUDA_INJECTION64_PATH=/tmp/kernel_trace.so STRATA_KERNEL_TRACE=$L/strata.csv $S bench -m $F -p 1 -n 32 -r 1 > $L/trace.out 2>&1
 echo "== traced rc=$? at $(el) s"
 python3 -m tools.profile.timeline $L/strata.csv --marker embed --passes 16 | head -30
 [ -n "${OUT:-}" ] && gzip -c $L/strata.csv > $OUT/strata.csv.gz
-timeout 240 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 > $L/engine.log 2>&1
+timeout 200 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 > $L/engine.log 2>&1
 echo "test_cuda_engine rc=$? at $(el) s"; grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/engine.log | head -8
-[ -n "${OUT:-}" ] && cp $L/ops.log $L/ops0.log $L/engine.log $L/strata-all.txt $OUT/ 2>/dev/null
+env $OFF timeout 120 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 --gtest_filter='*MatchesTheCpuEngine*:*Argmax*:*Graph*' > $L/engine0.log 2>&1
+echo "test_cuda_engine, $OFF: rc=$? at $(el) s"; grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/engine0.log | head -8
+[ -n "${OUT:-}" ] && cp $L/ops.log $L/ops0.log $L/engine.log $L/engine0.log $L/strata-all.txt $OUT/ 2>/dev/null
 echo "done at $(el) s"; echo ALL_DONE

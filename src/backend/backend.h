@@ -308,6 +308,14 @@ class Backend {
         rope(q, rp, b);
         rope(k, rp, b);
     }
+    // qk_norm_rope, then (a backend may) k and v stored at their positions in layer il's cache as attention() stores
+    // them first; the attention() call after it over the same k and v then does not store them again. The default
+    // runs qk_norm_rope and leaves the stores to attention().
+    virtual void qk_norm_rope_store(int64_t il, Act q, Act k, Act v, const Weight &q_norm, const Weight &k_norm,
+                                    float eps, const RopeParams &rp, const BatchInfo &b) {
+        (void)il, (void)v;
+        qk_norm_rope(q, k, q_norm, k_norm, eps, rp, b);
+    }
     // Stores k, v (rows per token, n_head_kv heads) at their positions in layer il's cache, then causal GQA
     // attention of q over each sequence's cache; out has n_head * head_dim columns.
     virtual void attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int64_t n_head_kv, int64_t head_dim,

@@ -42,7 +42,7 @@ Act attention_block(const ForwardCtx &c, int64_t il, Act cur) {
     // Text-only positions make IMRoPE's sections coincide (every section sees the same position), so it reduces
     // to NeoX rotation of the first n_rot dims.
     RopeParams rp{hd, hp.n_rot, hp.rope_theta};
-    be.qk_norm_rope(q, k, L.q_norm, L.k_norm, hp.rms_eps, rp, c.batch);
+    be.qk_norm_rope_store(il, q, k, v, L.q_norm, L.k_norm, hp.rms_eps, rp, c.batch);
     c.trace(il, "Qcur", q);
     c.trace(il, "Kcur", k);
     c.trace(il, "Vcur", v);

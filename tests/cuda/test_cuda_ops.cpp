@@ -1193,6 +1193,81 @@ TEST(CudaOps, QkNormRopeIsTheSeparateOps) {
     }
 }
 
+// The q/k norm's launch storing k and v in the cache as well (the decode path's default, STRATA_CUDA_KV_FUSE): q and k
+// bit for bit those of the launch without the store, and the cache's bytes those launch_kv_store puts from them, for
+// f32, f16 and q8_0 caches, head sizes 64, 128 and 256, rows of two sequences at scattered positions; positions the
+// rows do not name keep their bytes.
+TEST(CudaOps, QkNormRopeStoresTheCachesBytes) {
+    for (KvType kt : {KvType::F32, KvType::F16, KvType::Q8_0})
+        for (int64_t hd : {64, 128, 256}) {
+            const int64_t T = 5, nq = 4, nk = 2, cols = nk * hd, n_ctx = 40, n_rot = hd / 2;
+            const size_t rb = kt == KvType::F32   ? size_t(cols) * 4
+                              : kt == KvType::F16 ? size_t(cols) * 2
+                                                  : size_t(cols / 32) * 34;
+            const size_t cache = rb * size_t(2 * n_ctx);
+            const std::vector<float> qa = randn(size_t(T * nq * hd), 31), ka = randn(size_t(T * cols), 32),
+                                     va = randn(size_t(T * cols), 33), wq = randn(size_t(hd), 34),
+                                     wk = randn(size_t(hd), 35);
+            std::vector<float> inv(size_t(n_rot / 2));
+            for (size_t i = 0; i < inv.size(); i++) inv[i] = std::pow(1e6f, -2.0f * float(i) / float(n_rot));
+            const std::vector<int2> sp = {{0, 3}, {1, 0}, {1, 17}, {0, 39}, {1, 38}};
+            std::vector<uint8_t> fill(cache);
+            for (size_t i = 0; i < cache; i++) fill[i] = uint8_t(i * 7 + 3);
+            DevBuf wqd(wq.size() * 4), wkd(wk.size() * 4), invd(inv.size() * 4), spd(sp.size() * 8);
+            CUDA_OK(cudaMemcpy(wqd.p, wq.data(), wq.size() * 4, cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(wkd.p, wk.data(), wk.size() * 4, cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(invd.p, inv.data(), inv.size() * 4, cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(spd.p, sp.data(), sp.size() * 8, cudaMemcpyHostToDevice));
+            struct Out {
+                std::vector<float> q, k;
+                std::vector<uint8_t> kc, vc;
+            };
+            auto run = [&](bool fused, Out &o) {
+                DevBuf qd(qa.size() * 4), kd(ka.size() * 4), vd(va.size() * 4), kc(cache), vc(cache);
+                CUDA_OK(cudaMemcpy(qd.p, qa.data(), qa.size() * 4, cudaMemcpyHostToDevice));
+                CUDA_OK(cudaMemcpy(kd.p, ka.data(), ka.size() * 4, cudaMemcpyHostToDevice));
+                CUDA_OK(cudaMemcpy(vd.p, va.data(), va.size() * 4, cudaMemcpyHostToDevice));
+                CUDA_OK(cudaMemcpy(kc.p, fill.data(), cache, cudaMemcpyHostToDevice));
+                CUDA_OK(cudaMemcpy(vc.p, fill.data(), cache, cudaMemcpyHostToDevice));
+                const cuda::KvCacheView c{kt, kc.as<uint8_t>(), vc.as<uint8_t>(), rb, n_ctx, cols};
+                const cuda::Rows q{qd.as<float>(), T, nq * hd, nq * hd}, k{kd.as<float>(), T, cols, cols},
+                    v{vd.as<float>(), T, cols, cols};
+                if (fused) {
+                    EXPECT_TRUE(cuda::qk_norm_rope_stores(c, hd));
+                    cuda::launch_qk_norm_rope(q, k, wqd.as<float>(), wkd.as<float>(), hd, 1e-6f, n_rot,
+                                              invd.as<float>(), spd.as<int2>(), nullptr, &c, v);
+                } else {
+                    cuda::launch_qk_norm_rope(q, k, wqd.as<float>(), wkd.as<float>(), hd, 1e-6f, n_rot,
+                                              invd.as<float>(), spd.as<int2>(), nullptr);
+                    cuda::launch_kv_store(c, k, v, spd.as<int2>(), nullptr);
+                }
+                CUDA_OK(cudaDeviceSynchronize());
+                o = Out{std::vector<float>(qa.size()), std::vector<float>(ka.size()), std::vector<uint8_t>(cache),
+                        std::vector<uint8_t>(cache)};
+                CUDA_OK(cudaMemcpy(o.q.data(), qd.p, qa.size() * 4, cudaMemcpyDeviceToHost));
+                CUDA_OK(cudaMemcpy(o.k.data(), kd.p, ka.size() * 4, cudaMemcpyDeviceToHost));
+                CUDA_OK(cudaMemcpy(o.kc.data(), kc.p, cache, cudaMemcpyDeviceToHost));
+                CUDA_OK(cudaMemcpy(o.vc.data(), vc.p, cache, cudaMemcpyDeviceToHost));
+            };
+            Out sep, one;
+            run(false, sep);
+            run(true, one);
+            ASSERT_FALSE(HasFatalFailure());
+            const std::string what = std::string(kt == KvType::F32   ? "f32"
+                                                 : kt == KvType::F16 ? "f16"
+                                                                     : "q8_0") +
+                                     " cache, head " + std::to_string(hd);
+            EXPECT_EQ(std::memcmp(sep.q.data(), one.q.data(), qa.size() * 4), 0) << what << ": q";
+            EXPECT_EQ(std::memcmp(sep.k.data(), one.k.data(), ka.size() * 4), 0) << what << ": k";
+            EXPECT_EQ(sep.kc, one.kc) << what << ": k cache";
+            EXPECT_EQ(sep.vc, one.vc) << what << ": v cache";
+            EXPECT_NE(sep.kc, fill) << what << ": the rows were stored";
+            // sequence 0's position 5: no row names it
+            EXPECT_EQ(std::memcmp(one.kc.data() + rb * 5, fill.data() + rb * 5, rb), 0) << what << ": kept";
+            EXPECT_EQ(std::memcmp(one.vc.data() + rb * 5, fill.data() + rb * 5, rb), 0) << what << ": kept";
+        }
+}
+
 // Whole hidden rows (1024..8192 columns take the register-held kernel, others the loop): rms_norm against the CPU,
 // and the residual add folded into the norm (add_rms_norm) bit for bit what add and rms_norm give on the GPU, with
 // the sum left in x; a row view with an odd offset takes the loop kernel, with the same contract.

@@ -3,6 +3,8 @@
 // tile's scores with lanes across head_dim, then every thread updates the output dims it owns.
 #include "backend/cuda/attention.cuh"
 
+#include <algorithm>
+
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "core/error.h"
@@ -23,33 +25,91 @@ __device__ __forceinline__ float kv_elem(const uint8_t *row, int64_t i) {
     }
 }
 
+// Value i of a cache row: f32 and f16 as themselves, q8_0 by the whole warp (its lanes put 32 consecutive values of
+// a block together: the block's scale from their largest magnitude, as format/quant.h quantizes).
+template <KvType KT>
+__device__ __forceinline__ void kv_put(uint8_t *row, int64_t i, float x) {
+    if constexpr (KT == KvType::F32) {
+        reinterpret_cast<float *>(row)[i] = x;
+    } else if constexpr (KT == KvType::F16) {
+        reinterpret_cast<uint16_t *>(row)[i] = f32_to_f16(x);
+    } else {
+        const float amax = warp_max(fabsf(x));
+        const float d = __fdiv_rn(amax, 127.0f);
+        const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+        const float s = __fmul_rn(x, id);
+        const float q = isnan(s) ? 0.0f : fminf(fmaxf(roundf(s), -128.0f), 127.0f);
+        uint8_t *b = row + (i / 32) * 34;
+        b[2 + i % 32] = uint8_t(int8_t(q));
+        if ((threadIdx.x & 31) == 0) *reinterpret_cast<uint16_t *>(b) = f32_to_f16(d);
+    }
+}
+
+// Where row r's position lies in a cache (k or v).
+__device__ __forceinline__ size_t kv_offset(const KvCacheView &c, int2 sp) {
+    return (size_t(sp.x) * size_t(c.n_ctx) + size_t(sp.y)) * c.row_bytes;
+}
+
 // One warp per 32 values of a row (q8_0: one block); f32 and f16 just convert.
 template <KvType KT>
 __global__ void k_kv_store(KvCacheView c, Rows k, Rows v, const int2 *seq_pos) {
     pdl_wait();
     pdl_release();
     const int64_t r = blockIdx.y;
-    const int2 sp = seq_pos[r];
-    const size_t off = (size_t(sp.x) * size_t(c.n_ctx) + size_t(sp.y)) * c.row_bytes;
+    const size_t off = kv_offset(c, seq_pos[r]);
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= c.kv_cols) return;  // kv_cols is a multiple of 32 for q8_0, so whole warps leave together
-    for (int which = 0; which < 2; which++) {
-        const float x = which == 0 ? k.data[r * k.stride + i] : v.data[r * v.stride + i];
-        uint8_t *row = (which == 0 ? c.k : c.v) + off;
-        if constexpr (KT == KvType::F32)
-            reinterpret_cast<float *>(row)[i] = x;
-        else if constexpr (KT == KvType::F16)
-            reinterpret_cast<uint16_t *>(row)[i] = f32_to_f16(x);
-        else {
-            const float amax = warp_max(fabsf(x));
-            const float d = __fdiv_rn(amax, 127.0f);
-            const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-            const float s = __fmul_rn(x, id);
-            const float q = isnan(s) ? 0.0f : fminf(fmaxf(roundf(s), -128.0f), 127.0f);
-            uint8_t *b = row + (i / 32) * 34;
-            b[2 + i % 32] = uint8_t(int8_t(q));
-            if ((threadIdx.x & 31) == 0) *reinterpret_cast<uint16_t *>(b) = f32_to_f16(d);
+    kv_put<KT>(c.k + off, i, k.data[r * k.stride + i]);
+    kv_put<KT>(c.v + off, i, v.data[r * v.stride + i]);
+}
+
+// q and k of an attention layer at once: block (h, r) takes head h of row r (q's heads first, then k's), its RMSNorm
+// with the same block size and tree as k_rms_norm, then the NeoX rotation of its first n_rot dims with the same
+// arithmetic as k_rope_neox: the results are those of the four separate kernels, from one launch. STORE: k's heads
+// also put their results in the cache c at the row's position as k_kv_store puts them, and blocks after k's put v's
+// heads there: the cache holds what launch_kv_store of the results would put, with no launch of its own.
+template <bool STORE, KvType KT>
+__global__ void k_qk_norm_rope(Rows q, Rows k, Rows v, const float *wq, const float *wk, int64_t head_dim, float eps,
+                               int64_t half, const float *inv_freq, const int2 *seq_pos, KvCacheView c) {
+    pdl_wait();
+    pdl_release();
+    __shared__ float red[32];
+    __shared__ float y[256];
+    const int64_t r = blockIdx.y, n_q = q.cols / head_dim, n_k = k.cols / head_dim;
+    if (STORE && int64_t(blockIdx.x) >= n_q + n_k) {  // a head of v: stored as it is
+        const int64_t h = int64_t(blockIdx.x) - n_q - n_k;
+        uint8_t *row = c.v + kv_offset(c, seq_pos[r]);
+        for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x)
+            kv_put<KT>(row, h * head_dim + i, v.data[r * v.stride + h * head_dim + i]);
+        return;
+    }
+    const bool is_q = int64_t(blockIdx.x) < n_q;
+    const int64_t h = is_q ? int64_t(blockIdx.x) : int64_t(blockIdx.x) - n_q;
+    const Rows &x = is_q ? q : k;
+    const float *w = is_q ? wq : wk;
+    float *xr = x.data + r * x.stride + h * head_dim;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) ss += xr[i] * xr[i];
+    ss = block_sum(ss, red);
+    const float scale = 1.0f / sqrtf(ss / float(head_dim) + eps);
+    for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) y[i] = xr[i] * scale * w[i];
+    __syncthreads();
+    const float p = float(seq_pos[r].y);
+    uint8_t *krow = STORE && !is_q ? c.k + kv_offset(c, seq_pos[r]) : nullptr;
+    for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
+        float o;
+        if (i < 2 * half) {
+            const int64_t j = i < half ? i : i - half;
+            const float angle = __fmul_rn(p, inv_freq[j]);
+            float sn, cs;
+            sincosf(angle, &sn, &cs);
+            const float a = y[j], b = y[j + half];
+            o = i < half ? a * cs - b * sn : b * cs + a * sn;
+        } else {
+            o = y[i];
         }
+        xr[i] = o;
+        if (STORE && krow) kv_put<KT>(krow, h * head_dim + i, o);
     }
 }
 
@@ -140,6 +200,44 @@ void launch_kv_store(const KvCacheView &c, Rows k, Rows v, const int2 *seq_pos_d
             break;
     }
     STRATA_CUDA_LAUNCH_CHECK("k_kv_store");
+}
+
+void launch_qk_norm_rope(Rows q, Rows k, const float *wq, const float *wk, int64_t head_dim, float eps, int64_t n_rot,
+                         const float *inv_freq_dev, const int2 *seq_pos_dev, cudaStream_t stream,
+                         const KvCacheView *store, Rows v) {
+    if (q.rows == 0) return;
+    STRATA_ASSERT(k.rows == q.rows && head_dim <= 256 && q.cols % head_dim == 0 && k.cols % head_dim == 0);
+    STRATA_ASSERT(n_rot % 2 == 0 && n_rot <= head_dim);
+    STRATA_ASSERT(!store || (qk_norm_rope_stores(*store, head_dim) && v.rows == k.rows && k.cols == store->kv_cols &&
+                             v.cols == store->kv_cols));
+    const unsigned threads = head_dim >= 1024 ? 256 : head_dim >= 128 ? 128 : 32;  // launch_rms_norm's choice
+    const unsigned heads = unsigned(q.cols / head_dim + (store ? 2 : 1) * (k.cols / head_dim));
+    const KvCacheView c = store ? *store : KvCacheView{};
+    auto slice = [](const Rows &a, int64_t r0, int64_t n) { return Rows{a.data + r0 * a.stride, n, a.cols, a.stride}; };
+    for (int64_t r0 = 0; r0 < q.rows; r0 += 65535) {  // the rows a grid's y takes at a time
+        const int64_t n = std::min<int64_t>(65535, q.rows - r0);
+        const dim3 grid(heads, unsigned(n));
+        const Rows qs = slice(q, r0, n), ks = slice(k, r0, n), vs = store ? slice(v, r0, n) : Rows{};
+        const int2 *sp = seq_pos_dev + r0;
+        const int64_t half = n_rot / 2;
+        if (!store)
+            pdl_launch(k_qk_norm_rope<false, KvType::F32>, grid, threads, 0, stream, qs, ks, vs, wq, wk, head_dim, eps,
+                       half, inv_freq_dev, sp, c);
+        else if (c.type == KvType::F32)
+            pdl_launch(k_qk_norm_rope<true, KvType::F32>, grid, threads, 0, stream, qs, ks, vs, wq, wk, head_dim, eps,
+                       half, inv_freq_dev, sp, c);
+        else if (c.type == KvType::F16)
+            pdl_launch(k_qk_norm_rope<true, KvType::F16>, grid, threads, 0, stream, qs, ks, vs, wq, wk, head_dim, eps,
+                       half, inv_freq_dev, sp, c);
+        else
+            pdl_launch(k_qk_norm_rope<true, KvType::Q8_0>, grid, threads, 0, stream, qs, ks, vs, wq, wk, head_dim, eps,
+                       half, inv_freq_dev, sp, c);
+    }
+    STRATA_CUDA_LAUNCH_CHECK("k_qk_norm_rope");
+}
+
+bool qk_norm_rope_stores(const KvCacheView &c, int64_t head_dim) {
+    return head_dim % 32 == 0 && c.kv_cols % head_dim == 0;
 }
 
 void launch_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv, int64_t head_dim,

@@ -21,6 +21,16 @@ struct KvCacheView {
 // seq_pos_dev: per activation row {sequence, position}. Stores rows of k and v at their positions.
 void launch_kv_store(const KvCacheView &c, Rows k, Rows v, const int2 *seq_pos_dev, cudaStream_t stream);
 
+// An attention layer's q and k in place, in one launch: per-head RMSNorm with wq / wk (head_dim floats each), then the
+// NeoX rotation of the first n_rot dims at each row's position (inv_freq_dev: n_rot / 2 floats, theta^(-2i / n_rot)
+// as the CPU computes them); the same results as launch_rms_norm and launch_rope_neox on each. head_dim <= 256.
+// With store (qk_norm_rope_stores holding), the same launch also stores k's results and v at their positions in that
+// cache, the bytes launch_kv_store of them would store.
+void launch_qk_norm_rope(Rows q, Rows k, const float *wq, const float *wk, int64_t head_dim, float eps, int64_t n_rot,
+                         const float *inv_freq_dev, const int2 *seq_pos_dev, cudaStream_t stream,
+                         const KvCacheView *store = nullptr, Rows v = {});
+bool qk_norm_rope_stores(const KvCacheView &c, int64_t head_dim);
+
 // out row r, head h = softmax over positions 0..pos(r) of sequence seq(r) of (q . k) * scale, times v; GQA: head h reads
 // kv head h / (n_head / n_head_kv). head_dim <= 512.
 void launch_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv, int64_t head_dim,

@@ -926,16 +926,20 @@ void CudaBackend::deinterleave(Act src, int64_t width, Act a, Act b) {
     launch_deinterleave(rows_of(src), width, rows_of(a), rows_of(b), stream_);
 }
 
+bool CudaBackend::fits_qk_norm_rope(Act q, Act k, const Weight &q_norm, const Weight &k_norm,
+                                    const RopeParams &rp) const {
+    const int64_t hd = rp.head_dim;
+    return hd <= 256 && q_norm.ne[0] == hd && k_norm.ne[0] == hd && q.cols % hd == 0 && k.cols % hd == 0 &&
+           rp.n_rot <= hd && rp.n_rot % 2 == 0 && k.rows == q.rows && fusion_enabled();
+}
+
 void CudaBackend::qk_norm_rope(Act q, Act k, const Weight &q_norm, const Weight &k_norm, float eps,
                                const RopeParams &rp, const BatchInfo &b) {
-    const int64_t hd = rp.head_dim;
-    const bool fits = hd <= 256 && q_norm.ne[0] == hd && k_norm.ne[0] == hd && q.cols % hd == 0 && k.cols % hd == 0 &&
-                      rp.n_rot <= hd && rp.n_rot % 2 == 0 && k.rows == q.rows && fusion_enabled();
-    if (!fits) return Backend::qk_norm_rope(q, k, q_norm, k_norm, eps, rp, b);
+    if (!fits_qk_norm_rope(q, k, q_norm, k_norm, rp)) return Backend::qk_norm_rope(q, k, q_norm, k_norm, eps, rp, b);
     STRATA_CUDA_OP("qk_norm_rope");
     wrote(q), wrote(k);
-    launch_qk_norm_rope(rows_of(q), rows_of(k), dev_vector(q_norm), dev_vector(k_norm), hd, eps, rp.n_rot, inv_freq(rp),
-                        seq_pos(b), stream_);
+    launch_qk_norm_rope(rows_of(q), rows_of(k), dev_vector(q_norm), dev_vector(k_norm), rp.head_dim, eps, rp.n_rot,
+                        inv_freq(rp), seq_pos(b), stream_);
 }
 
 void CudaBackend::rope(Act x, const RopeParams &rp, const BatchInfo &b) {

@@ -103,6 +103,8 @@ class CudaBackend final : public Backend {
     void rope(Act x, const RopeParams &rp, const BatchInfo &b) override;
     void qk_norm_rope(Act q, Act k, const Weight &q_norm, const Weight &k_norm, float eps, const RopeParams &rp,
                       const BatchInfo &b) override;
+    void qk_norm_rope_store(int64_t il, Act q, Act k, Act v, const Weight &q_norm, const Weight &k_norm, float eps,
+                            const RopeParams &rp, const BatchInfo &b) override;
     void attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
                    const BatchInfo &b, Act out) override;
     void gdn(int64_t il, const GdnWeights &w, Act qkv, Act z, Act beta_in, Act alpha_in, const GdnParams &p,
@@ -265,7 +267,14 @@ class CudaBackend final : public Backend {
     // A matmul about to quantize rows (src, rows, k, stride) to vt: true with the norm's bytes where it made them.
     bool norm_quant_take(const float *src, int64_t rows, int64_t k, int64_t stride, DType vt, const int8_t *&q,
                          const float2 *&ds);
-    void wrote(const Act &a);  // an op wrote a: a norm's form over those rows no longer holds
+    void wrote(const Act &a);  // an op wrote a: a norm's form over those rows, k and v stored ahead no longer hold
+    // Layer il's k and v rows stored in its cache by qk_norm_rope_store (cuda_mixers.cpp; STRATA_CUDA_KV_FUSE=0:
+    // never): attention() over the same rows stores nothing. Cleared by that call, or by an op writing k or v.
+    struct KvStored {
+        int64_t il = -1;
+        Act k, v;
+    } kv_stored_;
+    bool fits_qk_norm_rope(Act q, Act k, const Weight &q_norm, const Weight &k_norm, const RopeParams &rp) const;
     // route() with the one-launch router where it applies (false: the two-launch default ran, pairs not made).
     bool route_launch(const Weight &router, Act x, const MoeParams &p, Act logits, int32_t *ids, float *weights,
                       const RouterPairs &pairs);
@@ -351,6 +360,7 @@ class CudaBackend final : public Backend {
     };
     CacheShape cache_shape_;
     std::vector<LayerCache> caches_;
+    void check_positions(const LayerCache &c, const BatchInfo &b) const;  // every row's position within the cache
     void *cache_arena_ = nullptr;  // every layer's caches, one allocation
 
     // expert slots

@@ -91,10 +91,18 @@ bool CudaBackend::norm_quant_take(const float *src, int64_t rows, int64_t k, int
 }
 
 void CudaBackend::wrote(const Act &a) {
+    if (a.rows == 0) return;
+    // the spans from a view's first float to its last (as wide as the rows between are, conservatively)
+    auto overlaps = [&](const float *p, int64_t rows, int64_t cols, int64_t stride) {
+        const float *a_end = a.data + (a.rows - 1) * a.stride + a.cols, *p_end = p + (rows - 1) * stride + cols;
+        return a.data < p_end && p < a_end;
+    };
+    const KvStored &st = kv_stored_;
+    if (st.il >= 0 && (overlaps(st.k.data, st.k.rows, st.k.cols, st.k.stride) ||
+                       overlaps(st.v.data, st.v.rows, st.v.cols, st.v.stride)))
+        kv_stored_ = {};
     const NormQuant &n = norm_quant_;
-    if (!n.src || a.rows == 0) return;
-    const float *a_end = a.data + (a.rows - 1) * a.stride + a.cols, *n_end = n.src + (n.rows - 1) * n.stride + n.k;
-    if (a.data < n_end && n.src < a_end) norm_quant_.src = nullptr;
+    if (n.src && overlaps(n.src, n.rows, n.k, n.stride)) norm_quant_.src = nullptr;
 }
 
 void CudaBackend::quantize(PreparedAct &x, DType vt) {

@@ -47,7 +47,37 @@ bool gdn_parallel_enabled() {
     return on;
 }
 
+// STRATA_CUDA_KV_FUSE=0: an attention layer's k and v stored by attention()'s own launch, not by the q/k norm's
+// (the same bytes in the cache; A/B of the launch saved).
+bool kv_fuse_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_KV_FUSE", true);
+    return on;
+}
+
 }  // namespace
+
+void CudaBackend::check_positions(const LayerCache &c, const BatchInfo &b) const {
+    for (const BatchSeg &s : b.segs)
+        if (s.pos0 + s.n > c.kv.n_ctx)
+            fail("sequence %d needs %lld positions; the context holds %lld", s.seq, (long long)(s.pos0 + s.n),
+                 (long long)c.kv.n_ctx);
+}
+
+void CudaBackend::qk_norm_rope_store(int64_t il, Act q, Act k, Act v, const Weight &q_norm, const Weight &k_norm,
+                                     float eps, const RopeParams &rp, const BatchInfo &b) {
+    STRATA_ASSERT(il >= 0 && il < int64_t(caches_.size()));
+    kv_stored_ = {};
+    const LayerCache &c = caches_[size_t(il)];
+    if (!kv_fuse_enabled() || !c.attn || !fits_qk_norm_rope(q, k, q_norm, k_norm, rp) || v.rows != k.rows ||
+        k.cols != c.kv.kv_cols || v.cols != c.kv.kv_cols || !qk_norm_rope_stores(c.kv, rp.head_dim))
+        return qk_norm_rope(q, k, q_norm, k_norm, eps, rp, b);
+    STRATA_CUDA_OP("qk_norm_rope");
+    check_positions(c, b);
+    wrote(q), wrote(k);
+    launch_qk_norm_rope(rows_of(q), rows_of(k), dev_vector(q_norm), dev_vector(k_norm), rp.head_dim, eps, rp.n_rot,
+                        inv_freq(rp), seq_pos(b), stream_, &c.kv, rows_of(v));
+    kv_stored_ = {il, k, v};
+}
 
 void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                             float scale, const BatchInfo &b, Act out) {
@@ -56,12 +86,12 @@ void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int
     STRATA_ASSERT(il >= 0 && il < int64_t(caches_.size()));
     LayerCache &c = caches_[size_t(il)];
     STRATA_ASSERT(c.attn && k.cols == c.kv.kv_cols && v.cols == c.kv.kv_cols && q.cols == n_head * head_dim);
-    for (const BatchSeg &s : b.segs)
-        if (s.pos0 + s.n > c.kv.n_ctx)
-            fail("sequence %d needs %lld positions; the context holds %lld", s.seq, (long long)(s.pos0 + s.n),
-                 (long long)c.kv.n_ctx);
+    check_positions(c, b);
     const int2 *sp = seq_pos(b);
-    launch_kv_store(c.kv, rows_of(k), rows_of(v), sp, stream_);
+    const KvStored st = kv_stored_;
+    kv_stored_ = {};
+    if (st.il != il || st.k.data != k.data || st.v.data != v.data || st.k.rows != k.rows || st.v.rows != v.rows)
+        launch_kv_store(c.kv, rows_of(k), rows_of(v), sp, stream_);
     const int64_t group = n_head / n_head_kv;
     // Decoding batches (every sequence a row or two) take the tiles of 16 query vectors.
     bool small = std::all_of(b.segs.begin(), b.segs.end(), [&](const BatchSeg &s) { return s.n * group <= 16; });

@@ -143,42 +143,6 @@ __global__ void k_rope_neox(Rows x, int64_t head_dim, int64_t half, const float 
     }
 }
 
-// q and k of an attention layer at once: block (h, r) takes head h of row r (q's heads first, then k's), its RMSNorm
-// with the same block size and tree as k_rms_norm, then the NeoX rotation of its first n_rot dims with the same
-// arithmetic as k_rope_neox: the results are those of the four separate kernels, from one launch.
-__global__ void k_qk_norm_rope(Rows q, Rows k, const float *wq, const float *wk, int64_t head_dim, float eps,
-                               int64_t half, const float *inv_freq, const int2 *seq_pos) {
-    pdl_wait();
-    pdl_release();
-    __shared__ float red[32];
-    __shared__ float y[256];
-    const int64_t r = blockIdx.y, n_q = q.cols / head_dim;
-    const bool is_q = int64_t(blockIdx.x) < n_q;
-    const int64_t h = is_q ? int64_t(blockIdx.x) : int64_t(blockIdx.x) - n_q;
-    const Rows &x = is_q ? q : k;
-    const float *w = is_q ? wq : wk;
-    float *xr = x.data + r * x.stride + h * head_dim;
-    float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) ss += xr[i] * xr[i];
-    ss = block_sum(ss, red);
-    const float scale = 1.0f / sqrtf(ss / float(head_dim) + eps);
-    for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) y[i] = xr[i] * scale * w[i];
-    __syncthreads();
-    const float p = float(seq_pos[r].y);
-    for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
-        if (i < 2 * half) {
-            const int64_t j = i < half ? i : i - half;
-            const float angle = __fmul_rn(p, inv_freq[j]);
-            float sn, cs;
-            sincosf(angle, &sn, &cs);
-            const float a = y[j], b = y[j + half];
-            xr[i] = i < half ? a * cs - b * sn : b * cs + a * sn;
-        } else {
-            xr[i] = y[i];
-        }
-    }
-}
-
 constexpr int64_t k_grid_rows = 65535;
 
 Rows slice(const Rows &a, int64_t r0, int64_t n) {
@@ -334,20 +298,6 @@ void launch_add_rms_norm(Rows x, Rows y, const float *w, int64_t group, float ep
         return launch_wide<true>(x, y, w, group, eps, out, stream, q8);
     launch_add(x, y, x, stream);
     launch_rms_norm(x, w, group, eps, out, stream);
-}
-
-void launch_qk_norm_rope(Rows q, Rows k, const float *wq, const float *wk, int64_t head_dim, float eps, int64_t n_rot,
-                         const float *inv_freq_dev, const int2 *seq_pos_dev, cudaStream_t stream) {
-    if (q.rows == 0) return;
-    STRATA_ASSERT(k.rows == q.rows && head_dim <= 256 && q.cols % head_dim == 0 && k.cols % head_dim == 0);
-    STRATA_ASSERT(n_rot % 2 == 0 && n_rot <= head_dim);
-    const unsigned threads = head_dim >= 1024 ? 256 : head_dim >= 128 ? 128 : 32;  // launch_rms_norm's choice
-    const unsigned heads = unsigned(q.cols / head_dim + k.cols / head_dim);
-    for_row_slices(q.rows, [&](int64_t r0, int64_t n) {
-        pdl_launch(k_qk_norm_rope, dim3(heads, unsigned(n)), threads, 0, stream, slice(q, r0, n), slice(k, r0, n), wq,
-                   wk, head_dim, eps, n_rot / 2, inv_freq_dev, seq_pos_dev + r0);
-    });
-    STRATA_CUDA_LAUNCH_CHECK("k_qk_norm_rope");
 }
 
 void launch_rope_neox(Rows x, int64_t head_dim, int64_t n_rot, const float *inv_freq_dev, const int2 *seq_pos_dev,

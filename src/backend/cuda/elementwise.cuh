@@ -39,11 +39,6 @@ void launch_add_rms_norm(Rows x, Rows y, const float *w, int64_t group, float ep
 // per row). inv_freq_dev: n_rot / 2 floats, theta^(-2i / n_rot) as the CPU computes them.
 void launch_rope_neox(Rows x, int64_t head_dim, int64_t n_rot, const float *inv_freq_dev, const int2 *seq_pos_dev,
                       cudaStream_t stream);
-// Both of the above for an attention layer's q and k (per-head RMSNorm with wq / wk of head_dim floats, then the
-// rotation), in place, in one launch; the same results as launch_rms_norm and launch_rope_neox on each.
-// head_dim <= 256.
-void launch_qk_norm_rope(Rows q, Rows k, const float *wq, const float *wk, int64_t head_dim, float eps, int64_t n_rot,
-                         const float *inv_freq_dev, const int2 *seq_pos_dev, cudaStream_t stream);
 
 // rows x row_bytes bytes from host memory the device reads in place (pinned and mapped: src_dev is its device
 // address) into dst, dst_pitch bytes apart. Loads by the SMs, not the copy engine, so the copy does not queue behind
