@@ -27,15 +27,18 @@ env $OFF timeout 120 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 --gtest_filte
 echo "test_cuda_ops, $OFF: rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|Expected|Which" $L/ops0.log | head -8
 synth_wait
 for SW in $SWITCHES; do
-  for X in 0 1 0 1 0 1; do export STRATA_$SW=$X; sb -m $F -p 512 -n 128 -r 3 --chunk 4096; unset STRATA_$SW; done
+  for X in ${PAIRS:-0 1 0 1 0 1}; do export STRATA_$SW=$X; sb -m $F -p 512 -n 128 -r 3 --chunk 4096; unset STRATA_$SW; done
 done
 CUDA_INJECTION64_PATH=/tmp/kernel_trace.so STRATA_KERNEL_TRACE=$L/strata.csv $S bench -m $F -p 1 -n 32 -r 1 > $L/trace.out 2>&1
 echo "== traced rc=$? at $(el) s"
 python3 -m tools.profile.timeline $L/strata.csv --marker embed --passes 16 | head -30
 [ -n "${OUT:-}" ] && gzip -c $L/strata.csv > $OUT/strata.csv.gz
-timeout 200 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 > $L/engine.log 2>&1
-echo "test_cuda_engine rc=$? at $(el) s"; grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/engine.log | head -8
-env $OFF timeout 120 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 --gtest_filter='*MatchesTheCpuEngine*:*Argmax*:*Graph*' > $L/engine0.log 2>&1
-echo "test_cuda_engine, $OFF: rc=$? at $(el) s"; grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/engine0.log | head -8
+ENG=${ENG:-*MatchesTheCpuEngine*:*Argmax*:*GraphsDoNotChangeABit*:*PlacementDoesNotChangeABit*:*CheckpointRewind*}
+timeout 200 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 --gtest_filter="$ENG" > $L/engine.log 2>&1
+echo "test_cuda_engine ($ENG) rc=$? at $(el) s"; grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/engine.log | head -8
+if [ -n "${ENGINE_OFF:-}" ]; then
+  env $OFF timeout 120 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 --gtest_filter="$ENG" > $L/engine0.log 2>&1
+  echo "test_cuda_engine, $OFF: rc=$? at $(el) s"; grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/engine0.log | head -8
+fi
 [ -n "${OUT:-}" ] && cp $L/ops.log $L/ops0.log $L/engine.log $L/engine0.log $L/strata-all.txt $OUT/ 2>/dev/null
 echo "done at $(el) s"; echo ALL_DONE
