@@ -4,8 +4,9 @@
 #      sub-blocks into shared memory before the kernel's wait for the one before it) bit for bit against the host's
 #      copy of the kernel, with group tables read before and after the wait; the same with the switch off; the
 #      engine suite with the defaults.
-#   2. The 30B all resident, decode: each switch of SWITCHES (default CUDA_MMVQ_STAGE CUDA_KV_FUSE: the q/k norm's
-#      launch storing k and v in the cache) =0 / =1 alternated, three pairs, then the CUPTI timeline of 32 decoded
+#   2. The 30B all resident, decode: each switch of SWITCHES (default CUDA_MMVQ_STAGE, CUDA_KV_FUSE: the q/k norm's
+#      launch storing k and v in the cache, CUDA_ATTN_Q8: the decoding attention's last launch making the o matrix's
+#      Q8_0 input) =0 / =1 alternated, PAIRS (three pairs), then the CUPTI timeline of 32 decoded
 #      tokens with the defaults (tools/profile/timeline.py), kernel by kernel.
 # There (carry .peer):
 #   setsid nohup bash bench/device-round31.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/r31/main.log 570
@@ -14,12 +15,12 @@ exec > $L/main.log 2>&1
 NO_LLAMA=${NO_LLAMA:-1}
 source bench/device-lib.sh
 F=/tmp/q30.gguf
-SWITCHES=${SWITCHES:-CUDA_MMVQ_STAGE CUDA_KV_FUSE}
+SWITCHES=${SWITCHES:-CUDA_MMVQ_STAGE CUDA_KV_FUSE CUDA_ATTN_Q8}
 synth_start qwen3-30b-a3b $F
 cmake --build /tmp/strata -j12 --target test_cuda_ops test_cuda_engine > $L/build2.log 2>&1
 echo "tests build rc=$? at $(el) s"; grep -E " error" $L/build2.log | head -5
 bash tools/profile/build_kernel_trace.sh /tmp/kernel_trace.so > $L/kt.log 2>&1 || cat $L/kt.log
-OPS='*Mmvq*:*CudaMatmuls*:*CudaMoe*:*CudaRouter*:*CudaNormQuant*:*Flash*:*QkNorm*:*KvStore*'
+OPS='*Mmvq*:*CudaMatmuls*:*CudaMoe*:*CudaRouter*:*CudaNormQuant*:*Flash*:*QkNorm*:*KvStore*:*AttentionQ8*'
 timeout 120 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 --gtest_filter="$OPS" > $L/ops.log 2>&1
 echo "test_cuda_ops ($OPS) rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|Expected|Which" $L/ops.log | head -8
 OFF=$(for s in $SWITCHES; do echo -n "STRATA_$s=0 "; done)

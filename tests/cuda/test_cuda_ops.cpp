@@ -634,6 +634,89 @@ TEST(CudaFlashMerge, VectorFormIsTheBlockForm) {
         }
 }
 
+// The decoding attention's last launch making its output's Q8_0 form for the o matrix (the norms' NormQ8 form 1):
+// the bytes launch_quantize_act makes from the output, from the short-context kernel in both forms (one block, split
+// and merged) and from the tiled kernel's Vector merge; head sizes 64, 128 and 256 (two, four and eight values a
+// lane). Some outputs are NaN-free blocks of mixed sign; a zero block (all of a vector's values 0) is included.
+TEST(CudaAttentionQ8, OutputFormIsTheQuantizeKernels) {
+    auto q8_of = [](const cuda::Rows &o, std::vector<int8_t> &q, std::vector<float2> &ds) {
+        DevBuf qd(size_t(o.rows * o.cols)), dd(size_t(o.rows * o.cols / 32) * 8);
+        cuda::launch_quantize_act(DType::Q8_0, o.data, o.stride, o.rows, o.cols, qd.as<int8_t>(), dd.as<float2>(),
+                                  nullptr);
+        CUDA_OK(cudaDeviceSynchronize());
+        q.resize(size_t(o.rows * o.cols));
+        ds.resize(size_t(o.rows * o.cols / 32));
+        CUDA_OK(cudaMemcpy(q.data(), qd.p, q.size(), cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(ds.data(), dd.p, ds.size() * 8, cudaMemcpyDeviceToHost));
+    };
+    auto compare = [&](const cuda::Rows &o, const DevBuf &qd, const DevBuf &dd, const std::string &what) {
+        std::vector<int8_t> want_q, got_q(size_t(o.rows * o.cols));
+        std::vector<float2> want_d, got_d(size_t(o.rows * o.cols / 32));
+        q8_of(o, want_q, want_d);
+        CUDA_OK(cudaMemcpy(got_q.data(), qd.p, got_q.size(), cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(got_d.data(), dd.p, got_d.size() * 8, cudaMemcpyDeviceToHost));
+        EXPECT_EQ(std::memcmp(want_q.data(), got_q.data(), got_q.size()), 0) << what << ": levels";
+        EXPECT_EQ(std::memcmp(want_d.data(), got_d.data(), got_d.size() * 8), 0) << what << ": scales";
+        size_t nonzero = 0;
+        for (int8_t v : got_q) nonzero += v != 0;
+        EXPECT_GT(nonzero, got_q.size() / 2) << what;
+    };
+    for (int64_t D : {64, 128, 256}) {
+        const int64_t n_kv = 2, group = 8, n_head = n_kv * group, n_ctx = 64, T = 3, cols = n_kv * D;
+        const size_t rb = size_t(cols) * 2;
+        const std::vector<float> kf = randn(size_t(T * n_ctx * cols), uint64_t(D) + 11),
+                                 vf = randn(size_t(T * n_ctx * cols), uint64_t(D) + 12),
+                                 q = randn(size_t(T * n_head * D), uint64_t(D) + 13);
+        std::vector<uint16_t> kh(kf.size()), vh(vf.size());
+        for (size_t i = 0; i < kf.size(); i++) kh[i] = f32_to_f16(kf[i]), vh[i] = f32_to_f16(vf[i]);
+        const std::vector<int32_t> pos = {5, 8, 63};
+        std::vector<cuda::AttnTile> tiles;
+        for (int32_t r = 0; r < int32_t(T); r++) tiles.push_back({r, 1, r, pos[size_t(r)]});
+        DevBuf kd(kh.size() * 2), vd(vh.size() * 2), qd(q.size() * 4), od(q.size() * 4),
+            td(tiles.size() * sizeof(cuda::AttnTile)),
+            ws(cuda::flash_decode_workspace_floats(int(T), n_kv, group, 1, D) * 4), q8q(q.size()),
+            q8d(q.size() / 32 * 8);
+        CUDA_OK(cudaMemcpy(kd.p, kh.data(), kh.size() * 2, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(vd.p, vh.data(), vh.size() * 2, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(qd.p, q.data(), q.size() * 4, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(td.p, tiles.data(), tiles.size() * sizeof(cuda::AttnTile), cudaMemcpyHostToDevice));
+        const cuda::KvCacheView c{KvType::F16, kd.as<uint8_t>(), vd.as<uint8_t>(), rb, n_ctx, cols};
+        const cuda::Rows qr{qd.as<float>(), T, n_head * D, n_head * D}, orow{od.as<float>(), T, n_head * D, n_head * D};
+        const cuda::NormQ8 q8{q8q.as<int8_t>(), q8d.as<float2>(), 1};
+        for (bool split : {false, true}) {
+            CUDA_OK(cudaMemset(q8q.p, 0x55, q.size()));
+            cuda::launch_flash_decode(c, qr, orow, n_head, n_kv, D, 1.0f / std::sqrt(float(D)), td.as<cuda::AttnTile>(),
+                                      int(T), 1, nullptr, split ? ws.as<float>() : nullptr, q8);
+            CUDA_OK(cudaDeviceSynchronize());
+            compare(orow, q8q, q8d, "decode kernel, head " + std::to_string(D) + (split ? ", split" : ", one block"));
+        }
+        // the tiled kernel's merge (Vector form) from random partials, one vector's values all zero
+        const int M = 16, n_split = 5, n_tiles = 2, rows = 3;
+        const std::vector<cuda::AttnTile> mt{{0, 2, 0, 100}, {2, 1, 1, 7}};
+        const size_t n_ws = size_t(n_tiles) * n_kv * n_split * M * (D + 2);
+        std::vector<float> mw = randn(n_ws, uint64_t(D) + 14, 2.0f);
+        for (size_t i = 0; i < n_ws / size_t(D + 2); i++) {
+            float *p = mw.data() + i * size_t(D + 2);
+            p[D + 1] = std::fabs(p[D + 1]) + 0.5f;
+            if (i % 7 == 2) p[D] = -INFINITY, p[D + 1] = 0.0f;  // a split that saw no key
+        }
+        for (int s2 = 0; s2 < n_split; s2++)  // tile 0, KV head 0, vector 1: zeros in every split
+            std::fill_n(mw.begin() + std::ptrdiff_t((size_t(s2) * M + 1) * size_t(D + 2)), D, 0.0f);
+        const int64_t mcols = int64_t(n_kv) * group * D;
+        DevBuf mwd(n_ws * 4), mtd(mt.size() * sizeof(cuda::AttnTile)), mo(size_t(rows * mcols) * 4),
+            mq(size_t(rows * mcols)), mdd(size_t(rows * mcols / 32) * 8);
+        CUDA_OK(cudaMemcpy(mwd.p, mw.data(), n_ws * 4, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(mtd.p, mt.data(), mt.size() * sizeof(cuda::AttnTile), cudaMemcpyHostToDevice));
+        const cuda::Rows mr{mo.as<float>(), rows, mcols, mcols};
+        ASSERT_TRUE(cuda::flash_merge_quantizes(n_split));
+        cuda::launch_flash_merge(mr, D, M, int(group), int(n_kv), mtd.as<cuda::AttnTile>(), n_tiles, n_split,
+                                 mwd.as<float>(), nullptr, cuda::MergeForm::Vector,
+                                 cuda::NormQ8{mq.as<int8_t>(), mdd.as<float2>(), 1});
+        CUDA_OK(cudaDeviceSynchronize());
+        compare(mr, mq, mdd, "tiled merge, head " + std::to_string(D));
+    }
+}
+
 // The tensor-core prefill attention's heavy-first block order against the order of the tiles, bit for bit: two
 // sequences (a 300-token prompt and 37 tokens after 90 cached positions), GQA groups of 8 and 1, head sizes 64, 128 and
 // 256, whole and with the keys split over blocks (merged).

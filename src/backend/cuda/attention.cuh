@@ -48,7 +48,7 @@ int flash_rows_per_tile(int64_t head_dim, int64_t group, bool small);
 size_t flash_workspace_floats(int n_tiles, int64_t n_head_kv, int n_split, int64_t head_dim, bool small);
 void launch_flash_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                             float scale, bool small, const AttnTile *tiles_dev, int n_tiles, int n_split, int chunk,
-                            float *ws, cudaStream_t stream);
+                            float *ws, cudaStream_t stream, const NormQ8 &q8 = {});
 
 // The decoding kernel for short contexts (flash_decode.cu): the same tiles, every key of a tile's rows in one block
 // (at most k_flash_decode_keys of them, so never split), a warp per query vector; head sizes 64, 128 and 256, tiles
@@ -60,17 +60,21 @@ constexpr int k_flash_decode_keys = 64, k_flash_decode_max_vectors = 16, k_flash
 bool flash_decode_applies(int64_t head_dim, int64_t group, int rows_per_tile);
 size_t flash_decode_workspace_floats(int n_tiles, int64_t n_head_kv, int64_t group, int rows_per_tile,
                                      int64_t head_dim);
+// q8 (form 1 only): out's Q8_0 form made too, as launch_quantize_act of out would make it.
 void launch_flash_decode(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                          float scale, const AttnTile *tiles_dev, int n_tiles, int rows_per_tile, cudaStream_t stream,
-                         float *ws = nullptr);
+                         float *ws = nullptr, const NormQ8 &q8 = {});
 
 // Merges the partials of n_split > 1 (written per tile of vectors_per_tile query vectors) into out. Forms of the same
 // bits: a block per KV head of a tile (Block), or a block per vector and a thread per value (Vector); Auto: Vector
 // unless STRATA_CUDA_FLASH_MERGE_VEC=0 or its shared memory (8 bytes a split) is over 48 KiB.
 enum class MergeForm { Auto, Block, Vector };
+// q8 (form 1, the Vector form only: flash_merge_quantizes): out's Q8_0 form made too, as launch_quantize_act of out
+// would make it; launch_flash_attention passes its q8 here (n_split > 1 only).
 void launch_flash_merge(Rows out, int64_t head_dim, int vectors_per_tile, int group, int n_kv, const AttnTile *tiles,
                         int n_tiles, int n_split, const float *ws, cudaStream_t stream,
-                        MergeForm form = MergeForm::Auto);
+                        MergeForm form = MergeForm::Auto, const NormQ8 &q8 = {});
+bool flash_merge_quantizes(int n_split);  // whether Auto takes the Vector form for n_split
 
 // The tensor-core kernel (flash_attention_mma.cu) for prefill tiles: f16 caches, head sizes 64, 128, 256, GPUs of
 // compute capability 8 and later; tiles of 64 query vectors; fp32 precision through fp16 hi/lo splits. heavy_first:

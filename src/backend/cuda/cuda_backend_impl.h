@@ -258,12 +258,16 @@ class CudaBackend final : public Backend {
     static constexpr int64_t k_norm_quant_values = int64_t(k_mmv_max_rows) * 8192;
     int8_t *norm_q_ = nullptr;  // room for k_norm_quant_values levels and their scales, made with the backend
     float2 *norm_ds_ = nullptr;
-    std::unordered_map<const float *, DType> norm_wants_;
-    const float *last_norm_w_ = nullptr, *last_norm_out_ = nullptr;
+    std::unordered_map<const void *, DType> norm_wants_;  // by the norm's weight, or another producer's key
+    const void *last_norm_w_ = nullptr;
+    const float *last_norm_out_ = nullptr;
     bool norm_want_open_ = false;  // the latest norm's output has not been quantized by a matmul yet
     // A norm with weight w_dev writing out: the form to make (form 0: none).
     NormQ8 norm_quant_begin(const float *w_dev, const Act &x, const Act &out, bool wide);
     void norm_quant_made(const NormQ8 &q, const Act &out);
+    // The same for another kernel that writes out and can make its Q8_0 form (can; the decoding attention's last
+    // launch, known by key: its layer's cache): form 1 where the matmul that quantized out the time before took Q8_0.
+    NormQ8 act_quant_begin(const void *key, const Act &out, bool can);
     // A matmul about to quantize rows (src, rows, k, stride) to vt: true with the norm's bytes where it made them.
     bool norm_quant_take(const float *src, int64_t rows, int64_t k, int64_t stride, DType vt, const int8_t *&q,
                          const float2 *&ds);

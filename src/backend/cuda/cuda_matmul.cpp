@@ -68,6 +68,24 @@ NormQ8 CudaBackend::norm_quant_begin(const float *w_dev, const Act &x, const Act
     return NormQ8{norm_q_, norm_ds_, form};
 }
 
+// STRATA_CUDA_ATTN_Q8=0: the decoding attention writes no Q8_0 form of its output (the o matrix's input is then
+// quantized by its own launch; the same bytes).
+static bool attn_q8_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_ATTN_Q8", true);
+    return on;
+}
+
+NormQ8 CudaBackend::act_quant_begin(const void *key, const Act &out, bool can) {
+    norm_quant_.src = nullptr;
+    last_norm_w_ = key, last_norm_out_ = out.data, norm_want_open_ = true;
+    if (!can || !norm_q_ || !fusion_enabled() || !norm_q8_enabled() || !attn_q8_enabled() ||
+        out.rows > k_mmv_max_rows || out.rows * out.cols > k_norm_quant_values || out.cols % 32 != 0)
+        return {};
+    const auto it = norm_wants_.find(key);
+    if (it == norm_wants_.end() || !same_q8_bytes(it->second, DType::Q8_0)) return {};
+    return NormQ8{norm_q_, norm_ds_, 1};
+}
+
 void CudaBackend::norm_quant_made(const NormQ8 &q, const Act &out) {
     if (!q.form) return;
     NormQuant n{out.data, out.rows, out.cols, out.stride, q.form == 2 ? DType::Q8_K : DType::Q8_0};
@@ -103,6 +121,9 @@ void CudaBackend::wrote(const Act &a) {
         kv_stored_ = {};
     const NormQuant &n = norm_quant_;
     if (n.src && overlaps(n.src, n.rows, n.k, n.stride)) norm_quant_.src = nullptr;
+    // the latest producer's output changed before a matmul quantized it (a gate on the attention's output): what
+    // that matmul quantizes is not what the producer wrote, so it learns no form from it
+    if (a.data == last_norm_out_) norm_want_open_ = false;
 }
 
 void CudaBackend::quantize(PreparedAct &x, DType vt) {

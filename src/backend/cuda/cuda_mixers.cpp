@@ -128,8 +128,10 @@ void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int
                         ? scratch_array<float>(int64_t(
                               flash_decode_workspace_floats(int(tiles.size()), n_head_kv, group, rpt, head_dim)))
                         : nullptr;
+        const NormQ8 q8 = act_quant_begin(c.kv.k, out, true);
         launch_flash_decode(c.kv, rows_of(q), rows_of(out), n_head, n_head_kv, head_dim, scale, attn_tiles(tiles),
-                            int(tiles.size()), rpt, stream_, ws);
+                            int(tiles.size()), rpt, stream_, ws, q8);
+        norm_quant_made(q8, out);
         release(m);
         return;
     }
@@ -142,9 +144,13 @@ void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int
         launch_flash_attention_mma(c.kv, rows_of(q), rows_of(out), n_head, n_head_kv, head_dim, scale,
                                    attn_tiles(tiles), int(tiles.size()), int(n_split), int(chunk), ws, stream_,
                                    attn_heavy_first_enabled());
-    else
+    else {
+        // a decoding batch split over blocks ends with the merge, which can make the o matrix's Q8_0 input
+        const NormQ8 q8 = act_quant_begin(c.kv.k, out, small && n_split > 1 && flash_merge_quantizes(int(n_split)));
         launch_flash_attention(c.kv, rows_of(q), rows_of(out), n_head, n_head_kv, head_dim, scale, small,
-                               attn_tiles(tiles), int(tiles.size()), int(n_split), int(chunk), ws, stream_);
+                               attn_tiles(tiles), int(tiles.size()), int(n_split), int(chunk), ws, stream_, q8);
+        norm_quant_made(q8, out);
+    }
     release(m);
 }
 

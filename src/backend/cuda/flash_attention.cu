@@ -6,6 +6,7 @@
 // reference.
 #include "backend/cuda/attention.cuh"
 
+#include "backend/cuda/act_q8.cuh"
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "core/env.h"
@@ -274,7 +275,7 @@ __global__ void k_flash_merge(Rows out, int D, int M, int group, int n_kv, const
 // block and walks the splits' workspace one dependent load after another: 52 us a layer for a decoding token at a
 // 4096-token context on the H200.
 __global__ void k_flash_merge_vec(Rows out, int D, int M, int group, int n_kv, const AttnTile *tiles, int n_split,
-                                  const float *ws) {
+                                  const float *ws, NormQ8 q8) {
     pdl_wait();
     pdl_release();
     extern __shared__ float sm[];
@@ -313,7 +314,10 @@ __global__ void k_flash_merge_vec(Rows out, int D, int M, int group, int n_kv, c
             den = __fmaf_rn(ls[s0 + j], w, den);
         }
     }
-    out.data[int64_t(t.row0 + v / group) * out.stride + int64_t(kvh * group + v % group) * D + d] = num / den;
+    const int64_t row = t.row0 + v / group, col = int64_t(kvh * group + v % group) * D + d;
+    const float o[1] = {num / den};
+    out.data[row * out.stride + col] = o[0];
+    if (q8.form) q8_0_lanes<1>(o, col, q8.q + row * out.cols, q8.ds + row * (out.cols / 32));  // D: whole warps
 }
 
 // STRATA_CUDA_FLASH_MERGE_VEC=0 keeps the merge on k_flash_merge (the same bits; A/B of k_flash_merge_vec).
@@ -324,15 +328,21 @@ bool merge_vec_enabled() {
 
 }  // namespace
 
+bool flash_merge_quantizes(int n_split) {
+    return merge_vec_enabled() && 2 * size_t(n_split) * sizeof(float) <= 48 * 1024;
+}
+
 void launch_flash_merge(Rows out, int64_t head_dim, int vectors_per_tile, int group, int n_kv, const AttnTile *tiles,
-                        int n_tiles, int n_split, const float *ws, cudaStream_t stream, MergeForm form) {
+                        int n_tiles, int n_split, const float *ws, cudaStream_t stream, MergeForm form,
+                        const NormQ8 &q8) {
     const size_t smem = 2 * size_t(n_split) * sizeof(float);
     if (form == MergeForm::Auto) form = merge_vec_enabled() && smem <= 48 * 1024 ? MergeForm::Vector : MergeForm::Block;
+    STRATA_ASSERT(!q8.form || (q8.form == 1 && form == MergeForm::Vector && head_dim % 32 == 0));
     if (form == MergeForm::Vector) {
         STRATA_ASSERT(smem <= 48 * 1024);
         pdl_launch(k_flash_merge_vec, dim3(unsigned(n_tiles), unsigned(n_kv), unsigned(vectors_per_tile)),
                    unsigned(head_dim), smem, stream, out, int(head_dim), vectors_per_tile, group, n_kv, tiles, n_split,
-                   ws);
+                   ws, q8);
         STRATA_CUDA_LAUNCH_CHECK("k_flash_merge_vec");
         return;
     }
@@ -345,29 +355,32 @@ namespace {
 
 template <KvType KT, int D, bool SMALL>
 void launch_typed(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, float scale, const AttnTile *tiles,
-                  int n_tiles, int n_split, int chunk, float *ws, cudaStream_t stream) {
+                  int n_tiles, int n_split, int chunk, float *ws, cudaStream_t stream, const NormQ8 &q8) {
     if (!allow_dynamic_smem(reinterpret_cast<const void *>(k_flash<KT, D, SMALL>), Cfg<D, SMALL>::smem))
         fail("CUDA attention: %zu bytes of shared memory per block are not available", Cfg<D, SMALL>::smem);
     const dim3 grid{unsigned(n_tiles), unsigned(n_kv), unsigned(n_split)};
     pdl_launch(k_flash<KT, D, SMALL>, grid, k_threads, Cfg<D, SMALL>::smem, stream, c, q, out, group, n_kv, scale,
                tiles, n_split, chunk, ws);
     STRATA_CUDA_LAUNCH_CHECK("k_flash");
-    if (n_split > 1) launch_flash_merge(out, D, Cfg<D, SMALL>::M, group, n_kv, tiles, n_tiles, n_split, ws, stream);
+    STRATA_ASSERT(!q8.form || n_split > 1);
+    if (n_split > 1)
+        launch_flash_merge(out, D, Cfg<D, SMALL>::M, group, n_kv, tiles, n_tiles, n_split, ws, stream, MergeForm::Auto,
+                           q8);
 }
 
 template <int D, bool SMALL>
 void launch_dim(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, float scale, const AttnTile *tiles,
-                int n_tiles, int n_split, int chunk, float *ws, cudaStream_t stream) {
+                int n_tiles, int n_split, int chunk, float *ws, cudaStream_t stream, const NormQ8 &q8) {
     switch (c.type) {
         case KvType::F32:
             return launch_typed<KvType::F32, D, SMALL>(c, q, out, group, n_kv, scale, tiles, n_tiles, n_split, chunk,
-                                                       ws, stream);
+                                                       ws, stream, q8);
         case KvType::F16:
             return launch_typed<KvType::F16, D, SMALL>(c, q, out, group, n_kv, scale, tiles, n_tiles, n_split, chunk,
-                                                       ws, stream);
+                                                       ws, stream, q8);
         case KvType::Q8_0:
             return launch_typed<KvType::Q8_0, D, SMALL>(c, q, out, group, n_kv, scale, tiles, n_tiles, n_split, chunk,
-                                                        ws, stream);
+                                                        ws, stream, q8);
     }
 }
 
@@ -391,7 +404,7 @@ size_t flash_workspace_floats(int n_tiles, int64_t n_head_kv, int n_split, int64
 
 void launch_flash_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                             float scale, bool small, const AttnTile *tiles_dev, int n_tiles, int n_split, int chunk,
-                            float *ws, cudaStream_t stream) {
+                            float *ws, cudaStream_t stream, const NormQ8 &q8) {
     if (n_tiles == 0) return;
     STRATA_ASSERT(flash_rows_per_tile(head_dim, n_head / n_head_kv, small) > 0 && n_head % n_head_kv == 0);
     STRATA_ASSERT(n_tiles <= int64_t(1) << 30 && n_head_kv <= 65535 && n_split >= 1 && n_split <= 65535);
@@ -400,19 +413,19 @@ void launch_flash_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_he
     switch (head_dim) {
         case 64:
             return small ? launch_dim<64, true>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws,
-                                                stream)
+                                                stream, q8)
                          : launch_dim<64, false>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws,
-                                                 stream);
+                                                 stream, q8);
         case 128:
             return small ? launch_dim<128, true>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws,
-                                                 stream)
+                                                 stream, q8)
                          : launch_dim<128, false>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws,
-                                                  stream);
+                                                  stream, q8);
         case 256:
             return small ? launch_dim<256, true>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws,
-                                                 stream)
+                                                 stream, q8)
                          : launch_dim<256, false>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws,
-                                                  stream);
+                                                  stream, q8);
         default:
             fail("CUDA attention: no tiled kernel for head size %lld", (long long)head_dim);
     }

@@ -9,6 +9,7 @@
 // its tile or block.
 #include "backend/cuda/attention.cuh"
 
+#include "backend/cuda/act_q8.cuh"
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "core/error.h"
@@ -127,10 +128,24 @@ __device__ __forceinline__ void attend_vec(const KvCacheView &c, int seq, const 
     attend<KT, D>(kb, vb, c.row_bytes, x.col, qv, scale, p_begin, p_end, m, l, o);
 }
 
+// Vector x's result o / l into out, and where q8 asks for it, its Q8_0 form (the lanes' R values at their columns).
+template <int R>
+__device__ __forceinline__ void put_vec(const Rows &out, const Vec &x, int lane, const float *o, float l,
+                                        const NormQ8 &q8) {
+    float v[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) v[r] = o[r] / l;
+    const int64_t col = x.head * (R * 32) + lane * R;
+    float *dst = out.data + x.row * out.stride + col;
+#pragma unroll
+    for (int r = 0; r < R; r++) dst[r] = v[r];
+    if (q8.form) q8_0_lanes<R>(v, col, q8.q + x.row * out.cols, q8.ds + x.row * (out.cols / 32));
+}
+
 template <KvType KT, int D>
 __global__ __launch_bounds__(k_flash_decode_max_vectors * 32) void k_flash_decode(KvCacheView c, Rows q, Rows out,
                                                                                   int group, float scale,
-                                                                                  const AttnTile *tiles) {
+                                                                                  const AttnTile *tiles, NormQ8 q8) {
     pdl_wait();
     pdl_release();
     constexpr int R = D / 32;
@@ -140,9 +155,7 @@ __global__ __launch_bounds__(k_flash_decode_max_vectors * 32) void k_flash_decod
     const Vec x = vec_of(t, kvh, v, group, D, lane);  // the vector sees keys 0..pos
     float o[R], m, l;
     attend_vec<KT, D>(c, t.seq, q, x, lane, scale, 0, x.pos, m, l, o);
-    float *dst = out.data + x.row * out.stride + x.head * D + lane * R;
-#pragma unroll
-    for (int r = 0; r < R; r++) dst[r] = o[r] / l;
+    put_vec<R>(out, x, lane, o, l, q8);
 }
 
 // The split form: a one-warp block per (tile, KV head and vector, part); part s takes keys [s P, s P + P) of the
@@ -178,7 +191,7 @@ __global__ __launch_bounds__(32) void k_flash_decode_part(KvCacheView c, Rows q,
 
 template <int D>
 __global__ __launch_bounds__(32) void k_flash_decode_merge(Rows out, int group, int vectors, const AttnTile *tiles,
-                                                           const float *ws) {
+                                                           const float *ws, NormQ8 q8) {
     pdl_wait();
     pdl_release();
     constexpr int R = D / 32;
@@ -200,14 +213,12 @@ __global__ __launch_bounds__(32) void k_flash_decode_merge(Rows out, int group, 
 #pragma unroll
         for (int r = 0; r < R; r++) o[r] += w[2 + lane * R + r] * f;
     }
-    float *dst = out.data + x.row * out.stride + x.head * D + lane * R;
-#pragma unroll
-    for (int r = 0; r < R; r++) dst[r] = o[r] / l;
+    put_vec<R>(out, x, lane, o, l, q8);
 }
 
 template <int D>
 void launch_dim(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, float scale, const AttnTile *tiles,
-                int n_tiles, int vectors, float *ws, cudaStream_t stream) {
+                int n_tiles, int vectors, float *ws, cudaStream_t stream, const NormQ8 &q8) {
     if (ws) {
         const dim3 grid{unsigned(n_tiles), unsigned(n_kv * vectors), unsigned(k_parts)};
         switch (c.type) {
@@ -226,7 +237,7 @@ void launch_dim(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, flo
         }
         STRATA_CUDA_LAUNCH_CHECK("k_flash_decode_part");
         pdl_launch(k_flash_decode_merge<D>, dim3{unsigned(n_tiles), unsigned(n_kv * vectors)}, 32, 0, stream, out,
-                   group, vectors, tiles, ws);
+                   group, vectors, tiles, ws, q8);
         STRATA_CUDA_LAUNCH_CHECK("k_flash_decode_merge");
         return;
     }
@@ -234,13 +245,13 @@ void launch_dim(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, flo
     const unsigned threads = unsigned(vectors) * 32;
     switch (c.type) {
         case KvType::F32:
-            pdl_launch(k_flash_decode<KvType::F32, D>, grid, threads, 0, stream, c, q, out, group, scale, tiles);
+            pdl_launch(k_flash_decode<KvType::F32, D>, grid, threads, 0, stream, c, q, out, group, scale, tiles, q8);
             break;
         case KvType::F16:
-            pdl_launch(k_flash_decode<KvType::F16, D>, grid, threads, 0, stream, c, q, out, group, scale, tiles);
+            pdl_launch(k_flash_decode<KvType::F16, D>, grid, threads, 0, stream, c, q, out, group, scale, tiles, q8);
             break;
         case KvType::Q8_0:
-            pdl_launch(k_flash_decode<KvType::Q8_0, D>, grid, threads, 0, stream, c, q, out, group, scale, tiles);
+            pdl_launch(k_flash_decode<KvType::Q8_0, D>, grid, threads, 0, stream, c, q, out, group, scale, tiles, q8);
             break;
     }
     STRATA_CUDA_LAUNCH_CHECK("k_flash_decode");
@@ -261,19 +272,20 @@ bool flash_decode_applies(int64_t head_dim, int64_t group, int rows_per_tile) {
 
 void launch_flash_decode(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                          float scale, const AttnTile *tiles_dev, int n_tiles, int rows_per_tile, cudaStream_t stream,
-                         float *ws) {
+                         float *ws, const NormQ8 &q8) {
     if (n_tiles == 0) return;
+    STRATA_ASSERT(!q8.form || (q8.form == 1 && out.cols % 32 == 0));
     STRATA_ASSERT(n_head % n_head_kv == 0 && n_head_kv <= 65535);
     const int group = int(n_head / n_head_kv), n_kv = int(n_head_kv);
     STRATA_ASSERT(flash_decode_applies(head_dim, group, rows_per_tile));
     const int vectors = group * rows_per_tile;
     switch (head_dim) {
         case 64:
-            return launch_dim<64>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, vectors, ws, stream);
+            return launch_dim<64>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, vectors, ws, stream, q8);
         case 128:
-            return launch_dim<128>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, vectors, ws, stream);
+            return launch_dim<128>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, vectors, ws, stream, q8);
         case 256:
-            return launch_dim<256>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, vectors, ws, stream);
+            return launch_dim<256>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, vectors, ws, stream, q8);
         default:
             fail("CUDA attention: no decode kernel for head size %lld", (long long)head_dim);
     }
