@@ -11,6 +11,10 @@
 //   - pdl_release() after pdl_wait(): from then on the next kernel's blocks may be scheduled beside this one's. So
 //     at most two kernels of a chain overlap, and every kernel's pdl_wait() returns only after all before it are done
 //     (each finished only after its own wait returned).
+//   - Before pdl_wait() a kernel may read memory nothing writes during the pass (weights), and memory a kernel two
+//     launches or more back wrote: its blocks are scheduled only once the kernel just before has passed its own wait,
+//     that is, once every kernel before that one is done and its writes are visible (the decode mat-vec stages its
+//     weight rows there, and the down matrices' group table the router wrote: mmvq.cu).
 //   - A kernel launched without pdl_launch (<<<>>>) is ordered after everything before it as usual; the kernel after
 //     it then starts when it is done.
 // On devices before sm_90, or with STRATA_CUDA_PDL=0, pdl_launch is a plain launch, and pdl_wait/pdl_release compile
