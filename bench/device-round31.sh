@@ -7,7 +7,7 @@
 #   2. The 30B all resident, decode: each switch of SWITCHES (default CUDA_MMVQ_STAGE, CUDA_KV_FUSE: the q/k norm's
 #      launch storing k and v in the cache, CUDA_ATTN_Q8: the decoding attention's last launch making the o matrix's
 #      Q8_0 input) =0 / =1 alternated, PAIRS (three pairs), then the CUPTI timeline of 32 decoded
-#      tokens with the defaults (tools/profile/timeline.py), kernel by kernel.
+#      tokens with them all on (tools/profile/timeline.py), kernel by kernel.
 # SHORT=1: the ops tests with the switches off left out. There (carry .peer):
 #   setsid nohup bash bench/device-round31.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/r31/main.log 570
 L=/tmp/r31; mkdir -p $L
@@ -21,9 +21,11 @@ cmake --build /tmp/strata -j12 --target test_cuda_ops test_cuda_engine > $L/buil
 echo "tests build rc=$? at $(el) s"; grep -E " error" $L/build2.log | head -5
 bash tools/profile/build_kernel_trace.sh /tmp/kernel_trace.so > $L/kt.log 2>&1 || cat $L/kt.log
 OPS='*Mmvq*:*CudaMatmuls*:*CudaMoe*:*CudaRouter*:*CudaNormQuant*:*Flash*:*QkNorm*:*KvStore*:*AttentionQ8*'
-timeout 120 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 --gtest_filter="$OPS" > $L/ops.log 2>&1
-echo "test_cuda_ops ($OPS) rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|Expected|Which" $L/ops.log | head -8
+ON=$(for s in $SWITCHES; do echo -n "STRATA_$s=1 "; done)
 OFF=$(for s in $SWITCHES; do echo -n "STRATA_$s=0 "; done)
+echo "on: $ON"
+env $ON timeout 120 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 --gtest_filter="$OPS" > $L/ops.log 2>&1
+echo "test_cuda_ops ($OPS) rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|Expected|Which" $L/ops.log | head -8
 if [ -z "${SHORT:-}" ]; then
   env $OFF timeout 120 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 --gtest_filter="$OPS" > $L/ops0.log 2>&1
   echo "test_cuda_ops, $OFF: rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|Expected|Which" $L/ops0.log | head -8
@@ -32,12 +34,12 @@ synth_wait
 for SW in $SWITCHES; do
   for X in ${PAIRS:-0 1 0 1 0 1}; do export STRATA_$SW=$X; sb -m $F -p 512 -n 128 -r 3 --chunk 4096; unset STRATA_$SW; done
 done
-CUDA_INJECTION64_PATH=/tmp/kernel_trace.so STRATA_KERNEL_TRACE=$L/strata.csv $S bench -m $F -p 1 -n 32 -r 1 > $L/trace.out 2>&1
+env $ON CUDA_INJECTION64_PATH=/tmp/kernel_trace.so STRATA_KERNEL_TRACE=$L/strata.csv $S bench -m $F -p 1 -n 32 -r 1 > $L/trace.out 2>&1
 echo "== traced rc=$? at $(el) s"
 python3 -m tools.profile.timeline $L/strata.csv --marker embed --passes 16 | head -30
 [ -n "${OUT:-}" ] && gzip -c $L/strata.csv > $OUT/strata.csv.gz
 ENG=${ENG:-*MatchesTheCpuEngine*:*Argmax*:*GraphsDoNotChangeABit*:*PlacementDoesNotChangeABit*:*CheckpointRewind*}
-timeout 200 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 --gtest_filter="$ENG" > $L/engine.log 2>&1
+env $ON timeout 200 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 --gtest_filter="$ENG" > $L/engine.log 2>&1
 echo "test_cuda_engine ($ENG) rc=$? at $(el) s"; grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/engine.log | head -8
 if [ -n "${ENGINE_OFF:-}" ]; then
   env $OFF timeout 120 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 --gtest_filter="$ENG" > $L/engine0.log 2>&1

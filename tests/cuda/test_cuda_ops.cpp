@@ -1032,8 +1032,8 @@ TEST(MmvqHost, IsTheKernelBitForBit) {
                 CUDA_OK(cudaMemcpy(yf.data(), yd.p, yf.size() * 4, cudaMemcpyDeviceToHost));
                 ASSERT_EQ(std::memcmp(yf.data(), yg.data(), yf.size() * 4), 0) << what << ", one activation row";
             }
-            {  // a group table (a decoding token's experts), read after the wait and before it (groups_early, the
-               // rows staged as a named matrix's): the same bits as the single launch
+            {  // a group table (a decoding token's experts), read after the wait and before it (groups_early; with
+               // STRATA_CUDA_MMVQ_STAGE=1 its rows staged): the same bits as the single launch
                 const cuda::MatmulGroup gs[2] = {{qp.wd.p, 2, 1, 0}, {qp.wd.p, 0, 1, 1}};
                 DevBuf gd(sizeof(gs));
                 CUDA_OK(cudaMemcpy(gd.p, gs, sizeof(gs), cudaMemcpyHostToDevice));
@@ -1276,7 +1276,7 @@ TEST(CudaOps, QkNormRopeIsTheSeparateOps) {
     }
 }
 
-// The q/k norm's launch storing k and v in the cache as well (the decode path's default, STRATA_CUDA_KV_FUSE): q and k
+// The q/k norm's launch storing k and v in the cache as well (STRATA_CUDA_KV_FUSE=1): q and k
 // bit for bit those of the launch without the store, and the cache's bytes those launch_kv_store puts from them, for
 // f32, f16 and q8_0 caches, head sizes 64, 128 and 256, rows of two sequences at scattered positions; positions the
 // rows do not name keep their bytes.

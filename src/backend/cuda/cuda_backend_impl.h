@@ -272,8 +272,8 @@ class CudaBackend final : public Backend {
     bool norm_quant_take(const float *src, int64_t rows, int64_t k, int64_t stride, DType vt, const int8_t *&q,
                          const float2 *&ds);
     void wrote(const Act &a);  // an op wrote a: a norm's form over those rows, k and v stored ahead no longer hold
-    // Layer il's k and v rows stored in its cache by qk_norm_rope_store (cuda_mixers.cpp; STRATA_CUDA_KV_FUSE=0:
-    // never): attention() over the same rows stores nothing. Cleared by that call, or by an op writing k or v.
+    // Layer il's k and v rows stored in its cache by qk_norm_rope_store (cuda_mixers.cpp; STRATA_CUDA_KV_FUSE=1,
+    // opt-in): attention() over the same rows stores nothing. Cleared by that call, or by an op writing k or v.
     struct KvStored {
         int64_t il = -1;
         Act k, v;

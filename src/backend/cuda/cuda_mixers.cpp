@@ -47,10 +47,10 @@ bool gdn_parallel_enabled() {
     return on;
 }
 
-// STRATA_CUDA_KV_FUSE=0: an attention layer's k and v stored by attention()'s own launch, not by the q/k norm's
-// (the same bytes in the cache; A/B of the launch saved).
+// STRATA_CUDA_KV_FUSE=1: an attention layer's k and v stored by the q/k norm's launch instead of one of attention()'s
+// own (the same bytes in the cache; opt-in until measured on a GPU).
 bool kv_fuse_enabled() {
-    static const bool on = env_switch("STRATA_CUDA_KV_FUSE", true);
+    static const bool on = env_switch("STRATA_CUDA_KV_FUSE", false);
     return on;
 }
 
