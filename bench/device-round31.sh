@@ -8,7 +8,7 @@
 #      launch storing k and v in the cache, CUDA_ATTN_Q8: the decoding attention's last launch making the o matrix's
 #      Q8_0 input) =0 / =1 alternated, PAIRS (three pairs), then the CUPTI timeline of 32 decoded
 #      tokens with them all on (tools/profile/timeline.py), kernel by kernel.
-# SHORT=1: the ops tests with the switches off left out. There (carry .peer):
+# SHORT=1: the ops tests with the switches off left out; MINI=1: the A/B rows alone, a pair each, no tests. There (carry .peer):
 #   setsid nohup bash bench/device-round31.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/r31/main.log 570
 L=/tmp/r31; mkdir -p $L
 exec > $L/main.log 2>&1
@@ -17,12 +17,18 @@ source bench/device-lib.sh
 F=/tmp/q30.gguf
 SWITCHES=${SWITCHES:-CUDA_MMVQ_STAGE CUDA_KV_FUSE CUDA_ATTN_Q8}
 synth_start qwen3-30b-a3b $F
+ON=$(for s in $SWITCHES; do echo -n "STRATA_$s=1 "; done)
+OFF=$(for s in $SWITCHES; do echo -n "STRATA_$s=0 "; done)
+if [ -n "${MINI:-}" ]; then  # the A/B rows alone, a pair each, decode only (a call with little device time left)
+  synth_wait
+  for SW in $SWITCHES; do for X in 0 1; do export STRATA_$SW=$X; sb -m $F -p 1 -n 128 -r 2; unset STRATA_$SW; done; done
+  env $ON bash -c "$S bench -m $F -p 1 -n 128 -r 2 > $L/on.txt 2>&1"; echo "== all on: $(grep -E '^\| .*tg128' $L/on.txt)"
+  echo "done at $(el) s"; echo ALL_DONE; exit 0
+fi
 cmake --build /tmp/strata -j12 --target test_cuda_ops test_cuda_engine > $L/build2.log 2>&1
 echo "tests build rc=$? at $(el) s"; grep -E " error" $L/build2.log | head -5
 bash tools/profile/build_kernel_trace.sh /tmp/kernel_trace.so > $L/kt.log 2>&1 || cat $L/kt.log
 OPS='*Mmvq*:*CudaMatmuls*:*CudaMoe*:*CudaRouter*:*CudaNormQuant*:*Flash*:*QkNorm*:*KvStore*:*AttentionQ8*'
-ON=$(for s in $SWITCHES; do echo -n "STRATA_$s=1 "; done)
-OFF=$(for s in $SWITCHES; do echo -n "STRATA_$s=0 "; done)
 echo "on: $ON"
 env $ON timeout 120 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 --gtest_filter="$OPS" > $L/ops.log 2>&1
 echo "test_cuda_ops ($OPS) rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|Expected|Which" $L/ops.log | head -8
