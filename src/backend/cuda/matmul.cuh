@@ -50,8 +50,9 @@ struct MatmulArgs {
     // its work. The mat-vec then stages its weight rows as a matrix named by the parameters (launch_mmvq).
     bool groups_early = false;
     // mmvq, set by launch_mmvq: bytes of the first stage_sub sub-blocks of a row that a warp copies into shared memory
-    // before the wait, in pieces of stage_piece bytes (16 or 4); 0: none.
-    int32_t stage_bytes = 0, stage_sub = 0, stage_piece = 0;
+    // before the wait, in pieces of stage_piece bytes (16 or 4), at stage_stride bytes a warp (16 past them: a
+    // sub-block's word loads may read a few bytes beyond it); 0: none.
+    int32_t stage_bytes = 0, stage_sub = 0, stage_piece = 0, stage_stride = 0;
 };
 
 // Generic kernels (every type cuda_can_dequantize accepts).

@@ -51,7 +51,7 @@ __global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrid
     const int64_t n = int64_t(blk) * k_mmvq_warps + warp;
     const bool early = a.groups && a.groups_early;
     if (early) grp = a.groups[blockIdx.y];
-    uint8_t *srow = stage + warp * a.stage_bytes;
+    uint8_t *srow = stage + warp * a.stage_stride;
     const uint8_t *wrow = static_cast<const uint8_t *>(grp.w) + size_t(n) * a.row_bytes;
     const bool staged = a.stage_bytes > 0 && (!a.groups || early) && n < n_w &&
                         (reinterpret_cast<uintptr_t>(wrow) & uintptr_t(a.stage_piece - 1)) == 0;
@@ -263,7 +263,7 @@ bool mmvq_stage_enabled() {
 // type, copied in 16-byte pieces where the rows allow, else 4-byte ones, else not staged.
 constexpr int64_t k_stage_sub = 64;
 void set_stage(MatmulArgs &a) {
-    a.stage_bytes = a.stage_sub = a.stage_piece = 0;
+    a.stage_bytes = a.stage_sub = a.stage_piece = a.stage_stride = 0;
     if (!mmvq_stage_enabled() || (a.groups && !a.groups_early)) return;
     const DTypeInfo &ti = dtype_info(a.type);
     int64_t elems = std::min<int64_t>(a.k, k_stage_sub * 32);
@@ -272,13 +272,14 @@ void set_stage(MatmulArgs &a) {
     const int piece = bytes % 16 == 0 && a.row_bytes % 16 == 0 ? 16 : bytes % 4 == 0 && a.row_bytes % 4 == 0 ? 4 : 0;
     if (elems == 0 || piece == 0) return;
     a.stage_bytes = int32_t(bytes), a.stage_sub = int32_t(elems / 32), a.stage_piece = piece;
+    a.stage_stride = int32_t((bytes + 15) / 16 * 16 + 16);
 }
 
 // one_row: every group has one activation row (a decoding token's).
 void launch(MatmulArgs a, const MatmulParts &parts, dim3 grid, bool one_row, cudaStream_t stream) {
     const IqGrids &g = iq_grids();
     set_stage(a);
-    const size_t smem = size_t(k_mmvq_warps) * size_t(a.stage_bytes);
+    const size_t smem = size_t(k_mmvq_warps) * size_t(a.stage_stride);
     // clang-format off
     switch (a.type) {
 #define X(T_) \
