@@ -6,7 +6,8 @@
 #      engine suite with the defaults.
 #   2. The 30B all resident, decode: each switch of SWITCHES (default CUDA_MMVQ_STAGE, CUDA_KV_FUSE: the q/k norm's
 #      launch storing k and v in the cache, CUDA_ATTN_Q8: the decoding attention's last launch making the o matrix's
-#      Q8_0 input) =0 / =1 alternated, PAIRS (three pairs), then the CUPTI timeline of 32 decoded
+#      Q8_0 input, CUDA_ROUTER_NORM: the residual step before the router done by the router's launch) =0 / =1
+#      alternated, PAIRS (three pairs), then the CUPTI timeline of 32 decoded
 #      tokens with them all on (tools/profile/timeline.py), kernel by kernel.
 # SHORT=1: the ops tests with the switches off left out; MINI=1: the A/B rows alone, a pair each, no tests. There (carry .peer):
 #   setsid nohup bash bench/device-round31.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/r31/main.log 570
@@ -15,7 +16,7 @@ exec > $L/main.log 2>&1
 NO_LLAMA=${NO_LLAMA:-1}
 source bench/device-lib.sh
 F=/tmp/q30.gguf
-SWITCHES=${SWITCHES:-CUDA_MMVQ_STAGE CUDA_KV_FUSE CUDA_ATTN_Q8}
+SWITCHES=${SWITCHES:-CUDA_MMVQ_STAGE CUDA_KV_FUSE CUDA_ATTN_Q8 CUDA_ROUTER_NORM}
 synth_start qwen3-30b-a3b $F
 ON=$(for s in $SWITCHES; do echo -n "STRATA_$s=1 "; done)
 OFF=$(for s in $SWITCHES; do echo -n "STRATA_$s=0 "; done)

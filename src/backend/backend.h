@@ -86,6 +86,15 @@ struct ResidualNorm {
     Act normed;
 };
 
+// The residual step before a block, left to the op that first reads its result (Backend::add_rms_norm_route):
+// resid += y, then normed = rms_norm(resid) with w.
+struct ResidualAdd {
+    Act resid, y;
+    const Weight *w = nullptr;
+    float eps = 0.0f;
+    Act normed;
+};
+
 // What follows the combination of a decoding MoE layer's routed experts (Backend::experts_device_routed), so that a
 // backend may do it in the same pass over the output: where shared_gate is set, the shared expert's gated rows
 // (shared_expert_add(x, *shared_gate, shared_y, out)); then, where then.w is set, add_rms_norm(then.resid, out,
@@ -341,6 +350,14 @@ class Backend {
                                   int32_t *ids, float *weights) {
         (void)w;
         route(router, x, p, logits, ids, weights);
+    }
+    // add_rms_norm(resid, y, norm_w, eps, normed), then route_for_device over normed: a backend may do the residual
+    // step in the routing's own pass, with the same results (resid, normed and the logits included).
+    virtual void add_rms_norm_route(Act resid, Act y, const Weight &norm_w, float eps, Act normed, const Weight &router,
+                                    const ExpertWeights &w, const MoeParams &p, Act logits, int32_t *ids,
+                                    float *weights) {
+        add_rms_norm(resid, y, norm_w, eps, normed);
+        route_for_device(router, w, normed, p, logits, ids, weights);
     }
     // Benchmark routing (route_draws.h): ids = k distinct experts per token drawn for this pass at layer il instead
     // of route_topk's choice, weights the router's for them by these logits (router_weights, in the backend's own

@@ -92,9 +92,13 @@ Act gdn_block(const ForwardCtx &c, int64_t il, Act cur) {
     return out;
 }
 
-Act moe_block(const ForwardCtx &c, int64_t il, Act cur, const ResidualNorm *then) {
+Act moe_block(const ForwardCtx &c, int64_t il, Act cur, const ResidualNorm *then, const ResidualAdd *before) {
     const HParams &hp = c.m.hp;
     const LayerWeights &L = c.m.layers[size_t(il)];
+    if (before && c.tracer) {  // a traced pass makes cur here, where a tracer may read it
+        c.be.add_rms_norm(before->resid, before->y, *before->w, before->eps, before->normed);
+        before = nullptr;
+    }
     // The router runs inside the MoE schedule, which reports nothing. A tracer that asks for the router logits
     // gets them from one more matmul here (the selection is their top n_expert_used, ties to the lower id), so
     // routing can be observed on any backend while untraced passes pay nothing.
@@ -105,7 +109,7 @@ Act moe_block(const ForwardCtx &c, int64_t il, Act cur, const ResidualNorm *then
     }
     MoeParams p{hp.n_expert, hp.n_expert_used, hp.expert_weights_norm, hp.expert_weights_scale};
     Act out = c.be.alloc(cur.rows, hp.n_embd);
-    c.moe.run(il, L, cur, p, out, then);
+    c.moe.run(il, L, cur, p, out, then, before);
     return out;
 }
 

@@ -28,8 +28,10 @@ class ExpertRunner {
     virtual ~ExpertRunner() = default;
     // out = the layer's MoE FFN of x; then, where `then` is given, the residual step after it (then->resid += out,
     // then->normed = rms_norm(then->resid)), which may be done in the same pass over out. then->normed may be x.
-    virtual void run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out,
-                     const ResidualNorm *then) = 0;
+    // Where `before` is given, x is its normed and not made yet: run() does that step first (the routing's launch may
+    // do it: Backend::add_rms_norm_route).
+    virtual void run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out, const ResidualNorm *then,
+                     const ResidualAdd *before = nullptr) = 0;
     // A pass of n_tokens starts (before reads_back is asked for it); traced: a tracer reads its intermediates.
     virtual void start_pass(int64_t n_tokens, bool traced) { (void)n_tokens, (void)traced; }
     // The pass started last was replayed whole by the backend (Backend::replay_pass): run() was not called for it.
@@ -85,7 +87,8 @@ void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *toke
 // Shared blocks; each returns the block's output (the residual is added by the caller).
 Act attention_block(const ForwardCtx &c, int64_t il, Act cur);
 Act gdn_block(const ForwardCtx &c, int64_t il, Act cur);
-Act moe_block(const ForwardCtx &c, int64_t il, Act cur, const ResidualNorm *then);
+// before: the residual step that makes cur, left to the MoE block (ExpertRunner::run) where nothing traces it.
+Act moe_block(const ForwardCtx &c, int64_t il, Act cur, const ResidualNorm *then, const ResidualAdd *before = nullptr);
 
 // The start of a trunk's layers c.l0..: x, the embedded tokens, and cur, x normed by layer 0's attn_norm; or, for a
 // part after the first, both as the part before left them (uploaded from c.in).

@@ -651,8 +651,8 @@ void MoeSchedule::shared_ffn(const LayerWeights &L, Act x, Act sy) {
     be_.scratch_release(mark);
 }
 
-void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out,
-                      const ResidualNorm *then) {
+void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out, const ResidualNorm *then,
+                      const ResidualAdd *before) {
     ran_layers_ = true;
     STRATA_ASSERT(il >= 0 && size_t(il) < experts_.size() && experts_[size_t(il)].present());
     const ExpertWeights &w = experts_[size_t(il)];
@@ -692,10 +692,18 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
     if (hybrid) host_x_.resize(size_t(T * E));
     {
         Region r(be_, "route");
-        if (on_device && !override_.active())
-            be_.route_for_device(L.gate_inp, w, x, p, logits, ids_be, wts_be);
-        else
-            be_.route(L.gate_inp, x, p, logits, ids_be, wts_be);
+        // the residual step that makes x, where the pass left it here: in the router's launch where the backend can
+        if (before) STRATA_ASSERT(before->normed.data == x.data && before->normed.rows == T);
+        if (on_device && !override_.active() && before) {
+            be_.add_rms_norm_route(before->resid, before->y, *before->w, before->eps, x, L.gate_inp, w, p, logits,
+                                   ids_be, wts_be);
+        } else {
+            if (before) be_.add_rms_norm(before->resid, before->y, *before->w, before->eps, x);
+            if (on_device && !override_.active())
+                be_.route_for_device(L.gate_inp, w, x, p, logits, ids_be, wts_be);
+            else
+                be_.route(L.gate_inp, x, p, logits, ids_be, wts_be);
+        }
         if (tm) tm->phase_end(TimingPhase::Route);
         if (override_.active()) {
             // the draws, with the weights the router gives them, in place of the router's choice

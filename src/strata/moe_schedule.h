@@ -186,8 +186,8 @@ class MoeSchedule final : public ExpertRunner {
     const HybridStats *hybrid_stats() const { return hybrid_ ? &hybrid_->stats() : nullptr; }
     int hybrid_threads() const { return hybrid_ ? hybrid_->threads() : 0; }
     bool hybrid_pinned() const { return hybrid_ && hybrid_->pinned(); }
-    void run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out,
-             const ResidualNorm *then) override;
+    void run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out, const ResidualNorm *then,
+             const ResidualAdd *before = nullptr) override;
     // The routing of every later layer goes to o as well (nullptr: to no one). Reading it back costs a host
     // synchronisation per layer where the routing would otherwise stay on the device; the results do not change.
     void set_observer(RoutingObserver *o) { observer_ = o; }

@@ -1852,6 +1852,85 @@ TEST(CudaRouter, RegisterFormIsTheSharedMemoryForm) {
             }
 }
 
+// The residual step done by the router's launch (launch_router_norm, STRATA_CUDA_ROUTER_NORM=1): the residual, the
+// normed row, its Q8_K form, the logits, ids and weights bit for bit those of launch_add_rms_norm and then
+// launch_router_fused; rows of 1024, 2048 and 4096 (one, two and four float4s a thread), one and three tokens.
+TEST(CudaRouter, ResidualStepInTheLaunchIsTheTwoLaunches) {
+    uint64_t seed = 9100;
+    for (int64_t E : {1024, 2048, 4096})
+        for (int64_t T : {1, 3}) {
+            const int64_t ne = 128, k = 8;
+            const float eps = 1e-6f;
+            const std::vector<float> wr = randn(size_t(ne * E), seed++, 0.05f), x = randn(size_t(T * E), seed++),
+                                     y = randn(size_t(T * E), seed++), nw = randn(size_t(E), seed++);
+            DevBuf wd(wr.size() * 4), yd(y.size() * 4), nwd(nw.size() * 4), done(4);
+            CUDA_OK(cudaMemcpy(wd.p, wr.data(), wr.size() * 4, cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(yd.p, y.data(), y.size() * 4, cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(nwd.p, nw.data(), nw.size() * 4, cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemset(done.p, 0, 4));
+            struct Out {
+                std::vector<float> x, normed, logits, wts;
+                std::vector<int8_t> q;
+                std::vector<float2> ds;
+                std::vector<int32_t> ids;
+            };
+            auto run = [&](bool fused, Out &o) {
+                DevBuf xd(x.size() * 4), nd(x.size() * 4), qd(x.size()), dd(x.size() / 32 * 8), ld(size_t(T * ne) * 4),
+                    id(size_t(T * k) * 4), wtd(size_t(T * k) * 4);
+                CUDA_OK(cudaMemcpy(xd.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+                const cuda::Rows xr{xd.as<float>(), T, E, E}, yr{yd.as<float>(), T, E, E}, nr{nd.as<float>(), T, E, E};
+                const cuda::NormQ8 q8{qd.as<int8_t>(), dd.as<float2>(), 2};
+                cuda::MatmulArgs a;
+                a.type = DType::F32;
+                a.k = E;
+                a.n = ne;
+                a.row_bytes = size_t(E) * 4;
+                a.x = nd.as<float>();
+                a.x_stride = E;
+                a.y = ld.as<float>();
+                a.y_stride = ne;
+                a.single = {wd.p, 0, int32_t(T), 0};
+                if (fused) {
+                    const cuda::RouterNorm rn{xr, yr, nr, nwd.as<float>(), eps, q8};
+                    ASSERT_TRUE(cuda::router_norm_supported(a, rn));
+                    cuda::launch_router_norm(a, k, true, 0.0f, id.as<int32_t>(), wtd.as<float>(), done.as<unsigned>(),
+                                             nullptr, {}, rn);
+                } else {
+                    cuda::launch_add_rms_norm(xr, yr, nwd.as<float>(), E, eps, nr, nullptr, q8);
+                    cuda::launch_router_fused(a, k, true, 0.0f, id.as<int32_t>(), wtd.as<float>(), done.as<unsigned>(),
+                                              nullptr);
+                }
+                CUDA_OK(cudaDeviceSynchronize());
+                o.x.resize(x.size()), o.normed.resize(x.size()), o.logits.resize(size_t(T * ne));
+                o.wts.resize(size_t(T * k)), o.ids.resize(size_t(T * k)), o.q.resize(x.size()),
+                    o.ds.resize(x.size() / 32);
+                CUDA_OK(cudaMemcpy(o.x.data(), xd.p, x.size() * 4, cudaMemcpyDeviceToHost));
+                CUDA_OK(cudaMemcpy(o.normed.data(), nd.p, x.size() * 4, cudaMemcpyDeviceToHost));
+                CUDA_OK(cudaMemcpy(o.logits.data(), ld.p, o.logits.size() * 4, cudaMemcpyDeviceToHost));
+                CUDA_OK(cudaMemcpy(o.wts.data(), wtd.p, o.wts.size() * 4, cudaMemcpyDeviceToHost));
+                CUDA_OK(cudaMemcpy(o.ids.data(), id.p, o.ids.size() * 4, cudaMemcpyDeviceToHost));
+                CUDA_OK(cudaMemcpy(o.q.data(), qd.p, o.q.size(), cudaMemcpyDeviceToHost));
+                CUDA_OK(cudaMemcpy(o.ds.data(), dd.p, o.ds.size() * 8, cudaMemcpyDeviceToHost));
+            };
+            Out two, one;
+            run(false, two);
+            run(true, one);
+            ASSERT_FALSE(HasFatalFailure());
+            const std::string what = std::to_string(E) + " columns, " + std::to_string(T) + " tokens";
+            EXPECT_EQ(std::memcmp(two.x.data(), one.x.data(), x.size() * 4), 0) << what << ": residual";
+            EXPECT_EQ(std::memcmp(two.normed.data(), one.normed.data(), x.size() * 4), 0) << what << ": normed";
+            EXPECT_EQ(two.q, one.q) << what << ": Q8_K levels";
+            EXPECT_EQ(std::memcmp(two.ds.data(), one.ds.data(), two.ds.size() * 8), 0) << what << ": Q8_K scales";
+            EXPECT_EQ(std::memcmp(two.logits.data(), one.logits.data(), two.logits.size() * 4), 0)
+                << what << ": logits";
+            EXPECT_EQ(two.ids, one.ids) << what << ": ids";
+            EXPECT_EQ(std::memcmp(two.wts.data(), one.wts.data(), two.wts.size() * 4), 0) << what << ": weights";
+            unsigned left = 1;
+            CUDA_OK(cudaMemcpy(&left, done.p, 4, cudaMemcpyDeviceToHost));
+            EXPECT_EQ(left, 0u) << what << ": the counter is back at zero";
+        }
+}
+
 TEST(CudaRouter, OneLaunchIsTheTwoLaunches) {
     auto be = cuda_backend();
     ThreadPool pool(2);

@@ -115,6 +115,9 @@ class CudaBackend final : public Backend {
     void route(const Weight &router, Act x, const MoeParams &p, Act logits, int32_t *ids, float *weights) override;
     void route_for_device(const Weight &router, const ExpertWeights &w, Act x, const MoeParams &p, Act logits,
                           int32_t *ids, float *weights) override;
+    void add_rms_norm_route(Act resid, Act y, const Weight &norm_w, float eps, Act normed, const Weight &router,
+                            const ExpertWeights &w, const MoeParams &p, Act logits, int32_t *ids,
+                            float *weights) override;
     void route_draws(Act logits, const MoeParams &p, const RouteDraws &d, int64_t il, bool new_pass, int32_t *ids,
                      Act weights) override;
     void reset_draws() override;
@@ -280,8 +283,9 @@ class CudaBackend final : public Backend {
     } kv_stored_;
     bool fits_qk_norm_rope(Act q, Act k, const Weight &q_norm, const Weight &k_norm, const RopeParams &rp) const;
     // route() with the one-launch router where it applies (false: the two-launch default ran, pairs not made).
+    // rn: the residual step before it in the same launch (launch_router_norm), where router_norm_supported holds.
     bool route_launch(const Weight &router, Act x, const MoeParams &p, Act logits, int32_t *ids, float *weights,
-                      const RouterPairs &pairs);
+                      const RouterPairs &pairs, const RouterNorm *rn = nullptr);
     void matmul_parts(const std::vector<MatmulOut> &outs, PreparedAct &x, std::vector<bool> &done);
     // STRATA_CUDA_FUSE=0 undoes the decode fusions (shared input quantization, several matrices of one input or gate
     // and up in one launch, silu fused into the down matrices' quantization, q/k norm and rope in one kernel, the

@@ -360,8 +360,9 @@ void CudaBackend::route(const Weight &router, Act x, const MoeParams &p, Act log
 }
 
 bool CudaBackend::route_launch(const Weight &router, Act x, const MoeParams &p, Act logits, int32_t *ids,
-                               float *weights, const RouterPairs &pairs) {
+                               float *weights, const RouterPairs &pairs, const RouterNorm *rn) {
     STRATA_ASSERT(x.cols == router.ne[0] && logits.cols == router.ne[1] && logits.rows == x.rows);
+    STRATA_ASSERT(!rn || (fusion_enabled() && router_fused_supported(router.type, router.ne[1], router.ne[0], x.rows)));
     wrote(logits);
     if (!fusion_enabled() || !router_fused_supported(router.type, router.ne[1], router.ne[0], x.rows)) {
         Backend::route(router, x, p, logits, ids, weights);
@@ -379,9 +380,57 @@ bool CudaBackend::route_launch(const Weight &router, Act x, const MoeParams &p, 
     a.y = logits.data;
     a.y_stride = logits.stride;
     a.single = MatmulGroup{dev_matrix(router), 0, int32_t(x.rows), 0};
-    launch_router_fused(a, p.n_expert_used, p.norm_weights, p.weights_scale, ids, weights, route_done_, stream_,
-                        pairs);
+    if (rn)
+        launch_router_norm(a, p.n_expert_used, p.norm_weights, p.weights_scale, ids, weights, route_done_, stream_,
+                           pairs, *rn);
+    else
+        launch_router_fused(a, p.n_expert_used, p.norm_weights, p.weights_scale, ids, weights, route_done_, stream_,
+                            pairs);
     return true;
+}
+
+namespace {
+// STRATA_CUDA_ROUTER_NORM=1: a decoding MoE layer's residual step (the add and the norm before the router) done by
+// the router's launch (opt-in until measured on a GPU; the same bits).
+bool router_norm_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_ROUTER_NORM", false);
+    return on;
+}
+}  // namespace
+
+void CudaBackend::add_rms_norm_route(Act resid, Act y, const Weight &norm_w, float eps, Act normed,
+                                     const Weight &router, const ExpertWeights &w, const MoeParams &p, Act logits,
+                                     int32_t *ids, float *weights) {
+    const float *wd = dev_vector(norm_w);
+    MatmulArgs a;
+    a.type = router.type;
+    a.k = router.ne[0];
+    a.n = router.ne[1];
+    a.single = MatmulGroup{nullptr, 0, int32_t(normed.rows), 0};
+    RouterNorm rn{rows_of(resid), rows_of(y), rows_of(normed), wd, eps, {}};
+    const bool pairs =
+        env_switch("STRATA_CUDA_ROUTER_PAIRS", true) && !maps_host_experts(w) && device_routing_applies(w, normed.rows);
+    if (!router_norm_enabled() || !fusion_enabled() || !pairs || norm_w.ne[0] != resid.cols || y.rows != resid.rows ||
+        normed.rows != resid.rows || !router_norm_supported(a, rn)) {
+        add_rms_norm(resid, y, norm_w, eps, normed);
+        route_for_device(router, w, normed, p, logits, ids, weights);
+        return;
+    }
+    wrote(resid), wrote(normed);
+    rn.q8 = norm_quant_begin(wd, resid, normed, norm_quantizes(rows_of(y), rows_of(y), norm_w.ne[0], wd, 1));
+    routed_pairs_.il = -1;
+    const int64_t M = normed.rows * p.n_expert_used;
+    RoutedPairs rp{w.il,
+                   normed.rows,
+                   p.n_expert_used,
+                   ids,
+                   scratch_array<MatmulGroup>(3 * M),
+                   scratch_array<int32_t>(M),
+                   scratch_array<int32_t>(M)};
+    if (route_launch(router, normed, p, logits, ids, weights,
+                     RouterPairs{expert_tables_[size_t(w.il)], rp.groups, rp.yrow, rp.widx}, &rn))
+        routed_pairs_ = rp;
+    norm_quant_made(rn.q8, normed);
 }
 
 // The one-launch router also makes the layer's pair groups where experts_device_routed will read every expert from

@@ -96,22 +96,9 @@ __global__ void __launch_bounds__(256)
     __shared__ float red[32], pick[24];
     const int64_t r = blockIdx.y, g0 = int64_t(blockIdx.x) * group;
     float4 *xr = reinterpret_cast<float4 *>(x.data + r * x.stride + g0);
-    const float4 *wr = reinterpret_cast<const float4 *>(w);
     const int n4 = int(group >> 2);
     float4 v[KPT], wv[KPT];
-#pragma unroll
-    for (int j = 0; j < KPT; j++) {
-        const int i = int(threadIdx.x) + j * 256;
-        v[j] = wv[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (i < n4) {
-            v[j] = xr[i];
-            wv[j] = wr[i];
-            if (ADD) {
-                const float4 b = reinterpret_cast<const float4 *>(y.data + r * y.stride + g0)[i];
-                v[j].x = v[j].x + b.x, v[j].y = v[j].y + b.y, v[j].z = v[j].z + b.z, v[j].w = v[j].w + b.w;
-            }
-        }
-    }
+    wide_row_load<KPT>(x.data + r * x.stride + g0, ADD ? y.data + r * y.stride + g0 : nullptr, w, n4, v, wv);
     if (ADD) {
 #pragma unroll
         for (int j = 0; j < KPT; j++) {

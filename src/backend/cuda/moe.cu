@@ -260,6 +260,48 @@ __global__ void k_router_topk(Rows logits, int64_t k, bool norm, float scale, bo
     router_topk_any(logits, blockIdx.x, k, norm, scale, regs, prob, ids, weights, nullptr);
 }
 
+// A router row's first PRE k_mmv_split_threads weights, thread threadIdx.x's (0 past the row's end): loaded before the
+// kernel's wait (constant: pdl.cuh), while the kernel before still runs.
+template <DType T, int PRE>
+__device__ __forceinline__ void router_weights(const MatmulArgs &a, const IqGrids &g, float (&w)[PRE]) {
+    const uint8_t *wrow = static_cast<const uint8_t *>(a.single.w) + size_t(blockIdx.x) * a.row_bytes;
+#pragma unroll
+    for (int i = 0; i < PRE; i++) {
+        const int64_t kk = threadIdx.x + int64_t(i) * k_mmv_split_threads;
+        w[i] = kk < a.k ? row_elem<T>(wrow, kk, g) : 0.0f;
+    }
+}
+
+// Whether this block finished last of the grid (its logits written; done counted, then set back to zero by the last).
+__device__ __forceinline__ bool router_last_block(unsigned *done, bool &last) {
+    if (threadIdx.x == 0) {
+        __threadfence();  // this block's logits (thread 0 wrote them) reach every block before it is counted
+        last = atomicAdd(done, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return false;
+    __threadfence();
+    return true;
+}
+
+// The last block's ranking of every token's logits, a warp per token (k_router_topk's), and the pair groups.
+__device__ __forceinline__ void router_rank(const MatmulArgs &a, int64_t k, bool norm, float scale, bool regs,
+                                            int32_t *ids, float *weights, unsigned *done, const RouterPairs &pairs,
+                                            float *prob) {
+    const Rows logits{a.y, a.single.n_rows, a.n, a.y_stride};
+    const int warp = threadIdx.x / 32;
+    for (int64_t t = warp; t < logits.rows; t += k_mmv_split_threads / 32)
+        router_topk_any(logits, t, k, norm, scale, regs, prob + warp * logits.cols, ids, weights,
+                        pairs.table ? &pairs : nullptr);
+    if (threadIdx.x == 0) *done = 0;
+    if (!pairs.table || regs) return;  // the register form made the pairs
+    __syncthreads();                   // the block's ids are visible to all its threads
+    const int64_t M = logits.rows * k;
+    for (int64_t i = threadIdx.x; i < M; i += blockDim.x)
+        pair_group(i, ids, logits.rows, k, pairs.table, pairs.groups, pairs.groups + M, pairs.groups + 2 * M,
+                   pairs.yrow, pairs.widx, nullptr, nullptr);
+}
+
 // The router's mat-vec and top-k in one launch (decode): block n computes logit n of every token exactly as the
 // split mat-vec does, and the block that finishes last ranks them, a warp per token, exactly as k_router_topk does.
 // done counts the finished blocks; the last one sets it back to zero for the next launch (a graph replays it as is).
@@ -268,18 +310,10 @@ __global__ __launch_bounds__(k_mmv_split_threads) void k_router_fused(MatmulArgs
                                                                       float scale, bool regs, int32_t *ids,
                                                                       float *weights, unsigned *done,
                                                                       RouterPairs pairs) {
-    // the weights first (constant: no wait needed), while the kernel before still runs
     constexpr int PRE = 16;
     const bool loaded = a.k <= PRE * k_mmv_split_threads;
     float w[PRE];
-    if (loaded) {
-        const uint8_t *wrow = static_cast<const uint8_t *>(a.single.w) + size_t(blockIdx.x) * a.row_bytes;
-#pragma unroll
-        for (int i = 0; i < PRE; i++) {
-            const int64_t kk = threadIdx.x + int64_t(i) * k_mmv_split_threads;
-            w[i] = kk < a.k ? row_elem<T>(wrow, kk, g) : 0.0f;
-        }
-    }
+    if (loaded) router_weights<T, PRE>(a, g, w);
     pdl_wait();
     pdl_release();
     extern __shared__ float prob[];
@@ -289,25 +323,62 @@ __global__ __launch_bounds__(k_mmv_split_threads) void k_router_fused(MatmulArgs
         mmv_split_row_loaded<PRE>(a, a.single, blockIdx.x, w, red);
     else
         mmv_split_row<T>(a, a.single, blockIdx.x, g, red);
-    if (threadIdx.x == 0) {
-        __threadfence();  // this block's logits (thread 0 wrote them) reach every block before it is counted
-        last = atomicAdd(done, 1u) == gridDim.x - 1;
+    if (!router_last_block(done, last)) return;
+    router_rank(a, k, norm, scale, regs, ids, weights, done, pairs, prob);
+}
+
+// k_router_fused with the residual step before it (RouterNorm): each block forms token t's row x + y as
+// k_rms_norm_wide<KPT, true> does and its scale by the norm's tree, then each thread takes the normed values it
+// multiplies (columns threadIdx.x + i 256) as the norm computes them, in mmv_split_row_loaded's order: the logits'
+// bits. The last block, once every block has read x, writes x + y, the normed row and its 8-bit form as
+// k_rms_norm_wide<KPT, true> does, then ranks.
+template <int KPT>
+__global__ __launch_bounds__(k_mmv_split_threads) void k_router_norm(MatmulArgs a, IqGrids g, int64_t k, bool norm,
+                                                                     float scale, bool regs, int32_t *ids,
+                                                                     float *weights, unsigned *done, RouterPairs pairs,
+                                                                     RouterNorm rn) {
+    constexpr int PRE = 16;
+    float w[PRE];
+    router_weights<DType::F32, PRE>(a, g, w);
+    pdl_wait();
+    pdl_release();
+    extern __shared__ float prob[];
+    __shared__ float red[32], pick[24];
+    __shared__ bool last;
+    const int n4 = int(a.k >> 2);
+    for (int64_t t = 0; t < a.single.n_rows; t++) {
+        const float *xr = rn.resid.data + t * rn.resid.stride, *yr = rn.y.data + t * rn.y.stride;
+        float4 v[KPT], wv[KPT];
+        wide_row_load<KPT>(xr, yr, rn.w, n4, v, wv);
+        const float sc = rms_scale_wide<KPT>(v, a.k, rn.eps, red);
+        float acc = 0.0f;
+#pragma unroll
+        for (int i = 0; i < PRE; i++) {
+            const int64_t kk = threadIdx.x + int64_t(i) * k_mmv_split_threads;
+            if (kk >= a.k) break;
+            acc = __fmaf_rn(w[i], rms_normed(xr[kk] + yr[kk], sc, rn.w[kk]), acc);
+        }
+        const float s = block_sum(acc, red);
+        if (threadIdx.x == 0) a.y[t * a.y_stride + blockIdx.x] = s;
+        __syncthreads();  // red is reused by the next row's sums
     }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const Rows logits{a.y, a.single.n_rows, a.n, a.y_stride};
-    const int warp = threadIdx.x / 32;
-    for (int64_t t = warp; t < logits.rows; t += k_mmv_split_threads / 32)
-        router_topk_any(logits, t, k, norm, scale, regs, prob + warp * logits.cols, ids, weights,
-                        pairs.table ? &pairs : nullptr);
-    if (threadIdx.x == 0) *done = 0;
-    if (!pairs.table || regs) return;  // the register form made the pairs
-    __syncthreads();  // the block's ids are visible to all its threads
-    const int64_t M = logits.rows * k;
-    for (int64_t i = threadIdx.x; i < M; i += blockDim.x)
-        pair_group(i, ids, logits.rows, k, pairs.table, pairs.groups, pairs.groups + M, pairs.groups + 2 * M,
-                   pairs.yrow, pairs.widx, nullptr, nullptr);
+    if (!router_last_block(done, last)) return;
+    for (int64_t t = 0; t < a.single.n_rows; t++) {
+        float *xr = rn.resid.data + t * rn.resid.stride;
+        float4 v[KPT], wv[KPT];
+        wide_row_load<KPT>(xr, rn.y.data + t * rn.y.stride, rn.w, n4, v, wv);
+        __syncthreads();  // every thread has read x before any writes it
+#pragma unroll
+        for (int j = 0; j < KPT; j++) {
+            const int i = int(threadIdx.x) + j * 256;
+            if (i < n4) reinterpret_cast<float4 *>(xr)[i] = v[j];
+        }
+        NormQ8 q8 = rn.q8;
+        if (q8.form) q8.q += t * a.k, q8.ds += t * (a.k / 32);
+        rms_norm_wide_row<KPT>(v, wv, n4, a.k, rn.eps, red,
+                               reinterpret_cast<float4 *>(rn.normed.data + t * rn.normed.stride), q8, pick);
+    }
+    router_rank(a, k, norm, scale, regs, ids, weights, done, pairs, prob);
 }
 
 // Column c of token t's combination, the pairs' products added in the order given from zero (each a fused
@@ -503,6 +574,37 @@ void launch_router_fused(const MatmulArgs &a, int64_t k, bool norm, float scale,
             fail("CUDA: no one-launch router for %s", dtype_name(a.type));
     }
     STRATA_CUDA_LAUNCH_CHECK("k_router_fused");
+}
+
+bool router_norm_supported(const MatmulArgs &a, const RouterNorm &rn) {
+    auto wide = [&](const Rows &r) {
+        return (reinterpret_cast<uintptr_t>(r.data) & 15) == 0 && r.stride % 4 == 0 && r.cols == a.k &&
+               r.rows == a.single.n_rows;
+    };
+    return a.type == DType::F32 && router_fused_supported(a.type, a.n, a.k, a.single.n_rows) && a.groups == nullptr &&
+           a.k >= 1024 && a.k <= 16 * k_mmv_split_threads && a.k % 4 == 0 && wide(rn.resid) && wide(rn.y) &&
+           wide(rn.normed) && (reinterpret_cast<uintptr_t>(rn.w) & 15) == 0;
+}
+
+void launch_router_norm(const MatmulArgs &a, int64_t k, bool norm, float scale, int32_t *ids, float *weights,
+                        unsigned *done, cudaStream_t stream, const RouterPairs &pairs, const RouterNorm &rn) {
+    STRATA_ASSERT(router_norm_supported(a, rn) && k >= 1 && k <= a.n && a.single.x_row0 == 0 && a.single.y_row0 == 0);
+    STRATA_ASSERT(!rn.q8.form || norm_quantizes(rn.resid, rn.normed, a.k, rn.w, rn.q8.form));
+    const IqGrids &g = iq_grids();
+    const size_t smem = size_t(k_mmv_split_threads / 32) * size_t(a.n) * sizeof(float);  // a warp's probabilities
+    const unsigned grid = unsigned(a.n);
+    const bool regs = router_regs_on() && router_regs_take(a.n, k);
+    const int64_t n4 = a.k / 4;  // launch_add_rms_norm's register count
+    if (n4 <= 256)
+        pdl_launch(k_router_norm<1>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale, regs, ids, weights,
+                   done, pairs, rn);
+    else if (n4 <= 512)
+        pdl_launch(k_router_norm<2>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale, regs, ids, weights,
+                   done, pairs, rn);
+    else
+        pdl_launch(k_router_norm<4>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale, regs, ids, weights,
+                   done, pairs, rn);
+    STRATA_CUDA_LAUNCH_CHECK("k_router_norm");
 }
 
 void launch_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx, const float *weights, int64_t k, Rows out,

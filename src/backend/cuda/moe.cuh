@@ -38,6 +38,23 @@ struct RouterPairs {
 bool router_fused_supported(DType t, int64_t n_expert, int64_t k_row, int64_t n_tokens);
 void launch_router_fused(const MatmulArgs &a, int64_t k, bool norm, float scale, int32_t *ids, float *weights,
                          unsigned *done, cudaStream_t stream, const RouterPairs &pairs = {});
+// The residual step before the router, done by the same launch (launch_router_norm): resid += y, normed =
+// rms_norm(resid) with w over the whole row (launch_add_rms_norm's bits, with q8's form where it is set), and the
+// router's input is normed. a.x is unused.
+struct RouterNorm {
+    Rows resid, y, normed;
+    const float *w = nullptr;
+    float eps = 0.0f;
+    NormQ8 q8;
+};
+// Whether launch_router_norm takes it: an F32 router of rows of at most 4096 (each block's weights loaded before its
+// wait), rows of 1024..4096 columns that launch_add_rms_norm takes in its one-row-a-block form.
+bool router_norm_supported(const MatmulArgs &a, const RouterNorm &rn);
+// launch_router_fused with the residual step first: every block forms the normed row itself (its scale by the norm's
+// tree) and takes the values its threads multiply from it; the block that finishes last writes resid, normed and q8's
+// form, then ranks. The same bits as launch_add_rms_norm and then launch_router_fused.
+void launch_router_norm(const MatmulArgs &a, int64_t k, bool norm, float scale, int32_t *ids, float *weights,
+                        unsigned *done, cudaStream_t stream, const RouterPairs &pairs, const RouterNorm &rn);
 
 // out[t] = sum over j < k of weights[widx[t k + j]] * ys[yrow[t k + j]]: entries in the order to add them (by
 // expert id), starting from zero.

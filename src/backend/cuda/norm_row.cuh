@@ -76,10 +76,30 @@ __device__ __forceinline__ void q8_k_of(float4 y, bool active, int i, int8_t *q,
 // y = v / rms(v) * w over `group` columns: the sum of squares in f32 over a fixed tree, then v * scale * w; with
 // q8.form set, the row's 8-bit form too (group a multiple of 32 for form 1, of 256 for form 2; pick: 24 words of
 // shared memory for form 2).
+// Row r's float4s i + j 256 of x + y (y null: of x) and of w into v and wv (zeros past n4), the sum as k_rms_norm_wide
+// forms a residual step's.
 template <int KPT>
-__device__ __forceinline__ void rms_norm_wide_row(const float4 (&v)[KPT], const float4 (&wv)[KPT], int n4,
-                                                  int64_t group, float eps, float *red, float4 *y,
-                                                  const NormQ8 &q8 = {}, float *pick = nullptr) {
+__device__ __forceinline__ void wide_row_load(const float *x, const float *y, const float *w, int n4, float4 (&v)[KPT],
+                                              float4 (&wv)[KPT]) {
+#pragma unroll
+    for (int j = 0; j < KPT; j++) {
+        const int i = int(threadIdx.x) + j * 256;
+        v[j] = wv[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (i < n4) {
+            v[j] = reinterpret_cast<const float4 *>(x)[i];
+            wv[j] = reinterpret_cast<const float4 *>(w)[i];
+            if (y) {
+                const float4 b = reinterpret_cast<const float4 *>(y)[i];
+                v[j].x = v[j].x + b.x, v[j].y = v[j].y + b.y, v[j].z = v[j].z + b.z, v[j].w = v[j].w + b.w;
+            }
+        }
+    }
+}
+
+// 1 / rms of the row whose float4 i + j 256 thread threadIdx.x holds in v[j] (zeros past its end): the sum of squares
+// in f32 over a fixed tree (every thread of the block of 256 calls it; a block barrier).
+template <int KPT>
+__device__ __forceinline__ float rms_scale_wide(const float4 (&v)[KPT], int64_t group, float eps, float *red) {
     float ss = 0.0f;
 #pragma unroll
     for (int j = 0; j < KPT; j++) {
@@ -89,12 +109,24 @@ __device__ __forceinline__ void rms_norm_wide_row(const float4 (&v)[KPT], const 
         ss += v[j].w * v[j].w;
     }
     ss = block_sum(ss, red);
-    const float scale = 1.0f / sqrtf(ss / float(group) + eps);
+    return 1.0f / sqrtf(ss / float(group) + eps);
+}
+
+// One value of the normed row: v * scale * w, as rms_norm_wide_row writes each.
+__device__ __forceinline__ float rms_normed(float v, float scale, float w) {
+    return v * scale * w;
+}
+
+template <int KPT>
+__device__ __forceinline__ void rms_norm_wide_row(const float4 (&v)[KPT], const float4 (&wv)[KPT], int n4,
+                                                  int64_t group, float eps, float *red, float4 *y,
+                                                  const NormQ8 &q8 = {}, float *pick = nullptr) {
+    const float scale = rms_scale_wide<KPT>(v, group, eps, red);
 #pragma unroll
     for (int j = 0; j < KPT; j++) {
         const int i = int(threadIdx.x) + j * 256;
-        const float4 o = make_float4(v[j].x * scale * wv[j].x, v[j].y * scale * wv[j].y, v[j].z * scale * wv[j].z,
-                                     v[j].w * scale * wv[j].w);
+        const float4 o = make_float4(rms_normed(v[j].x, scale, wv[j].x), rms_normed(v[j].y, scale, wv[j].y),
+                                     rms_normed(v[j].z, scale, wv[j].z), rms_normed(v[j].w, scale, wv[j].w));
         if (i < n4) y[i] = o;
         if (q8.form == 1)
             q8_0_of(o, i < n4, i, q8.q, q8.ds);

@@ -30,11 +30,12 @@ void trunk_qwen3moe(const ForwardCtx &c, const int32_t *tokens, Act &x, Act &cur
         const Backend::ScratchMark layer_mark = be.scratch_mark();
         Act attn = attention_block(c, il, cur);
         c.trace(il, "attn_out", attn);
-        be.add_rms_norm(x, attn, L.ffn_norm, hp.rms_eps, cur);
-        // the residual step into the next block's norm, which the MoE block may take in its last pass
+        // the residual step into this block's norm, which the MoE block's routing may take (a decoding pass's router
+        // launch), and the one into the next block's norm, which the MoE block may take in its last pass
+        const ResidualAdd before{x, attn, &L.ffn_norm, hp.rms_eps, cur};
         const bool last = il + 1 == hp.n_layer;
         const ResidualNorm next{x, last ? nullptr : &c.m.layers[size_t(il + 1)].attn_norm, hp.rms_eps, cur};
-        Act moe = moe_block(c, il, cur, last ? nullptr : &next);
+        Act moe = moe_block(c, il, cur, last ? nullptr : &next, &before);
         c.trace(il, "ffn_moe_out", moe);
         if (last) be.add(x, moe, x);
         c.trace(il, "l_out", x);
