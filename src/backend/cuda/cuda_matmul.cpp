@@ -408,8 +408,8 @@ void CudaBackend::add_rms_norm_route(Act resid, Act y, const Weight &norm_w, flo
     a.n = router.ne[1];
     a.single = MatmulGroup{nullptr, 0, int32_t(normed.rows), 0};
     RouterNorm rn{rows_of(resid), rows_of(y), rows_of(normed), wd, eps, {}};
-    const bool pairs =
-        env_switch("STRATA_CUDA_ROUTER_PAIRS", true) && !maps_host_experts(w) && device_routing_applies(w, normed.rows);
+    static const bool pairs_on = env_switch("STRATA_CUDA_ROUTER_PAIRS", true);
+    const bool pairs = pairs_on && !maps_host_experts(w) && device_routing_applies(w, normed.rows);
     if (!router_norm_enabled() || !fusion_enabled() || !pairs || norm_w.ne[0] != resid.cols || y.rows != resid.rows ||
         normed.rows != resid.rows || !router_norm_supported(a, rn)) {
         add_rms_norm(resid, y, norm_w, eps, normed);
