@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# The thirty-first round's call, one machine (about six minutes):
-#   1. GPU tests: the decode mat-vec's staged rows (STRATA_CUDA_MMVQ_STAGE: a warp copies its weight row's first
-#      sub-blocks into shared memory before the kernel's wait for the one before it) bit for bit against the host's
-#      copy of the kernel, with group tables read before and after the wait; the same with the switch off; the
-#      engine suite with the defaults.
-#   2. The 30B all resident, decode: each switch of SWITCHES (default CUDA_MMVQ_STAGE, CUDA_KV_FUSE: the q/k norm's
-#      launch storing k and v in the cache, CUDA_ATTN_Q8: the decoding attention's last launch making the o matrix's
-#      Q8_0 input, CUDA_ROUTER_NORM: the residual step before the router done by the router's launch) =0 / =1
-#      alternated, PAIRS (three pairs), then the CUPTI timeline of 32 decoded
-#      tokens with them all on (tools/profile/timeline.py), kernel by kernel.
-# SHORT=1: the ops tests with the switches off left out; MINI=1: the A/B rows alone, a pair each, no tests. There (carry .peer):
+# The thirty-first round's call, one machine (about six minutes): four opt-in decode launches, written without a GPU
+# in the thirtieth round, each with its switch (SWITCHES, all by default): CUDA_MMVQ_STAGE (a decoding mat-vec's
+# warps copy their weight rows' first sub-blocks into shared memory before the wait for the kernel before),
+# CUDA_KV_FUSE (k and v stored by the q/k norm's launch), CUDA_ATTN_Q8 (the decoding attention's last launch makes
+# the o matrix's Q8_0 input), CUDA_ROUTER_NORM (the residual step before the router done by the router's launch).
+#   1. GPU tests with them all on (the op tests of each against the launches it replaces, bit for bit; the engine's
+#      golden and graph tests, ENG=), then the op tests with them all off (not with SHORT=1).
+#   2. The 30B all resident, `-p 512 -n 128 -r 3`: each switch =0 / =1 alternated (PAIRS: three pairs), then all off
+#      against all on (two pairs), then the CUPTI timeline of 32 decoded tokens with all on, kernel by kernel.
+# MINI=1: the A/B rows alone, a pair each, no tests (a call with little device time left). There (carry .peer):
 #   setsid nohup bash bench/device-round31.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/r31/main.log 570
+# If they pass and gain, the next commit makes them defaults (their env_switch defaults) and updates docs/cuda.md.
 L=/tmp/r31; mkdir -p $L
 exec > $L/main.log 2>&1
 NO_LLAMA=${NO_LLAMA:-1}
@@ -40,6 +40,11 @@ fi
 synth_wait
 for SW in $SWITCHES; do
   for X in ${PAIRS:-0 1 0 1 0 1}; do export STRATA_$SW=$X; sb -m $F -p 512 -n 128 -r 3 --chunk 4096; unset STRATA_$SW; done
+done
+for X in 0 1 0 1; do
+  if [ $X = 1 ]; then export $ON; echo "== all on"; else echo "== all off"; fi
+  sb -m $F -p 512 -n 128 -r 3 --chunk 4096
+  for s in $SWITCHES; do unset STRATA_$s; done
 done
 env $ON CUDA_INJECTION64_PATH=/tmp/kernel_trace.so STRATA_KERNEL_TRACE=$L/strata.csv $S bench -m $F -p 1 -n 32 -r 1 > $L/trace.out 2>&1
 echo "== traced rc=$? at $(el) s"
