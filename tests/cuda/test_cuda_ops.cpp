@@ -322,6 +322,21 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, CudaMatmul, ::testing::ValuesIn(matmul_cases(
 const DType k_mmvq_types[] = {DType::Q8_0, DType::Q4_0, DType::MXFP4,   DType::IQ4_XS, DType::Q4_K,
                               DType::Q5_K, DType::Q6_K, DType::IQ2_XXS, DType::IQ1_M};
 
+// The args of an f32 matrix (n rows of k at w) times x (rows of k) into y (rows of n); groups left to the caller.
+cuda::MatmulArgs f32_args(const void *w, int64_t k, int64_t n, const float *x, float *y) {
+    cuda::MatmulArgs a;
+    a.type = DType::F32;
+    a.k = k;
+    a.n = n;
+    a.row_bytes = size_t(k) * 4;
+    a.x = x;
+    a.x_stride = k;
+    a.y = y;
+    a.y_stride = n;
+    a.single = {w, 0, 0, 0};
+    return a;
+}
+
 // n random weight rows of type t and R random activation rows of length k, the activations quantized on the device
 // for t's mat-vec format, and the args of their product as one group of all R rows into yd (R x n).
 struct QuantizedProduct {
@@ -551,15 +566,7 @@ TEST(CudaMatmulGeneric, F32FormIsTheTileListsBits) {
         DevBuf wd(w.size() * 4), xd(x.size() * 4), yd(size_t(R * n) * 4);
         CUDA_OK(cudaMemcpy(wd.p, w.data(), w.size() * 4, cudaMemcpyHostToDevice));
         CUDA_OK(cudaMemcpy(xd.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
-        cuda::MatmulArgs a;
-        a.type = DType::F32;
-        a.k = k;
-        a.n = n;
-        a.row_bytes = size_t(k) * 4;
-        a.x = xd.as<float>();
-        a.x_stride = k;
-        a.y = yd.as<float>();
-        a.y_stride = n;
+        cuda::MatmulArgs a = f32_args(wd.p, k, n, xd.as<float>(), yd.as<float>());
         auto run = [&]() {
             std::vector<float> y(size_t(R * n));
             EXPECT_EQ(cudaMemset(yd.p, 0xff, y.size() * 4), cudaSuccess);  // NaN where nothing is written
@@ -1880,16 +1887,8 @@ TEST(CudaRouter, ResidualStepInTheLaunchIsTheTwoLaunches) {
                 CUDA_OK(cudaMemcpy(xd.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
                 const cuda::Rows xr{xd.as<float>(), T, E, E}, yr{yd.as<float>(), T, E, E}, nr{nd.as<float>(), T, E, E};
                 const cuda::NormQ8 q8{qd.as<int8_t>(), dd.as<float2>(), 2};
-                cuda::MatmulArgs a;
-                a.type = DType::F32;
-                a.k = E;
-                a.n = ne;
-                a.row_bytes = size_t(E) * 4;
-                a.x = nd.as<float>();
-                a.x_stride = E;
-                a.y = ld.as<float>();
-                a.y_stride = ne;
-                a.single = {wd.p, 0, int32_t(T), 0};
+                cuda::MatmulArgs a = f32_args(wd.p, E, ne, nd.as<float>(), ld.as<float>());
+                a.single.n_rows = int32_t(T);
                 if (fused) {
                     const cuda::RouterNorm rn{xr, yr, nr, nwd.as<float>(), eps, q8};
                     ASSERT_TRUE(cuda::router_norm_supported(a, rn));
