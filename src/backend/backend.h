@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -64,7 +65,14 @@ struct PassIo {
     int32_t *ids = nullptr;  // where set, the pass gives each out row's arg-max id here instead of logits
     const float *in_x = nullptr, *in_cur = nullptr;
     float *out_x = nullptr, *out_cur = nullptr;
+    // A pass of greedy decoding that may run ahead of the host (Backend::replay_ahead): its token ids are fed on the
+    // device (the pass takes `tokens`, and its arg-max ids are left where the next fed pass takes its tokens from),
+    // and it is recorded as one of a pair, 0 or 1, that replay in turn. -1: an ordinary pass.
+    int ahead = -1;
 };
+
+// replay_ahead's caller, given each step's arg-max ids (one an output row) in step order: whether to go on.
+using AheadTake = std::function<bool(int64_t step, const int32_t *ids)>;
 
 struct RopeParams {
     int64_t head_dim = 0;  // columns per head
@@ -230,6 +238,17 @@ class Backend {
     // replays a recorded decoding pass whose kernels and arguments are those this batch would issue (cuda_graph.cpp).
     // true: `io.logits` (or `io.ids`) holds the pass's output; false: the caller runs the pass op by op.
     virtual bool replay_pass(const BatchInfo &, const PassIo &) { return false; }
+    // Greedy decoding steps replayed ahead of the host, where the backend holds the pair of recorded fed passes
+    // (PassIo::ahead 0 and 1) for this batch's shape: step s decodes the batch with every segment's positions moved on
+    // by s, its tokens io.tokens (s = 0) or step s - 1's arg-max ids, taken on the device; step s + 1 is under way
+    // while take(s, ids) reads step s's. At most max_steps steps; returns how many take was given (it may have
+    // returned false at the last). A step after the last taken may have run: it wrote cache rows past the sequences'
+    // lengths (attention reads none of them; the caller does not use this where a pass updates recurrent state). 0:
+    // not possible now (the caller runs its steps as passes).
+    virtual int64_t replay_ahead(const BatchInfo &, const PassIo &, int64_t max_steps, const AheadTake &take) {
+        (void)max_steps, (void)take;
+        return 0;
+    }
     // Named regions of work for profiling (the CUDA backend's STRATA_CUDA_PROFILE=1); free elsewhere.
     virtual void region_begin(const char *name) { (void)name; }
     virtual void region_end() {}

@@ -170,9 +170,9 @@ RunResult run_once(Engine &eng, const BenchTest &t, uint64_t seed) {
     const ExpertCacheStats before = eng.expert_stats();
     const auto t0 = std::chrono::steady_clock::now();
     if (t.n_gen == 0) eng.decode(step, logits);
-    for (int64_t i = 0; i < t.n_gen; i++) {
+    if (t.n_gen > 0) {  // greedy decoding, as `strata run` at temperature 0 does it
         for (size_t s = 0; s < step.size(); s++) step[s].tokens = {next[s]};
-        eng.decode_argmax(step, next);
+        eng.decode_greedy(step, t.n_gen, [](int64_t, const std::vector<int32_t> &) { return true; });
     }
     RunResult r{seconds_since(t0), stats_delta(eng.expert_stats(), before)};
     for (int32_t seq : seqs) eng.drop(seq);

@@ -133,7 +133,7 @@ void trunk_start(const ForwardCtx &c, const int32_t *tokens, Act &x, Act &cur) {
 
 void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *tokens, const BatchInfo &batch,
              const std::vector<int64_t> &out_rows, float *logits, const Tracer *tracer, int32_t *ids,
-             const PassPart *part) {
+             const PassPart *part, int ahead) {
     ForwardCtx c{m, be, moe, batch, tracer};
     c.l1 = m.hp.n_layer;
     if (part) {
@@ -141,6 +141,10 @@ void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *toke
         if (part->l1 >= 0) c.l1 = part->l1;
     }
     PassIo io{tokens, &out_rows, ids ? nullptr : logits, ids};
+    if (ahead >= 0) {
+        STRATA_ASSERT(ids && !part && !tracer);
+        io.ahead = ahead;
+    }
     if (c.l0 > 0) {
         STRATA_ASSERT(c.in);  // (its sizes checked where it is uploaded, trunk_start)
         io.in_x = c.in->x.data(), io.in_cur = c.in->cur.data();
@@ -211,6 +215,17 @@ void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *toke
     }
     scope.open = false;
     be.end_pass();
+}
+
+int64_t forward_ahead(Backend &be, ExpertRunner &moe, const int32_t *tokens, const BatchInfo &batch,
+                      const std::vector<int64_t> &out_rows, int32_t *ids, int64_t max_steps, const AheadTake &take) {
+    if (!moe.runs_ahead()) return 0;
+    PassIo io{tokens, &out_rows, nullptr, ids};
+    return be.replay_ahead(batch, io, max_steps, [&](int64_t s, const int32_t *got) {
+        moe.start_pass(batch.n_tokens, false);  // each step's pass, replayed whole
+        moe.pass_replayed();
+        return take(s, got);
+    });
 }
 
 }  // namespace strata

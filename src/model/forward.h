@@ -39,6 +39,9 @@ class ExpertRunner {
     // Whether run() reads intermediate results back at once in this pass (a routing observer): the pass cannot be
     // deferred.
     virtual bool reads_back() const { return false; }
+    // Whether decoding passes may follow one another with no host work between them (Backend::replay_ahead):
+    // nothing read back, nothing the host does with a pass's routing before the next.
+    virtual bool runs_ahead() const { return !reads_back(); }
 };
 
 // The residual stream between two parts of a split model (runtime/engine.h), in host memory the writing part's
@@ -80,9 +83,19 @@ constexpr int64_t k_logit_slice_rows = 256;
 // logits[out_rows.size() * n_vocab], or, where ids is given, each of those rows' arg-max to ids[out_rows.size()]
 // (Backend::download_argmax; logits unused). Where part is given and not the whole model, only its layers run (see
 // PassPart; the residual streams pass through PassIo, so a backend may record and replay a part's pass too).
+// ahead: PassIo::ahead (a fed pass of greedy decoding, one of the pair forward_ahead replays; needs ids).
 void forward(const Model &m, Backend &be, ExpertRunner &moe, const int32_t *tokens, const BatchInfo &batch,
              const std::vector<int64_t> &out_rows, float *logits, const Tracer *tracer = nullptr,
-             int32_t *ids = nullptr, const PassPart *part = nullptr);
+             int32_t *ids = nullptr, const PassPart *part = nullptr, int ahead = -1);
+
+// Greedy decoding steps replayed ahead of the host where the backend and the expert runner allow it
+// (Backend::replay_ahead, ExpertRunner::runs_ahead; a whole model's pass of one token a sequence): step s decodes
+// batch with its positions moved on by s, its tokens `tokens` (s = 0) or the arg-max ids of step s - 1, and
+// take(s, ids) gets each step's ids (one a row of out_rows, in ids[out_rows.size()]) and says whether to go on.
+// Returns the steps taken; 0 where the steps cannot run ahead now (the caller runs them with forward(), `ahead` in
+// turn 0 and 1, which records the pair).
+int64_t forward_ahead(Backend &be, ExpertRunner &moe, const int32_t *tokens, const BatchInfo &batch,
+                      const std::vector<int64_t> &out_rows, int32_t *ids, int64_t max_steps, const AheadTake &take);
 
 // Shared blocks; each returns the block's output (the residual is added by the caller).
 Act attention_block(const ForwardCtx &c, int64_t il, Act cur);

@@ -287,6 +287,73 @@ void Engine::decode_argmax(const std::vector<SeqInput> &inputs, std::vector<int3
     run_passes(inputs, nullptr, [&](int32_t id, size_t input) { ids[input] = id; });
 }
 
+int64_t Engine::decode_greedy(const std::vector<SeqInput> &inputs, int64_t max_steps, const GreedyTake &take) {
+    for (const SeqInput &in : inputs)
+        if (in.all_logits || in.tokens.size() != 1)
+            fail("sequence %d: greedy decoding takes one token a sequence, not %zu%s", in.seq, in.tokens.size(),
+                 in.all_logits ? " with every position's logits" : "");
+    if (inputs.empty() || max_steps <= 0) return 0;
+    // Ahead of the host: one participant (a split's parts hand the residual stream over on the host), no recurrent
+    // state (a step run past the last taken would have changed it), nothing reading the passes' insides.
+    static const bool ahead_on = env_switch("STRATA_DECODE_AHEAD", true);
+    const bool ahead = ahead_on && parts_.size() == 1 && !has_recurrent() && !tracer_ && !observed_ &&
+                       int64_t(inputs.size()) <= cfg_.n_batch;
+    std::vector<SeqInput> step = inputs;
+    std::vector<int32_t> ids(inputs.size(), -1);
+    const size_t n = inputs.size();
+    int64_t s = 0;
+    while (s < max_steps) {
+        if (ahead) {
+            // The steps the context leaves (the ordinary step below says why none is left), the batch as
+            // run_passes would pack it: a row a sequence, in input order.
+            int64_t room = max_steps - s;
+            BatchInfo b;
+            std::vector<int64_t> out_rows;
+            std::vector<int32_t> tokens;
+            bool ok = true;
+            for (size_t i = 0; i < n && ok; i++) {
+                const int32_t seq = step[i].seq;
+                ok = seq >= 0 && seq < int32_t(seq_len_.size()) && !state_lost_[size_t(seq)];
+                for (size_t j = 0; ok && j < i; j++) ok = step[j].seq != seq;
+                if (!ok) break;
+                const int32_t t = step[i].tokens[0];
+                ok = t >= 0 && t < n_vocab();
+                room = std::min(room, cfg_.n_ctx - seq_len_[size_t(seq)]);
+                b.segs.push_back({seq, seq_len_[size_t(seq)], 1, int64_t(i)});
+                out_rows.push_back(int64_t(i));
+                tokens.push_back(t);
+            }
+            b.n_tokens = int64_t(n);
+            bool go = true;
+            int64_t got = 0;
+            if (ok && room > 0) {
+                pass_ids_.resize(n);
+                Part &pt = parts_[0];
+                got = forward_ahead(*pt.backend, pt.strata->moe(), tokens.data(), b, out_rows, pass_ids_.data(), room,
+                                    [&](int64_t k, const int32_t *got_ids) {
+                                        for (size_t i = 0; i < n; i++) seq_len_[size_t(step[i].seq)]++;
+                                        ids.assign(got_ids, got_ids + n);
+                                        go = take(s + k, ids);
+                                        return go;
+                                    });
+            }
+            if (got > 0) {
+                s += got;
+                if (!go) return s;
+                for (size_t i = 0; i < n; i++) step[i].tokens = {ids[i]};
+                continue;
+            }
+        }
+        // A step as a pass of its own: where ahead applies, a fed pass of the pair in turn (recorded by the backend
+        // where it records passes, for the steps after to replay ahead).
+        run_passes(step, nullptr, [&](int32_t id, size_t input) { ids[input] = id; }, ahead ? int(s % 2) : -1);
+        s++;
+        if (!take(s - 1, ids)) return s;
+        for (size_t i = 0; i < n; i++) step[i].tokens = {ids[i]};
+    }
+    return s;
+}
+
 bool Engine::parts_on_host() const {
     for (const Part &p : parts_)
         if (p.strata->plan().device) return false;
@@ -300,7 +367,7 @@ bool Engine::pipelined(size_t n_passes) const {
     return env_switch("STRATA_SPLIT_PIPELINE", parts_on_host());
 }
 
-void Engine::run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink, const IdSink &id_sink) {
+void Engine::run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink, const IdSink &id_sink, int ahead) {
     // Validate everything before touching any cache, so a bad input changes nothing.
     std::vector<int32_t> seen;
     for (const SeqInput &in : inputs) {
@@ -461,7 +528,8 @@ void Engine::run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink
         if (last) pass_ids_.resize(ps.out_rows.size());
         int32_t *ids = last && id_sink ? pass_ids_.data() : nullptr;
         if (parts_.size() == 1) {
-            forward(*model_, *pt.backend, pt.strata->moe(), ps.tokens.data(), ps.b, ps.out_rows, out, tracer_, ids);
+            forward(*model_, *pt.backend, pt.strata->moe(), ps.tokens.data(), ps.b, ps.out_rows, out, tracer_, ids,
+                    nullptr, passes.size() == 1 && ids ? ahead : -1);
             return;
         }
         const PassPart pp{pt.l0, pt.l1, p ? &parts_[p - 1].out[j % 2] : nullptr, &pt.out[j % 2]};

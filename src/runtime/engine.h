@@ -155,6 +155,14 @@ class Engine {
     // GPU, one id a row crosses the bus instead of a vocabulary's row): greedy decoding. Inputs may not ask for
     // all_logits.
     void decode_argmax(const std::vector<SeqInput> &inputs, std::vector<int32_t> &ids);
+    // Greedy decoding of up to max_steps steps: step 0 decodes each input's one token, each later step the ids step
+    // before picked (decode_argmax's), and take(step, ids) gets each step's ids (one an input, in input order) and
+    // returns whether to go on. Returns the steps taken (each input's sequence is that many positions longer). The
+    // same ids as decode_argmax called step by step; where the backend can (a GPU replaying recorded passes, every
+    // expert resident, one participant, no recurrent state), the next step runs on the device while take reads one
+    // (STRATA_DECODE_AHEAD=0: each step waits for take).
+    using GreedyTake = std::function<bool(int64_t step, const std::vector<int32_t> &ids)>;
+    int64_t decode_greedy(const std::vector<SeqInput> &inputs, int64_t max_steps, const GreedyTake &take);
 
     // Named intermediates of later decode() calls go to the tracer (nullptr: none).
     void set_tracer(const Tracer *t) { tracer_ = t; }
@@ -191,7 +199,8 @@ class Engine {
     // id_sink(id, input).
     using RowSink = std::function<void(const float *row, size_t input, int64_t row_in_logits)>;
     using IdSink = std::function<void(int32_t id, size_t input)>;
-    void run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink, const IdSink &id_sink);
+    // ahead: a one-pass call's PassIo::ahead (decode_greedy's steps on one participant), else -1.
+    void run_passes(const std::vector<SeqInput> &inputs, const RowSink &sink, const IdSink &id_sink, int ahead = -1);
 
     std::unique_ptr<Model> model_;
     EngineConfig cfg_;

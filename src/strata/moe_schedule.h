@@ -205,6 +205,10 @@ class MoeSchedule final : public ExpertRunner {
         return observer_ != nullptr || (override_.active() && !be_.draws_on_device()) || prefetch_on_ ||
                (hybrid_ != nullptr && split_pass_);  // the split reads the routing back in decode-sized passes
     }
+    // Nothing between decoding passes: every expert resident (no admission after a pass), no drawn routing.
+    bool runs_ahead() const override {
+        return !reads_back() && !override_.active() && (!slots_ || slots_->all_resident());
+    }
     // Decode-sized passes run alone or split while both applied (STRATA_DECODE_CHOOSE).
     const DecodeModeStats &decode_modes() const { return chooser_.stats(); }
     // Unpins what was filled ahead for a layer not yet run (a pass that threw leaves such pins behind).

@@ -166,6 +166,60 @@ TEST_P(EngineTest, BatchedSequencesEqualEachAlone) {
     EXPECT_EQ(step[1], step2[0]);
 }
 
+// decode_greedy's steps are decode_argmax's, one call after another: the ids take is given, in step order, the
+// steps it returns (stopping where take says so, its sequences that many positions longer), and bad inputs refused
+// with nothing changed.
+TEST_P(EngineTest, GreedyDecodingIsArgmaxStepByStep) {
+    const std::vector<int32_t> p1 = prompt_tokens(11, 5), p2 = prompt_tokens(6, 6);
+    auto a = make(512), b = make(512);
+    const int32_t a1 = a->new_sequence(), a2 = a->new_sequence(), b1 = b->new_sequence(), b2 = b->new_sequence();
+    std::vector<int32_t> first, ids;
+    a->decode_argmax({{a1, p1, false}, {a2, p2, false}}, first);
+    b->decode_argmax({{b1, p1, false}, {b2, p2, false}}, ids);
+    std::vector<std::vector<int32_t>> got;
+    const int64_t n = a->decode_greedy({{a1, {first[0]}, false}, {a2, {first[1]}, false}}, 7,
+                                       [&](int64_t step, const std::vector<int32_t> &s) {
+                                           EXPECT_EQ(step, int64_t(got.size()));
+                                           got.push_back(s);
+                                           return true;
+                                       });
+    EXPECT_EQ(n, 7);
+    ASSERT_EQ(got.size(), 7u);
+    for (int step = 0; step < 7; step++) {
+        b->decode_argmax({{b1, {ids[0]}, false}, {b2, {ids[1]}, false}}, ids);
+        EXPECT_EQ(got[size_t(step)], ids) << "step " << step;
+    }
+    EXPECT_EQ(a->seq_len(a1), b->seq_len(b1));
+    EXPECT_EQ(a->seq_len(a2), b->seq_len(b2));
+    // stopped by take at its third step: three positions longer, and on from there as step by step
+    got.clear();
+    EXPECT_EQ(a->decode_greedy({{a1, {ids[0]}, false}}, 50,
+                               [&](int64_t, const std::vector<int32_t> &s) {
+                                   got.push_back(s);
+                                   return got.size() < 3;
+                               }),
+              3);
+    for (int step = 0; step < 3; step++) {
+        b->decode_argmax({{b1, {ids[0]}, false}}, ids);
+        EXPECT_EQ(got[size_t(step)], ids) << "stopped run, step " << step;
+    }
+    EXPECT_EQ(a->seq_len(a1), b->seq_len(b1));
+    std::vector<int32_t> more;
+    a->decode_argmax({{a1, {ids[0]}, false}}, more);
+    b->decode_argmax({{b1, {ids[0]}, false}}, ids);
+    EXPECT_EQ(more, ids);
+    // refused: two tokens, every position's logits, a token outside the vocabulary, one sequence twice
+    const int64_t len = a->seq_len(a1);
+    auto none = [](int64_t, const std::vector<int32_t> &) { return true; };
+    EXPECT_THROW(a->decode_greedy({{a1, {1, 2}, false}}, 3, none), Error);
+    EXPECT_THROW(a->decode_greedy({{a1, {1}, true}}, 3, none), Error);
+    EXPECT_THROW(a->decode_greedy({{a1, {int32_t(a->n_vocab())}, false}}, 3, none), Error);
+    EXPECT_THROW(a->decode_greedy({{a1, {1}, false}, {a1, {2}, false}}, 3, none), Error);
+    EXPECT_EQ(a->seq_len(a1), len);
+    EXPECT_EQ(a->decode_greedy({{a1, {1}, false}}, 0, none), 0);
+    EXPECT_EQ(a->seq_len(a1), len);
+}
+
 // Greedy decoding through decode_argmax picks what the arg-max of decode()'s logits picks, step after step, for two
 // sequences in one call (the second starting from another prompt), and leaves the sequences where decode() does.
 TEST_P(EngineTest, ArgmaxDecodingIsTheArgmaxOfTheLogits) {

@@ -37,14 +37,14 @@ struct EngineStats {
     int64_t n_slots = 0, n_experts = 0;
     uint64_t hits = 0, misses = 0, bytes_uploaded = 0;
     uint64_t device_bytes = 0, budget_bytes = 0, driver_bytes = 0, graph_launches = 0, graph_instantiations = 0;
-    uint64_t graph_replays = 0;
+    uint64_t graph_replays = 0, ahead_steps = 0;
 };
 EngineStats stats_of(const Engine &e) {
     const ExpertCacheStats c = e.expert_stats();
     const CudaDeviceStats d = cuda_device_stats(e.backend());
     return {c.n_slots, c.n_experts, c.expert_cache_hits, c.expert_cache_misses, c.bytes_streamed,
             d.device_bytes, d.budget_bytes, d.driver_bytes, d.graph_launches, d.graph_instantiations,
-            d.graph_replays};
+            d.graph_replays, d.ahead_steps};
 }
 
 // mixed_down: the experts' down matrices of some layers of that type (SynthOptions::mixed_down_type): two sizes.
@@ -802,6 +802,90 @@ TEST_P(CudaEngine, ArgmaxOnTheDeviceIsTheHostsPick) {
             ASSERT_EQ(ids[1], last2) << what << ", two sequences, step " << step;
         }
     }
+}
+
+// Greedy decoding replayed ahead of the host (decode_greedy: the next step's graph launched before the host reads a
+// step's ids, its tokens fed on the device) gives decode_argmax's ids step by step: one sequence past the positions
+// where attention splits its key range differently (64, 128: the run stops, the pair is recorded again, it goes on),
+// a run stopped by its caller and continued, two sequences together, and a caller that throws (the engine goes on).
+// The steps do run ahead where graphs replay (quantized experts, no recurrent state); STRATA_DECODE_AHEAD=0 takes
+// them one pass at a time, the same ids.
+TEST_P(CudaEngine, GreedyStepsAheadAreStepByStep) {
+    EngineConfig cfg = config();
+    cfg.n_seq_max = 3;
+    cfg.cuda_graphs = true;
+    auto a = make_cuda_engine(path(), cfg), b = make_cuda_engine(path(), cfg);
+    const int32_t a1 = a->new_sequence(), a2 = a->new_sequence(), b1 = b->new_sequence(), b2 = b->new_sequence();
+    std::vector<int32_t> first, ids;
+    a->decode_argmax({{a1, prompt_tokens(20, 5), false}}, first);
+    b->decode_argmax({{b1, prompt_tokens(20, 5), false}}, ids);
+    ASSERT_EQ(first, ids);
+    const EngineStats before = stats_of(*a);
+    std::vector<std::vector<int32_t>> got;
+    auto keep = [&](int64_t step, const std::vector<int32_t> &s) {
+        EXPECT_EQ(step, int64_t(got.size()));
+        got.push_back(s);
+        return true;
+    };
+    EXPECT_EQ(a->decode_greedy({{a1, {first[0]}, false}}, 130, keep), 130);
+    for (size_t step = 0; step < got.size(); step++) {
+        b->decode_argmax({{b1, {ids[0]}, false}}, ids);
+        ASSERT_EQ(got[step], ids) << "step " << step;
+    }
+    const uint64_t ahead = stats_of(*a).ahead_steps - before.ahead_steps;
+    std::printf("  %llu of 130 greedy steps replayed ahead of the host\n", (unsigned long long)ahead);
+    if (quantized() && !a->has_recurrent() && env_switch("STRATA_DECODE_AHEAD", true) &&
+        env_switch("STRATA_CUDA_GRAPH_REPLAY", true)) {
+        EXPECT_GE(ahead, 110u);
+    }
+    if (!env_switch("STRATA_DECODE_AHEAD", true)) {
+        EXPECT_EQ(ahead, 0u);
+    }
+    // stopped at its fifth step by the caller, then on step by step: the rows a step past the stop wrote are not read
+    got.clear();
+    EXPECT_EQ(a->decode_greedy({{a1, {ids[0]}, false}}, 40,
+                               [&](int64_t, const std::vector<int32_t> &s) {
+                                   got.push_back(s);
+                                   return got.size() < 5;
+                               }),
+              5);
+    for (size_t step = 0; step < got.size(); step++) {
+        b->decode_argmax({{b1, {ids[0]}, false}}, ids);
+        ASSERT_EQ(got[step], ids) << "stopped run, step " << step;
+    }
+    EXPECT_EQ(a->seq_len(a1), b->seq_len(b1));
+    std::vector<int32_t> next;
+    for (int step = 0; step < 4; step++) {
+        a->decode_argmax({{a1, {ids[0]}, false}}, next);
+        b->decode_argmax({{b1, {ids[0]}, false}}, ids);
+        ASSERT_EQ(next, ids) << "after the stop, step " << step;
+    }
+    // two sequences together, the second from its own prompt
+    std::vector<int32_t> second, ids2;
+    a->decode_argmax({{a2, prompt_tokens(9, 6), false}}, second);
+    b->decode_argmax({{b2, prompt_tokens(9, 6), false}}, ids2);
+    ASSERT_EQ(second, ids2);
+    got.clear();
+    EXPECT_EQ(a->decode_greedy({{a1, {ids[0]}, false}, {a2, {second[0]}, false}}, 12, keep), 12);
+    std::vector<int32_t> pair;
+    for (size_t step = 0; step < got.size(); step++) {
+        b->decode_argmax({{b1, {ids[0]}, false}, {b2, {ids2[0]}, false}}, pair);
+        ASSERT_EQ(got[step], pair) << "two sequences, step " << step;
+        ids = {pair[0]}, ids2 = {pair[1]};
+    }
+    // a caller that throws at its third step: three steps taken, the error is the caller's, and the engine goes on
+    int calls = 0;
+    EXPECT_THROW(a->decode_greedy({{a1, {ids[0]}, false}}, 20,
+                                  [&](int64_t, const std::vector<int32_t> &) {
+                                      if (++calls == 3) throw std::runtime_error("the caller's");
+                                      return true;
+                                  }),
+                 std::runtime_error);
+    EXPECT_EQ(a->seq_len(a1), b->seq_len(b1) + 3);
+    for (int step = 0; step < 3; step++) b->decode_argmax({{b1, {ids[0]}, false}}, ids);
+    a->decode_argmax({{a1, {ids[0]}, false}}, next);
+    b->decode_argmax({{b1, {ids[0]}, false}}, ids);
+    EXPECT_EQ(next, ids);
 }
 
 // Decoding passes recorded and launched as CUDA graphs, and graphs replayed without recording the pass again, give

@@ -95,6 +95,9 @@ CudaBackend::CudaBackend(const CudaOptions &o)
     norm_q_ = static_cast<int8_t *>(dev_alloc(size_t(k_norm_quant_values), "norm activations"));
     norm_ds_ = static_cast<float2 *>(dev_alloc(size_t(k_norm_quant_values / 32) * sizeof(float2), "norm activations"));
     rope_area_ = static_cast<float *>(dev_alloc(k_rope_floats * sizeof(float), "rope tables"));
+    fed_ids_ = static_cast<int32_t *>(dev_alloc(k_mmv_max_rows * sizeof(int32_t), "fed token ids"));
+    STRATA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void **>(&fed_host_), k_mmv_max_rows * sizeof(int32_t)));
+    for (cudaEvent_t &e : ahead_done_) STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     STRATA_CUDA_CHECK(cudaMemsetAsync(route_done_, 0, sizeof(unsigned), stream_));
     iq_grids();
 }
@@ -109,6 +112,7 @@ CudaBackend::~CudaBackend() {
         if (g.exec) cudaGraphExecDestroy(g.exec);
     if (dl_pinned_) cudaFreeHost(dl_pinned_);
     if (ids_pinned_) cudaFreeHost(ids_pinned_);
+    if (fed_host_) cudaFreeHost(fed_host_);
     prof_.step();
     prof_.report();
     report_graphs();
@@ -122,6 +126,8 @@ CudaBackend::~CudaBackend() {
     for (cudaEvent_t e : fill_events_)
         if (e) cudaEventDestroy(e);
     for (cudaEvent_t e : marks_)
+        if (e) cudaEventDestroy(e);
+    for (cudaEvent_t e : ahead_done_)
         if (e) cudaEventDestroy(e);
     if (copy_stream_) cudaStreamDestroy(copy_stream_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -143,6 +149,7 @@ CudaDeviceStats CudaBackend::device_stats() const {
     s.graph_launches = graph_launches_;
     s.graph_instantiations = graph_instantiations_;
     s.graph_replays = graph_replays_;
+    s.ahead_steps = ahead_steps_;
     return s;
 }
 
@@ -585,7 +592,8 @@ void CudaBackend::download_argmax(const Act &src, int32_t *host) {
     const int64_t parts = argmax_parts(src.cols);
     float *part_v = scratch_array<float>(src.rows * parts);
     int32_t *part_i = scratch_array<int32_t>(src.rows * parts);
-    int32_t *ids = scratch_array<int32_t>(src.rows);
+    // a fed pass's ids, one a sequence in row order, are the next fed pass's tokens (PassIo::ahead)
+    int32_t *ids = fed_.tokens && src.rows == fed_.rows ? fed_ids_ : scratch_array<int32_t>(src.rows);
     launch_argmax_rows(rows_of(src), part_v, part_i, ids, stream_);
     const size_t bytes = size_t(src.rows) * sizeof(int32_t);
     if (capturing_) {  // as download(): into pinned memory now, to `host` once the graph has run
@@ -858,10 +866,15 @@ void CudaBackend::embed(const Weight &tok_embd, const int32_t *ids, Act out) {
         if (ids[t] < 0 || ids[t] >= tok_embd.ne[1])
             fail("token id %d is outside the vocabulary (0..%lld)", ids[t], (long long)tok_embd.ne[1] - 1);
     if (capturing_) rec_vocab_ = tok_embd.ne[1];
-    const UploadSrc src = capturing_ && ids == pass_io_.tokens && out.rows == pass_batch_.n_tokens
-                              ? UploadSrc::Tokens
-                              : UploadSrc::None;
-    const int32_t *ids_dev = static_cast<const int32_t *>(upload(ids, size_t(out.rows) * 4, src));
+    const int32_t *ids_dev = nullptr;
+    if (fed_.tokens && ids == fed_.tokens && out.rows == fed_.rows) {
+        ids_dev = fed_ids_;  // a fed pass's tokens, put there by begin_pass or by the pass before (PassIo::ahead)
+    } else {
+        const UploadSrc src = capturing_ && ids == pass_io_.tokens && out.rows == pass_batch_.n_tokens
+                                  ? UploadSrc::Tokens
+                                  : UploadSrc::None;
+        ids_dev = static_cast<const int32_t *>(upload(ids, size_t(out.rows) * 4, src));
+    }
     embed_rows(tok_embd.type, dev_matrix(tok_embd), tok_embd.row_bytes, tok_embd.ne[0], ids_dev, out.rows, out.data,
                out.stride, stream_);
 }

@@ -30,6 +30,7 @@ struct CudaDeviceStats {
     uint64_t driver_bytes = 0;  // the driver's count for this process less other backends' allocations (0: unknown)
     uint64_t graph_launches = 0, graph_instantiations = 0;  // decoding passes run as CUDA graphs; graphs built
     uint64_t graph_replays = 0;  // of the graph launches, those replayed without recording the pass
+    uint64_t ahead_steps = 0;    // of the replays, greedy steps replayed ahead of the host (Backend::replay_ahead)
 };
 CudaDeviceStats cuda_device_stats(const Backend &be);
 

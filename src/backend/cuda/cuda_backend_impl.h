@@ -79,6 +79,7 @@ class CudaBackend final : public Backend {
     // CUDA call goes to whatever device the thread last made current.
     void use_device() const;
     bool replay_pass(const BatchInfo &b, const PassIo &io) override;
+    int64_t replay_ahead(const BatchInfo &b, const PassIo &io, int64_t max_steps, const AheadTake &take) override;
     void end_pass() override;
     void abort_pass() override;
     void region_begin(const char *name) override {
@@ -495,7 +496,8 @@ class CudaBackend final : public Backend {
         AttnRecord attn;
         int64_t vocab_rows = 0;  // the embedding's rows, for the token check
         std::vector<StagedUpload> uploads;
-        bool ids = false;                                     // the pass gives arg-max ids (part of the key)
+        bool ids = false;  // the pass gives arg-max ids (part of the key)
+        int ahead = -1;    // PassIo::ahead (part of the key)
         std::vector<ReplayDownload> downloads;
         uint64_t last_use = 0;
     };
@@ -516,7 +518,24 @@ class CudaBackend final : public Backend {
     uint64_t graph_gen_ = 0, graph_clock_ = 0;
     uint64_t graph_launches_ = 0, graph_instantiations_ = 0, graph_replays_ = 0;
     void note_upload(uint8_t *pinned, size_t bytes, UploadSrc src);
-    PassGraph *find_graph(const BatchInfo &b, const std::vector<int64_t> &out_rows, bool ids);
+    PassGraph *find_graph(const BatchInfo &b, const std::vector<int64_t> &out_rows, bool ids, int ahead);
+    // Whether graph g can replay batch b (positions inside the context, tokens, where given, inside the vocabulary,
+    // the attention's split the recorded one): tiles, the batch's attention tiles where g has attention.
+    bool replay_fits(const PassGraph &g, const BatchInfo &b, const int32_t *tokens, std::vector<AttnTile> &tiles);
+    // g's staged inputs rewritten from the batch and the pass's inputs (the staging buffer's copies done).
+    void stage_replay(const PassGraph &g, const BatchInfo &b, const PassIo &io, const std::vector<AttnTile> &tiles);
+    // A fed pass (PassIo::ahead >= 0): its tokens on the host, which embed() takes from fed_ids_, where the pass's
+    // download_argmax leaves its ids for the next.
+    struct Fed {
+        const int32_t *tokens = nullptr;
+        int64_t rows = 0;
+    } fed_;
+    int32_t *fed_ids_ = nullptr;   // device, k_mmv_max_rows
+    int32_t *fed_host_ = nullptr;  // pinned: a fed pass's first tokens on their way to fed_ids_
+    void feed_tokens(const int32_t *tokens, int64_t n);
+    void deliver(const PassGraph &g, const PassIo &io);  // a replayed graph's downloads to the pass's outputs
+    cudaEvent_t ahead_done_[2] = {};  // replay_ahead: each of the pair's last step done
+    uint64_t ahead_runs_ = 0, ahead_steps_ = 0;
     void drop_capture();
     void report_graphs() const;  // stderr, at exit: passes, and where their time went
     using Clock = std::chrono::steady_clock;

@@ -77,6 +77,14 @@ void CudaBackend::begin_pass(const BatchInfo &b, const PassIo &io, bool traced) 
     pass_t0_ = Clock::now();
     replay_end_ = {};  // (the host's time between replays counts only from one replay to the next)
     pass_small_ = b.n_tokens <= k_mmv_max_rows;
+    fed_ = {};
+    if (io.ahead >= 0) {
+        if (!io.tokens || !io.ids || !io.out_rows || b.n_tokens > k_mmv_max_rows ||
+            int64_t(io.out_rows->size()) != b.n_tokens)
+            fail("internal: a fed pass gives one arg-max id a token, at most %d tokens", k_mmv_max_rows);
+        feed_tokens(io.tokens, b.n_tokens);
+        fed_ = {io.tokens, b.n_tokens};
+    }
     // A shape seen in the pass before is likely to come again (a sequence decoding): only those are recorded, so
     // that batches changing from step to step (a server's) do not pay for recordings they never replay.
     const bool repeat = last_rows_ == b.n_tokens && same_shape(last_segs_, b.segs) && io.out_rows &&
@@ -88,8 +96,9 @@ void CudaBackend::begin_pass(const BatchInfo &b, const PassIo &io, bool traced) 
         graph_warm_.push_back(b.n_tokens);
         return;
     }
-    // The pass downloads at most one row of logits per token, or a split part's two residual rows (download_cols).
-    const size_t need = size_t(b.n_tokens) * size_t(download_cols_);
+    // The pass downloads at most one row of logits per token, or a split part's two residual rows (download_cols);
+    // a fed pair's two in halves of the buffer.
+    const size_t one = size_t(b.n_tokens) * size_t(download_cols_), need = io.ahead >= 0 ? 2 * one : one;
     if (dl_floats_ < need) {
         if (dl_pinned_) STRATA_CUDA_CHECK(cudaFreeHost(dl_pinned_));
         dl_pinned_ = nullptr;
@@ -99,6 +108,13 @@ void CudaBackend::begin_pass(const BatchInfo &b, const PassIo &io, bool traced) 
         dl_floats_ = need;
     }
     dl_used_ = 0;
+    if (io.ahead >= 0) {
+        // The pair's staged inputs and downloads apart (each in its half of both buffers), so that the host rewrites
+        // one's while the other runs (replay_ahead). Every copy queued from the staging buffer is done first.
+        STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        stage_used_ = io.ahead ? (stage_size_ / 2) & ~size_t(255) : 0;
+        dl_used_ = io.ahead ? one : 0;
+    }
     deferred_.clear();
     pass_io_ = io;
     pass_batch_ = b;
@@ -126,49 +142,37 @@ void CudaBackend::note_upload(uint8_t *pinned, size_t bytes, UploadSrc src) {
     rec_uploads_.push_back({pinned, bytes, src});
 }
 
-CudaBackend::PassGraph *CudaBackend::find_graph(const BatchInfo &b, const std::vector<int64_t> &out_rows, bool ids) {
+CudaBackend::PassGraph *CudaBackend::find_graph(const BatchInfo &b, const std::vector<int64_t> &out_rows, bool ids,
+                                                int ahead) {
     for (PassGraph &g : graphs_)
         if (g.exec && g.rows == b.n_tokens && g.generation == graph_gen_ && same_shape(g.segs, b.segs) &&
-            g.out_rows == out_rows && g.ids == ids)
+            g.out_rows == out_rows && g.ids == ids && g.ahead == ahead)
             return &g;
     return nullptr;
 }
 
-bool CudaBackend::replay_pass(const BatchInfo &b, const PassIo &io) {
-    use_device();
-    if (!graphs_on_ || !replay_enabled() || prof_.on() || !graph_eligible_) return false;
-    if (b.n_tokens < 1 || b.n_tokens > k_mmv_max_rows || !io.tokens || !io.out_rows ||
-        (!io.logits && !io.ids && !io.out_x))
-        return false;
-    STRATA_ASSERT(!capturing_);
-    PassGraph *g = find_graph(b, *io.out_rows, io.ids != nullptr);
-    if (!g || !g->replayable) return false;
-    const Clock::time_point t0 = Clock::now();
-    if (replay_end_ != Clock::time_point{}) {
-        replay_ms_[3] += std::chrono::duration<double, std::milli>(t0 - replay_end_).count();
-        replay_gaps_++;
-    }
-    replay_end_ = {};
-    if (g->vocab_rows > 0)  // (a split's later part embeds nothing)
+bool CudaBackend::replay_fits(const PassGraph &g, const BatchInfo &b, const int32_t *tokens,
+                              std::vector<AttnTile> &tiles) {
+    if (tokens && g.vocab_rows > 0)  // (a split's later part embeds nothing)
         for (int64_t t = 0; t < b.n_tokens; t++)
-            if (io.tokens[t] < 0 || io.tokens[t] >= g->vocab_rows) return false;
-    std::vector<AttnTile> tiles;
-    if (g->attn.present) {
-        int64_t max_end = 0;
-        for (const BatchSeg &s : b.segs) {
-            if (s.pos0 + s.n > g->attn.n_ctx) return false;
-            max_end = std::max(max_end, s.pos0 + s.n);
-        }
-        tiles = attention_tiles(b, g->attn.rpt);
-        int64_t n_split = 1, chunk = 0;
-        attention_split(int64_t(tiles.size()), g->attn.n_head_kv, max_end, g->attn.prompt, n_split, chunk);
-        if (n_split != g->attn.n_split || chunk != g->attn.chunk) return false;
+            if (tokens[t] < 0 || tokens[t] >= g.vocab_rows) return false;
+    if (!g.attn.present) return true;
+    int64_t max_end = 0;
+    for (const BatchSeg &s : b.segs) {
+        if (s.pos0 + s.n > g.attn.n_ctx) return false;
+        max_end = std::max(max_end, s.pos0 + s.n);
     }
-    // The previous pass's copies out of the staging buffer are done (its download or replay waited for it).
-    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    tiles = attention_tiles(b, g.attn.rpt);
+    int64_t n_split = 1, chunk = 0;
+    attention_split(int64_t(tiles.size()), g.attn.n_head_kv, max_end, g.attn.prompt, n_split, chunk);
+    return n_split == g.attn.n_split && chunk == g.attn.chunk;
+}
+
+void CudaBackend::stage_replay(const PassGraph &g, const BatchInfo &b, const PassIo &io,
+                               const std::vector<AttnTile> &tiles) {
     const std::vector<int2> sp = seq_pos_table(b);
     std::vector<int32_t> rows32(io.out_rows->begin(), io.out_rows->end());
-    for (const StagedUpload &u : g->uploads) {
+    for (const StagedUpload &u : g.uploads) {
         const void *from = nullptr;
         size_t bytes = 0;
         switch (u.src) {
@@ -186,6 +190,37 @@ bool CudaBackend::replay_pass(const BatchInfo &b, const PassIo &io) {
         STRATA_ASSERT(bytes == u.bytes);
         std::memcpy(u.pinned, from, bytes);
     }
+}
+
+void CudaBackend::feed_tokens(const int32_t *tokens, int64_t n) {
+    STRATA_ASSERT(n >= 1 && n <= k_mmv_max_rows);
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the copy out of fed_host_ queued before is done
+    std::memcpy(fed_host_, tokens, size_t(n) * sizeof(int32_t));
+    STRATA_CUDA_CHECK(
+        cudaMemcpyAsync(fed_ids_, fed_host_, size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+}
+
+bool CudaBackend::replay_pass(const BatchInfo &b, const PassIo &io) {
+    use_device();
+    if (!graphs_on_ || !replay_enabled() || prof_.on() || !graph_eligible_) return false;
+    if (b.n_tokens < 1 || b.n_tokens > k_mmv_max_rows || !io.tokens || !io.out_rows ||
+        (!io.logits && !io.ids && !io.out_x))
+        return false;
+    STRATA_ASSERT(!capturing_);
+    PassGraph *g = find_graph(b, *io.out_rows, io.ids != nullptr, io.ahead);
+    if (!g || !g->replayable) return false;
+    const Clock::time_point t0 = Clock::now();
+    if (replay_end_ != Clock::time_point{}) {
+        replay_ms_[3] += std::chrono::duration<double, std::milli>(t0 - replay_end_).count();
+        replay_gaps_++;
+    }
+    replay_end_ = {};
+    std::vector<AttnTile> tiles;
+    if (!replay_fits(*g, b, io.tokens, tiles)) return false;
+    // The previous pass's copies out of the staging buffer are done (its download or replay waited for it).
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    stage_replay(*g, b, io, tiles);
+    if (io.ahead >= 0) feed_tokens(io.tokens, b.n_tokens);
     // Tables the ops keep for a pass no longer describe what the pass buffer holds.
     seq_pos_rows_ = -1, seq_pos_dev_ = nullptr;
     tiles_key_.clear(), tiles_dev_ = nullptr;
@@ -194,17 +229,7 @@ bool CudaBackend::replay_pass(const BatchInfo &b, const PassIo &io) {
     STRATA_CUDA_CHECK(cudaGraphLaunch(g->exec, stream_));
     const Clock::time_point t1b = Clock::now();
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    for (const ReplayDownload &d : g->downloads) {
-        void *to = nullptr;
-        switch (d.dst) {
-            case DownloadDst::Logits: to = io.logits ? io.logits + d.offset : nullptr; break;
-            case DownloadDst::Ids: to = io.ids ? io.ids + d.offset : nullptr; break;
-            case DownloadDst::OutX: to = io.out_x ? io.out_x + d.offset : nullptr; break;
-            case DownloadDst::OutCur: to = io.out_cur ? io.out_cur + d.offset : nullptr; break;
-        }
-        if (!to) fail("internal: a replayed pass without the output it was recorded with");
-        std::memcpy(to, d.d.pinned, d.d.bytes);
-    }
+    deliver(*g, io);
     g->last_use = ++graph_clock_;
     note_shape(b, io);
     graph_launches_++;
@@ -215,6 +240,94 @@ bool CudaBackend::replay_pass(const BatchInfo &b, const PassIo &io) {
     replay_ms_[2] += std::chrono::duration<double, std::milli>(t2 - t1).count();
     replay_end_ = t2;
     return true;
+}
+
+void CudaBackend::deliver(const PassGraph &g, const PassIo &io) {
+    for (const ReplayDownload &d : g.downloads) {
+        void *to = nullptr;
+        switch (d.dst) {
+            case DownloadDst::Logits: to = io.logits ? io.logits + d.offset : nullptr; break;
+            case DownloadDst::Ids: to = io.ids ? io.ids + d.offset : nullptr; break;
+            case DownloadDst::OutX: to = io.out_x ? io.out_x + d.offset : nullptr; break;
+            case DownloadDst::OutCur: to = io.out_cur ? io.out_cur + d.offset : nullptr; break;
+        }
+        if (!to) fail("internal: a replayed pass without the output it was recorded with");
+        std::memcpy(to, d.d.pinned, d.d.bytes);
+    }
+}
+
+namespace {
+
+// Whether two recorded passes' staged inputs and downloads lie apart (a fed pair's, one half of each buffer each).
+bool apart(const std::vector<std::pair<const uint8_t *, size_t>> &a,
+           const std::vector<std::pair<const uint8_t *, size_t>> &b) {
+    for (const auto &x : a)
+        for (const auto &y : b)
+            if (x.first < y.first + y.second && y.first < x.first + x.second) return false;
+    return true;
+}
+
+}  // namespace
+
+int64_t CudaBackend::replay_ahead(const BatchInfo &b, const PassIo &io, int64_t max_steps, const AheadTake &take) {
+    use_device();
+    if (max_steps < 1 || !graphs_on_ || !replay_enabled() || prof_.on() || !graph_eligible_ || !io.tokens ||
+        !io.ids || !io.out_rows || b.n_tokens < 1 || b.n_tokens > k_mmv_max_rows)
+        return 0;
+    STRATA_ASSERT(!capturing_);
+    PassGraph *g[2] = {find_graph(b, *io.out_rows, true, 0), find_graph(b, *io.out_rows, true, 1)};
+    if (!g[0] || !g[1] || !g[0]->replayable || !g[1]->replayable) return 0;
+    std::vector<std::pair<const uint8_t *, size_t>> bytes[2];
+    for (int p = 0; p < 2; p++) {
+        for (const StagedUpload &u : g[p]->uploads) bytes[p].push_back({u.pinned, u.bytes});
+        for (const ReplayDownload &d : g[p]->downloads)
+            bytes[p].push_back({static_cast<const uint8_t *>(d.d.pinned), d.d.bytes});
+    }
+    if (!apart(bytes[0], bytes[1])) return 0;
+    std::vector<AttnTile> tiles;
+    if (!replay_fits(*g[0], b, io.tokens, tiles)) return 0;
+    feed_tokens(io.tokens, b.n_tokens);  // (waits for the stream: nothing of an earlier pass reads the staging)
+    // Tables the ops keep for a pass no longer describe what the pass buffer holds.
+    seq_pos_rows_ = -1, seq_pos_dev_ = nullptr;
+    tiles_key_.clear(), tiles_dev_ = nullptr;
+    flush_mapped(-1);
+    // A throw on the way (take's, or a CUDA error) leaves no step running that reads the host's buffers.
+    struct Drain {
+        cudaStream_t s;
+        ~Drain() { cudaStreamSynchronize(s); }
+    } drain{stream_};
+    BatchInfo step = b;
+    // Step s: its batch staged into its graph's inputs (that graph's step s - 2 is done) and the graph launched.
+    auto launch = [&](int64_t s) {
+        PassGraph &gr = *g[s % 2];
+        stage_replay(gr, step, io, tiles);
+        STRATA_CUDA_CHECK(cudaGraphLaunch(gr.exec, stream_));
+        STRATA_CUDA_CHECK(cudaEventRecord(ahead_done_[s % 2], stream_));
+        gr.last_use = ++graph_clock_;
+        graph_launches_++, graph_replays_++;
+    };
+    launch(0);
+    ahead_runs_++;
+    int64_t s = 0;
+    for (;;) {
+        // Step s + 1, the positions moved on by one, launched before step s's ids are read, where it fits its graph.
+        bool next = false;
+        if (s + 1 < max_steps) {
+            for (BatchSeg &sg : step.segs) sg.pos0++;
+            next = replay_fits(*g[(s + 1) % 2], step, nullptr, tiles);
+            if (next) launch(s + 1);
+        }
+        STRATA_CUDA_CHECK(cudaEventSynchronize(ahead_done_[s % 2]));
+        deliver(*g[s % 2], io);
+        ahead_steps_++;
+        const bool go = take(s, io.ids);
+        s++;
+        if (!go || !next) break;
+    }
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));  // a step launched past the last taken
+    note_shape(step, io);
+    replay_end_ = {};
+    return s;
 }
 
 void CudaBackend::note_direct_pass(Clock::time_point issued, Clock::time_point done) {
@@ -232,6 +345,9 @@ void CudaBackend::report_graphs() const {
                      "ms, done after %.3f ms\n",
                      device_, (unsigned long long)direct_passes_, direct_ms_[0] / double(direct_passes_),
                      direct_ms_[1] / double(direct_passes_));
+    if (ahead_runs_)
+        std::fprintf(stderr, "strata: CUDA%d greedy steps replayed ahead of the host: %llu in %llu runs\n", device_,
+                     (unsigned long long)ahead_steps_, (unsigned long long)ahead_runs_);
     if (!graph_launches_) return;
     const uint64_t recorded = graph_launches_ - graph_replays_;
     const double n = double(std::max<uint64_t>(recorded, 1)), r = double(std::max<uint64_t>(graph_replays_, 1));
@@ -255,11 +371,13 @@ void CudaBackend::drop_capture() {
 
 void CudaBackend::abort_pass() {
     use_device();
+    fed_ = {};
     if (capturing_) drop_capture();
 }
 
 void CudaBackend::end_pass() {
     use_device();
+    fed_ = {};
     if (!capturing_) return;
     capturing_ = false;
     cudaGraph_t graph = nullptr;
@@ -278,7 +396,7 @@ void CudaBackend::end_pass() {
     const std::vector<int64_t> no_rows;
     const std::vector<int64_t> &out_rows = pass_io_.out_rows ? *pass_io_.out_rows : no_rows;
     const bool ids = pass_io_.ids != nullptr;
-    PassGraph *g = find_graph(pass_batch_, out_rows, ids);
+    PassGraph *g = find_graph(pass_batch_, out_rows, ids, pass_io_.ahead);
     if (!g && graphs_.size() < k_kept_graphs) g = &graphs_.emplace_back();
     if (!g)
         g = &*std::min_element(graphs_.begin(), graphs_.end(),
@@ -309,6 +427,7 @@ void CudaBackend::end_pass() {
     g->segs = pass_batch_.segs;
     g->out_rows = out_rows;
     g->ids = ids;
+    g->ahead = pass_io_.ahead;
     g->generation = graph_gen_;
     g->attn = rec_attn_;
     g->vocab_rows = rec_vocab_;
