@@ -346,7 +346,8 @@ int64_t Engine::decode_greedy(const std::vector<SeqInput> &inputs, int64_t max_s
         }
         // A step as a pass of its own: where ahead applies, a fed pass of the pair in turn (recorded by the backend
         // where it records passes, for the steps after to replay ahead).
-        run_passes(step, nullptr, [&](int32_t id, size_t input) { ids[input] = id; }, ahead ? int(s % 2) : -1);
+        run_passes(
+            step, nullptr, [&](int32_t id, size_t input) { ids[input] = id; }, ahead ? int(s % 2) : -1);
         s++;
         if (!take(s - 1, ids)) return s;
         for (size_t i = 0; i < n; i++) step[i].tokens = {ids[i]};

@@ -42,8 +42,8 @@ struct EngineStats {
 EngineStats stats_of(const Engine &e) {
     const ExpertCacheStats c = e.expert_stats();
     const CudaDeviceStats d = cuda_device_stats(e.backend());
-    return {c.n_slots, c.n_experts, c.expert_cache_hits, c.expert_cache_misses, c.bytes_streamed,
-            d.device_bytes, d.budget_bytes, d.driver_bytes, d.graph_launches, d.graph_instantiations,
+    return {c.n_slots,       c.n_experts,    c.expert_cache_hits, c.expert_cache_misses, c.bytes_streamed,
+            d.device_bytes,  d.budget_bytes, d.driver_bytes,      d.graph_launches,      d.graph_instantiations,
             d.graph_replays, d.ahead_steps};
 }
 

@@ -534,7 +534,7 @@ class CudaBackend final : public Backend {
     int32_t *fed_host_ = nullptr;  // pinned: a fed pass's first tokens on their way to fed_ids_
     void feed_tokens(const int32_t *tokens, int64_t n);
     void deliver(const PassGraph &g, const PassIo &io);  // a replayed graph's downloads to the pass's outputs
-    cudaEvent_t ahead_done_[2] = {};  // replay_ahead: each of the pair's last step done
+    cudaEvent_t ahead_done_[2] = {};                     // replay_ahead: each of the pair's last step done
     uint64_t ahead_runs_ = 0, ahead_steps_ = 0;
     void drop_capture();
     void report_graphs() const;  // stderr, at exit: passes, and where their time went

@@ -271,8 +271,8 @@ bool apart(const std::vector<std::pair<const uint8_t *, size_t>> &a,
 
 int64_t CudaBackend::replay_ahead(const BatchInfo &b, const PassIo &io, int64_t max_steps, const AheadTake &take) {
     use_device();
-    if (max_steps < 1 || !graphs_on_ || !replay_enabled() || prof_.on() || !graph_eligible_ || !io.tokens ||
-        !io.ids || !io.out_rows || b.n_tokens < 1 || b.n_tokens > k_mmv_max_rows)
+    if (max_steps < 1 || !graphs_on_ || !replay_enabled() || prof_.on() || !graph_eligible_ || !io.tokens || !io.ids ||
+        !io.out_rows || b.n_tokens < 1 || b.n_tokens > k_mmv_max_rows)
         return 0;
     STRATA_ASSERT(!capturing_);
     PassGraph *g[2] = {find_graph(b, *io.out_rows, true, 0), find_graph(b, *io.out_rows, true, 1)};
