@@ -254,15 +254,7 @@ Run add_run(CLI::App &app) {
             const ExpertCacheStats cache0 = eng->expert_stats();
             auto t_gen = std::chrono::steady_clock::now();
             int n_gen = 0;
-            for (; n_gen < a->n_predict; n_gen++) {
-                dump_step++;
-                int32_t next = sampler.sample(logits[0].data(), eng->n_vocab(), in_cache);
-                if (!a->ignore_eos && tok && tok->is_eog(next)) {
-                    n_gen++;
-                    in_cache.push_back(next);
-                    eng->decode({{seq, {next}, false}}, logits);
-                    break;
-                }
+            auto emit = [&](int32_t next) {
                 if (stream) {
                     std::string piece = stream->push(next);
                     reply += piece;
@@ -271,6 +263,52 @@ Run add_run(CLI::App &app) {
                     std::printf("%s%d", n_gen ? " " : "", next);
                 }
                 std::fflush(stdout);
+            };
+            auto is_end = [&](int32_t t) { return !a->ignore_eos && tok && tok->is_eog(t); };
+            // Greedy picks without a dump: the first from the prompt's logits, the rest made on the device, the next
+            // step under way while one is printed (Engine::decode_greedy). The same tokens, fed as the loop below.
+            const bool on_device = sampler.picks_argmax() && a->dump_pattern.empty();
+            if (on_device && a->n_predict > 0) {
+                const int32_t first = sampler.sample(logits[0].data(), eng->n_vocab(), in_cache);
+                in_cache.push_back(first);
+                if (is_end(first)) {
+                    n_gen = 1;
+                    eng->decode({{seq, {first}, false}}, logits);
+                } else if (a->n_predict == 1) {
+                    emit(first);
+                    n_gen = 1;
+                    in_cache.pop_back();  // not fed to the model
+                } else {
+                    emit(first);
+                    n_gen = 1;
+                    bool ended = false;  // an end-of-generation token came: the step that feeds it is the last
+                    eng->decode_greedy({{seq, {first}, false}}, a->n_predict,
+                                       [&](int64_t, const std::vector<int32_t> &ids) {
+                                           if (ended) return false;
+                                           const int32_t next = ids[0];
+                                           in_cache.push_back(next);
+                                           if (is_end(next)) {
+                                               n_gen++;
+                                               return ended = true;
+                                           }
+                                           emit(next);
+                                           n_gen++;
+                                           if (n_gen < a->n_predict) return true;
+                                           in_cache.pop_back();  // not fed to the model
+                                           return false;
+                                       });
+                }
+            }
+            for (; n_gen < a->n_predict && !on_device; n_gen++) {
+                dump_step++;
+                int32_t next = sampler.sample(logits[0].data(), eng->n_vocab(), in_cache);
+                if (is_end(next)) {
+                    n_gen++;
+                    in_cache.push_back(next);
+                    eng->decode({{seq, {next}, false}}, logits);
+                    break;
+                }
+                emit(next);
                 in_cache.push_back(next);
                 if (n_gen + 1 < a->n_predict) eng->decode({{seq, {next}, false}}, logits);
                 else in_cache.pop_back();  // not fed to the model

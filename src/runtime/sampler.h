@@ -61,6 +61,12 @@ public:
     // a constraint's mask: the model's own view), for logprobs reporting: log softmax of the penalised logits.
     const std::vector<float> &last_logprobs();
     TokenConstraint *constraint() const { return constraint_.get(); }
+    // Whether sample() picks the logits' arg-max (core/argmax.h's) whatever the history: greedy, no penalty, no
+    // constraint. Such picks can be made where the logits are (Engine::decode_greedy).
+    bool picks_argmax() const {
+        return p_.temperature <= 0 && !constraint_ && p_.repeat_penalty == 1.0f && p_.presence_penalty == 0.0f &&
+               p_.frequency_penalty == 0.0f;
+    }
 
 private:
     SamplerParams p_;

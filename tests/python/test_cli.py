@@ -80,6 +80,18 @@ def test_token_ids_in_token_ids_out(strata_bin, tiny_model):
     assert prompt.returncode == 0, prompt.stderr
 
 
+@pytest.mark.parametrize("n", ["1", "2", "9"])
+def test_greedy_picks_on_the_device_are_the_samplers(strata_bin, tiny_model, n):
+    # --temp 0 picks the arg-max where the logits are (Engine::decode_greedy); --temp 1 --top-k 1 draws from the
+    # one best token on the host, step by step: the same ids
+    args = ["run", "-m", tiny_model, "--tokens", "4,5,6", "-n", n, "--device", "cpu", "--ignore-eos"]
+    greedy = strata(strata_bin, *args, "--temp", "0")
+    drawn = strata(strata_bin, *args, "--temp", "1", "--top-k", "1")
+    assert greedy.returncode == 0 and drawn.returncode == 0, greedy.stderr + drawn.stderr
+    assert len(greedy.stdout.split()) == int(n), greedy.stdout
+    assert greedy.stdout == drawn.stdout
+
+
 def test_weights_size_is_readable_for_small_files(strata_bin, tiny_model):
     p = strata(strata_bin, "run", "-m", tiny_model, "--tokens", "1", "-n", "1", "--device", "cpu")
     assert re.search(r"\(\d+(\.\d+)? (KiB|MiB) of weights\)", p.stderr), p.stderr
