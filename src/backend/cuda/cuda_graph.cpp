@@ -29,6 +29,16 @@
 //     way: its input rows, the residual stream the part before left, are staged uploads rewritten from the caller's
 //     rows at each replay (in place of the token ids where the part does not embed them), and its own residual
 //     stream is a download copied to the caller's rows as the logits are.
+//   - Greedy steps ahead of the host (replay_ahead, Engine::decode_greedy): a fed pass (PassIo::ahead 0 or 1) takes
+//     its tokens from fed_ids_ on the device (begin_pass, or a replay, copies the caller's there first) and its
+//     arg-max ids go to fed_ids_ before their download, so the next fed pass embeds them with no host in between. The
+//     two of a pair are recorded with their staged inputs in the two halves of the staging buffer and their downloads
+//     in the two halves of the download buffer. replay_ahead then, for step s: stages step s + 1's positions into the
+//     other graph's half (that graph's step s - 1 is done: the host waited for it), launches it and records its
+//     event, waits for step s's event, copies step s's ids out of its half and gives them to the caller; the GPU runs
+//     step s + 1 meanwhile. A step whose attention split is not its graph's is not launched: the run ends with the
+//     step before. Where the caller stops at step s, step s + 1 has run too (its cache rows lie past the sequences'
+//     lengths, never read). The stream is drained before returning, also on a throw.
 //
 // Rules that keep a recorded pass valid: nothing in it synchronises with the host or reads device results on the
 // host (the eligibility below, and upload() refusing to wrap its staging buffer while recording); host data it
