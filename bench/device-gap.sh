@@ -5,11 +5,12 @@
 # whose exit line splits a replayed pass into the host's work before the launch, the launch call, launch to done,
 # and the host's time between one replay and the next (steps replayed ahead are counted apart); the GPU's own time
 # per token is the CUPTI timeline's. Then the switches in AB (default STRATA_DECODE_AHEAD STRATA_CUDA_MMVQ_STAGE)
-# =0/=1 alternated, PAIRS times (default 3), `-p 512 -n 128 -r 3`. There (carry .peer):
+# =0/=1 alternated, PAIRS times (default 2), `-p 512 -n 128 -r 3`; with LLAMA=1 llama.cpp built meanwhile and its
+# rows (`llama-bench -p 512 -n 128 -r 3`, the best configuration's flags) then Strata's again. There (carry .peer):
 #   setsid nohup bash bench/device-gap.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/gap/main.log 570
 L=/tmp/gap; mkdir -p $L
 exec > $L/main.log 2>&1
-NO_LLAMA=${NO_LLAMA:-1}
+[ -n "${LLAMA:-}" ] || NO_LLAMA=1
 source bench/device-lib.sh
 F=/tmp/q30.gguf
 synth_start qwen3-30b-a3b $F
@@ -30,10 +31,12 @@ gap() { echo "== $* strata bench -m $F -p 1 -n 128 -r 3"
   grep -E "^\| synth.*tg" $L/g.txt; grep -E "graphs:|ahead|op by op|rror" $L/g.err; echo "at $(el) s"; }
 gap STRATA_DECODE_AHEAD=0
 gap
-gap STRATA_DECODE_AHEAD=0 STRATA_CUDA_PDL=0
 for SW in ${AB:-STRATA_DECODE_AHEAD STRATA_CUDA_MMVQ_STAGE}; do
-  for X in ${PAIRS:-0 1 0 1 0 1}; do export $SW=$X; sb -m $F -p 512 -n 128 -r 3 --chunk 4096; unset $SW; done
+  for X in ${PAIRS:-0 1 0 1}; do export $SW=$X; sb -m $F -p 512 -n 128 -r 3 --chunk 4096; unset $SW; done
 done
+if [ -n "${LLAMA:-}" ]; then  # llama.cpp's rows on the same file, between two of Strata's
+  lb -p 512 -n 128 -r 3; sb -m $F -p 512 -n 128 -r 3 --chunk 4096
+fi
 CUDA_INJECTION64_PATH=/tmp/kernel_trace.so STRATA_KERNEL_TRACE=$L/strata.csv $S bench -m $F -p 1 -n 32 -r 1 > $L/trace.out 2>&1
 echo "== traced rc=$? at $(el) s"
 python3 -m tools.profile.timeline $L/strata.csv --marker embed --passes 16 | head -24
