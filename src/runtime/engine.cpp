@@ -301,7 +301,7 @@ int64_t Engine::decode_greedy(const std::vector<SeqInput> &inputs, int64_t max_s
     std::vector<SeqInput> step = inputs;
     std::vector<int32_t> ids(inputs.size(), -1);
     const size_t n = inputs.size();
-    int64_t s = 0;
+    int64_t s = 0, own = 0;  // steps taken, of them as passes of their own
     while (s < max_steps) {
         if (ahead) {
             // The steps the context leaves (the ordinary step below says why none is left), the batch as
@@ -345,9 +345,10 @@ int64_t Engine::decode_greedy(const std::vector<SeqInput> &inputs, int64_t max_s
             }
         }
         // A step as a pass of its own: where ahead applies, a fed pass of the pair in turn (recorded by the backend
-        // where it records passes, for the steps after to replay ahead).
+        // where it records passes, for the steps after to replay ahead; after a run that stopped because a step did
+        // not fit its graph, the next of these records the other of the pair).
         run_passes(
-            step, nullptr, [&](int32_t id, size_t input) { ids[input] = id; }, ahead ? int(s % 2) : -1);
+            step, nullptr, [&](int32_t id, size_t input) { ids[input] = id; }, ahead ? int(own++ % 2) : -1);
         s++;
         if (!take(s - 1, ids)) return s;
         for (size_t i = 0; i < n; i++) step[i].tokens = {ids[i]};

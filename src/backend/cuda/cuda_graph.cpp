@@ -294,8 +294,12 @@ int64_t CudaBackend::replay_ahead(const BatchInfo &b, const PassIo &io, int64_t 
             bytes[p].push_back({static_cast<const uint8_t *>(d.d.pinned), d.d.bytes});
     }
     if (!apart(bytes[0], bytes[1])) return 0;
+    // The first step on whichever of the pair fits it (after a change of the attention's split, the one recorded
+    // since), the rest in turn.
     std::vector<AttnTile> tiles;
-    if (!replay_fits(*g[0], b, io.tokens, tiles)) return 0;
+    const int first = replay_fits(*g[0], b, io.tokens, tiles) ? 0 : replay_fits(*g[1], b, io.tokens, tiles) ? 1 : -1;
+    if (first < 0) return 0;
+    if (first == 1) std::swap(g[0], g[1]);
     feed_tokens(io.tokens, b.n_tokens);  // (waits for the stream: nothing of an earlier pass reads the staging)
     // Tables the ops keep for a pass no longer describe what the pass buffer holds.
     seq_pos_rows_ = -1, seq_pos_dev_ = nullptr;
