@@ -14,7 +14,7 @@ exec > $L/main.log 2>&1
 source bench/device-lib.sh
 F=/tmp/q30.gguf
 synth_start qwen3-30b-a3b $F
-bash tools/profile/build_kernel_trace.sh /tmp/kernel_trace.so > $L/kt.log 2>&1 || cat $L/kt.log
+[ -n "${TRACE:-1}" ] && { bash tools/profile/build_kernel_trace.sh /tmp/kernel_trace.so > $L/kt.log 2>&1 || cat $L/kt.log; }
 if [ -n "${TESTS:-1}" ]; then  # the engine's greedy, graph and arg-max tests, ahead of the host and not
   cmake --build /tmp/strata -j12 --target test_cuda_engine > $L/build2.log 2>&1
   echo "tests build rc=$? at $(el) s"; grep -E " error" $L/build2.log | head -5
@@ -32,13 +32,15 @@ gap() { echo "== $* strata bench -m $F -p 1 -n 128 -r 3"
 gap STRATA_DECODE_AHEAD=0
 gap
 for SW in ${AB:-STRATA_DECODE_AHEAD STRATA_CUDA_MMVQ_STAGE}; do
-  for X in ${PAIRS:-0 1 0 1}; do export $SW=$X; sb -m $F -p 512 -n 128 -r 3 --chunk 4096; unset $SW; done
+  for X in ${PAIRS:-0 1 0 1}; do export $SW=$X; sb -m $F ${ABARGS:--p 512 -n 128 -r 3 --chunk 4096}; unset $SW; done
 done
 if [ -n "${LLAMA:-}" ]; then  # llama.cpp's rows on the same file, between two of Strata's
   lb -p 512 -n 128 -r 3; sb -m $F -p 512 -n 128 -r 3 --chunk 4096
 fi
-CUDA_INJECTION64_PATH=/tmp/kernel_trace.so STRATA_KERNEL_TRACE=$L/strata.csv $S bench -m $F -p 1 -n 32 -r 1 > $L/trace.out 2>&1
-echo "== traced rc=$? at $(el) s"
-python3 -m tools.profile.timeline $L/strata.csv --marker embed --passes 16 | head -24
-[ -n "${OUT:-}" ] && gzip -c $L/strata.csv > $OUT/strata.csv.gz
+if [ -n "${TRACE:-1}" ]; then  # (TRACE= skips the timeline)
+  CUDA_INJECTION64_PATH=/tmp/kernel_trace.so STRATA_KERNEL_TRACE=$L/strata.csv $S bench -m $F -p 1 -n 32 -r 1 > $L/trace.out 2>&1
+  echo "== traced rc=$? at $(el) s"
+  python3 -m tools.profile.timeline $L/strata.csv --marker embed --passes 16 | head -24
+  [ -n "${OUT:-}" ] && gzip -c $L/strata.csv > $OUT/strata.csv.gz
+fi
 echo "done at $(el) s"; echo ALL_DONE
