@@ -18,8 +18,8 @@ synth_start qwen3-30b-a3b $F
 if [ -n "${TESTS:-1}" ]; then  # the engine's greedy, graph and arg-max tests, ahead of the host and not
   cmake --build /tmp/strata -j12 --target test_cuda_engine > $L/build2.log 2>&1
   echo "tests build rc=$? at $(el) s"; grep -E " error" $L/build2.log | head -5
-  ENG='*Greedy*:*GraphsDoNotChangeABit*:*Argmax*:*MatchesTheCpuEngine*'
-  for X in 1 0; do
+  ENG=${ENG:-'*Greedy*:*GraphsDoNotChangeABit*:*Argmax*:*MatchesTheCpuEngine*'}
+  for X in ${TEST_AHEAD:-1 0}; do
     STRATA_DECODE_AHEAD=$X timeout 200 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 --gtest_filter="$ENG" > $L/engine$X.log 2>&1
     echo "test_cuda_engine ($ENG), STRATA_DECODE_AHEAD=$X: rc=$? at $(el) s"
     grep -E "FAILED|PASSED|Failure|Expected|Which|replayed ahead" $L/engine$X.log | head -12
