@@ -313,7 +313,8 @@ int64_t Engine::decode_greedy(const std::vector<SeqInput> &inputs, int64_t max_s
             bool ok = true;
             for (size_t i = 0; i < n && ok; i++) {
                 const int32_t seq = step[i].seq;
-                ok = seq >= 0 && seq < int32_t(seq_len_.size()) && !state_lost_[size_t(seq)];
+                ok = seq >= 0 && seq < int32_t(seq_len_.size()) && seq_len_[size_t(seq)] >= 0 &&
+                     !state_lost_[size_t(seq)];
                 for (size_t j = 0; ok && j < i; j++) ok = step[j].seq != seq;
                 if (!ok) break;
                 const int32_t t = step[i].tokens[0];

@@ -215,6 +215,9 @@ TEST_P(EngineTest, GreedyDecodingIsArgmaxStepByStep) {
     EXPECT_THROW(a->decode_greedy({{a1, {1}, true}}, 3, none), Error);
     EXPECT_THROW(a->decode_greedy({{a1, {int32_t(a->n_vocab())}, false}}, 3, none), Error);
     EXPECT_THROW(a->decode_greedy({{a1, {1}, false}, {a1, {2}, false}}, 3, none), Error);
+    const int32_t gone = a->new_sequence();
+    a->drop(gone);
+    EXPECT_THROW(a->decode_greedy({{gone, {1}, false}}, 3, none), Error);
     EXPECT_EQ(a->seq_len(a1), len);
     EXPECT_EQ(a->decode_greedy({{a1, {1}, false}}, 0, none), 0);
     EXPECT_EQ(a->seq_len(a1), len);
