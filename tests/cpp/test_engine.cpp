@@ -171,7 +171,7 @@ TEST_P(EngineTest, BatchedSequencesEqualEachAlone) {
 // with nothing changed.
 TEST_P(EngineTest, GreedyDecodingIsArgmaxStepByStep) {
     const std::vector<int32_t> p1 = prompt_tokens(11, 5), p2 = prompt_tokens(6, 6);
-    auto a = make(512), b = make(512);
+    auto a = make(512, 3), b = make(512);
     const int32_t a1 = a->new_sequence(), a2 = a->new_sequence(), b1 = b->new_sequence(), b2 = b->new_sequence();
     std::vector<int32_t> first, ids;
     a->decode_argmax({{a1, p1, false}, {a2, p2, false}}, first);
