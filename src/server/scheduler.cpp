@@ -398,7 +398,7 @@ void Scheduler::after_prompt_chunk(Slot &s) {
     }
 }
 
-void Scheduler::emit_token(Slot &s, int32_t token, const std::vector<float> &logits, double now) {
+void Scheduler::emit_token(Slot &s, int32_t token, double now) {
     Active &a = *s.act;
     const GenParams &p = a.job->params;
     if (a.t_first == 0) a.t_first = now;
@@ -448,12 +448,16 @@ void Scheduler::emit_token(Slot &s, int32_t token, const std::vector<float> &log
     a.next = token;
 }
 
-void Scheduler::decode(const std::vector<SeqInput> &inputs, std::vector<std::vector<float>> &logits) {
+void Scheduler::decode(const std::vector<SeqInput> &inputs, std::vector<std::vector<float>> &logits,
+                       std::vector<int32_t> *ids) {
     if (cfg_.fail_token >= 0)
         for (const SeqInput &in : inputs)
             if (std::find(in.tokens.begin(), in.tokens.end(), cfg_.fail_token) != in.tokens.end())
                 fail("injected failure on token %d (test hook)", cfg_.fail_token);  // before the engine: no change
-    engine_.decode(inputs, logits);
+    if (ids)
+        engine_.decode_argmax(inputs, *ids);
+    else
+        engine_.decode(inputs, logits);
 }
 
 void Scheduler::step() {
@@ -518,13 +522,23 @@ void Scheduler::step() {
 
     if (!inputs.empty()) {
         const double t0 = now_s();
+        // Where every job's pick is the arg-max of its logits (greedy, no penalty, grammar, logit bias or
+        // log-probabilities), the engine picks on the device: an id a sequence crosses the bus, not a vocabulary.
+        bool picks = true;
+        for (const Slot *s : who) {
+            const Active &a = *s->act;
+            picks =
+                picks && a.sampler.picks_argmax() && a.job->params.logit_bias.empty() && a.job->params.top_logprobs < 0;
+        }
         std::vector<std::vector<float>> logits;
+        std::vector<int32_t> ids;
         std::vector<bool> ok(inputs.size(), true);
         try {
-            decode(inputs, logits);
+            decode(inputs, logits, picks ? &ids : nullptr);
         } catch (const std::exception &e) {
             // Find which inputs fail: an invalid input changes no sequence, so the others can run alone.
             logits.assign(inputs.size(), {});
+            ids.assign(inputs.size(), -1);
             for (size_t i = 0; i < inputs.size(); i++) {
                 Slot &s = *who[i];
                 if (engine_.seq_len(s.seq) != int64_t(s.tokens.size())) {
@@ -533,8 +547,12 @@ void Scheduler::step() {
                 }
                 try {
                     std::vector<std::vector<float>> one;
-                    decode({inputs[i]}, one);
-                    logits[i] = std::move(one[0]);
+                    std::vector<int32_t> one_id;
+                    decode({inputs[i]}, one, picks ? &one_id : nullptr);
+                    if (picks)
+                        ids[i] = one_id[0];
+                    else
+                        logits[i] = std::move(one[0]);
                 } catch (const std::exception &) {
                     ok[i] = false;
                 }
@@ -563,9 +581,14 @@ void Scheduler::step() {
                     a.prefill = false;
                     a.usage.prompt_ms = (t1 - a.t_start) * 1e3;
                 }
-                for (auto [id, bias] : a.job->params.logit_bias) logits[i][size_t(id)] += bias;
-                const int32_t token = a.sampler.sample(logits[i].data(), engine_.n_vocab(), a.generated);
-                emit_token(s, token, logits[i], t1);
+                int32_t token = -1;
+                if (picks) {
+                    token = ids[i];
+                } else {
+                    for (auto [id, bias] : a.job->params.logit_bias) logits[i][size_t(id)] += bias;
+                    token = a.sampler.sample(logits[i].data(), engine_.n_vocab(), a.generated);
+                }
+                emit_token(s, token, t1);
             } catch (const std::exception &e) {
                 if (s.act) fail_job(s, e.what());
             }

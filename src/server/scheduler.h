@@ -160,14 +160,16 @@ class Scheduler {
     struct Active;
     void loop();
     void step();
-    void decode(const std::vector<SeqInput> &inputs, std::vector<std::vector<float>> &logits);
+    // The engine's step: each input's last logits, or, where ids is given, their arg-max ids (Engine::decode_argmax).
+    void decode(const std::vector<SeqInput> &inputs, std::vector<std::vector<float>> &logits,
+                std::vector<int32_t> *ids = nullptr);
     void admit(std::shared_ptr<Job> job);
     void finish(Slot &s, const char *reason);
     void fail_job(Slot &s, const std::string &what);
     void release(Slot &s);
     void after_prompt_chunk(Slot &s);
     void take_checkpoint(Slot &s);
-    void emit_token(Slot &s, int32_t token, const std::vector<float> &logits, double now);
+    void emit_token(Slot &s, int32_t token, double now);
     bool reuse_from(const Slot &src, const std::vector<int32_t> &prompt, int64_t &n,
                     std::shared_ptr<const StateCheckpoint> &cp) const;
 

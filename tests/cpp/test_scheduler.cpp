@@ -181,6 +181,42 @@ TEST_P(SchedulerTest, ConcurrentEqualsOneAtATime) {
     EXPECT_LT(st.steps, 8u * 10u);  // requests shared steps
 }
 
+// Greedy jobs that ask for no log-probabilities take the engine's arg-max picks (decode_argmax: ids, not logits,
+// from the engine); with log-probabilities they sample from the logits on the host. The same text either way,
+// alone and with both kinds sharing steps.
+TEST_P(SchedulerTest, GreedyPicksOnTheEngineAreTheSamplers) {
+    auto e = engine_for(GetParam(), 4);
+    auto tok = Tokenizer::from_gguf(*e->model().file);
+    SchedulerConfig c;
+    c.prefix_reuse = false;
+    Scheduler s(*e, *tok, c);
+    s.start();
+    std::vector<std::vector<int32_t>> prompts = {tokens_of(7, 1), tokens_of(19, 2)};
+    for (auto &p : prompts) {
+        auto host = greedy_job(p, 12), picks = greedy_job(p, 12);
+        picks->params.top_logprobs = -1;
+        ASSERT_TRUE(s.submit(host));
+        const Result want = collect(*host);
+        ASSERT_TRUE(s.submit(picks));
+        const Result got = collect(*picks);
+        ASSERT_EQ(want.error, "");
+        ASSERT_EQ(got.error, "");
+        EXPECT_EQ(want.ids.size(), 12u);
+        EXPECT_EQ(got.text, want.text);
+        EXPECT_EQ(got.usage.completion_tokens, 12);
+        // both at once (the step samples on the host for both), and two picking ones at once
+        auto a = greedy_job(p, 12), b = greedy_job(p, 12), d = greedy_job(p, 12);
+        b->params.top_logprobs = d->params.top_logprobs = -1;
+        ASSERT_TRUE(s.submit(a));
+        ASSERT_TRUE(s.submit(b));
+        ASSERT_TRUE(s.submit(d));
+        const Result ra = collect(*a), rb = collect(*b), rd = collect(*d);
+        EXPECT_EQ(ra.ids, want.ids);
+        EXPECT_EQ(rb.text, want.text);
+        EXPECT_EQ(rd.text, want.text);
+    }
+}
+
 TEST_P(SchedulerTest, PrefixReuseGivesTheSameOutput) {
     auto e = engine_for(GetParam(), 2);
     auto tok = Tokenizer::from_gguf(*e->model().file);
