@@ -303,7 +303,9 @@ int64_t Engine::decode_greedy(const std::vector<SeqInput> &inputs, int64_t max_s
     const size_t n = inputs.size();
     int64_t s = 0, own = 0;  // steps taken, of them as passes of their own
     while (s < max_steps) {
-        if (ahead) {
+        // (where the experts' runner cannot go ahead now, under a budget, a step is the plain pass it always was)
+        const bool now = ahead && parts_[0].strata->moe().runs_ahead();
+        if (now) {
             // The steps the context leaves (the ordinary step below says why none is left), the batch as
             // run_passes would pack it: a row a sequence, in input order.
             int64_t room = max_steps - s;
@@ -349,7 +351,7 @@ int64_t Engine::decode_greedy(const std::vector<SeqInput> &inputs, int64_t max_s
         // where it records passes, for the steps after to replay ahead; after a run that stopped because a step did
         // not fit its graph, the next of these records the other of the pair).
         run_passes(
-            step, nullptr, [&](int32_t id, size_t input) { ids[input] = id; }, ahead ? int(own++ % 2) : -1);
+            step, nullptr, [&](int32_t id, size_t input) { ids[input] = id; }, now ? int(own++ % 2) : -1);
         s++;
         if (!take(s - 1, ids)) return s;
         for (size_t i = 0; i < n; i++) step[i].tokens = {ids[i]};
