@@ -886,6 +886,26 @@ TEST_P(CudaEngine, GreedyStepsAheadAreStepByStep) {
     a->decode_argmax({{a1, {ids[0]}, false}}, next);
     b->decode_argmax({{b1, {ids[0]}, false}}, ids);
     EXPECT_EQ(next, ids);
+    // more sequences than a fed pass takes (k_mmv_max_rows): plain passes, the same ids
+    cfg.n_seq_max = 9;
+    auto c = make_cuda_engine(path(), cfg), d = make_cuda_engine(path(), cfg);
+    std::vector<SeqInput> cs, ds;
+    for (int i = 0; i < 9; i++) {
+        std::vector<int32_t> one;
+        const int32_t sc = c->new_sequence(), sd = d->new_sequence();
+        c->decode_argmax({{sc, prompt_tokens(3 + i, i), false}}, one);
+        cs.push_back({sc, one, false});
+        d->decode_argmax({{sd, prompt_tokens(3 + i, i), false}}, one);
+        ds.push_back({sd, one, false});
+    }
+    got.clear();
+    EXPECT_EQ(c->decode_greedy(cs, 6, keep), 6);
+    std::vector<int32_t> nine;
+    for (size_t step = 0; step < got.size(); step++) {
+        d->decode_argmax(ds, nine);
+        ASSERT_EQ(got[step], nine) << "nine sequences, step " << step;
+        for (size_t i = 0; i < ds.size(); i++) ds[i].tokens = {nine[i]};
+    }
 }
 
 // Decoding passes recorded and launched as CUDA graphs, and graphs replayed without recording the pass again, give

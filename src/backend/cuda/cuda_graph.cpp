@@ -80,8 +80,14 @@ bool same_shape(const std::vector<BatchSeg> &a, const std::vector<BatchSeg> &b) 
 
 }  // namespace
 
-void CudaBackend::begin_pass(const BatchInfo &b, const PassIo &io, bool traced) {
+void CudaBackend::begin_pass(const BatchInfo &b, const PassIo &io_in, bool traced) {
     use_device();
+    // A fed pass gives one arg-max id a token, at most k_mmv_max_rows of them (the pair replay_ahead runs); a bigger
+    // one is an ordinary pass.
+    PassIo io = io_in;
+    if (io.ahead >= 0 && !(io.tokens && io.ids && io.out_rows && b.n_tokens <= k_mmv_max_rows &&
+                           int64_t(io.out_rows->size()) == b.n_tokens))
+        io.ahead = -1;
     STRATA_ASSERT(!capturing_);
     flush_mapped(-1);  // the mapped tables as the fills left them, before anything is recorded
     pass_t0_ = Clock::now();
@@ -89,9 +95,6 @@ void CudaBackend::begin_pass(const BatchInfo &b, const PassIo &io, bool traced) 
     pass_small_ = b.n_tokens <= k_mmv_max_rows;
     fed_ = {};
     if (io.ahead >= 0) {
-        if (!io.tokens || !io.ids || !io.out_rows || b.n_tokens > k_mmv_max_rows ||
-            int64_t(io.out_rows->size()) != b.n_tokens)
-            fail("internal: a fed pass gives one arg-max id a token, at most %d tokens", k_mmv_max_rows);
         feed_tokens(io.tokens, b.n_tokens);
         fed_ = {io.tokens, b.n_tokens};
     }
