@@ -523,7 +523,7 @@ void Scheduler::step() {
     if (!inputs.empty()) {
         const double t0 = now_s();
         // Where every job's pick is the arg-max of its logits (greedy, no penalty, grammar, logit bias or
-        // log-probabilities), the engine picks on the device: an id a sequence crosses the bus, not a vocabulary.
+        // log-probabilities), the engine picks where the logits are: on a GPU an id a sequence crosses the bus.
         bool picks = true;
         for (const Slot *s : who) {
             const Active &a = *s->act;
