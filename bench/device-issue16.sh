@@ -34,6 +34,9 @@ if [ -n "${BUDGET-1}" ]; then
   sb -m $F -p 16 -n $N -r 2 --chunk 4096 --routing uniform --vram-budget 12G
   lb -ncmoe $NCMOE -p 0 -n $N -r 2
   sb -m $F -p 16 -n $N -r 2 --chunk 4096 --routing uniform --vram-budget 12G
+  # where a decoding pass's time goes at 12 GiB (phases summed over the layers)
+  STRATA_DECODE_TIMING=1 sb -m $F -p 16 -n $N -r 1 --chunk 4096 --routing uniform --vram-budget 12G
+  grep -A14 "^| phase |" $L/s.txt
 fi
 [ -n "${OUT:-}" ] && cp $L/main.log $L/strata-all.txt $L/engine*.log $OUT/ 2>/dev/null
 echo "done at $(el) s"; echo ALL_DONE
