@@ -7,7 +7,9 @@
 # the host off and on (STRATA_DECODE_AHEAD=0/1; TESTS= skips them). Then (BUDGET= skips them) issue 17's row and
 # issue 16's no-regression row at 12 GiB under uniform routing, Strata `-p 16 -n 64 -r 2 --routing uniform
 # --vram-budget 12G` (`-n 32` on the 80B) before and after llama.cpp's best configuration at about that memory
-# (`-ncmoe 26`; 40 on the 80B). There (carry .peer):
+# (`-ncmoe 26`; 40 on the 80B). EARLY= skips the reads before the wait (STRATA_CUDA_EARLY_READS=1): their GPU tests
+# beside the greedy ones, the greedy ids of `strata run --tokens` either way, and a tg128 A/B at the end. There (carry
+# .peer):
 #   setsid nohup bash bench/device-issue16.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/i16/main.log 570
 L=/tmp/i16; mkdir -p $L
 exec > $L/main.log 2>&1
@@ -16,7 +18,7 @@ PRESET=${PRESET:-qwen3-30b-a3b}
 F=/tmp/$PRESET.gguf
 synth_start $PRESET $F
 if [ -n "${TESTS:-1}" ]; then
-  cmake --build /tmp/strata -j12 --target test_cuda_engine > $L/build2.log 2>&1
+  cmake --build /tmp/strata -j12 --target test_cuda_engine test_cuda_ops > $L/build2.log 2>&1
   echo "tests build rc=$? at $(el) s"; grep -E " error" $L/build2.log | head -5
   for X in 0 1; do
     STRATA_DECODE_AHEAD=$X timeout 150 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 \
@@ -24,8 +26,23 @@ if [ -n "${TESTS:-1}" ]; then
     echo "test_cuda_engine, STRATA_DECODE_AHEAD=$X: rc=$? at $(el) s"
     grep -E "FAILED|PASSED|Failure|Expected|Which" $L/engine$X.log | head -8
   done
+  if [ -n "${EARLY-1}" ]; then  # STRATA_CUDA_EARLY_READS=1: the kernels' tests and the engine's, then A/B below
+    STRATA_CUDA_EARLY_READS=1 timeout 120 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 \
+      --gtest_filter='*MoeTail*:*QkNorm*:*Flash*:*Attention*:*KvStore*:*Mmvq*:*CudaMoe*:*Router*' > $L/ops-early.log 2>&1
+    echo "test_cuda_ops, EARLY_READS=1: rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure" $L/ops-early.log | head -8
+    STRATA_CUDA_EARLY_READS=1 timeout 200 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 --gtest_filter=\
+'*Greedy*:*GraphsDoNotChangeABit*:*Argmax*:*MatchesTheCpuEngine*:*PlacementDoesNotChangeABit*:*Rewind*:*Fork*' \
+      > $L/engine-early.log 2>&1
+    echo "test_cuda_engine, EARLY_READS=1: rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure" $L/engine-early.log | head -8
+  fi
 fi
 synth_wait
+if [ -n "${EARLY-1}" ]; then  # the same greedy ids either way: a 300-token prompt, 200 steps (contexts past 64)
+  for X in 0 1; do
+    STRATA_CUDA_EARLY_READS=$X $S run -m $F --tokens $(seq -s, 100 399) -n 200 --temp 0 > $L/ids$X.txt 2> $L/ids$X.err
+    echo "EARLY_READS=$X: rc=$? ids $(md5sum < $L/ids$X.txt | cut -c1-12) ($(wc -w < $L/ids$X.txt) words)"
+  done
+fi
 sb -m $F -p 512,4096 -n 128 -r 3 --chunk 4096
 lb -p 512,4096 -n 128 -r 3
 sb -m $F -p 512,4096 -n 128 -r 3 --chunk 4096
@@ -38,5 +55,8 @@ if [ -n "${BUDGET-1}" ]; then
   STRATA_DECODE_TIMING=1 sb -m $F -p 16 -n $N -r 1 --chunk 4096 --routing uniform --vram-budget 12G
   grep -A14 "^| phase |" $L/s.txt
 fi
-[ -n "${OUT:-}" ] && cp $L/main.log $L/strata-all.txt $L/engine*.log $OUT/ 2>/dev/null
+if [ -n "${EARLY-1}" ]; then  # reads before the wait, A/B alternated, resident decode
+  for X in 0 1 0 1; do STRATA_CUDA_EARLY_READS=$X sb -m $F -p 1 -n 128 -r 3; done
+fi
+[ -n "${OUT:-}" ] && cp $L/main.log $L/strata-all.txt $L/engine*.log $L/ops*.log $OUT/ 2>/dev/null
 echo "done at $(el) s"; echo ALL_DONE

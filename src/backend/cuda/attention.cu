@@ -67,44 +67,66 @@ __global__ void k_kv_store(KvCacheView c, Rows k, Rows v, const int2 *seq_pos) {
 // with the same block size and tree as k_rms_norm, then the NeoX rotation of its first n_rot dims with the same
 // arithmetic as k_rope_neox: the results are those of the four separate kernels, from one launch. STORE: k's heads
 // also put their results in the cache c at the row's position as k_kv_store puts them, and blocks after k's put v's
-// heads there: the cache holds what launch_kv_store of the results would put, with no launch of its own.
+// heads there: the cache holds what launch_kv_store of the results would put, with no launch of its own. early: the
+// rotation's angles (from the positions and frequencies, which the pass's start uploaded) and the norm's weights
+// before the wait (pdl.cuh); at most k_qk_rope_per values a thread (launch_qk_norm_rope's block sizes).
+constexpr int k_qk_rope_per = 4;
+
 template <bool STORE, KvType KT>
 __global__ void k_qk_norm_rope(Rows q, Rows k, Rows v, const float *wq, const float *wk, int64_t head_dim, float eps,
-                               int64_t half, const float *inv_freq, const int2 *seq_pos, KvCacheView c) {
-    pdl_wait();
-    pdl_release();
+                               int64_t half, const float *inv_freq, const int2 *seq_pos, KvCacheView c, bool early) {
     __shared__ float red[32];
     __shared__ float y[256];
     const int64_t r = blockIdx.y, n_q = q.cols / head_dim, n_k = k.cols / head_dim;
-    if (STORE && int64_t(blockIdx.x) >= n_q + n_k) {  // a head of v: stored as it is
+    const bool is_v = STORE && int64_t(blockIdx.x) >= n_q + n_k, is_q = int64_t(blockIdx.x) < n_q;
+    const float *w = is_q ? wq : wk;
+    float sn[k_qk_rope_per], cs[k_qk_rope_per], wi[k_qk_rope_per];
+    // this thread's values' sines and cosines (values i = threadIdx.x + n blockDim.x) and the norm's weights
+    auto reads = [&] {
+        const float p = float(seq_pos[r].y);
+#pragma unroll
+        for (int n = 0; n < k_qk_rope_per; n++) {
+            const int64_t i = threadIdx.x + int64_t(n) * blockDim.x;
+            sn[n] = 0.0f, cs[n] = 1.0f, wi[n] = 0.0f;
+            if (is_v || i >= head_dim) continue;
+            wi[n] = w[i];
+            if (i < 2 * half) sincosf(__fmul_rn(p, inv_freq[i < half ? i : i - half]), &sn[n], &cs[n]);
+        }
+    };
+    if (early) reads();
+    pdl_wait();
+    pdl_release();
+    if (!early) reads();
+    if (is_v) {  // a head of v: stored as it is
         const int64_t h = int64_t(blockIdx.x) - n_q - n_k;
         uint8_t *row = c.v + kv_offset(c, seq_pos[r]);
         for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x)
             kv_put<KT>(row, h * head_dim + i, v.data[r * v.stride + h * head_dim + i]);
         return;
     }
-    const bool is_q = int64_t(blockIdx.x) < n_q;
     const int64_t h = is_q ? int64_t(blockIdx.x) : int64_t(blockIdx.x) - n_q;
     const Rows &x = is_q ? q : k;
-    const float *w = is_q ? wq : wk;
     float *xr = x.data + r * x.stride + h * head_dim;
     float ss = 0.0f;
     for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) ss += xr[i] * xr[i];
     ss = block_sum(ss, red);
     const float scale = 1.0f / sqrtf(ss / float(head_dim) + eps);
-    for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) y[i] = xr[i] * scale * w[i];
+#pragma unroll
+    for (int n = 0; n < k_qk_rope_per; n++) {
+        const int64_t i = threadIdx.x + int64_t(n) * blockDim.x;
+        if (i < head_dim) y[i] = xr[i] * scale * wi[n];
+    }
     __syncthreads();
-    const float p = float(seq_pos[r].y);
     uint8_t *krow = STORE && !is_q ? c.k + kv_offset(c, seq_pos[r]) : nullptr;
-    for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
+#pragma unroll
+    for (int n = 0; n < k_qk_rope_per; n++) {
+        const int64_t i = threadIdx.x + int64_t(n) * blockDim.x;
+        if (i >= head_dim) break;
         float o;
         if (i < 2 * half) {
             const int64_t j = i < half ? i : i - half;
-            const float angle = __fmul_rn(p, inv_freq[j]);
-            float sn, cs;
-            sincosf(angle, &sn, &cs);
             const float a = y[j], b = y[j + half];
-            o = i < half ? a * cs - b * sn : b * cs + a * sn;
+            o = i < half ? a * cs[n] - b * sn[n] : b * cs[n] + a * sn[n];
         } else {
             o = y[i];
         }
@@ -211,6 +233,8 @@ void launch_qk_norm_rope(Rows q, Rows k, const float *wq, const float *wk, int64
     STRATA_ASSERT(!store || (qk_norm_rope_stores(*store, head_dim) && v.rows == k.rows && k.cols == store->kv_cols &&
                              v.cols == store->kv_cols));
     const unsigned threads = head_dim >= 1024 ? 256 : head_dim >= 128 ? 128 : 32;  // launch_rms_norm's choice
+    STRATA_ASSERT(head_dim <= int64_t(threads) * k_qk_rope_per);
+    const bool early = early_reads_enabled();
     const unsigned heads = unsigned(q.cols / head_dim + (store ? 2 : 1) * (k.cols / head_dim));
     const KvCacheView c = store ? *store : KvCacheView{};
     auto slice = [](const Rows &a, int64_t r0, int64_t n) { return Rows{a.data + r0 * a.stride, n, a.cols, a.stride}; };
@@ -222,16 +246,16 @@ void launch_qk_norm_rope(Rows q, Rows k, const float *wq, const float *wk, int64
         const int64_t half = n_rot / 2;
         if (!store)
             pdl_launch(k_qk_norm_rope<false, KvType::F32>, grid, threads, 0, stream, qs, ks, vs, wq, wk, head_dim, eps,
-                       half, inv_freq_dev, sp, c);
+                       half, inv_freq_dev, sp, c, early);
         else if (c.type == KvType::F32)
             pdl_launch(k_qk_norm_rope<true, KvType::F32>, grid, threads, 0, stream, qs, ks, vs, wq, wk, head_dim, eps,
-                       half, inv_freq_dev, sp, c);
+                       half, inv_freq_dev, sp, c, early);
         else if (c.type == KvType::F16)
             pdl_launch(k_qk_norm_rope<true, KvType::F16>, grid, threads, 0, stream, qs, ks, vs, wq, wk, head_dim, eps,
-                       half, inv_freq_dev, sp, c);
+                       half, inv_freq_dev, sp, c, early);
         else
             pdl_launch(k_qk_norm_rope<true, KvType::Q8_0>, grid, threads, 0, stream, qs, ks, vs, wq, wk, head_dim, eps,
-                       half, inv_freq_dev, sp, c);
+                       half, inv_freq_dev, sp, c, early);
     }
     STRATA_CUDA_LAUNCH_CHECK("k_qk_norm_rope");
 }

@@ -40,6 +40,7 @@ void launch_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_head, in
 // sequence in tiles; a tile is rows [row0, row0 + n_rows) at positions pos0... of a sequence.
 struct AttnTile {
     int32_t row0, n_rows, seq, pos0;
+    int32_t pos_new = 0;  // the first position of seq the pass writes: the keys before it are older (0: none known)
 };
 // Rows per tile for this head size and GQA group, or 0 where the tiled kernel does not apply (head sizes 64, 128
 // and 256 are covered). small: tiles of 16 query vectors (decoding), else 64 (head size <= 128) or 32.

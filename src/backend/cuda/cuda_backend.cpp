@@ -536,7 +536,9 @@ const AttnTile *CudaBackend::attn_tiles(const std::vector<AttnTile> &tiles) {
         if (tiles.size() != tiles_key_.size()) return false;
         for (size_t i = 0; i < tiles.size(); i++) {
             const AttnTile &a = tiles[i], &b = tiles_key_[i];
-            if (a.row0 != b.row0 || a.n_rows != b.n_rows || a.seq != b.seq || a.pos0 != b.pos0) return false;
+            if (a.row0 != b.row0 || a.n_rows != b.n_rows || a.seq != b.seq || a.pos0 != b.pos0 ||
+                a.pos_new != b.pos_new)
+                return false;
         }
         return true;
     };

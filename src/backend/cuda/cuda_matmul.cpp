@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/moe.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/host/mmvq_host.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -768,10 +769,12 @@ void CudaBackend::experts_device_routed(const ExpertWeights &w, Act x, int64_t k
         wrote(out);
         if (norm) wrote(tail.then.resid);
         const NormQ8 q8 = norm ? norm_quant_begin(norm_w, tail.then.resid, tail.then.normed, true) : NormQ8{};
+        // early: the launch just before is the down matrices' mat-vec, which writes ys only; the pairs' tables and
+        // weights were made before gate and up, the residual row before the routing
         launch_moe_tail(rows_of(ys), yrow, widx, wts_dev, k, rows_of(x),
                         tail.shared_gate ? dev_vector(*tail.shared_gate) : nullptr, rows_of(tail.shared_y),
                         rows_of(out), rows_of(tail.then.resid), norm_w, tail.then.eps, rows_of(tail.then.normed),
-                        stream_, q8);
+                        stream_, q8, early_reads_enabled());
         norm_quant_made(q8, tail.then.normed);
     } else {
         launch_moe_combine(rows_of(ys), yrow, widx, wts_dev, k, rows_of(out), stream_);

@@ -158,8 +158,8 @@ std::vector<AttnTile> CudaBackend::attention_tiles(const BatchInfo &b, int rpt) 
     std::vector<AttnTile> tiles;
     for (const BatchSeg &s : b.segs)
         for (int64_t r = 0; r < s.n; r += rpt)
-            tiles.push_back(
-                {int32_t(s.row0 + r), int32_t(std::min<int64_t>(rpt, s.n - r)), s.seq, int32_t(s.pos0 + r)});
+            tiles.push_back({int32_t(s.row0 + r), int32_t(std::min<int64_t>(rpt, s.n - r)), s.seq, int32_t(s.pos0 + r),
+                             int32_t(s.pos0)});
     return tiles;
 }
 

@@ -60,4 +60,9 @@ bool pdl_enabled() {
     return allowed && device_fact(DeviceFact::CcMajor) >= 9;
 }
 
+bool early_reads_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_EARLY_READS", false);
+    return on && pdl_enabled();
+}
+
 }  // namespace strata::cuda

@@ -115,17 +115,33 @@ __device__ __forceinline__ float group_sum8(float v) {
 
 template <KvType KT, int D, bool SMALL>
 __global__ __launch_bounds__(k_threads) void k_flash(KvCacheView c, Rows q, Rows out, int group, int n_kv, float scale,
-                                                     const AttnTile *tiles, int n_split, int chunk, float *ws) {
-    pdl_wait();
-    pdl_release();
+                                                     const AttnTile *tiles, int n_split, int chunk, float *ws,
+                                                     bool early) {
     using C = Cfg<D, SMALL>;
     constexpr int M = C::M, N = C::N, RM = C::RM, RN = C::RN, RD = C::RD, QP = C::QP, PP = C::PP;
     extern __shared__ float4 smem4[];
     float *Qs = reinterpret_cast<float *>(smem4), *Ks = Qs + M * QP, *Vs = Ks + N * QP, *Ps = Vs + N * D;
 
-    const AttnTile t = tiles[blockIdx.x];
     const int kvh = blockIdx.y, split = blockIdx.z;
     const int tid = threadIdx.x, tm = tid / TN, tn = tid % TN;
+    auto cache_of = [&](const uint8_t *base, const AttnTile &at) {
+        return base + (size_t(at.seq) * size_t(c.n_ctx)) * c.row_bytes;
+    };
+    // early (pdl.cuh): the tile (staged at the pass's start) and, where every key of the block's first key tile is
+    // older than the pass's rows (the pass writes from t.pos_new on), that key tile, before the wait.
+    AttnTile t{};
+    bool first_loaded = false;
+    if (early) {
+        t = tiles[blockIdx.x];
+        const int lo = split * chunk, hi = min(t.pos0 + t.n_rows, lo + chunk);
+        if (lo < hi && min(lo + N, hi) <= t.pos_new) {
+            load_kv_tile<KT, D, N, QP>(cache_of(c.k, t), cache_of(c.v, t), c.row_bytes, kvh * D, lo, hi, Ks, Vs, tid);
+            first_loaded = true;
+        }
+    }
+    pdl_wait();
+    pdl_release();
+    if (!early) t = tiles[blockIdx.x];
     const int n_vec = t.n_rows * group;
 
 #pragma unroll 16
@@ -145,8 +161,7 @@ __global__ __launch_bounds__(k_threads) void k_flash(KvCacheView c, Rows q, Rows
     }
     const int key_end = t.pos0 + t.n_rows;
     const int k_lo = split * chunk, k_hi = min(key_end, k_lo + chunk);
-    const uint8_t *kb = c.k + (size_t(t.seq) * size_t(c.n_ctx)) * c.row_bytes;
-    const uint8_t *vb = c.v + (size_t(t.seq) * size_t(c.n_ctx)) * c.row_bytes;
+    const uint8_t *kb = cache_of(c.k, t), *vb = cache_of(c.v, t);
     const int col0 = kvh * D;
 
     float o[RM][RD], m[RM], l[RM];
@@ -160,7 +175,7 @@ __global__ __launch_bounds__(k_threads) void k_flash(KvCacheView c, Rows q, Rows
 
     for (int k0 = k_lo; k0 < k_hi; k0 += N) {
         __syncthreads();  // the previous tile's K, V and P are no longer read
-        load_kv_tile<KT, D, N, QP>(kb, vb, c.row_bytes, col0, k0, k_hi, Ks, Vs, tid);
+        if (!first_loaded || k0 != k_lo) load_kv_tile<KT, D, N, QP>(kb, vb, c.row_bytes, col0, k0, k_hi, Ks, Vs, tid);
         __syncthreads();
 
         float s[RM][RN];
@@ -360,7 +375,7 @@ void launch_typed(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, f
         fail("CUDA attention: %zu bytes of shared memory per block are not available", Cfg<D, SMALL>::smem);
     const dim3 grid{unsigned(n_tiles), unsigned(n_kv), unsigned(n_split)};
     pdl_launch(k_flash<KT, D, SMALL>, grid, k_threads, Cfg<D, SMALL>::smem, stream, c, q, out, group, n_kv, scale,
-               tiles, n_split, chunk, ws);
+               tiles, n_split, chunk, ws, early_reads_enabled());
     STRATA_CUDA_LAUNCH_CHECK("k_flash");
     STRATA_ASSERT(!q8.form || n_split > 1);
     if (n_split > 1)

@@ -420,25 +420,41 @@ template <int KPT>
 __global__ __launch_bounds__(256) void k_moe_tail(Rows ys, const int32_t *yrow, const int32_t *widx,
                                                   const float *weights, int64_t k, Rows x, const float *shared_w,
                                                   Rows shared_y, Rows out, Rows resid, const float *norm_w, float eps,
-                                                  Rows normed, NormQ8 q8) {
-    pdl_wait();
-    pdl_release();
+                                                  Rows normed, NormQ8 q8, bool early) {
     __shared__ float red[32], pick[24];
     __shared__ float pw[k_moe_tail_max_k];
     __shared__ const float4 *py[k_moe_tail_max_k];
     const int64_t t = blockIdx.x;
-    if (threadIdx.x < k) {  // the token's pairs: weight and row, in the order to add them
-        pw[threadIdx.x] = weights[widx[t * k + threadIdx.x]];
-        py[threadIdx.x] = reinterpret_cast<const float4 *>(ys.data + int64_t(yrow[t * k + threadIdx.x]) * ys.stride);
-    }
+    const int n4 = int(out.cols >> 2);
+    float4 r[KPT], wv[KPT];  // the residual row and the norm's weights, where norm_w is set
+    // What the down matrices' launch just before does not write (early: before the wait, pdl.cuh): the pairs'
+    // weights and rows (the routing's, three launches back or more), the residual row and the norm's weights.
+    auto reads = [&] {
+        if (threadIdx.x < k) {  // the token's pairs: weight and row, in the order to add them
+            pw[threadIdx.x] = weights[widx[t * k + threadIdx.x]];
+            py[threadIdx.x] =
+                reinterpret_cast<const float4 *>(ys.data + int64_t(yrow[t * k + threadIdx.x]) * ys.stride);
+        }
+#pragma unroll
+        for (int j = 0; j < KPT; j++) {
+            const int i = int(threadIdx.x) + j * 256;
+            r[j] = wv[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (!norm_w || i >= n4) continue;
+            r[j] = reinterpret_cast<const float4 *>(resid.data + t * resid.stride)[i];
+            wv[j] = reinterpret_cast<const float4 *>(norm_w)[i];
+        }
+    };
+    if (early) reads();
+    pdl_wait();
+    pdl_release();
+    if (!early) reads();
     const float gate = shared_w ? shared_gate_of(x, shared_w, t, red) : 0.0f;  // ends with a barrier
     if (!shared_w) __syncthreads();
-    const int n4 = int(out.cols >> 2);
-    float4 v[KPT], wv[KPT];
+    float4 v[KPT];
 #pragma unroll
     for (int j = 0; j < KPT; j++) {
         const int i = int(threadIdx.x) + j * 256;
-        v[j] = wv[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (i >= n4) continue;
         // combine_at's sums for four columns: from zero, a fused multiply-add a pair, in the order given
         float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -456,11 +472,8 @@ __global__ __launch_bounds__(256) void k_moe_tail(Rows ys, const int32_t *yrow, 
         }
         reinterpret_cast<float4 *>(out.data + t * out.stride)[i] = o;
         if (norm_w) {
-            float4 *rr = reinterpret_cast<float4 *>(resid.data + t * resid.stride);
-            const float4 r = rr[i];
-            v[j] = make_float4(r.x + o.x, r.y + o.y, r.z + o.z, r.w + o.w);
-            wv[j] = reinterpret_cast<const float4 *>(norm_w)[i];
-            rr[i] = v[j];
+            v[j] = make_float4(r[j].x + o.x, r[j].y + o.y, r[j].z + o.z, r[j].w + o.w);
+            reinterpret_cast<float4 *>(resid.data + t * resid.stride)[i] = v[j];
         }
     }
     if (q8.form) q8.q += t * out.cols, q8.ds += t * (out.cols / 32);
@@ -626,7 +639,7 @@ bool moe_tail_fuses(const Rows &out, int64_t norm_group) {
 
 void launch_moe_tail(Rows ys, const int32_t *yrow, const int32_t *widx, const float *weights, int64_t k, Rows x,
                      const float *shared_w, Rows shared_y, Rows out, Rows resid, const float *norm_w, float eps,
-                     Rows normed, cudaStream_t stream, const NormQ8 &q8) {
+                     Rows normed, cudaStream_t stream, const NormQ8 &q8, bool early) {
     if (out.rows == 0) return;
     STRATA_ASSERT(out.rows <= 65535 && k >= 1 && k <= k_moe_tail_max_k && moe_tail_fuses(out, out.cols) &&
                   moe_tail_fuses(ys, out.cols) && (!shared_w || moe_tail_fuses(shared_y, out.cols)) && (!norm_w || (moe_tail_fuses(resid, out.cols) &&
@@ -634,9 +647,9 @@ void launch_moe_tail(Rows ys, const int32_t *yrow, const int32_t *widx, const fl
     STRATA_ASSERT(!q8.form || (norm_w && out.cols % (q8.form == 2 ? 256 : 32) == 0));
     const int64_t n4 = out.cols / 4;
     const unsigned grid = unsigned(out.rows);
-#define TAIL(KPT_)                                                                                                   \
+#define TAIL(KPT_)                                                                                                    \
     pdl_launch(k_moe_tail<KPT_>, grid, 256, 0, stream, ys, yrow, widx, weights, k, x, shared_w, shared_y, out, resid, \
-               norm_w, eps, normed, q8)
+               norm_w, eps, normed, q8, early)
     if (n4 <= 256)
         TAIL(1);
     else if (n4 <= 512)

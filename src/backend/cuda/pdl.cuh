@@ -43,6 +43,13 @@ __device__ __forceinline__ void pdl_release() {
 // STRATA_CUDA_PDL not 0). Read once per device.
 bool pdl_enabled();
 
+// Whether the decoding kernels that can (the MoE tail, q/k norm and rotation, decoding attention) issue their reads
+// of what the kernel just before them does not write before their pdl_wait() (STRATA_CUDA_EARLY_READS=1; off by
+// default until measured): the MoE tail's pair weights and rows, residual row and norm weights; the rotation's
+// angles; the attention's tile and the keys and values of positions before the pass's. The same values are read
+// either way (the same bits); the reads overlap the kernel before instead of following it.
+bool early_reads_enabled();
+
 // kernel<<<grid, block, smem, stream>>>(args...), programmatic where pdl_enabled(). The caller checks the launch
 // (STRATA_CUDA_LAUNCH_CHECK) as after <<<>>>.
 template <typename... P, typename... A>
