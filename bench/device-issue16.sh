@@ -8,8 +8,8 @@
 # issue 16's no-regression row at 12 GiB under uniform routing, Strata `-p 16 -n 64 -r 2 --routing uniform
 # --vram-budget 12G` (`-n 32` on the 80B) before and after llama.cpp's best configuration at about that memory
 # (`-ncmoe 26`; 40 on the 80B). EARLY= skips the reads before the wait (STRATA_CUDA_EARLY_READS=1): their GPU tests
-# beside the greedy ones, the greedy ids of `strata run --tokens` either way, and a tg128 A/B at the end. There (carry
-# .peer):
+# beside the greedy ones, the greedy ids of `strata run --tokens` either way, and a tg128 A/B before the 12 GiB rows.
+# There (carry .peer):
 #   setsid nohup bash bench/device-issue16.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/i16/main.log 570
 L=/tmp/i16; mkdir -p $L
 exec > $L/main.log 2>&1
@@ -46,6 +46,9 @@ fi
 sb -m $F -p 512,4096 -n 128 -r 3 --chunk 4096
 lb -p 512,4096 -n 128 -r 3
 sb -m $F -p 512,4096 -n 128 -r 3 --chunk 4096
+if [ -n "${EARLY-1}" ]; then  # reads before the wait, A/B alternated, resident decode
+  for X in 0 1 0 1; do STRATA_CUDA_EARLY_READS=$X sb -m $F -p 1 -n 128 -r 3; done
+fi
 if [ -n "${BUDGET-1}" ]; then
   if [ $PRESET = qwen3-30b-a3b ]; then NCMOE=26 N=64; else NCMOE=40 N=32; fi
   sb -m $F -p 16 -n $N -r 2 --chunk 4096 --routing uniform --vram-budget 12G
@@ -54,9 +57,6 @@ if [ -n "${BUDGET-1}" ]; then
   # where a decoding pass's time goes at 12 GiB (phases summed over the layers)
   STRATA_DECODE_TIMING=1 sb -m $F -p 16 -n $N -r 1 --chunk 4096 --routing uniform --vram-budget 12G
   grep -A14 "^| phase |" $L/s.txt
-fi
-if [ -n "${EARLY-1}" ]; then  # reads before the wait, A/B alternated, resident decode
-  for X in 0 1 0 1; do STRATA_CUDA_EARLY_READS=$X sb -m $F -p 1 -n 128 -r 3; done
 fi
 [ -n "${OUT:-}" ] && cp $L/main.log $L/strata-all.txt $L/engine*.log $L/ops*.log $OUT/ 2>/dev/null
 echo "done at $(el) s"; echo ALL_DONE
