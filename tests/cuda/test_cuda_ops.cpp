@@ -1290,7 +1290,8 @@ TEST(CudaOps, QkNormRopeIsTheSeparateOps) {
 // The q/k norm's launch storing k and v in the cache as well (STRATA_CUDA_KV_FUSE=1): q and k
 // bit for bit those of the launch without the store, and the cache's bytes those launch_kv_store puts from them, for
 // f32, f16 and q8_0 caches, head sizes 64, 128 and 256, rows of two sequences at scattered positions; positions the
-// rows do not name keep their bytes.
+// rows do not name keep their bytes; and the same launch reading its positions, frequencies and weights before its
+// programmatic wait (early: the same bits).
 TEST(CudaOps, QkNormRopeStoresTheCachesBytes) {
     for (KvType kt : {KvType::F32, KvType::F16, KvType::Q8_0})
         for (int64_t hd : {64, 128, 256}) {
@@ -1316,7 +1317,7 @@ TEST(CudaOps, QkNormRopeStoresTheCachesBytes) {
                 std::vector<float> q, k;
                 std::vector<uint8_t> kc, vc;
             };
-            auto run = [&](bool fused, Out &o) {
+            auto run = [&](bool fused, Out &o, bool early = false) {
                 DevBuf qd(qa.size() * 4), kd(ka.size() * 4), vd(va.size() * 4), kc(cache), vc(cache);
                 CUDA_OK(cudaMemcpy(qd.p, qa.data(), qa.size() * 4, cudaMemcpyHostToDevice));
                 CUDA_OK(cudaMemcpy(kd.p, ka.data(), ka.size() * 4, cudaMemcpyHostToDevice));
@@ -1329,7 +1330,7 @@ TEST(CudaOps, QkNormRopeStoresTheCachesBytes) {
                 if (fused) {
                     EXPECT_TRUE(cuda::qk_norm_rope_stores(c, hd));
                     cuda::launch_qk_norm_rope(q, k, wqd.as<float>(), wkd.as<float>(), hd, 1e-6f, n_rot,
-                                              invd.as<float>(), spd.as<int2>(), nullptr, &c, v);
+                                              invd.as<float>(), spd.as<int2>(), nullptr, &c, v, early);
                 } else {
                     cuda::launch_qk_norm_rope(q, k, wqd.as<float>(), wkd.as<float>(), hd, 1e-6f, n_rot,
                                               invd.as<float>(), spd.as<int2>(), nullptr);
@@ -1343,9 +1344,10 @@ TEST(CudaOps, QkNormRopeStoresTheCachesBytes) {
                 CUDA_OK(cudaMemcpy(o.kc.data(), kc.p, cache, cudaMemcpyDeviceToHost));
                 CUDA_OK(cudaMemcpy(o.vc.data(), vc.p, cache, cudaMemcpyDeviceToHost));
             };
-            Out sep, one;
+            Out sep, one, early;
             run(false, sep);
             run(true, one);
+            run(true, early, true);  // its positions, frequencies and weights read before the kernel's wait
             ASSERT_FALSE(HasFatalFailure());
             const std::string what = std::string(kt == KvType::F32   ? "f32"
                                                  : kt == KvType::F16 ? "f16"
@@ -1355,6 +1357,10 @@ TEST(CudaOps, QkNormRopeStoresTheCachesBytes) {
             EXPECT_EQ(std::memcmp(sep.k.data(), one.k.data(), ka.size() * 4), 0) << what << ": k";
             EXPECT_EQ(sep.kc, one.kc) << what << ": k cache";
             EXPECT_EQ(sep.vc, one.vc) << what << ": v cache";
+            EXPECT_EQ(std::memcmp(one.q.data(), early.q.data(), qa.size() * 4), 0) << what << ": q, early reads";
+            EXPECT_EQ(std::memcmp(one.k.data(), early.k.data(), ka.size() * 4), 0) << what << ": k, early reads";
+            EXPECT_EQ(one.kc, early.kc) << what << ": k cache, early reads";
+            EXPECT_EQ(one.vc, early.vc) << what << ": v cache, early reads";
             EXPECT_NE(sep.kc, fill) << what << ": the rows were stored";
             // sequence 0's position 5: no row names it
             EXPECT_EQ(std::memcmp(one.kc.data() + rb * 5, fill.data() + rb * 5, rb), 0) << what << ": kept";

@@ -68,8 +68,8 @@ __global__ void k_kv_store(KvCacheView c, Rows k, Rows v, const int2 *seq_pos) {
 // arithmetic as k_rope_neox: the results are those of the four separate kernels, from one launch. STORE: k's heads
 // also put their results in the cache c at the row's position as k_kv_store puts them, and blocks after k's put v's
 // heads there: the cache holds what launch_kv_store of the results would put, with no launch of its own. early: the
-// rotation's angles (from the positions and frequencies, which the pass's start uploaded) and the norm's weights
-// before the wait (pdl.cuh); at most k_qk_rope_per values a thread (launch_qk_norm_rope's block sizes).
+// rotation's angles (from the positions and frequencies) and the norm's weights before the wait (pdl.cuh); at most
+// k_qk_rope_per values a thread (launch_qk_norm_rope's block sizes).
 constexpr int k_qk_rope_per = 4;
 
 template <bool STORE, KvType KT>
@@ -226,7 +226,7 @@ void launch_kv_store(const KvCacheView &c, Rows k, Rows v, const int2 *seq_pos_d
 
 void launch_qk_norm_rope(Rows q, Rows k, const float *wq, const float *wk, int64_t head_dim, float eps, int64_t n_rot,
                          const float *inv_freq_dev, const int2 *seq_pos_dev, cudaStream_t stream,
-                         const KvCacheView *store, Rows v) {
+                         const KvCacheView *store, Rows v, bool early) {
     if (q.rows == 0) return;
     STRATA_ASSERT(k.rows == q.rows && head_dim <= 256 && q.cols % head_dim == 0 && k.cols % head_dim == 0);
     STRATA_ASSERT(n_rot % 2 == 0 && n_rot <= head_dim);
@@ -234,7 +234,6 @@ void launch_qk_norm_rope(Rows q, Rows k, const float *wq, const float *wk, int64
                              v.cols == store->kv_cols));
     const unsigned threads = head_dim >= 1024 ? 256 : head_dim >= 128 ? 128 : 32;  // launch_rms_norm's choice
     STRATA_ASSERT(head_dim <= int64_t(threads) * k_qk_rope_per);
-    const bool early = early_reads_enabled();
     const unsigned heads = unsigned(q.cols / head_dim + (store ? 2 : 1) * (k.cols / head_dim));
     const KvCacheView c = store ? *store : KvCacheView{};
     auto slice = [](const Rows &a, int64_t r0, int64_t n) { return Rows{a.data + r0 * a.stride, n, a.cols, a.stride}; };

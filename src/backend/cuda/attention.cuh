@@ -25,10 +25,12 @@ void launch_kv_store(const KvCacheView &c, Rows k, Rows v, const int2 *seq_pos_d
 // NeoX rotation of the first n_rot dims at each row's position (inv_freq_dev: n_rot / 2 floats, theta^(-2i / n_rot)
 // as the CPU computes them); the same results as launch_rms_norm and launch_rope_neox on each. head_dim <= 256.
 // With store (qk_norm_rope_stores holding), the same launch also stores k's results and v at their positions in that
-// cache, the bytes launch_kv_store of them would store.
+// cache, the bytes launch_kv_store of them would store. early: the positions, frequencies and weights are read before
+// the kernel's programmatic wait (pdl.cuh): only where the launch just before wrote none of them (an upload of the
+// positions or frequencies may be a kernel), the same bits either way.
 void launch_qk_norm_rope(Rows q, Rows k, const float *wq, const float *wk, int64_t head_dim, float eps, int64_t n_rot,
                          const float *inv_freq_dev, const int2 *seq_pos_dev, cudaStream_t stream,
-                         const KvCacheView *store = nullptr, Rows v = {});
+                         const KvCacheView *store = nullptr, Rows v = {}, bool early = false);
 bool qk_norm_rope_stores(const KvCacheView &c, int64_t head_dim);
 
 // out row r, head h = softmax over positions 0..pos(r) of sequence seq(r) of (q . k) * scale, times v; GQA: head h reads
@@ -47,9 +49,12 @@ struct AttnTile {
 int flash_rows_per_tile(int64_t head_dim, int64_t group, bool small);
 // Workspace for n_split > 1 (keys split over blocks, each block `chunk` keys, a multiple of 32).
 size_t flash_workspace_floats(int n_tiles, int64_t n_head_kv, int n_split, int64_t head_dim, bool small);
+// early: each block reads its tile, and its first key tile where every key of it is before the tile's pos_new, before
+// the kernel's programmatic wait (pdl.cuh): only where the launch just before wrote neither (the tiles' upload may be
+// a kernel), the same bits either way.
 void launch_flash_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                             float scale, bool small, const AttnTile *tiles_dev, int n_tiles, int n_split, int chunk,
-                            float *ws, cudaStream_t stream, const NormQ8 &q8 = {});
+                            float *ws, cudaStream_t stream, const NormQ8 &q8 = {}, bool early = false);
 
 // The decoding kernel for short contexts (flash_decode.cu): the same tiles, every key of a tile's rows in one block
 // (at most k_flash_decode_keys of them, so never split), a warp per query vector; head sizes 64, 128 and 256, tiles

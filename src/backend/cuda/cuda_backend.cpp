@@ -13,8 +13,9 @@
 #include "backend/cuda/argmax.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dequant.cuh"
-#include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/driver_memory.h"
+#include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/units.h"
@@ -462,6 +463,7 @@ void CudaBackend::alloc_stage(size_t bytes) {
 
 void CudaBackend::copy_up(void *dst, size_t pitch, const uint8_t *staged, size_t row, size_t rows) {
     STRATA_ASSERT(staged >= stage_ && staged + row * rows <= stage_ + stage_size_);
+    uploads_++;
     if (upload_kernel_)
         cuda::launch_copy_from_host(dst, pitch, stage_dev_ + (staged - stage_), row, rows, stream_);
     else
@@ -853,6 +855,7 @@ const float *CudaBackend::inv_freq(const RopeParams &rp) {
     } else {
         p = static_cast<float *>(dev_alloc(f.size() * 4, "rope table"));  // more kinds of rope than foreseen
     }
+    uploads_++;
     STRATA_CUDA_CHECK(cudaMemcpyAsync(p, f.data(), f.size() * 4, cudaMemcpyHostToDevice, stream_));
     inv_freq_[key] = p;
     return p;
@@ -953,8 +956,11 @@ void CudaBackend::qk_norm_rope(Act q, Act k, const Weight &q_norm, const Weight 
     if (!fits_qk_norm_rope(q, k, q_norm, k_norm, rp)) return Backend::qk_norm_rope(q, k, q_norm, k_norm, eps, rp, b);
     STRATA_CUDA_OP("qk_norm_rope");
     wrote(q), wrote(k);
+    const uint64_t u0 = uploads_;
+    const float *freq = inv_freq(rp);
+    const int2 *sp = seq_pos(b);
     launch_qk_norm_rope(rows_of(q), rows_of(k), dev_vector(q_norm), dev_vector(k_norm), rp.head_dim, eps, rp.n_rot,
-                        inv_freq(rp), seq_pos(b), stream_);
+                        freq, sp, stream_, nullptr, {}, early_reads_enabled() && uploads_ == u0);
 }
 
 void CudaBackend::rope(Act x, const RopeParams &rp, const BatchInfo &b) {

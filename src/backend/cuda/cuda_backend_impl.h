@@ -381,6 +381,10 @@ class CudaBackend final : public Backend {
     static constexpr int k_read_events = 64;
     cudaEvent_t read_done_[k_read_events] = {};  // read_done_[s % k]: recorded after expert_ffn number s
     uint64_t ffn_seq_ = 0;                       // expert_ffn calls that read slots, so far
+    // Uploads issued so far (copy_up's, the rope tables'): an op whose kernel would read before its wait
+    // (early_reads_enabled, pdl.cuh) does so only where none of its own uploads (seq_pos, attn_tiles, inv_freq) went
+    // just before it, since such an upload may be a kernel the early reads would overtake.
+    uint64_t uploads_ = 0;
     uint64_t copy_waited_ = 0;                   // the copy stream waits for every expert_ffn up to this one
     cudaEvent_t fill_done_ = nullptr;            // recorded on the copy stream after the latest fill
     bool fills_pending_ = false;                 // fills issued that compute has not waited for yet

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/pdl.cuh"
 #include "core/env.h"
 #include "core/error.h"
 
@@ -74,8 +75,11 @@ void CudaBackend::qk_norm_rope_store(int64_t il, Act q, Act k, Act v, const Weig
     STRATA_CUDA_OP("qk_norm_rope");
     check_positions(c, b);
     wrote(q), wrote(k);
+    const uint64_t u0 = uploads_;
+    const float *freq = inv_freq(rp);
+    const int2 *sp = seq_pos(b);
     launch_qk_norm_rope(rows_of(q), rows_of(k), dev_vector(q_norm), dev_vector(k_norm), rp.head_dim, eps, rp.n_rot,
-                        inv_freq(rp), seq_pos(b), stream_, &c.kv, rows_of(v));
+                        freq, sp, stream_, &c.kv, rows_of(v), early_reads_enabled() && uploads_ == u0);
     kv_stored_ = {il, k, v};
 }
 
@@ -87,6 +91,7 @@ void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int
     LayerCache &c = caches_[size_t(il)];
     STRATA_ASSERT(c.attn && k.cols == c.kv.kv_cols && v.cols == c.kv.kv_cols && q.cols == n_head * head_dim);
     check_positions(c, b);
+    const uint64_t u0 = uploads_;  // the tiles' upload below, in the first layer of a pass: no early reads there
     const int2 *sp = seq_pos(b);
     const KvStored st = kv_stored_;
     kv_stored_ = {};
@@ -147,8 +152,10 @@ void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int
     else {
         // a decoding batch split over blocks ends with the merge, which can make the o matrix's Q8_0 input
         const NormQ8 q8 = act_quant_begin(c.kv.k, out, small && n_split > 1 && flash_merge_quantizes(int(n_split)));
-        launch_flash_attention(c.kv, rows_of(q), rows_of(out), n_head, n_head_kv, head_dim, scale, small,
-                               attn_tiles(tiles), int(tiles.size()), int(n_split), int(chunk), ws, stream_, q8);
+        const AttnTile *td = attn_tiles(tiles);
+        launch_flash_attention(c.kv, rows_of(q), rows_of(out), n_head, n_head_kv, head_dim, scale, small, td,
+                               int(tiles.size()), int(n_split), int(chunk), ws, stream_, q8,
+                               early_reads_enabled() && uploads_ == u0);
         norm_quant_made(q8, out);
     }
     release(m);

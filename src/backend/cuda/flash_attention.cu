@@ -127,8 +127,8 @@ __global__ __launch_bounds__(k_threads) void k_flash(KvCacheView c, Rows q, Rows
     auto cache_of = [&](const uint8_t *base, const AttnTile &at) {
         return base + (size_t(at.seq) * size_t(c.n_ctx)) * c.row_bytes;
     };
-    // early (pdl.cuh): the tile (staged at the pass's start) and, where every key of the block's first key tile is
-    // older than the pass's rows (the pass writes from t.pos_new on), that key tile, before the wait.
+    // early (pdl.cuh; the caller uploaded no tile for this launch): the tile and, where every key of the block's first
+    // key tile is older than the pass's rows (the pass writes from t.pos_new on), that key tile, before the wait.
     AttnTile t{};
     bool first_loaded = false;
     if (early) {
@@ -370,12 +370,12 @@ namespace {
 
 template <KvType KT, int D, bool SMALL>
 void launch_typed(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, float scale, const AttnTile *tiles,
-                  int n_tiles, int n_split, int chunk, float *ws, cudaStream_t stream, const NormQ8 &q8) {
+                  int n_tiles, int n_split, int chunk, float *ws, cudaStream_t stream, const NormQ8 &q8, bool early) {
     if (!allow_dynamic_smem(reinterpret_cast<const void *>(k_flash<KT, D, SMALL>), Cfg<D, SMALL>::smem))
         fail("CUDA attention: %zu bytes of shared memory per block are not available", Cfg<D, SMALL>::smem);
     const dim3 grid{unsigned(n_tiles), unsigned(n_kv), unsigned(n_split)};
     pdl_launch(k_flash<KT, D, SMALL>, grid, k_threads, Cfg<D, SMALL>::smem, stream, c, q, out, group, n_kv, scale,
-               tiles, n_split, chunk, ws, early_reads_enabled());
+               tiles, n_split, chunk, ws, early);
     STRATA_CUDA_LAUNCH_CHECK("k_flash");
     STRATA_ASSERT(!q8.form || n_split > 1);
     if (n_split > 1)
@@ -385,17 +385,17 @@ void launch_typed(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, f
 
 template <int D, bool SMALL>
 void launch_dim(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, float scale, const AttnTile *tiles,
-                int n_tiles, int n_split, int chunk, float *ws, cudaStream_t stream, const NormQ8 &q8) {
+                int n_tiles, int n_split, int chunk, float *ws, cudaStream_t stream, const NormQ8 &q8, bool early) {
     switch (c.type) {
         case KvType::F32:
             return launch_typed<KvType::F32, D, SMALL>(c, q, out, group, n_kv, scale, tiles, n_tiles, n_split, chunk,
-                                                       ws, stream, q8);
+                                                       ws, stream, q8, early);
         case KvType::F16:
             return launch_typed<KvType::F16, D, SMALL>(c, q, out, group, n_kv, scale, tiles, n_tiles, n_split, chunk,
-                                                       ws, stream, q8);
+                                                       ws, stream, q8, early);
         case KvType::Q8_0:
             return launch_typed<KvType::Q8_0, D, SMALL>(c, q, out, group, n_kv, scale, tiles, n_tiles, n_split, chunk,
-                                                        ws, stream, q8);
+                                                        ws, stream, q8, early);
     }
 }
 
@@ -419,7 +419,7 @@ size_t flash_workspace_floats(int n_tiles, int64_t n_head_kv, int n_split, int64
 
 void launch_flash_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                             float scale, bool small, const AttnTile *tiles_dev, int n_tiles, int n_split, int chunk,
-                            float *ws, cudaStream_t stream, const NormQ8 &q8) {
+                            float *ws, cudaStream_t stream, const NormQ8 &q8, bool early) {
     if (n_tiles == 0) return;
     STRATA_ASSERT(flash_rows_per_tile(head_dim, n_head / n_head_kv, small) > 0 && n_head % n_head_kv == 0);
     STRATA_ASSERT(n_tiles <= int64_t(1) << 30 && n_head_kv <= 65535 && n_split >= 1 && n_split <= 65535);
@@ -428,19 +428,19 @@ void launch_flash_attention(const KvCacheView &c, Rows q, Rows out, int64_t n_he
     switch (head_dim) {
         case 64:
             return small ? launch_dim<64, true>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws,
-                                                stream, q8)
+                                                stream, q8, early)
                          : launch_dim<64, false>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws,
-                                                 stream, q8);
+                                                 stream, q8, early);
         case 128:
             return small ? launch_dim<128, true>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws,
-                                                 stream, q8)
+                                                 stream, q8, early)
                          : launch_dim<128, false>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws,
-                                                  stream, q8);
+                                                  stream, q8, early);
         case 256:
             return small ? launch_dim<256, true>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws,
-                                                 stream, q8)
+                                                 stream, q8, early)
                          : launch_dim<256, false>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, n_split, chunk, ws,
-                                                  stream, q8);
+                                                  stream, q8, early);
         default:
             fail("CUDA attention: no tiled kernel for head size %lld", (long long)head_dim);
     }
