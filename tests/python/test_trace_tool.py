@@ -251,6 +251,37 @@ def test_admit_by_hand():
     assert summary.lfu_hits(seq, 1, None, admit=admit, admit_factor=0.0).tolist() == [0, 0, 1, 1, 1]
 
 
+def _hand_stream(keys, passes, decode):
+    keys = np.array(keys, dtype=np.int64)
+    nxt, _ = summary.next_uses(keys)
+    return summary.Accesses(keys, np.array(passes, dtype=np.int64), np.array(decode, dtype=bool), nxt,
+                            np.zeros(len(keys)))
+
+
+def test_next_use_by_hand():
+    # Two MoE layers of two experts (keys 0, 1 in layer 0; 2, 3 in layer 1), capacity 2, no decay; a pass reads
+    # layer 0 then layer 1. Keys 0 and 2 fill the cache and hit in pass 1. In pass 2 key 1 misses: 0 and 2 were used
+    # in 2 of 3 passes, so each waits L (1 - p) / p = 1 layer step past its layer's turn, which comes in 1 step for
+    # key 2 (layer 1, next) and 2 for key 0 (layer 0, just passed): key 0 is expected farthest (3 against 2).
+    keys, passes = [0, 2, 0, 2, 1, 2, 0], [0, 0, 1, 1, 2, 2, 3]
+    # Decoding, key 1 (1 pass of 3) would wait 2 + 2 * (2/3) / (1/3) = 6 > 3: read where it is; key 0 then hits.
+    acc = _hand_stream(keys, passes, [1] * 7)
+    assert summary.next_use_hits(acc, 2, 2).tolist() == [0, 0, 1, 1, 0, 1, 1]
+    # LFU evicts the least recently used of the two equal counts, key 0, which misses when it comes back
+    assert summary.lfu_hits(keys, 2).tolist() == [0, 0, 1, 1, 0, 1, 0]
+    # A prompt pass (pass 2) admits every miss: key 1 takes key 0's place, not key 2's (equal rates, key 0's layer
+    # comes round later), so key 2 hits and key 0 misses.
+    acc = _hand_stream(keys, passes, [1, 1, 1, 1, 0, 0, 1])
+    assert summary.next_use_hits(acc, 2, 2).tolist() == [0, 0, 1, 1, 0, 1, 0]
+    # The same rates, layer 1's key 3 the newcomer (a prompt pass reading layer 1 only): it takes the place of key 2,
+    # whose layer's turn is now (a whole cycle to its next), not of key 0, whose turn comes next; LFU's recency takes
+    # key 0.
+    keys, passes = [0, 2, 0, 2, 3, 0, 2], [0, 0, 1, 1, 2, 3, 3]
+    acc = _hand_stream(keys, passes, [1, 1, 1, 1, 0, 1, 1])
+    assert summary.next_use_hits(acc, 2, 2).tolist() == [0, 0, 1, 1, 0, 1, 0]
+    assert summary.lfu_hits(keys, 2).tolist() == [0, 0, 1, 1, 0, 0, 1]
+
+
 def test_prompt_filled_by_hand(tmp_path):
     # One MoE layer (layer 2 of 4), 4 experts, top-1. A 5-token prompt picks expert 3 three times and 1 twice: a
     # cache of one key holds 3, of two keys 3 and 1; decode only looks. A second prompt pass of 4 tokens picking 1
@@ -427,8 +458,10 @@ def test_belady_bounds_and_monotone_sizes(tmp_path, seed):
         hits["lfu_decay"].append(int(summary.lfu_hits(acc.key, cap, cap).sum()))
         hits["belady"].append(int(summary.belady_hits(acc.key, cap, acc.next_use).sum()))
         hits["markov"].append(int(summary.markov_hits(acc, 16, cap).sum()))
+        hits["next_use"].append(int(summary.next_use_hits(acc, 16, cap, cap).sum()))
     for i in range(len(summary.DEFAULT_SIZES)):
-        assert hits["belady"][i] >= max(hits["lru"][i], hits["lfu"][i], hits["lfu_decay"][i], hits["markov"][i])
+        assert hits["belady"][i] >= max(hits["lru"][i], hits["lfu"][i], hits["lfu_decay"][i], hits["markov"][i],
+                                        hits["next_use"][i])
     for p in ("lru", "belady"):
         assert hits[p] == sorted(hits[p]), p
     assert hits["belady"][-1] <= len(acc) - int(np.isinf(acc.distance).sum())  # first uses always miss

@@ -35,7 +35,11 @@ several sequences) count as prefill.
   takes the least recently used key outside the favourites first (simulated only); favourites_lfu: decode fills
   under LFU with decay. auto_lru / auto_lfu: the engine's default decode (`--cpu-share auto`) where passes by the
   device alone measure faster: the favourites, then only the decode mode's exploration and probe passes (split with
-  the host) fill, under LRU or LFU with decay; the rest only look (chooser_split_passes).
+  the host) fill, under LRU or LFU with decay; the rest only look (chooser_split_passes). Expected next use
+  (--policies next_use, next_use_hits): each key's rate of use a pass from LFU decay's counts (passes using it over
+  passes, both halved with the counts), its expected wait the layers until its layer comes round plus a whole cycle
+  of layers per pass it is expected to miss; the cached key expected farthest is evicted, and a decode miss enters
+  only where its own wait, a cycle away, is shorter than that key's.
 """
 from __future__ import annotations
 
@@ -63,7 +67,8 @@ POLICIES = {"lru": "LRU", "lfu": "LFU", "lfu_decay": "LFU decay", "belady": "Bel
             "favourites_kept": "the prompts' favourites, kept while decode's misses fill the rest",
             "favourites_lfu": "the prompts' favourites, then LFU decay filling decode's misses",
             "auto_lru": "the engine's default decode under LRU: favourites, the decode mode's split passes fill",
-            "auto_lfu": "the engine's default decode under LFU decay: favourites, the decode mode's split passes fill"}
+            "auto_lfu": "the engine's default decode under LFU decay: favourites, the decode mode's split passes fill",
+            "next_use": "expected next use (LFU decay rates, layer cycle, admitting)"}
 MARKOV_PRIOR = 2.0  # Markov next use: the weight, in observations, of the layer-wide rates each key's estimate starts from
 # The frozen forms are what the engine's mapped misses do (STRATA_DECODE_MAPPED): the policy fills the cache in
 # prompt passes, and decode passes read their misses in place, so decoding hits only what the prompts left. The
@@ -411,6 +416,61 @@ def markov_hits(acc: Accesses, n_expert: int, capacity: int, prior: float = MARK
     return hits
 
 
+def next_use_hits(acc: Accesses, n_expert: int, capacity: int, decay_every: int | None = None) -> np.ndarray:
+    """Evict the cached key whose next use is expected farthest, by its rate and the place of its layer in the cycle.
+
+    Rates: per key the passes that used it and the passes so far, both halved after each decay_every accesses (LFU
+    decay's period); p = the first over the second. In layer steps from the current access, key c of layer lc waits
+    for its layer to come round (lc after the current layer: lc - layer; the current layer: half a step where c's id
+    is above the current one, still ahead in the pass's ascending order, else a whole cycle of L; before it: L minus
+    the distance back), then L (1 - p) / p more (the expected passes it misses, geometric). The largest wait goes
+    (ties to the lowest key). A decode access (acc.decode) that misses a full cache enters only where its own wait,
+    L + L (1 - p) / p (its layer's turn just taken), is below that key's; otherwise it is read where it is.
+    """
+    key, passes = acc.key, acc.pass_ordinal
+    n = int(key.shape[0])
+    n_layers = max(1, (int(key.max()) + n_expert) // n_expert) if n else 1
+    count = np.zeros(n_layers * n_expert)
+    n_passes = 0.0
+    in_cache = np.zeros(n_layers * n_expert, dtype=bool)
+    cached: list = []
+    hits = np.zeros(n, dtype=bool)
+    last_pass = -1
+    L = float(n_layers)
+    for i in range(n):
+        k = int(key[i])
+        if decay_every and i and i % decay_every == 0:
+            count *= 0.5
+            n_passes *= 0.5
+        if passes[i] != last_pass:
+            n_passes += 1.0
+            last_pass = int(passes[i])
+        count[k] += 1.0
+        if in_cache[k]:
+            hits[i] = True
+            continue
+        if len(cached) < capacity:
+            cached.append(k)
+            in_cache[k] = True
+            continue
+        ca = np.array(cached)
+        layer, e = divmod(k, n_expert)
+        back = (ca // n_expert - layer) % n_layers
+        ahead = np.where(back == 0, np.where(ca % n_expert > e, 0.5, L), back).astype(float)
+        p = np.minimum(np.maximum(count[ca], 1e-9) / max(n_passes, 1.0), 1.0)
+        wait = ahead + L * (1.0 - p) / p
+        far = np.flatnonzero(wait == wait.max())
+        j = int(far[np.argmin(ca[far])])
+        if acc.decode[i]:
+            pk = min(count[k] / max(n_passes, 1.0), 1.0)
+            if L + L * (1.0 - pk) / pk >= wait[j]:
+                continue
+        in_cache[cached[j]] = False
+        cached[j] = k
+        in_cache[k] = True
+    return hits
+
+
 def _passes_with_picks(acc: Accesses):
     """The stream pass by pass: (first access, end, pass ordinal, the pass's prefill picks as keys; empty for a
     decode pass)."""
@@ -585,6 +645,7 @@ def cache_rates(acc: Accesses, n_keys: int, sizes: list[int], decay_every: int |
         "lfu_decay_admit": lambda cap: lfu_hits(keys, cap, decay_every or cap, admit=acc.decode,
                                                 admit_factor=admit_factor),
         "markov": lambda cap: markov_hits(acc, n_expert, cap),
+        "next_use": lambda cap: next_use_hits(acc, n_expert, cap, decay_every or cap),
         "prompt_filled": lambda cap: prompt_filled_hits(acc, cap),
         "favourites": lambda cap: favourites_hits(acc, cap, picks_per_token, favourite_factor),
         "favourites_lru": lambda cap: favourites_hits(acc, cap, picks_per_token, favourite_factor, decode="lru"),
