@@ -280,6 +280,11 @@ def test_next_use_by_hand():
     acc = _hand_stream(keys, passes, [1, 1, 1, 1, 0, 1, 1])
     assert summary.next_use_hits(acc, 2, 2).tolist() == [0, 0, 1, 1, 0, 1, 0]
     assert summary.lfu_hits(keys, 2).tolist() == [0, 0, 1, 1, 0, 0, 1]
+    # One layer, capacity 1, a prompt pass asking for keys 0 and 1 together: 1 does not evict 0, which the same
+    # record asked for (the engine acquires a layer's experts together); it is read, and 0 hits in the next pass.
+    acc = _hand_stream([0, 1, 0], [0, 0, 1], [0, 0, 1])
+    assert summary.next_use_hits(acc, 2, 1).tolist() == [0, 0, 1]
+    assert summary.lfu_hits([0, 1, 0], 1).tolist() == [0, 0, 0]
 
 
 def test_prompt_filled_by_hand(tmp_path):

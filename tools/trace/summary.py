@@ -421,11 +421,12 @@ def next_use_hits(acc: Accesses, n_expert: int, capacity: int, decay_every: int 
 
     Rates: per key the passes that used it and the passes so far, both halved after each decay_every accesses (LFU
     decay's period); p = the first over the second. In layer steps from the current access, key c of layer lc waits
-    for its layer to come round (lc after the current layer: lc - layer; the current layer: half a step where c's id
-    is above the current one, still ahead in the pass's ascending order, else a whole cycle of L; before it: L minus
-    the distance back), then L (1 - p) / p more (the expected passes it misses, geometric). The largest wait goes
-    (ties to the lowest key). A decode access (acc.decode) that misses a full cache enters only where its own wait,
-    L + L (1 - p) / p (its layer's turn just taken), is below that key's; otherwise it is read where it is.
+    for its layer to come round (lc after the current layer: lc - layer; before it: L minus the distance back; the
+    current layer: a whole cycle of L), then L (1 - p) / p more (the expected passes it misses, geometric). The
+    largest wait goes (ties to the lowest key); the current record's own experts are never evicted for one another
+    (the engine acquires a layer's experts together). A decode access (acc.decode) that misses a full cache enters
+    only where its own wait, L + L (1 - p) / p (its layer's turn just taken), is below that key's; otherwise it is
+    read where it is.
     """
     key, passes = acc.key, acc.pass_ordinal
     n = int(key.shape[0])
@@ -437,6 +438,7 @@ def next_use_hits(acc: Accesses, n_expert: int, capacity: int, decay_every: int 
     hits = np.zeros(n, dtype=bool)
     last_pass = -1
     L = float(n_layers)
+    record_end = 0  # the current record's accesses: [i, record_end)
     for i in range(n):
         k = int(key[i])
         if decay_every and i and i % decay_every == 0:
@@ -445,6 +447,11 @@ def next_use_hits(acc: Accesses, n_expert: int, capacity: int, decay_every: int 
         if passes[i] != last_pass:
             n_passes += 1.0
             last_pass = int(passes[i])
+        if i >= record_end:
+            record_end = i + 1
+            while record_end < n and passes[record_end] == passes[i] and key[record_end] // n_expert == k // n_expert:
+                record_end += 1
+            record = set(key[i:record_end].tolist())
         count[k] += 1.0
         if in_cache[k]:
             hits[i] = True
@@ -454,11 +461,14 @@ def next_use_hits(acc: Accesses, n_expert: int, capacity: int, decay_every: int 
             in_cache[k] = True
             continue
         ca = np.array(cached)
-        layer, e = divmod(k, n_expert)
+        layer = k // n_expert
         back = (ca // n_expert - layer) % n_layers
-        ahead = np.where(back == 0, np.where(ca % n_expert > e, 0.5, L), back).astype(float)
+        ahead = np.where(back == 0, L, back).astype(float)
         p = np.minimum(np.maximum(count[ca], 1e-9) / max(n_passes, 1.0), 1.0)
         wait = ahead + L * (1.0 - p) / p
+        wait[[c in record for c in cached]] = -1.0  # the record's own experts stay
+        if wait.max() < 0.0:  # every cached key is one of this record's: the new one is read, not kept
+            continue
         far = np.flatnonzero(wait == wait.max())
         j = int(far[np.argmin(ca[far])])
         if acc.decode[i]:
