@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # STRATA_CUDA_EARLY_READS's tests after the fix of its first run (the first layer's uploads read early), in about
-# three and a half minutes: the kernels' tests with it on, the greedy ids of `strata run --tokens` (a 300-token prompt,
-# 200 steps) either way on the 30B file, one tg128 pair. There (carry .peer):
+# three and a half minutes: the kernels' tests with it on, the q/k tests with it off, the greedy ids of `strata run
+# --tokens` (a 300-token prompt, 200 steps) either way on the 30B file, one tg128 pair. There (carry .peer):
 #   setsid nohup bash bench/device-early.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/early/main.log 570
 L=/tmp/early; mkdir -p $L
 exec > $L/main.log 2>&1
@@ -14,6 +14,8 @@ echo "tests build rc=$? at $(el) s"; grep -E " error" $L/build2.log | head -5
 STRATA_CUDA_EARLY_READS=1 timeout 120 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 \
   --gtest_filter='*MoeTail*:*QkNorm*:*Flash*:*Attention*:*KvStore*' > $L/ops-early.log 2>&1
 echo "test_cuda_ops, EARLY_READS=1: rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|Which|head" $L/ops-early.log | head -12
+timeout 120 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 --gtest_filter='*QkNorm*' > $L/ops-default.log 2>&1
+echo "test_cuda_ops *QkNorm*, early reads off: rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure" $L/ops-default.log | head -6
 synth_wait
 for X in 0 1; do
   STRATA_CUDA_EARLY_READS=$X $S run -m $F --tokens $(seq -s, 100 399) -n 200 --temp 0 > $L/ids$X.txt 2> $L/ids$X.err
