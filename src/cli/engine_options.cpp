@@ -36,9 +36,10 @@ void add_device_options(CLI::App *sub, DeviceOptions &o) {
         ->check(CLI::IsMember({"auto", "pinned", "mmap"}));
     sub->add_option("--expert-cache-policy", o.cache_policy,
                     "Which expert a full GPU expert cache gives up: lfu (least often requested, counts halved "
-                    "every 32 tokens) or lru (least recently used)")
+                    "every 32 tokens), next (expected to be needed last, by those counts and the cycle of layers) "
+                    "or lru (least recently used)")
         ->capture_default_str()
-        ->check(CLI::IsMember({"lru", "lfu"}));
+        ->check(CLI::IsMember({"lru", "lfu", "next"}));
     sub->add_option("--cpu-share", o.cpu_share,
                     "GPU under a budget: the share of each layer's expert-cache misses that decoding computes on the "
                     "CPU while the others are copied in (same results either way): auto (a cost model of measured "

@@ -11,10 +11,13 @@ namespace strata {
 SlotPolicy parse_slot_policy(const std::string &s) {
     if (s == "lru") return SlotPolicy::Lru;
     if (s == "lfu") return SlotPolicy::Lfu;
-    fail("expert cache policy '%s': expected lru or lfu", s.c_str());
+    if (s == "next") return SlotPolicy::Next;
+    fail("expert cache policy '%s': expected lru, lfu or next", s.c_str());
 }
 
-const char *slot_policy_name(SlotPolicy p) { return p == SlotPolicy::Lfu ? "lfu" : "lru"; }
+const char *slot_policy_name(SlotPolicy p) {
+    return p == SlotPolicy::Lfu ? "lfu" : p == SlotPolicy::Next ? "next" : "lru";
+}
 
 namespace {
 
@@ -56,7 +59,12 @@ ExpertSlotTable::ExpertSlotTable(std::vector<int64_t> n_expert, std::vector<size
         for (int64_t s = c.first; s < c.first + n; s++) push_back(int32_t(s));
         n_avail_ += n;
     }
-    if (policy_ == SlotPolicy::Lfu) {
+    ordinal_.assign(n_expert.size(), -1);
+    turn_call_.assign(n_expert.size(), 0);
+    turn_pass_.assign(n_expert.size(), ~uint64_t(0));
+    for (size_t il = 0; il < n_expert.size(); il++)
+        if (n_expert[il] > 0) ordinal_[il] = int32_t(n_moe_++);
+    if (counted()) {
         counts_.resize(n_expert.size());
         for (size_t il = 0; il < n_expert.size(); il++) counts_[il].assign(size_t(n_expert[il]), 0.0);
         last_use_.assign(slots_.size(), 0);
@@ -74,24 +82,29 @@ ExpertSlotTable::Rank ExpertSlotTable::rank_of(int32_t s) const {
 void ExpertSlotTable::touch(int32_t s) {
     unlink(s);
     push_back(s);
-    if (policy_ != SlotPolicy::Lfu) return;
+    if (!counted()) return;
     rank_erase(s);
     last_use_[size_t(s)] = ++uses_;
     rank_insert(s);
 }
 
 void ExpertSlotTable::count(int64_t il, int32_t e) {
-    if (policy_ != SlotPolicy::Lfu) return;
+    if (!counted()) return;
     if (decay_every_ && requests_ && requests_ % decay_every_ == 0) {
         step_ *= 2.0;  // every count halved, relative to the next increments
         if (step_ > 1e12) {  // back to small numbers: the order of the slots does not change
             for (auto &layer : counts_)
                 for (double &c : layer) c /= step_;
+            passes_ /= step_;
             step_ = 1.0;
             for (auto &r : by_rank_) r.clear();
             for (int32_t s = 0; s < int32_t(slots_.size()); s++)
                 if (!slots_[size_t(s)].lent) rank_insert(s);
         }
+    }
+    if (pass_pending_) {
+        passes_ += step_;
+        pass_pending_ = false;
     }
     requests_++;
     const int32_t s = table_[size_t(il)][size_t(e)];
@@ -100,7 +113,49 @@ void ExpertSlotTable::count(int64_t il, int32_t e) {
     if (s >= 0) rank_insert(s);
 }
 
-int32_t ExpertSlotTable::victim(int32_t cls, bool scan, uint64_t call) const {
+double ExpertSlotTable::rate(int64_t il, int32_t e) const {
+    const double c = std::max(counts_[size_t(il)][size_t(e)], 1e-9 * step_);
+    return std::min(c / std::max(passes_, step_), 1.0);
+}
+
+double ExpertSlotTable::wait(int64_t from_il, int64_t il, int32_t e) const {
+    const double L = double(n_moe_);
+    const int64_t back = ((ordinal_[size_t(il)] - ordinal_[size_t(from_il)]) % n_moe_ + n_moe_) % n_moe_;
+    const double ahead = back == 0 ? L : double(back), p = rate(il, e);
+    return ahead + L * (1.0 - p) / p;
+}
+
+void ExpertSlotTable::start_turn(int64_t il, uint64_t call) {
+    if (turn_pass_[size_t(il)] == pass_no_) return;
+    turn_pass_[size_t(il)] = pass_no_;
+    turn_call_[size_t(il)] = call;
+}
+
+int32_t ExpertSlotTable::next_use_victim(int32_t cls, int64_t il, uint64_t call, bool turn) const {
+    auto kept = [&](const Slot &x) {
+        return x.call == call || x.pinned || (turn && x.layer == il && x.call >= turn_call_[size_t(il)]);
+    };
+    // Slots in ascending count, so in descending L (1 - p) / p: past the point where even a whole cycle ahead of
+    // it cannot reach the best wait, none can.
+    const double L = double(n_moe_);
+    int32_t best = -1;
+    double far = -1.0;
+    for (const auto &[rank, s] : by_rank_[size_t(cls)]) {
+        const Slot &x = slots_[size_t(s)];
+        if (kept(x)) continue;
+        if (x.layer < 0) return s;  // an empty slot
+        const double p = rate(x.layer, x.expert);
+        if (best >= 0 && L + L * (1.0 - p) / p < far) break;
+        const double w = wait(il, x.layer, x.expert);
+        const Slot *b = best >= 0 ? &slots_[size_t(best)] : nullptr;
+        if (w > far || (w == far && std::pair(ordinal_[size_t(x.layer)], x.expert) <
+                                        std::pair(ordinal_[size_t(b->layer)], b->expert)))
+            best = s, far = w;
+    }
+    return best;
+}
+
+int32_t ExpertSlotTable::victim(int32_t cls, int64_t il, bool scan, uint64_t call, bool turn) const {
     if (cls < 0) return -1;
     const Class &C = classes_[size_t(cls)];
     auto kept = [&](int32_t s) { return slots_[size_t(s)].call == call || slots_[size_t(s)].pinned; };
@@ -109,6 +164,7 @@ int32_t ExpertSlotTable::victim(int32_t cls, bool scan, uint64_t call) const {
             if (!kept(s)) return s;
         return -1;
     }
+    if (policy_ == SlotPolicy::Next && !scan) return next_use_victim(cls, il, call, turn);
     // LRU, and a scan under either policy (each expert of the sweep requested once: LFU would order it as LRU)
     int32_t s = C.lru_head;
     while (s >= 0 && kept(s)) s = slots_[size_t(s)].next;
@@ -187,7 +243,7 @@ std::vector<std::pair<int32_t, int32_t>> ExpertSlotTable::lend(const std::vector
             const int32_t s = int32_t(i);
             Slot &x = slots_[size_t(i)];
             STRATA_ASSERT(!x.pinned && !x.lent);
-            if (policy_ == SlotPolicy::Lfu) rank_erase(s);
+            if (counted()) rank_erase(s);
             if (x.layer >= 0) {
                 held.push_back({x.layer, x.expert});
                 table_[size_t(x.layer)][size_t(x.expert)] = -1;
@@ -209,7 +265,7 @@ void ExpertSlotTable::end_loan() {
         slots_[i].lent = false;
         slots_[i].call = 0;
         push_front(s);
-        if (policy_ == SlotPolicy::Lfu) {
+        if (counted()) {
             last_use_[i] = 0;
             rank_insert(s);
         }
@@ -221,7 +277,7 @@ void ExpertSlotTable::end_loan() {
 bool ExpertSlotTable::fill_empty(int64_t il, int32_t e, std::vector<SlotFill> &fills) {
     STRATA_ASSERT(il >= 0 && size_t(il) < table_.size() && e >= 0 && size_t(e) < table_[size_t(il)].size());
     STRATA_ASSERT(table_[size_t(il)][size_t(e)] < 0);
-    const int32_t s = victim(class_of(il), false, ++calls_);  // an empty slot comes first under either policy
+    const int32_t s = victim(class_of(il), il, false, ++calls_);  // an empty slot comes first under every policy
     if (s < 0 || slots_[size_t(s)].layer >= 0) return false;
     assign(s, il, e);
     touch(s);
@@ -233,7 +289,7 @@ bool ExpertSlotTable::fill_empty(int64_t il, int32_t e, std::vector<SlotFill> &f
 void ExpertSlotTable::assign(int32_t slot, int64_t il, int32_t e) {
     Slot &s = slots_[size_t(slot)];
     STRATA_ASSERT(s.cls == class_of(il));
-    const bool lfu = policy_ == SlotPolicy::Lfu;
+    const bool lfu = counted();
     if (lfu) rank_erase(slot);
     if (s.layer >= 0) table_[size_t(s.layer)][size_t(s.expert)] = -1;
     s.layer = int32_t(il);
@@ -265,6 +321,7 @@ void ExpertSlotTable::acquire(int64_t il, const int32_t *experts, int64_t n, int
     STRATA_ASSERT(n <= n_slots_for(il));
     std::vector<int32_t> &tab = table_[size_t(il)];
     const uint64_t call = ++calls_;
+    start_turn(il, call);
     auto kept = [&](int32_t s) { return slots_[size_t(s)].call == call || slots_[size_t(s)].pinned; };
     const size_t fills0 = fills.size();
     // First move every requested expert that is resident to the recent end, so that refilling the others cannot
@@ -282,7 +339,7 @@ void ExpertSlotTable::acquire(int64_t il, const int32_t *experts, int64_t n, int
     for (int64_t i = 0; i < n; i++) {
         int32_t s = tab[size_t(experts[i])];
         if (s < 0) {
-            s = victim(class_of(il), scan, call);
+            s = victim(class_of(il), il, scan, call);
             if (s < 0) {
                 // this call's assignments hold no bytes yet: undone before refusing
                 const std::vector<SlotFill> made(fills.begin() + int64_t(fills0), fills.end());
@@ -308,6 +365,7 @@ void ExpertSlotTable::acquire(int64_t il, const int32_t *experts, int64_t n, int
 void ExpertSlotTable::note_requests(int64_t il, const int32_t *experts, int64_t n) {
     STRATA_ASSERT(il >= 0 && size_t(il) < table_.size());
     const uint64_t call = ++calls_;
+    start_turn(il, call);
     for (int64_t i = 0; i < n; i++) {
         STRATA_ASSERT(experts[i] >= 0 && size_t(experts[i]) < table_[size_t(il)].size());
         count(il, experts[i]);
@@ -322,13 +380,16 @@ void ExpertSlotTable::note_requests(int64_t il, const int32_t *experts, int64_t 
 bool ExpertSlotTable::admit(int64_t il, int32_t e, double factor, std::vector<SlotFill> &fills) {
     STRATA_ASSERT(il >= 0 && size_t(il) < table_.size() && e >= 0 && size_t(e) < table_[size_t(il)].size());
     STRATA_ASSERT(table_[size_t(il)][size_t(e)] < 0);
-    if (policy_ != SlotPolicy::Lfu) return false;
+    if (!counted()) return false;
     count(il, e);
     const uint64_t call = ++calls_;
-    const int32_t s = victim(class_of(il), false, call);
+    start_turn(il, call);
+    const int32_t s = victim(class_of(il), il, false, call, /*turn=*/true);
     if (s < 0) return false;
     const Slot &v = slots_[size_t(s)];
-    if (v.layer >= 0 && !(counts_[size_t(il)][size_t(e)] > factor * counts_[size_t(v.layer)][size_t(v.expert)]))
+    if (v.layer >= 0 && policy_ == SlotPolicy::Next && !(wait(il, il, e) < wait(il, v.layer, v.expert))) return false;
+    if (v.layer >= 0 && policy_ == SlotPolicy::Lfu &&
+        !(counts_[size_t(il)][size_t(e)] > factor * counts_[size_t(v.layer)][size_t(v.expert)]))
         return false;
     slots_[size_t(s)].call = call;
     assign(s, il, e);
@@ -418,10 +479,10 @@ void ExpertSlotTable::forget(int64_t il, const std::vector<SlotFill> &fills) {
     for (const SlotFill &f : fills) {
         Slot &s = slots_[size_t(f.slot)];
         if (s.layer == int32_t(il) && s.expert == f.expert) {
-            if (policy_ == SlotPolicy::Lfu) rank_erase(f.slot);
+            if (counted()) rank_erase(f.slot);
             table_[size_t(il)][size_t(f.expert)] = -1;
             s.layer = s.expert = -1;
-            if (policy_ == SlotPolicy::Lfu) rank_insert(f.slot);
+            if (counted()) rank_insert(f.slot);
         }
     }
 }

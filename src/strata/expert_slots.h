@@ -16,6 +16,15 @@
 //   which LRU serves worst when the cache is smaller than a token's experts; on the demo model's real routing
 //   (models/demo/MODEL_CARD.md) LFU with decay hits 36% at a cache of 10% of the experts where LRU hits 0%.
 //   Halving every count keeps their order, so it is done by doubling the increment instead (rescaled when large).
+// - Expected next use (--expert-cache-policy next): LFU with decay's counts, and per pass (begin_pass()) a pass count
+//   decayed with them; an expert's rate p is its count over the passes (at most 1). Passes visit the layers with
+//   experts in a cycle of L, so an expert of layer lc, asked for at layer il, waits for its layer to come round
+//   (lc - il layer steps ahead, modulo L; a whole L for il's own) and then L (1 - p) / p more (the passes it is
+//   expected to miss): the slot whose expert waits longest goes (ties to the lowest layer, then expert), never one of
+//   the current layer's request (acquired together; for admit(), those its request touched since the layer's turn
+//   began). A miss read in place (admit()) enters only where its own wait, L + L (1 - p) / p, is shorter. What
+//   tools/trace simulates as "next_use"; on the demo model's real routing ahead of LRU and LFU with decay at every
+//   cache size from 10% to 50% of the experts (bench/RESULTS.md, thirty-second round).
 // Size classes (placement.h): a layer's experts go only into slots of the layer's class, and each class is a cache of
 // its own under the policy (its own recency list, LFU ranks, fence); counts, decay and favourites span them all.
 #pragma once
@@ -30,9 +39,9 @@
 
 namespace strata {
 
-enum class SlotPolicy { Lru, Lfu };
+enum class SlotPolicy { Lru, Lfu, Next };
 
-// "lru" or "lfu" (throws strata::Error naming the choices otherwise).
+// "lru", "lfu" or "next" (throws strata::Error naming the choices otherwise).
 SlotPolicy parse_slot_policy(const std::string &s);
 const char *slot_policy_name(SlotPolicy p);
 
@@ -73,7 +82,8 @@ class ExpertSlotTable {
     // Admission for a miss read in place (the MoE schedule's mapped misses; expert e of layer il is in no slot): the
     // request is counted, and under LFU, where e's count is above `factor` times that of the expert in the slot the
     // policy would give up (an empty slot: always), e takes that slot: the fill goes to `fills` and counts as traffic,
-    // not as a miss (the pass has read it already). LRU has no counts to judge by: never. On the demo model's real
+    // not as a miss (the pass has read it already). Under expected next use, where e's own wait is shorter than that
+    // expert's (`factor` unused). LRU has no counts to judge by: never. On the demo model's real
     // routing, simulated (bench/RESULTS.md, ninth round), factor 2 keeps LFU with decay's hit rates with 0.1-0.3
     // fills a token, where filling every miss takes 2-31; under uniform routing 0.3-1.0 a token.
     bool admit(int64_t il, int32_t e, double factor, std::vector<SlotFill> &fills);
@@ -81,6 +91,12 @@ class ExpertSlotTable {
     // after it): counted for LFU, and those in a slot made the most recently used; not counted as hits (the
     // backend counted its reads).
     void note_requests(int64_t il, const int32_t *experts, int64_t n);
+    // A pass begins: expected next use counts passes (its first request counts it, after any decay due then), and a
+    // layer's turn is its requests within a pass. Without it, all of a layer's requests are one turn.
+    void begin_pass() {
+        pass_pending_ = true;
+        pass_no_++;
+    }
     // Fills acquire() asked for that did not happen (the copy failed): those slots hold nothing now.
     void forget(int64_t il, const std::vector<SlotFill> &fills);
 
@@ -157,7 +173,14 @@ class ExpertSlotTable {
     void push_back(int32_t s);   // most recently used
     void push_front(int32_t s);  // least recently used
     void touch(int32_t s);      // most recently used, and for LFU its rank updated
-    int32_t victim(int32_t cls, bool scan, uint64_t call) const;
+    // The slot to give up in class cls for layer il's request (call `call`; under expected next use, the slots of il
+    // touched since its turn began are kept too when `turn` is set); -1 when every one is kept.
+    int32_t victim(int32_t cls, int64_t il, bool scan, uint64_t call, bool turn = false) const;
+    int32_t next_use_victim(int32_t cls, int64_t il, uint64_t call, bool turn) const;
+    bool counted() const { return policy_ != SlotPolicy::Lru; }  // counts and ranks kept (LFU, next use)
+    double rate(int64_t il, int32_t e) const;                    // next use: the expert's uses a pass, at most 1
+    double wait(int64_t from_il, int64_t il, int32_t e) const;   // next use: layer steps until its expected use
+    void start_turn(int64_t il, uint64_t call);                  // a request of layer il (its pass's first: a turn)
     int32_t class_of(int64_t il) const { return layer_class_[size_t(il)]; }
     void rank_insert(int32_t s) { by_rank_[size_t(slots_[size_t(s)].cls)].insert({rank_of(s), s}); }
     void rank_erase(int32_t s) { by_rank_[size_t(slots_[size_t(s)].cls)].erase({rank_of(s), s}); }
@@ -183,6 +206,14 @@ class ExpertSlotTable {
     uint64_t decay_every_ = 0, requests_ = 0, uses_ = 0;
     std::vector<uint64_t> last_use_;  // per slot
     std::vector<std::set<std::pair<Rank, int32_t>>> by_rank_;  // per class
+    // Expected next use: passes counted in the counts' units; each layer's place among the layers with experts and
+    // their number; each layer's turn: the first call for it in a pass, and that pass.
+    double passes_ = 0.0;
+    bool pass_pending_ = false;
+    uint64_t pass_no_ = 0;
+    std::vector<int32_t> ordinal_;
+    int64_t n_moe_ = 0;
+    std::vector<uint64_t> turn_call_, turn_pass_;
     std::vector<std::vector<double>> favourites_;  // [layer][expert]: the prompts' decayed rows (empty: none yet)
     bool favourites_pending_ = false;
 };

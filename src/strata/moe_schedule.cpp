@@ -219,6 +219,7 @@ static_assert(k_hybrid_max_tokens <= DecodeModeChooser::k_max_tokens);
 // (its intermediates read back) splits as before and gives no sample.
 void MoeSchedule::start_pass(int64_t T, bool traced) {
     admit_after_alone_pass();
+    if (slots_) slots_->begin_pass();  // after the last pass's requests, judged just above
     if (favourites_ && T >= 1 && T <= k_hybrid_max_tokens && slots_->favourites_pending()) keep_favourites();
     pass_tokens_ = T;
     line_ = full_share();
@@ -788,7 +789,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
     bool shared_done = false, then_done = false;
     if (on_device) {
         // Admission after the pass (admit_after_alone_pass): the routing comes to the host without a wait.
-        if (mapped && admit_alone_ && !observer_ && slots_->policy() == SlotPolicy::Lfu)
+        if (mapped && admit_alone_ && !observer_ && slots_->policy() != SlotPolicy::Lru)
             if (const int32_t *h = be_.ids_after_pass(il, ids_be, T * k)) alone_.push_back({il, T * k, h});
         // The shared expert's rows and the residual step go with the experts' combination (the backend may take
         // them in one pass), unless something below still reads x (the next-layer prediction), which the residual

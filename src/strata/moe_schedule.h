@@ -83,13 +83,13 @@
 // split off (--cpu-share 0, STRATA_DECODE_CPU=0) every such pass runs alone.
 // The split's device part reads its misses in place instead (STRATA_DECODE_SPLIT_MAPPED=1, off: the ninth round's
 // default, which lost to copying on both files in the tenth round's call). Then admission (STRATA_DECODE_ADMIT, on;
-// under --expert-cache-policy lfu, the only policy with counts to judge by) fills such a miss whose requests are
-// above twice those of the slot LFU would give up, on the copy stream after the layer's compute, for later passes
-// (ExpertSlotTable::admit). Hybrid misses (decode_hybrid.h, on where the backend computes experts like the host,
-// STRATA_DECODE_CPU=0 off; passes of at most k_hybrid_max_tokens tokens with misses): some of the misses the backend
-// could compute exactly as the host does are computed on the host instead. Their rows come last in the gathered order
-// (group_by_expert's `last`), so their outputs go up as one block of rows; the combine adds every token's entries in
-// expert-id order as always.
+// under --expert-cache-policy lfu or next, the policies with counts to judge by) fills such a miss whose requests are
+// above twice those of the slot LFU would give up (next: whose expected wait is shorter than that slot's), on the
+// copy stream after the layer's compute, for later passes (ExpertSlotTable::admit). Hybrid misses (decode_hybrid.h, on
+// where the backend computes experts like the host, STRATA_DECODE_CPU=0 off; passes of at most k_hybrid_max_tokens
+// tokens with misses): some of the misses the backend could compute exactly as the host does are computed on the host
+// instead. Their rows come last in the gathered order (group_by_expert's `last`), so their outputs go up as one block
+// of rows; the combine adds every token's entries in expert-id order as always.
 #pragma once
 
 #include <cstdint>

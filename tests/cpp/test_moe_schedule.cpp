@@ -766,25 +766,30 @@ TEST_P(MoeScheduleSlots, MappedMissesGiveTheBitsOfMissesCopiedIn) {
     // it): their routing comes to the host with the pass (Backend::ids_after_pass), and at the next pass's start the
     // misses requested far more than the weakest slot are filled (STRATA_DECODE_ADMIT_ALONE); the bits stay those of
     // every miss copied in, and later passes find in slots what they read from the host before.
-    uint64_t from_slots[2] = {0, 0};
-    for (const char *alone : {"1", "0"}) {
-        ::setenv("STRATA_DECODE_ADMIT_ALONE", alone, 1);
-        const Made m = engine(slots, 0.0, true, SlotPolicy::Lfu);
-        ::unsetenv("STRATA_DECODE_ADMIT_ALONE");
-        const std::vector<float> got = repeat(*m.e);
-        ASSERT_EQ(got.size(), ref.size()) << alone;
-        EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "STRATA_DECODE_ADMIT_ALONE=" << alone;
-        const ExpertCacheStats st = m.e->expert_stats();
-        EXPECT_FALSE(st.hybrid_on);
-        EXPECT_GT(st.mapped_misses, 0u) << alone;
-        from_slots[alone[0] == '1'] = m.be->mapped_reads().from_slots;
-        if (alone[0] == '1') {
-            EXPECT_GT(st.mapped_admitted, 0u);
-        } else {
-            EXPECT_EQ(st.mapped_admitted, 0u);
+    // Under LFU and expected next use alike.
+    for (SlotPolicy policy : {SlotPolicy::Lfu, SlotPolicy::Next}) {
+        const std::string name = slot_policy_name(policy);
+        uint64_t from_slots[2] = {0, 0};
+        for (const char *alone : {"1", "0"}) {
+            ::setenv("STRATA_DECODE_ADMIT_ALONE", alone, 1);
+            const Made m = engine(slots, 0.0, true, policy);
+            ::unsetenv("STRATA_DECODE_ADMIT_ALONE");
+            const std::vector<float> got = repeat(*m.e);
+            ASSERT_EQ(got.size(), ref.size()) << alone;
+            EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0)
+                << name << ", STRATA_DECODE_ADMIT_ALONE=" << alone;
+            const ExpertCacheStats st = m.e->expert_stats();
+            EXPECT_FALSE(st.hybrid_on);
+            EXPECT_GT(st.mapped_misses, 0u) << name << alone;
+            from_slots[alone[0] == '1'] = m.be->mapped_reads().from_slots;
+            if (alone[0] == '1') {
+                EXPECT_GT(st.mapped_admitted, 0u) << name;
+            } else {
+                EXPECT_EQ(st.mapped_admitted, 0u) << name;
+            }
         }
+        EXPECT_GT(from_slots[1], from_slots[0]) << name << ": the admitted experts are read from slots afterwards";
     }
-    EXPECT_GT(from_slots[1], from_slots[0]) << "the admitted experts are read from slots afterwards";
     // LRU has no counts to admit by
     const Made lru = engine(slots, 0.0, true, SlotPolicy::Lru);
     EXPECT_EQ(std::memcmp(repeat(*lru.e).data(), ref.data(), ref.size() * 4), 0);
@@ -1071,7 +1076,7 @@ TEST_P(MoeScheduleSlots, SlotClassesChangeNoBit) {
     const int64_t n_expert = in_place->hparams().n_expert, total = moe_experts(*in_place);
     for (const char *classes : {"1", "0"})
         for (const char *ahead : {"0", "4"})
-            for (SlotPolicy policy : {SlotPolicy::Lru, SlotPolicy::Lfu})
+            for (SlotPolicy policy : {SlotPolicy::Lru, SlotPolicy::Lfu, SlotPolicy::Next})
                 for (int64_t slots : {n_expert, total / 2, total - 2}) {
                     ::setenv("STRATA_SLOT_CLASSES", classes, 1);
                     ::setenv("STRATA_PREFILL_STREAM_AHEAD", ahead, 1);
@@ -1101,7 +1106,7 @@ TEST(MoeScheduleSlotClasses, PromptLoansFromEveryClassChangeNoBit) {
     const std::vector<float> ref = run_long(*in_place);
     const int64_t k = in_place->hparams().n_expert_used, total = moe_experts(*in_place);
     const size_t slot_bytes = slot_bytes_of(path, total);
-    for (SlotPolicy policy : {SlotPolicy::Lru, SlotPolicy::Lfu}) {
+    for (SlotPolicy policy : {SlotPolicy::Lru, SlotPolicy::Lfu, SlotPolicy::Next}) {
         auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
         HostSlotBackend *hb = be.get();
         EngineConfig c = long_config();
@@ -1136,7 +1141,7 @@ TEST_P(MoeScheduleSlots, PromptLoansChangeNoBit) {
     const size_t slot_bytes = slot_bytes_of(path, total);
     ASSERT_GT(slot_bytes, 0u);
     for (const char *loan : {"1", "0"})
-        for (SlotPolicy policy : {SlotPolicy::Lru, SlotPolicy::Lfu})
+        for (SlotPolicy policy : {SlotPolicy::Lru, SlotPolicy::Lfu, SlotPolicy::Next})
             for (const char *refill : {"before", "last"})
                 for (const char *schedule : {"routed", "full"}) {
                     ::setenv("STRATA_PROMPT_LOAN", loan, 1);
@@ -1324,7 +1329,7 @@ TEST_P(MoeScheduleSlots, PromptFavouritesChangeNoBit) {
     const size_t slot_bytes = slot_bytes_of(path, total);
     ASSERT_GT(slot_bytes, 0u);
     for (const char *fav : {"1", "0"})
-        for (SlotPolicy policy : {SlotPolicy::Lru, SlotPolicy::Lfu})
+        for (SlotPolicy policy : {SlotPolicy::Lru, SlotPolicy::Lfu, SlotPolicy::Next})
             for (bool mapped : {false, true}) {
                 ::setenv("STRATA_PROMPT_FAVOURITES", fav, 1);
                 auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);

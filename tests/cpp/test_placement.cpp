@@ -487,30 +487,121 @@ TEST(ExpertSlotTable, LfuServesALayerCycleThatLruCannot) {
         std::vector<SlotFill> fills;
         int32_t s[2];
         uint32_t x = 12345;
-        for (int step = 0; step < 400; step++)
+        for (int step = 0; step < 400; step++) {
+            t.begin_pass();
             for (int64_t il = 0; il < 4; il++) {
                 x = x * 1103515245u + 12345u;
                 const int32_t pair[2] = {0, (x >> 16) % 8 == 0 ? 2 + int32_t((x >> 20) % 2) : 1};
                 t.acquire(il, pair, 2, s, false, fills);
             }
+        }
         return t.stats().hits;
     };
-    const uint64_t lru = hits(SlotPolicy::Lru), lfu = hits(SlotPolicy::Lfu);
-    std::printf("  layer cycle, 3,200 requests: LRU %llu hits, LFU %llu\n", (unsigned long long)lru,
-                (unsigned long long)lfu);
+    const uint64_t lru = hits(SlotPolicy::Lru), lfu = hits(SlotPolicy::Lfu), next = hits(SlotPolicy::Next);
+    std::printf("  layer cycle, 3,200 requests: LRU %llu hits, LFU %llu, expected next use %llu\n",
+                (unsigned long long)lru, (unsigned long long)lfu, (unsigned long long)next);
     EXPECT_LT(lru, 320u);        // under 10%
     EXPECT_GT(lfu, 1600u);       // over half
+    EXPECT_GT(next, 1600u);
+}
+
+// Expected next use (SlotPolicy::Next), worked by hand: two MoE layers of two experts, two slots, no decay; a pass
+// reads layer 0 then layer 1. The streams of tools/trace's test_next_use_by_hand, with the same hits.
+TEST(ExpertSlotTable, NextUseEvictsTheExpertExpectedFarthest) {
+    struct Rec {
+        int pass;
+        bool decode;
+        int64_t il;
+        int32_t e;
+    };
+    // Each record one expert; a decode record's miss is offered for admission, a prompt record's acquired.
+    auto replay = [](const std::vector<Rec> &recs, std::vector<int> &hits) {
+        ExpertSlotTable t({2, 2}, {1, 1}, 2, SlotPolicy::Next);
+        std::vector<SlotFill> fills;
+        int last = -1;
+        for (const Rec &r : recs) {
+            if (r.pass != last) t.begin_pass(), last = r.pass;
+            const bool hit = t.slot_of(r.il, r.e) >= 0;
+            hits.push_back(hit);
+            int32_t s;
+            if (!r.decode)
+                t.acquire(r.il, &r.e, 1, &s, false, fills);
+            else if (hit)
+                t.note_requests(r.il, &r.e, 1);
+            else
+                t.admit(r.il, r.e, 2.0, fills);
+        }
+        return t;
+    };
+    // Experts (0, 0) and (1, 0) fill the cache and hit in pass 1. In pass 2 (0, 1) misses: both cached experts were
+    // used in 2 of 3 passes, so each waits L (1 - p) / p = 1 layer step past its layer's turn, which comes in 1 step
+    // for layer 1 and 2 for layer 0 (its turn now): (0, 0) is expected farthest (3 against 2). Decoding, (0, 1) (1 pass
+    // of 3) would wait 2 + 2 (2/3) / (1/3) = 6 > 3: read where it is, and (0, 0) hits in pass 3.
+    std::vector<Rec> recs = {{0, true, 0, 0}, {0, true, 1, 0}, {1, true, 0, 0}, {1, true, 1, 0},
+                             {2, true, 0, 1}, {2, true, 1, 0}, {3, true, 0, 0}};
+    std::vector<int> hits;
+    replay(recs, hits);
+    EXPECT_EQ(hits, (std::vector<int>{0, 0, 1, 1, 0, 1, 1}));
+    // A prompt pass 2 takes every miss: (0, 1) takes (0, 0)'s place, not (1, 0)'s, which hits; (0, 0) then misses.
+    recs[4].decode = recs[5].decode = false;
+    hits.clear();
+    replay(recs, hits);
+    EXPECT_EQ(hits, (std::vector<int>{0, 0, 1, 1, 0, 1, 0}));
+    // Layer 1's expert 1 comes in a prompt pass reading layer 1 only: it takes (1, 0)'s place, whose layer's turn is
+    // now (a whole cycle to its next), not (0, 0)'s, whose turn comes next; LFU's recency would take (0, 0).
+    recs = {{0, true, 0, 0},  {0, true, 1, 0}, {1, true, 0, 0}, {1, true, 1, 0},
+            {2, false, 1, 1}, {3, true, 0, 0}, {3, true, 1, 0}};
+    hits.clear();
+    const ExpertSlotTable t = replay(recs, hits);
+    EXPECT_EQ(hits, (std::vector<int>{0, 0, 1, 1, 0, 1, 0}));
+    EXPECT_GE(t.slot_of(1, 0), 0);  // pass 3's miss of (1, 0), offered for admission, took (1, 1)'s place back
+    EXPECT_EQ(t.policy(), SlotPolicy::Next);
+}
+
+// Under expected next use, admission never gives up a slot the layer's turn has touched (its hits, noted before its
+// misses are offered), though that slot's wait is the longest.
+TEST(ExpertSlotTable, NextUseAdmissionKeepsTheTurnsOwnSlots) {
+    ExpertSlotTable t({2, 2}, {1, 1}, 2, SlotPolicy::Next);
+    std::vector<SlotFill> fills;
+    int32_t s[1];
+    const int32_t e0 = 0, e1 = 1;
+    for (int pass = 0; pass < 4; pass++) {  // (1, 0) in passes 0-3, (0, 0) in pass 0: the cache holds both
+        t.begin_pass();
+        if (pass == 0) t.acquire(0, &e0, 1, s, false, fills);
+        t.acquire(1, &e0, 1, s, false, fills);
+    }
+    for (int pass = 4; pass < 8; pass++) {  // (0, 1) read in place and (1, 0) hit, in passes 4-7
+        t.begin_pass();
+        t.note_requests(0, &e1, 1);
+        t.note_requests(1, &e0, 1);
+    }
+    // Pass 8 asks for (0, 0) and (0, 1): rates 2/9 and 5/9, (1, 0) 8/9. (0, 0) waits longest (2 + 2 (7/9) / (2/9)
+    // = 9 layer steps) but is the turn's own; (1, 0) waits 1 + 2 (1/9) / (8/9) = 1.25, less than (0, 1)'s own
+    // 2 + 2 (4/9) / (5/9) = 3.6: refused.
+    t.begin_pass();
+    t.note_requests(0, &e0, 1);
+    fills.clear();
+    EXPECT_FALSE(t.admit(0, e1, 2.0, fills));
+    EXPECT_GE(t.slot_of(0, 0), 0);
+    EXPECT_GE(t.slot_of(1, 0), 0);
+    // Pass 9 asks for (0, 1) alone: (0, 0) (2/10: 10 steps) is no longer the turn's, and (0, 1) (6/10: 3.3) takes it
+    t.begin_pass();
+    EXPECT_TRUE(t.admit(0, e1, 2.0, fills));
+    EXPECT_EQ(t.slot_of(0, 0), -1);
+    EXPECT_GE(t.slot_of(0, 1), 0);
 }
 
 TEST(ExpertSlotTable, PolicyNames) {
     EXPECT_EQ(parse_slot_policy("lru"), SlotPolicy::Lru);
     EXPECT_EQ(parse_slot_policy("lfu"), SlotPolicy::Lfu);
+    EXPECT_EQ(parse_slot_policy("next"), SlotPolicy::Next);
     EXPECT_STREQ(slot_policy_name(SlotPolicy::Lfu), "lfu");
+    EXPECT_STREQ(slot_policy_name(SlotPolicy::Next), "next");
     try {
         parse_slot_policy("arc");
         FAIL() << "accepted";
     } catch (const Error &e) {
-        EXPECT_NE(std::string(e.what()).find("expected lru or lfu"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("expected lru, lfu or next"), std::string::npos) << e.what();
     }
 }
 
