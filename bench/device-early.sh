@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # STRATA_CUDA_EARLY_READS's tests after the fix of its first run (the first layer's uploads read early), in about
-# three and a half minutes: the kernels' tests with it on, the q/k tests with it off, the greedy ids of `strata run
-# --tokens` (a 300-token prompt, 200 steps) either way on the 30B file, one tg128 pair. There (carry .peer):
+# four minutes: the kernels' tests with it on, the q/k tests with it off, the greedy ids of `strata run
+# --tokens` (a 300-token prompt, 200 steps) either way on the 30B file, one tg128 pair; the demo model's decode under --expert-cache-policy next and lfu. There (carry .peer):
 #   setsid nohup bash bench/device-early.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/early/main.log 570
 L=/tmp/early; mkdir -p $L
 exec > $L/main.log 2>&1
@@ -22,4 +22,13 @@ for X in 0 1; do
   echo "EARLY_READS=$X: rc=$? ids $(md5sum < $L/ids$X.txt | cut -c1-12) ($(wc -w < $L/ids$X.txt) words)"
 done
 for X in 0 1; do STRATA_CUDA_EARLY_READS=$X sb -m $F -p 1 -n 128 -r 3; done
+# Issue 17: --expert-cache-policy next against lfu on the demo model's real routing at 661M (52 slots, 14% of its
+# experts), the twenty-second round's rows: decode by default (alone or split by time) and alone (--cpu-share 0),
+# alone with its misses admitted after each pass (STRATA_DECODE_ADMIT_ALONE=1) too.
+head -c 2000 models/demo/sample.txt > $L/prompt.txt
+for M in "auto 0" "0 0" "0 1"; do set -- $M; for P in lfu next; do
+  echo "== demo: --expert-cache-policy $P, --cpu-share $1, STRATA_DECODE_ADMIT_ALONE=$2"
+  STRATA_DECODE_ADMIT_ALONE=$2 $S run -m models/demo/demo.gguf -f $L/prompt.txt -n 512 --temp 0 --repeat-penalty 1.15 \
+    --ignore-eos --vram-budget 661M --cpu-share $1 --expert-cache-policy $P > $L/demo.out 2> $L/demo.err
+  grep -E "generated|hit|rror" $L/demo.err | tail -3; md5sum < $L/demo.out; done; done
 echo "done at $(el) s"; echo ALL_DONE
