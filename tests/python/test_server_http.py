@@ -106,8 +106,9 @@ def _refused(port: int) -> bool:
         return False
     except ConnectionRefusedError:
         return True
-    except ConnectionResetError:
-        # The SYN reached the listener as it closed: not served, but not yet the refusal the test waits for.
+    except (ConnectionResetError, TimeoutError):
+        # The SYN reached the listener as it closed (reset, or dropped and not answered within the second): not
+        # served, but not yet the refusal the test waits for.
         return False
 
 
