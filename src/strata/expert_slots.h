@@ -23,8 +23,11 @@
 //   expected to miss): the slot whose expert waits longest goes (ties to the lowest layer, then expert), never one of
 //   the current layer's request (acquired together; for admit(), those its request touched since the layer's turn
 //   began). A miss read in place (admit()) enters only where its own wait, L + L (1 - p) / p, is shorter. What
-//   tools/trace simulates as "next_use"; on the demo model's real routing ahead of LRU and LFU with decay at every
-//   cache size from 10% to 50% of the experts (bench/RESULTS.md, thirty-second round).
+//   tools/trace simulates as "next_use". On the demo model's real routing its decode hits 0.4-1.2 points more than
+//   LFU with decay's at 10-30% of the experts cached, but only by letting in 6-11 times as many of the misses read
+//   in place: in experts moved over the bus a token it is level with LFU with decay at 10% and 5-13% behind at
+//   20-30%, and filling every miss it hits less (bench/RESULTS.md, thirty-third round). An option for the GPU's
+//   A/B (a fill goes on the copy stream, a read in place on the pass's own path), not the default.
 // Size classes (placement.h): a layer's experts go only into slots of the layer's class, and each class is a cache of
 // its own under the policy (its own recency list, LFU ranks, fence); counts, decay and favourites span them all.
 #pragma once

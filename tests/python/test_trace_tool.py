@@ -287,6 +287,20 @@ def test_next_use_by_hand():
     assert summary.lfu_hits([0, 1, 0], 1).tolist() == [0, 0, 0]
 
 
+def test_decode_transfers_count_admitted_misses_twice():
+    # test_next_use_by_hand's first stream, every pass a decode pass of one token, two places. Expected next use:
+    # misses at accesses 0, 1 and 4, and 0 and 1 are let in (empty places): 3 + 2 = 5 transfers over 4 tokens. LFU
+    # with decay fills every miss, each one transfer: 4 misses over 4 tokens; so does Belady here (1 takes 0's place,
+    # which is used again after 2), where a cache that could leave 1 out would move 3.
+    acc = _hand_stream([0, 2, 0, 2, 1, 2, 0], [0, 0, 1, 1, 2, 2, 3], [1] * 7)
+    r = summary.cache_rates(acc, 4, [50], decay_every=1000, policies=["next_use", "lfu_decay", "belady"],
+                            n_expert=2)
+    assert r["capacities"] == [2]
+    assert r["decode_transfers_per_token"] == {"next_use": [1.25], "lfu_decay": [1.0], "belady": [1.0]}
+    assert "favourites" not in summary.cache_rates(acc, 4, [50], policies=["favourites"])[
+        "decode_transfers_per_token"]
+
+
 def test_prompt_filled_by_hand(tmp_path):
     # One MoE layer (layer 2 of 4), 4 experts, top-1. A 5-token prompt picks expert 3 three times and 1 twice: a
     # cache of one key holds 3, of two keys 3 and 1; decode only looks. A second prompt pass of 4 tokens picking 1

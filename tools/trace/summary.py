@@ -39,7 +39,9 @@ several sequences) count as prefill.
   (--policies next_use, next_use_hits): each key's rate of use a pass from LFU decay's counts (passes using it over
   passes, both halved with the counts), its expected wait the layers until its layer comes round plus a whole cycle
   of layers per pass it is expected to miss; the cached key expected farthest is evicted, and a decode miss enters
-  only where its own wait, a cycle away, is shorter than that key's.
+  only where its own wait, a cycle away, is shorter than that key's. Besides hit rates, decode's expert transfers
+  per token where they follow from the hits (a miss moves an expert once, an admitted one twice: read in place, then
+  copied in): an admitting policy can buy hits with fills that move more than they save.
 """
 from __future__ import annotations
 
@@ -81,6 +83,11 @@ ENGINE_DECAY_TOKENS = 32  # the engine's LFU (--expert-cache-policy lfu) halves 
 DECAY_HEADROOM = 64  # LFU decay: the fraction bits the fixed-point counts keep (lfu_hits)
 RESCALE_DECAYS = 64  # ... and how many they drop at a time
 ADMIT_FACTOR = 2.0  # LFU admitting: a miss enters only with a count above this times the victim's (the engine's)
+# Decode transfers per token (misses, plus admitted misses' fills) for the policies whose decode fills are known: those
+# that fill every miss or none, and the admitting ones (their fills counted).
+ADMITTING_POLICIES = ("lfu_decay_admit", "next_use")
+TRANSFER_POLICIES = ("lru", "lfu", "lfu_decay", "belady", "lru_frozen", "lfu_decay_frozen", "markov",
+                     "prompt_filled") + ADMITTING_POLICIES
 
 
 # ---- the access stream ------------------------------------------------------------------------------------------
@@ -416,7 +423,8 @@ def markov_hits(acc: Accesses, n_expert: int, capacity: int, prior: float = MARK
     return hits
 
 
-def next_use_hits(acc: Accesses, n_expert: int, capacity: int, decay_every: int | None = None) -> np.ndarray:
+def next_use_hits(acc: Accesses, n_expert: int, capacity: int, decay_every: int | None = None,
+                  inserted: bytearray | None = None) -> np.ndarray:
     """Evict the cached key whose next use is expected farthest, by its rate and the place of its layer in the cycle.
 
     Rates: per key the passes that used it and the passes so far, both halved after each decay_every accesses (LFU
@@ -426,7 +434,7 @@ def next_use_hits(acc: Accesses, n_expert: int, capacity: int, decay_every: int 
     largest wait goes (ties to the lowest key); the current record's own experts are never evicted for one another
     (the engine acquires a layer's experts together). A decode access (acc.decode) that misses a full cache enters
     only where its own wait, L + L (1 - p) / p (its layer's turn just taken), is below that key's; otherwise it is
-    read where it is.
+    read where it is. inserted (optional, one byte per access): set where the access put its key in the cache.
     """
     key, passes = acc.key, acc.pass_ordinal
     n = int(key.shape[0])
@@ -459,6 +467,8 @@ def next_use_hits(acc: Accesses, n_expert: int, capacity: int, decay_every: int 
         if len(cached) < capacity:
             cached.append(k)
             in_cache[k] = True
+            if inserted is not None:
+                inserted[i] = 1
             continue
         ca = np.array(cached)
         layer = k // n_expert
@@ -478,6 +488,8 @@ def next_use_hits(acc: Accesses, n_expert: int, capacity: int, decay_every: int 
         in_cache[cached[j]] = False
         cached[j] = k
         in_cache[k] = True
+        if inserted is not None:
+            inserted[i] = 1
     return hits
 
 
@@ -642,9 +654,13 @@ def cache_rates(acc: Accesses, n_keys: int, sizes: list[int], decay_every: int |
                 policies: Sequence[str] = DEFAULT_POLICIES, n_expert: int = 1,
                 admit_factor: float = ADMIT_FACTOR, picks_per_token: int = 1,
                 favourite_factor: float = FAVOURITE_FACTOR) -> dict:
-    """Hit rates of the policies at each size (percent of n_keys), over all accesses and over decode accesses."""
+    """Hit rates of the policies at each size (percent of n_keys), over all accesses and over decode accesses, and
+    decode's expert transfers per token where they follow from the hits: a miss moves an expert once (copied in, or
+    read in place where the cache stays as it is), and an admitting policy's admitted miss moves it twice (read in
+    place by its pass, then copied into the cache)."""
     keys, nxt = acc.key.tolist(), acc.next_use.tolist()
     capacities = [max(1, n_keys * x // 100) for x in sizes]
+    fills = bytearray(len(acc))  # the admitting policies' decode fills (one byte per access), per simulation
     simulate = {
         "lru": lambda cap: lru_hits(keys, cap),
         "lfu": lambda cap: lfu_hits(keys, cap),
@@ -653,9 +669,9 @@ def cache_rates(acc: Accesses, n_keys: int, sizes: list[int], decay_every: int |
         "lru_frozen": lambda cap: lru_hits(keys, cap, acc.decode),
         "lfu_decay_frozen": lambda cap: lfu_hits(keys, cap, decay_every or cap, acc.decode),
         "lfu_decay_admit": lambda cap: lfu_hits(keys, cap, decay_every or cap, admit=acc.decode,
-                                                admit_factor=admit_factor),
+                                                admit_factor=admit_factor, inserted=fills),
         "markov": lambda cap: markov_hits(acc, n_expert, cap),
-        "next_use": lambda cap: next_use_hits(acc, n_expert, cap, decay_every or cap),
+        "next_use": lambda cap: next_use_hits(acc, n_expert, cap, decay_every or cap, inserted=fills),
         "prompt_filled": lambda cap: prompt_filled_hits(acc, cap),
         "favourites": lambda cap: favourites_hits(acc, cap, picks_per_token, favourite_factor),
         "favourites_lru": lambda cap: favourites_hits(acc, cap, picks_per_token, favourite_factor, decode="lru"),
@@ -669,14 +685,23 @@ def cache_rates(acc: Accesses, n_keys: int, sizes: list[int], decay_every: int |
     }
     rates: dict = {p: [] for p in policies}
     decode_rates: dict = {p: [] for p in policies}
+    transfers: dict = {p: [] for p in policies if p in TRANSFER_POLICIES}
     any_decode = bool(acc.decode.any())
+    n_tokens = len(np.unique(acc.pass_ordinal[acc.decode]))
     for cap in capacities:
         for policy in policies:
+            fills[:] = bytes(len(acc))
             hits = simulate[policy](cap)
             rates[policy].append(float(hits.mean()) if len(acc) else None)
             decode_rates[policy].append(float(hits[acc.decode].mean()) if any_decode else None)
+            if policy in transfers:
+                moved = int(np.count_nonzero(~hits[acc.decode]))
+                if policy in ADMITTING_POLICIES:  # a miss read in place, and the admitted ones copied in as well
+                    moved += int(np.count_nonzero(np.frombuffer(fills, dtype=np.uint8)[acc.decode]))
+                transfers[policy].append(moved / n_tokens if any_decode else None)
     return {"sizes": list(sizes), "capacities": capacities, "keys": n_keys, "decay_every": decay_every,
-            "admit_factor": admit_factor, "hit_rate": rates, "decode_hit_rate": decode_rates}
+            "admit_factor": admit_factor, "hit_rate": rates, "decode_hit_rate": decode_rates,
+            "decode_transfers_per_token": transfers}
 
 
 def engine_decay_every(trace: Trace) -> int:
@@ -773,6 +798,15 @@ def to_markdown(s: dict) -> str:
         out += [f"### {title}", ""]
         out += _table(["size", "capacity"] + [POLICIES[p] for p in rates],
                       [[f"{x}%", str(c)] + [_pct(r[i]) for r in rates.values()]
+                       for i, (x, c) in enumerate(zip(cache["sizes"], cache["capacities"]))])
+        out.append("")
+    moved = cache.get("decode_transfers_per_token") or {}
+    if moved and any(v is not None for r in moved.values() for v in r):
+        out += ["### Decode expert transfers per token", "",
+                "Misses (copied in, or read in place where the cache stays), plus the copies of the misses an "
+                "admitting policy lets in: the bytes a decode moves over the bus, in experts.", ""]
+        out += _table(["size", "capacity"] + [POLICIES[p] for p in moved],
+                      [[f"{x}%", str(c)] + ["-" if r[i] is None else f"{r[i]:.2f}" for r in moved.values()]
                        for i, (x, c) in enumerate(zip(cache["sizes"], cache["capacities"]))])
         out.append("")
     return "\n".join(out)
