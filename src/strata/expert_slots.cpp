@@ -69,8 +69,28 @@ ExpertSlotTable::ExpertSlotTable(std::vector<int64_t> n_expert, std::vector<size
         for (size_t il = 0; il < n_expert.size(); il++) counts_[il].assign(size_t(n_expert[il]), 0.0);
         last_use_.assign(slots_.size(), 0);
         by_rank_.resize(classes_.size());
+        if (policy_ == SlotPolicy::Next) {
+            by_layer_.resize(n_expert.size());
+            class_layers_.resize(classes_.size());
+            for (size_t il = 0; il < n_expert.size(); il++)
+                if (n_expert[il] > 0) class_layers_[size_t(layer_class_[il])].push_back(int32_t(il));
+        }
         for (int32_t s = 0; s < int32_t(slots_.size()); s++) rank_insert(s);
     }
+}
+
+void ExpertSlotTable::rank_insert(int32_t s) {
+    by_rank_[size_t(slots_[size_t(s)].cls)].insert({rank_of(s), s});
+    const Slot &x = slots_[size_t(s)];
+    if (!by_layer_.empty() && x.layer >= 0)
+        by_layer_[size_t(x.layer)].insert({{counts_[size_t(x.layer)][size_t(x.expert)], x.expert}, s});
+}
+
+void ExpertSlotTable::rank_erase(int32_t s) {
+    by_rank_[size_t(slots_[size_t(s)].cls)].erase({rank_of(s), s});
+    const Slot &x = slots_[size_t(s)];
+    if (!by_layer_.empty() && x.layer >= 0)
+        by_layer_[size_t(x.layer)].erase({{counts_[size_t(x.layer)][size_t(x.expert)], x.expert}, s});
 }
 
 ExpertSlotTable::Rank ExpertSlotTable::rank_of(int32_t s) const {
@@ -83,9 +103,10 @@ void ExpertSlotTable::touch(int32_t s) {
     unlink(s);
     push_back(s);
     if (!counted()) return;
-    rank_erase(s);
+    std::set<std::pair<Rank, int32_t>> &order = by_rank_[size_t(slots_[size_t(s)].cls)];
+    order.erase({rank_of(s), s});  // the last use changes, the layer's order (count, expert) does not
     last_use_[size_t(s)] = ++uses_;
-    rank_insert(s);
+    order.insert({rank_of(s), s});
 }
 
 void ExpertSlotTable::count(int64_t il, int32_t e) {
@@ -98,6 +119,7 @@ void ExpertSlotTable::count(int64_t il, int32_t e) {
             passes_ /= step_;
             step_ = 1.0;
             for (auto &r : by_rank_) r.clear();
+            for (auto &r : by_layer_) r.clear();
             for (int32_t s = 0; s < int32_t(slots_.size()); s++)
                 if (!slots_[size_t(s)].lent) rank_insert(s);
         }
@@ -135,22 +157,23 @@ int32_t ExpertSlotTable::next_use_victim(int32_t cls, int64_t il, uint64_t call,
     auto kept = [&](const Slot &x) {
         return x.call == call || x.pinned || (turn && x.layer == il && x.call >= turn_call_[size_t(il)]);
     };
-    // Slots in ascending count, so in descending L (1 - p) / p: past the point where even a whole cycle ahead of
-    // it cannot reach the best wait, none can.
-    const double L = double(n_moe_);
+    for (const auto &[rank, s] : by_rank_[size_t(cls)]) {  // empty slots first
+        if (rank.first >= 0.0) break;
+        if (!kept(slots_[size_t(s)])) return s;
+    }
+    // Each layer's candidate: its least counted slot not kept (ties to the lowest expert), whose wait is the
+    // layer's longest; the longest of those goes (ties to the lowest layer).
     int32_t best = -1;
     double far = -1.0;
-    for (const auto &[rank, s] : by_rank_[size_t(cls)]) {
-        const Slot &x = slots_[size_t(s)];
-        if (kept(x)) continue;
-        if (x.layer < 0) return s;  // an empty slot
-        const double p = rate(x.layer, x.expert);
-        if (best >= 0 && L + L * (1.0 - p) / p < far) break;
-        const double w = wait(il, x.layer, x.expert);
-        const Slot *b = best >= 0 ? &slots_[size_t(best)] : nullptr;
-        if (w > far || (w == far && std::pair(ordinal_[size_t(x.layer)], x.expert) <
-                                        std::pair(ordinal_[size_t(b->layer)], b->expert)))
-            best = s, far = w;
+    for (const int32_t l : class_layers_[size_t(cls)]) {
+        for (const auto &[rank, s] : by_layer_[size_t(l)]) {
+            const Slot &x = slots_[size_t(s)];
+            if (kept(x)) continue;
+            const double w = wait(il, l, x.expert);
+            if (w > far || (w == far && ordinal_[size_t(l)] < ordinal_[size_t(slots_[size_t(best)].layer)]))
+                best = s, far = w;
+            break;
+        }
     }
     return best;
 }

@@ -185,8 +185,8 @@ class ExpertSlotTable {
     double wait(int64_t from_il, int64_t il, int32_t e) const;   // next use: layer steps until its expected use
     void start_turn(int64_t il, uint64_t call);                  // a request of layer il (its pass's first: a turn)
     int32_t class_of(int64_t il) const { return layer_class_[size_t(il)]; }
-    void rank_insert(int32_t s) { by_rank_[size_t(slots_[size_t(s)].cls)].insert({rank_of(s), s}); }
-    void rank_erase(int32_t s) { by_rank_[size_t(slots_[size_t(s)].cls)].erase({rank_of(s), s}); }
+    void rank_insert(int32_t s);  // the slot into its class's order (and next use: its layer's), by its rank now
+    void rank_erase(int32_t s);
     void count(int64_t il, int32_t e);  // LFU: one request of expert e of layer il
     using Rank = std::pair<double, uint64_t>;  // LFU: (count of the slot's expert, -1 when empty; last use)
     Rank rank_of(int32_t s) const;
@@ -209,6 +209,11 @@ class ExpertSlotTable {
     uint64_t decay_every_ = 0, requests_ = 0, uses_ = 0;
     std::vector<uint64_t> last_use_;  // per slot
     std::vector<std::set<std::pair<Rank, int32_t>>> by_rank_;  // per class
+    // Expected next use: per layer, its experts' slots by (count, expert), so a layer's candidate is its first slot
+    // not kept (within a layer the wait orders as the rate); the layers of each class.
+    using LayerRank = std::pair<double, int32_t>;
+    std::vector<std::set<std::pair<LayerRank, int32_t>>> by_layer_;
+    std::vector<std::vector<int32_t>> class_layers_;
     // Expected next use: passes counted in the counts' units; each layer's place among the layers with experts and
     // their number; each layer's turn: the first call for it in a pass, and that pass.
     double passes_ = 0.0;
