@@ -170,8 +170,7 @@ int32_t ExpertSlotTable::next_use_victim(int32_t cls, int64_t il, uint64_t call,
             const Slot &x = slots_[size_t(s)];
             if (kept(x)) continue;
             const double w = wait(il, l, x.expert);
-            if (w > far || (w == far && ordinal_[size_t(l)] < ordinal_[size_t(slots_[size_t(best)].layer)]))
-                best = s, far = w;
+            if (w > far) best = s, far = w;  // (the layers come in ascending order: a tie keeps the lower)
             break;
         }
     }
