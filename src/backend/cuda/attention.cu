@@ -125,8 +125,8 @@ __global__ void k_qk_norm_rope(Rows q, Rows k, Rows v, const float *wq, const fl
         float o;
         if (i < 2 * half) {
             const int64_t j = i < half ? i : i - half;
-            const float a = y[j], b = y[j + half];
-            o = i < half ? a * cs[n] - b * sn[n] : b * cs[n] + a * sn[n];
+            const float2 ab = rope_pair(y[j], y[j + half], cs[n], sn[n]);
+            o = i < half ? ab.x : ab.y;
         } else {
             o = y[i];
         }

@@ -100,6 +100,14 @@ __device__ __forceinline__ float siluf_dev(float x) {
     return x / (1.0f + expf(-x));
 }
 
+// The NeoX rotation of the pair (a, b) (elements i and i + half of a head) by the angle whose cosine and sine are cs
+// and sn: {a cs - b sn, b cs + a sn}, every rounding spelled out, so that each kernel that rotates gives the same bits
+// (left to the compiler, the contraction into fused multiply-adds followed each kernel's code shape: the q/k norm's
+// launch and k_rope_neox gave different bits).
+__device__ __forceinline__ float2 rope_pair(float a, float b, float cs, float sn) {
+    return make_float2(__fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn)), __fadd_rn(__fmul_rn(b, cs), __fmul_rn(a, sn)));
+}
+
 // ---- cp.async (sm_80 and later) ----------------------------------------------------------------------------------
 __device__ __forceinline__ uint32_t smem_addr(const void *p) {
     return uint32_t(__cvta_generic_to_shared(p));

@@ -124,9 +124,9 @@ __global__ void k_rope_neox(Rows x, int64_t head_dim, int64_t half, const float 
         float sn, cs;
         sincosf(angle, &sn, &cs);
         float *hd = x.data + r * x.stride + h * head_dim;
-        const float a = hd[i], b = hd[i + half];
-        hd[i] = a * cs - b * sn;
-        hd[i + half] = b * cs + a * sn;
+        const float2 o = rope_pair(hd[i], hd[i + half], cs, sn);
+        hd[i] = o.x;
+        hd[i + half] = o.y;
     }
 }
 
