@@ -4,6 +4,7 @@
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/moe.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/host/mmvq_host.h"
@@ -275,6 +276,46 @@ void CudaBackend::matmul_parts(const std::vector<MatmulOut> &outs, PreparedAct &
         else
             launch_mmvq_parts(a, parts, int(same.size()), stream_);
     }
+}
+
+// STRATA_CUDA_L2_PREFETCH: 0 (default) off; 1, 2, 3 the kernel's modes (l2_prefetch.cuh). STRATA_CUDA_L2_BLOCKS:
+// the kernel's blocks (default 16 of 256 threads, a few SMs beside the pass's kernels).
+namespace {
+int l2_prefetch_mode() {
+    static const int mode = int(env_count("STRATA_CUDA_L2_PREFETCH", 0));
+    return mode;
+}
+}  // namespace
+
+// A decoding pass's dense matrices (device copies; expert and absent ones are skipped) prefetched into L2 on the
+// prefetch stream, after the kernels queued so far on the compute stream (the protocol: cuda_backend_impl.h).
+void CudaBackend::prefetch(std::initializer_list<const Weight *> ws) {
+    const int mode = l2_prefetch_mode();
+    if (mode <= 0 || !pass_small_ || prof_.on()) return;
+    static const int blocks = int(std::max<long>(1, env_count("STRATA_CUDA_L2_BLOCKS", 16)));
+    L2Ranges r;
+    for (const Weight *w : ws) {
+        if (!w->present() || w->ne[2] > 1 || r.n == k_l2_ranges) continue;
+        const void *p = w->backend;
+        if (!p) {
+            auto it = weights_dev_.find(w->host);
+            if (it == weights_dev_.end()) continue;
+            p = it->second;
+        }
+        r.p[r.n] = static_cast<const uint8_t *>(p), r.bytes[r.n] = w->matrix_bytes(), r.n++;
+    }
+    if (r.n == 0) return;
+    STRATA_CUDA_CHECK(cudaEventRecord(prefetch_fork_, stream_));
+    STRATA_CUDA_CHECK(cudaStreamWaitEvent(prefetch_stream_, prefetch_fork_, 0));
+    launch_l2_prefetch(r, mode, blocks, prefetch_stream_);
+    prefetch_open_ = true;
+}
+
+void CudaBackend::join_prefetch() {
+    if (!prefetch_open_) return;
+    prefetch_open_ = false;
+    STRATA_CUDA_CHECK(cudaEventRecord(prefetch_done_, prefetch_stream_));
+    STRATA_CUDA_CHECK(cudaStreamWaitEvent(stream_, prefetch_done_, 0));
 }
 
 // The input is quantized (or rounded) once per activation format and shared by every product that reads it; at
