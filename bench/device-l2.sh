@@ -3,7 +3,7 @@
 # programmatic wait (STRATA_CUDA_EARLY_READS) with the q/k rotation's spelled-out roundings, in about five minutes on
 # the 30B file, all resident: the q/k tests both ways, the early reads' op tests, the engine's graph and greedy tests
 # with the prefetch on (mode 3), the greedy ids of `strata run --tokens` under every mode and either early form, then
-# tg128 alternated over the modes (early reads on) and the kernel's block count. There (carry .peer):
+# tg128 alternated over the modes (early reads on), without the experts' down matrices, and the kernel's block count. There (carry .peer):
 #   setsid nohup bash bench/device-l2.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/l2/main.log 570
 L=/tmp/l2; mkdir -p $L
 exec > $L/main.log 2>&1
@@ -30,6 +30,7 @@ for M in "0 0" "0 1" "1 1" "2 1" "3 1"; do set -- $M
 done
 export STRATA_CUDA_EARLY_READS=1
 for R in 1 2; do for X in 0 1 2 3; do STRATA_CUDA_L2_PREFETCH=$X sb -m $F -p 1 -n 128 -r 3; done; done
+for X in 1 2; do STRATA_CUDA_L2_EXPERTS=0 STRATA_CUDA_L2_PREFETCH=$X sb -m $F -p 1 -n 128 -r 3; done
 for B in 4 64; do for X in 1 2; do STRATA_CUDA_L2_BLOCKS=$B STRATA_CUDA_L2_PREFETCH=$X sb -m $F -p 1 -n 128 -r 3; done; done
 for X in 0 1; do STRATA_CUDA_EARLY_READS=$X sb -m $F -p 1 -n 128 -r 3; done
 echo "done at $(el) s"; echo ALL_DONE

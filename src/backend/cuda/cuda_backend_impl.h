@@ -324,7 +324,9 @@ class CudaBackend final : public Backend {
     cudaStream_t prefetch_stream_ = nullptr;
     cudaEvent_t prefetch_fork_ = nullptr, prefetch_done_ = nullptr;
     bool prefetch_open_ = false;  // kernels on prefetch_stream_ since the last join
+    bool fork_prefetch();         // where the prefetch applies (a decoding pass): the fork, then true
     void join_prefetch();
+    void prefetch_groups(const MatmulGroup *groups, int64_t n, uint64_t bytes);
     uint64_t budget_ = 0;        // what dev_alloc may hold in all; 0 until planned
     uint64_t budget_total_ = 0;  // the budget for the whole process on this device, CUDA runtime included
     uint64_t dev_bytes_ = 0;

@@ -25,4 +25,9 @@ struct L2Ranges {
 // memory accelerator walks the range), else as 1. blocks x 256 threads issue the lines.
 void launch_l2_prefetch(const L2Ranges &r, int mode, int blocks, cudaStream_t stream);
 
+// The same for n matrices of `bytes` each whose device addresses a kernel before wrote to a table on the device: the
+// pointer at table + i * stride (the routed experts' down matrices, from their pair groups).
+void launch_l2_prefetch_table(const uint8_t *table, size_t stride, int n, uint64_t bytes, int mode, int blocks,
+                              cudaStream_t stream);
+
 }  // namespace strata::cuda
