@@ -312,10 +312,6 @@ class Backend {
     virtual void matmuls(Act x, const std::vector<MatmulOut> &outs) {
         for (const MatmulOut &o : outs) matmul(*o.w, x, o.out);
     }
-    // A hint that the pass reads these matrices soon (absent weights are skipped): a backend may start bringing them
-    // nearer while other work runs (the CUDA backend into its L2 cache, STRATA_CUDA_L2_PREFETCH). Results never
-    // depend on it.
-    virtual void prefetch(std::initializer_list<const Weight *> ws) { (void)ws; }
     virtual void add(Act a, Act b, Act out) = 0;
     // The residual step between blocks: x += y, then out = rms_norm(x) with w. The default runs the two ops; a
     // backend may do it in one pass, with the same results.

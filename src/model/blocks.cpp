@@ -42,7 +42,6 @@ Act attention_block(const ForwardCtx &c, int64_t il, Act cur) {
     // Text-only positions make IMRoPE's sections coincide (every section sees the same position), so it reduces
     // to NeoX rotation of the first n_rot dims.
     RopeParams rp{hd, hp.n_rot, hp.rope_theta};
-    be.prefetch({&L.wo});  // read after the attention
     be.qk_norm_rope_store(il, q, k, v, L.q_norm, L.k_norm, hp.rms_eps, rp, c.batch);
     c.trace(il, "Qcur", q);
     c.trace(il, "Kcur", k);
@@ -73,7 +72,6 @@ Act gdn_block(const ForwardCtx &c, int64_t il, Act cur) {
         a = be.alloc(T, n_v);
         be.matmuls(cur, {{&L.ssm_qkv, qkv}, {&L.ssm_z, z}, {&L.ssm_beta, b}, {&L.ssm_alpha, a}});
     }
-    be.prefetch({&L.ssm_out});  // read after the delta rule
     c.trace(il, "linear_attn_qkv_mixed", qkv);
     c.trace(il, "z", z);
 
@@ -108,15 +106,6 @@ Act moe_block(const ForwardCtx &c, int64_t il, Act cur, const ResidualNorm *then
         Act logits = c.be.alloc(cur.rows, hp.n_expert);
         c.be.matmul(L.gate_inp, cur, logits);
         c.trace(il, "ffn_moe_logits", logits);
-    }
-    // read after the routing: this layer's shared expert, then the next layer's input projections
-    c.be.prefetch({&L.gate_shexp, &L.up_shexp, &L.down_shexp});
-    if (il + 1 < c.l1) {
-        const LayerWeights &N = c.m.layers[size_t(il + 1)];
-        if (N.recurrent)
-            c.be.prefetch({&N.ssm_qkv, &N.ssm_z, &N.ssm_ba, &N.ssm_beta, &N.ssm_alpha});
-        else
-            c.be.prefetch({&N.wq, &N.wk, &N.wv});
     }
     MoeParams p{hp.n_expert, hp.n_expert_used, hp.expert_weights_norm, hp.expert_weights_scale};
     Act out = c.be.alloc(cur.rows, hp.n_embd);

@@ -80,9 +80,6 @@ CudaBackend::CudaBackend(const CudaOptions &o)
     STRATA_CUDA_CHECK(cudaGetDeviceProperties(&prop_, device_));
     STRATA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     STRATA_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
-    STRATA_CUDA_CHECK(cudaStreamCreateWithFlags(&prefetch_stream_, cudaStreamNonBlocking));
-    STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&prefetch_fork_, cudaEventDisableTiming));
-    STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&prefetch_done_, cudaEventDisableTiming));
     for (cudaEvent_t &e : read_done_) STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&fill_done_, cudaEventDisableTiming));
     for (cudaEvent_t &e : fill_events_) STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -112,7 +109,6 @@ CudaBackend::~CudaBackend() {
     if (capturing_) drop_capture();
     if (stream_) cudaStreamSynchronize(stream_);
     if (copy_stream_) cudaStreamSynchronize(copy_stream_);
-    if (prefetch_stream_) cudaStreamSynchronize(prefetch_stream_);
     for (PassGraph &g : graphs_)
         if (g.exec) cudaGraphExecDestroy(g.exec);
     if (dl_pinned_) cudaFreeHost(dl_pinned_);
@@ -134,9 +130,6 @@ CudaBackend::~CudaBackend() {
         if (e) cudaEventDestroy(e);
     for (cudaEvent_t e : ahead_done_)
         if (e) cudaEventDestroy(e);
-    if (prefetch_fork_) cudaEventDestroy(prefetch_fork_);
-    if (prefetch_done_) cudaEventDestroy(prefetch_done_);
-    if (prefetch_stream_) cudaStreamDestroy(prefetch_stream_);
     if (copy_stream_) cudaStreamDestroy(copy_stream_);
     if (stream_) cudaStreamDestroy(stream_);
     cudaGetLastError();

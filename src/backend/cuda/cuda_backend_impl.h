@@ -6,8 +6,7 @@
 // Streams and memory protocol: compute (kernels, small uploads, downloads) runs on one stream, `stream_`, so stream
 // order alone orders producers before consumers there and a buffer may be reused as soon as the next user is queued
 // after the last reader. Expert slot fills run on a second stream, `copy_stream_`, ordered against compute by events
-// (cuda_slots.cpp opens with that protocol); L2 prefetches of a decoding pass's weights on a third (prefetch_stream_
-// below), which reads nothing that any stream writes.
+// (cuda_slots.cpp opens with that protocol).
 //   - Scratch: a bump arena of device memory. alloc() hands out activations valid until reset_scratch(); ops take
 //     their own temporaries from the same arena and give them back when they return (mark/release), which is safe
 //     because any later user is queued behind the kernels that read them.
@@ -97,7 +96,6 @@ class CudaBackend final : public Backend {
     void add_rms_norm(Act x, Act y, const Weight &w, float eps, Act out) override;
     void matmul(const Weight &w, Act x, Act out) override;
     void matmuls(Act x, const std::vector<MatmulOut> &outs) override;
-    void prefetch(std::initializer_list<const Weight *> ws) override;
     void add(Act a, Act b, Act out) override;
     void mul_sigmoid(Act x, Act gate) override;
     void silu_mul(Act g, Act u) override;
@@ -317,16 +315,6 @@ class CudaBackend final : public Backend {
     cudaDeviceProp prop_{};
     cudaStream_t stream_ = nullptr;       // compute
     cudaStream_t copy_stream_ = nullptr;  // expert slot fills
-    // L2 prefetch (prefetch(), cuda_matmul.cpp; STRATA_CUDA_L2_PREFETCH): a third stream, forked from the compute
-    // stream at each hint (it waits for an event recorded there after the kernels queued so far) and joined back at
-    // the pass's end (join_prefetch: the compute stream waits for its last kernel), so a recorded pass holds the
-    // prefetches as a branch of its graph. Its kernels read no memory into registers and write none.
-    cudaStream_t prefetch_stream_ = nullptr;
-    cudaEvent_t prefetch_fork_ = nullptr, prefetch_done_ = nullptr;
-    bool prefetch_open_ = false;  // kernels on prefetch_stream_ since the last join
-    bool fork_prefetch();         // where the prefetch applies (a decoding pass): the fork, then true
-    void join_prefetch();
-    void prefetch_groups(const MatmulGroup *groups, int64_t n, uint64_t bytes);
     uint64_t budget_ = 0;        // what dev_alloc may hold in all; 0 until planned
     uint64_t budget_total_ = 0;  // the budget for the whole process on this device, CUDA runtime included
     uint64_t dev_bytes_ = 0;

@@ -389,14 +389,12 @@ void CudaBackend::drop_capture() {
 void CudaBackend::abort_pass() {
     use_device();
     fed_ = {};
-    join_prefetch();
     if (capturing_) drop_capture();
 }
 
 void CudaBackend::end_pass() {
     use_device();
     fed_ = {};
-    join_prefetch();
     if (!capturing_) return;
     capturing_ = false;
     cudaGraph_t graph = nullptr;

@@ -4,7 +4,6 @@
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/moe.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/host/mmvq_host.h"
@@ -276,62 +275,6 @@ void CudaBackend::matmul_parts(const std::vector<MatmulOut> &outs, PreparedAct &
         else
             launch_mmvq_parts(a, parts, int(same.size()), stream_);
     }
-}
-
-// STRATA_CUDA_L2_PREFETCH: 0 (default) off; 1, 2, 3 the kernel's modes (l2_prefetch.cuh). STRATA_CUDA_L2_BLOCKS:
-// the kernel's blocks (default 16 of 256 threads, a few SMs beside the pass's kernels). STRATA_CUDA_L2_EXPERTS=0:
-// the routed experts' down matrices not prefetched while gate and up run (on where the prefetch is).
-namespace {
-int l2_prefetch_mode() {
-    static const int mode = int(env_count("STRATA_CUDA_L2_PREFETCH", 0));
-    return mode;
-}
-int l2_prefetch_blocks() {
-    static const int blocks = int(std::max<long>(1, env_count("STRATA_CUDA_L2_BLOCKS", 16)));
-    return blocks;
-}
-}  // namespace
-
-bool CudaBackend::fork_prefetch() {
-    if (l2_prefetch_mode() <= 0 || !pass_small_ || prof_.on()) return false;
-    STRATA_CUDA_CHECK(cudaEventRecord(prefetch_fork_, stream_));
-    STRATA_CUDA_CHECK(cudaStreamWaitEvent(prefetch_stream_, prefetch_fork_, 0));
-    prefetch_open_ = true;
-    return true;
-}
-
-// A decoding pass's dense matrices (device copies; expert and absent ones are skipped) prefetched into L2 on the
-// prefetch stream, after the kernels queued so far on the compute stream (the protocol: cuda_backend_impl.h).
-void CudaBackend::prefetch(std::initializer_list<const Weight *> ws) {
-    if (l2_prefetch_mode() <= 0 || !pass_small_ || prof_.on()) return;
-    L2Ranges r;
-    for (const Weight *w : ws) {
-        if (!w->present() || w->ne[2] > 1 || r.n == k_l2_ranges) continue;
-        const void *p = w->backend;
-        if (!p) {
-            auto it = weights_dev_.find(w->host);
-            if (it == weights_dev_.end()) continue;
-            p = it->second;
-        }
-        r.p[r.n] = static_cast<const uint8_t *>(p), r.bytes[r.n] = w->matrix_bytes(), r.n++;
-    }
-    if (r.n > 0 && fork_prefetch()) launch_l2_prefetch(r, l2_prefetch_mode(), l2_prefetch_blocks(), prefetch_stream_);
-}
-
-// The down matrices of a decoding layer's routed experts (device memory: slots or resident), from the pair groups
-// the kernels queued so far make, prefetched while gate and up run.
-void CudaBackend::prefetch_groups(const MatmulGroup *groups, int64_t n, uint64_t bytes) {
-    static const bool on = env_switch("STRATA_CUDA_L2_EXPERTS", true);
-    if (!on || n <= 0 || !fork_prefetch()) return;
-    launch_l2_prefetch_table(reinterpret_cast<const uint8_t *>(groups), sizeof(MatmulGroup), int(n), bytes,
-                             l2_prefetch_mode(), l2_prefetch_blocks(), prefetch_stream_);
-}
-
-void CudaBackend::join_prefetch() {
-    if (!prefetch_open_) return;
-    prefetch_open_ = false;
-    STRATA_CUDA_CHECK(cudaEventRecord(prefetch_done_, prefetch_stream_));
-    STRATA_CUDA_CHECK(cudaStreamWaitEvent(stream_, prefetch_done_, 0));
 }
 
 // The input is quantized (or rounded) once per activation format and shared by every product that reads it; at
@@ -762,7 +705,6 @@ void CudaBackend::experts_device_routed(const ExpertWeights &w, Act x, int64_t k
         launch_moe_pair_groups(ids_dev, T, k, table, groups, groups + M, groups + 2 * M, yrow, widx, from_host,
                                mapped ? mapped_counts_ + 2 * w.il : nullptr, stream_);
     }
-    if (!mapped) prefetch_groups(groups + 2 * M, M, w.down->matrix_bytes());
     // gate rows 0..M-1 and up rows M..2M-1 of one buffer: the pair groups address both from its start, so where gate
     // and up share a type one launch computes both.
     Act gu = alloc(2 * M, n_ff), ys = alloc(M, E);
