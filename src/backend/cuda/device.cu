@@ -61,7 +61,7 @@ bool pdl_enabled() {
 }
 
 bool early_reads_enabled() {
-    static const bool on = env_switch("STRATA_CUDA_EARLY_READS", false);
+    static const bool on = env_switch("STRATA_CUDA_EARLY_READS", true);
     return on && pdl_enabled();
 }
 
