@@ -1011,12 +1011,13 @@ TEST(CudaFlashDecode, SplitFormIsTheOneBlockForm) {
 
 // The host copy of the decode mat-vec (backend/host/mmvq_host.h) against the kernels bit for bit: the activations'
 // 8-bit form (k_quantize_act_q8_0 / _q8_k) and every mat-vec type's dot products, one and three activation rows,
-// row lengths with fewer sub-blocks than a warp's lanes, several per lane and a partial turn. This is what lets a
-// decoding expert run on the CPU without changing a bit of the result.
+// row lengths with fewer sub-blocks than a warp's lanes, several per lane and a partial turn, a decoding row's loads
+// one sub-block at a time and ahead (MatmulArgs::loads_ahead: 2 a lane at k 2048, 4 at 2304 and 5120). This is what
+// lets a decoding expert run on the CPU without changing a bit of the result.
 TEST(MmvqHost, IsTheKernelBitForBit) {
     for (DType t : {DType::Q8_0, DType::Q4_0, DType::MXFP4, DType::IQ4_XS, DType::Q4_K, DType::Q5_K, DType::Q6_K,
                     DType::IQ2_XXS, DType::IQ1_M}) {
-        for (int64_t k : {256, 768, 2048, 2304}) {
+        for (int64_t k : {256, 768, 2048, 2304, 5120}) {
             const DType vt = dot_act_type(t);
             const int64_t n = 37, R = 3;
             QuantizedProduct qp(t, k, n, R, uint64_t(k) * 31 + 1, uint64_t(k) * 31 + 2);
@@ -1033,35 +1034,42 @@ TEST(MmvqHost, IsTheKernelBitForBit) {
             CUDA_OK(cudaMemcpy(dg.data(), dd.p, dg.size() * 8, cudaMemcpyDeviceToHost));
             CUDA_OK(cudaMemcpy(yg.data(), yd.p, yg.size() * 4, cudaMemcpyDeviceToHost));
             const std::string what = std::string(dtype_name(t)) + ", k " + std::to_string(k);
-            {  // the one-activation-row form on the first row: the same bits
+            // the one-activation-row form on the first row, its loads one sub-block at a time and ahead: the same bits
+            for (int ahead : {0, 1}) {
                 cuda::MatmulArgs a1 = qp.a;
                 a1.single.n_rows = 1;
+                a1.loads_ahead = ahead;
                 CUDA_OK(cudaMemset(yd.p, 0xff, yg.size() * 4));
                 cuda::launch_mmvq(a1, nullptr, true);
                 CUDA_OK(cudaDeviceSynchronize());
                 std::vector<float> yf(static_cast<size_t>(n));  // y row 0: n values
                 CUDA_OK(cudaMemcpy(yf.data(), yd.p, yf.size() * 4, cudaMemcpyDeviceToHost));
-                ASSERT_EQ(std::memcmp(yf.data(), yg.data(), yf.size() * 4), 0) << what << ", one activation row";
+                ASSERT_EQ(std::memcmp(yf.data(), yg.data(), yf.size() * 4), 0)
+                    << what << ", one activation row" << (ahead ? ", loads ahead" : "");
             }
             {  // a group table (a decoding token's experts), read after the wait and before it (groups_early; with
-               // STRATA_CUDA_MMVQ_STAGE=1 its rows staged): the same bits as the single launch
+               // STRATA_CUDA_MMVQ_STAGE=1 its rows staged), loads one at a time and ahead: the bits of the single
+               // launch
                 const cuda::MatmulGroup gs[2] = {{qp.wd.p, 2, 1, 0}, {qp.wd.p, 0, 1, 1}};
                 DevBuf gd(sizeof(gs));
                 CUDA_OK(cudaMemcpy(gd.p, gs, sizeof(gs), cudaMemcpyHostToDevice));
-                for (bool early : {false, true}) {
+                for (int form = 0; form < 4; form++) {
+                    const bool early = form & 1;
                     cuda::MatmulArgs ag = qp.a;
                     ag.groups = gd.as<cuda::MatmulGroup>();
                     ag.n_groups = 2;
                     ag.groups_early = early;
+                    ag.loads_ahead = form >> 1;
                     CUDA_OK(cudaMemset(yd.p, 0xff, yg.size() * 4));
                     cuda::launch_mmvq(ag, nullptr, true);
                     CUDA_OK(cudaDeviceSynchronize());
                     std::vector<float> yt(size_t(2 * n));
                     CUDA_OK(cudaMemcpy(yt.data(), yd.p, yt.size() * 4, cudaMemcpyDeviceToHost));
+                    const std::string how = std::string(early ? ", early" : "") + (form >> 1 ? ", loads ahead" : "");
                     ASSERT_EQ(std::memcmp(yt.data(), yg.data() + 2 * n, size_t(n) * 4), 0)
-                        << what << ", group of activation row 2" << (early ? ", early" : "");
+                        << what << ", group of activation row 2" << how;
                     ASSERT_EQ(std::memcmp(yt.data() + n, yg.data(), size_t(n) * 4), 0)
-                        << what << ", group of activation row 0" << (early ? ", early" : "");
+                        << what << ", group of activation row 0" << how;
                 }
             }
             {  // the gated form (an expert's down-matrix input): silu(x) * m quantized, on the device and here

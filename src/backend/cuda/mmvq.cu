@@ -1,8 +1,9 @@
 // Quantized mat-vec products (decode): weights stay packed, activations are 8-bit (int8 per element, a float scale
 // and the scaled sum per 32 elements, in the reference's activation format: matmul.cuh), and each 32-element
-// sub-block contributes an integer dot product (dp4a) times its scales. One warp per weight row, lanes over sub-blocks,
-// up to 8 activation rows sharing each decoded weight sub-block. Every type writes its sub-block as 8 packed int8x4
-// words in four groups of 8 elements:
+// sub-block contributes an integer dot product (dp4a) times its scales. One warp per weight row, lanes over sub-blocks
+// (lane l takes l, l + 32, ...: the order of the sums, which the host's copy keeps), up to 8 activation rows sharing
+// each decoded weight sub-block; a decoding row's lane may load several of its sub-blocks at once (lane_sum_ahead).
+// Every type writes its sub-block as 8 packed int8x4 words in four groups of 8 elements:
 //   sum_i w_i x_i = dx * sum_g (scale_g * dot_g + bias_g * xsum_g) + off * (dx * sum_i q_i)
 // where dot_g is the integer dot product of group g and xsum_g the sum of its activation integers.
 #include "backend/cuda/matmul.cuh"
@@ -24,6 +25,55 @@ using qv::WSub;
 
 constexpr int k_mmvq_warps = 4;
 
+// One sub-block's term of a row's sum: its weights w against activation words x with scales ds. Every rounding
+// step spelled out (no contraction left to the compiler), so that the host's copy of this kernel
+// (backend/host/mmvq_host.cpp) gives the same bits.
+template <DType T>
+__device__ __forceinline__ float sub_term(const WSub &w, const int4 x0, const int4 x1, const float2 ds) {
+    const int x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    float s = 0.0f;
+#pragma unroll
+    for (int gi = 0; gi < 4; gi++) {
+        const int dot = __dp4a(w.q[2 * gi + 1], x[2 * gi + 1], __dp4a(w.q[2 * gi], x[2 * gi], 0));
+        s = __fmaf_rn(w.scale[gi], float(dot), s);
+        if constexpr (QV<T>::k_bias) {
+            const int xs = __dp4a(0x01010101, x[2 * gi + 1], __dp4a(0x01010101, x[2 * gi], 0));
+            s = __fmaf_rn(w.bias[gi], float(xs), s);
+        }
+    }
+    return __fmaf_rn(ds.x, s, __fmul_rn(w.off, ds.y));
+}
+
+// A lane's part of one activation row's sum (decoding: one row a group): its sub-blocks sb = lane, lane + 32, ...
+// of weight row wrow (the first n_staged from srow in shared memory, where STAGED), AHEAD of them at a time, all of
+// their loads issued before the first is used, then their terms added in sub-block order as one at a time adds them:
+// the same bits, with AHEAD times the loads in flight (the loop of one sub-block at a time waited for each load
+// before issuing the next: a 4096-long Q8_0 row took four waits in turn). xq, xds: the activation row's words and
+// scales. A lane past the row's last sub-block loads that one again and adds nothing for it.
+template <DType T, int AHEAD, bool STAGED>
+__device__ __forceinline__ float lane_sum_ahead(const uint8_t *srow, const uint8_t *wrow, int64_t n_staged,
+                                                int64_t n_sub, int lane, const int8_t *xq, const float2 *xds,
+                                                const IqGrids &g) {
+    float acc = 0.0f;
+    for (int64_t sb0 = lane; sb0 < n_sub; sb0 += 32 * AHEAD) {
+        WSub w[AHEAD];
+        int4 x0[AHEAD], x1[AHEAD];
+        float2 ds[AHEAD];
+#pragma unroll
+        for (int u = 0; u < AHEAD; u++) {
+            const int64_t sb = min(sb0 + 32 * u, n_sub - 1);
+            QV<T>::load(STAGED && sb < n_staged ? srow : wrow, int(sb), w[u], g);
+            const int4 *xp = reinterpret_cast<const int4 *>(xq + sb * 32);
+            x0[u] = xp[0], x1[u] = xp[1];
+            ds[u] = xds[sb];
+        }
+#pragma unroll
+        for (int u = 0; u < AHEAD; u++)
+            if (sb0 + 32 * u < n_sub) acc = __fadd_rn(acc, sub_term<T>(w[u], x0[u], x1[u], ds[u]));
+    }
+    return acc;
+}
+
 // One warp per weight row, MAXT activation rows at most (k_mmv_max_rows; 1 for a decoding token's groups, a form
 // with fewer registers).
 // Staged rows (a.stage_bytes > 0; STRATA_CUDA_MMVQ_STAGE=1, opt-in: 1.003x on an H100): before pdl_wait each warp
@@ -31,7 +81,7 @@ constexpr int k_mmvq_warps = 4;
 // decoding mat-vec's weights stream in while the kernel before it still runs (the weights are constant; a group table
 // read there was written two launches or more back: MatmulArgs::groups_early); after the wait the lanes read those
 // sub-blocks from shared memory. The same bytes, so the same bits.
-template <DType T, int MAXT>
+template <DType T, int MAXT, int AHEAD>
 __global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrids g, MatmulParts parts) {
     extern __shared__ __align__(16) uint8_t stage[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -78,30 +128,26 @@ __global__ __launch_bounds__(k_mmvq_warps * 32) void k_mmvq(MatmulArgs a, IqGrid
     float acc[MAXT];
 #pragma unroll
     for (int t = 0; t < MAXT; t++) acc[t] = 0.0f;
-    for (int64_t sb = lane; sb < n_sub; sb += 32) {
-        WSub w;
-        QV<T>::load(sb < n_staged ? srow : wrow, int(sb), w, g);
+    if constexpr (AHEAD > 1) {  // a decoding row: its loads ahead (lane_sum_ahead)
+        const int8_t *xq = a.xq + int64_t(grp.x_row0) * a.k;
+        const float2 *xds = a.xds + int64_t(grp.x_row0) * n_sub;
+        if (staged)
+            acc[0] = lane_sum_ahead<T, AHEAD, true>(srow, wrow, n_staged, n_sub, lane, xq, xds, g);
+        else
+            acc[0] = lane_sum_ahead<T, AHEAD, false>(srow, wrow, 0, n_sub, lane, xq, xds, g);
+    } else {
+        for (int64_t sb = lane; sb < n_sub; sb += 32) {
+            WSub w;
+            QV<T>::load(sb < n_staged ? srow : wrow, int(sb), w, g);
 #pragma unroll
-        for (int t = 0; t < MAXT; t++) {
-            if (t >= rows) break;
-            const int64_t xr = grp.x_row0 + t;
-            const int4 *xp = reinterpret_cast<const int4 *>(a.xq + xr * a.k + sb * 32);
-            const int4 x0 = xp[0], x1 = xp[1];
-            const int x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-            const float2 ds = a.xds[xr * n_sub + sb];
-            // Every rounding step spelled out (no contraction left to the compiler), so that the host's copy of this
-            // kernel (backend/host/mmvq_host.cpp) gives the same bits.
-            float s = 0.0f;
-#pragma unroll
-            for (int gi = 0; gi < 4; gi++) {
-                const int dot = __dp4a(w.q[2 * gi + 1], x[2 * gi + 1], __dp4a(w.q[2 * gi], x[2 * gi], 0));
-                s = __fmaf_rn(w.scale[gi], float(dot), s);
-                if constexpr (QV<T>::k_bias) {
-                    const int xs = __dp4a(0x01010101, x[2 * gi + 1], __dp4a(0x01010101, x[2 * gi], 0));
-                    s = __fmaf_rn(w.bias[gi], float(xs), s);
-                }
+            for (int t = 0; t < MAXT; t++) {
+                if (t >= rows) break;
+                const int64_t xr = grp.x_row0 + t;
+                const int4 *xp = reinterpret_cast<const int4 *>(a.xq + xr * a.k + sb * 32);
+                const int4 x0 = xp[0], x1 = xp[1];
+                const float2 ds = a.xds[xr * n_sub + sb];
+                acc[t] = __fadd_rn(acc[t], sub_term<T>(w, x0, x1, ds));
             }
-            acc[t] = __fadd_rn(acc[t], __fmaf_rn(ds.x, s, __fmul_rn(w.off, ds.y)));
         }
     }
 #pragma unroll
@@ -275,17 +321,29 @@ void set_stage(MatmulArgs &a) {
     a.stage_stride = int32_t((bytes + 15) / 16 * 16 + 16);
 }
 
+// STRATA_CUDA_MMVQ_AHEAD=1: a decoding mat-vec's lane issues the loads of 2 or 4 of its sub-blocks before using the
+// first (lane_sum_ahead; opt-in until measured on a GPU; the same bits).
+bool mmvq_ahead_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_MMVQ_AHEAD", false);
+    return on;
+}
+
 // one_row: every group has one activation row (a decoding token's).
 void launch(MatmulArgs a, const MatmulParts &parts, dim3 grid, bool one_row, cudaStream_t stream) {
     const IqGrids &g = iq_grids();
     set_stage(a);
+    const int64_t per_lane = (a.k / 32 + 31) / 32;  // a lane's sub-blocks of a row
+    const bool ahead = a.loads_ahead < 0 ? mmvq_ahead_enabled() : a.loads_ahead > 0;
+    a.ahead = one_row && ahead && per_lane > 1 ? (per_lane == 2 ? 2 : 4) : 0;
     const size_t smem = size_t(k_mmvq_warps) * size_t(a.stage_stride);
     // clang-format off
     switch (a.type) {
 #define X(T_) \
     case DType::T_: \
-        if (one_row) pdl_launch(k_mmvq<DType::T_, 1>, grid, k_mmvq_warps * 32, smem, stream, a, g, parts); \
-        else pdl_launch(k_mmvq<DType::T_, k_mmv_max_rows>, grid, k_mmvq_warps * 32, smem, stream, a, g, parts); \
+        if (a.ahead == 4) pdl_launch(k_mmvq<DType::T_, 1, 4>, grid, k_mmvq_warps * 32, smem, stream, a, g, parts); \
+        else if (a.ahead == 2) pdl_launch(k_mmvq<DType::T_, 1, 2>, grid, k_mmvq_warps * 32, smem, stream, a, g, parts); \
+        else if (one_row) pdl_launch(k_mmvq<DType::T_, 1, 1>, grid, k_mmvq_warps * 32, smem, stream, a, g, parts); \
+        else pdl_launch(k_mmvq<DType::T_, k_mmv_max_rows, 1>, grid, k_mmvq_warps * 32, smem, stream, a, g, parts); \
         break;
         X(Q8_0) X(Q4_0) X(MXFP4) X(IQ4_XS) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ2_XXS) X(IQ1_M)
 #undef X

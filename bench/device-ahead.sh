@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# A decoding mat-vec's loads ahead (STRATA_CUDA_MMVQ_AHEAD=1, opt-in until this has run), in about five minutes on
+# the 30B file, all resident: the mat-vec's bit-for-bit test against its host copy (both forms in the test, with the
+# staged rows too), the engine's greedy, graph and CPU-match tests with it on, the greedy ids of `strata run --tokens`
+# either way, then tg128 alternated, three pairs. There (carry .peer):
+#   setsid nohup bash bench/device-ahead.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/ahead/main.log 570
+L=/tmp/ahead; mkdir -p $L
+exec > $L/main.log 2>&1
+NO_LLAMA=1
+source bench/device-lib.sh
+F=/tmp/qwen3-30b-a3b.gguf
+synth_start qwen3-30b-a3b $F
+cmake --build /tmp/strata -j12 --target test_cuda_ops test_cuda_engine > $L/build2.log 2>&1
+echo "tests build rc=$? at $(el) s"; grep -E " error" $L/build2.log | head -5
+for X in 0 1; do
+  STRATA_CUDA_MMVQ_STAGE=$X timeout 120 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 \
+    --gtest_filter='*Mmvq*:*CudaMatmuls*:*CudaMoe*:*Router*' > $L/ops$X.log 2>&1
+  echo "test_cuda_ops, MMVQ_STAGE=$X: rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|Which|k [0-9]" $L/ops$X.log | head -8
+done
+STRATA_CUDA_MMVQ_AHEAD=1 timeout 200 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 \
+  --gtest_filter='*Greedy*:*GraphsDoNotChangeABit*:*MatchesTheCpuEngine*:*Split*' > $L/engine.log 2>&1
+echo "test_cuda_engine, MMVQ_AHEAD=1: rc=$? at $(el) s"
+grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/engine.log | head -8
+synth_wait
+for X in 0 1; do
+  STRATA_CUDA_MMVQ_AHEAD=$X $S run -m $F --tokens $(seq -s, 100 399) -n 200 --temp 0 > $L/ids.txt 2> $L/ids.err
+  echo "MMVQ_AHEAD=$X: rc=$? ids $(md5sum < $L/ids.txt | cut -c1-12) ($(wc -w < $L/ids.txt) words)"
+done
+for R in 1 2 3; do for X in 0 1; do STRATA_CUDA_MMVQ_AHEAD=$X sb -m $F -p 1 -n 128 -r 3; done; done
+STRATA_CUDA_MMVQ_AHEAD=1 sb -m $F -p 1 -n 64 -r 2 -d 4096
+STRATA_CUDA_MMVQ_AHEAD=0 sb -m $F -p 1 -n 64 -r 2 -d 4096
+echo "done at $(el) s"; echo ALL_DONE
