@@ -55,6 +55,7 @@ __device__ __forceinline__ float lane_sum_ahead(const uint8_t *srow, const uint8
                                                 int64_t n_sub, int lane, const int8_t *xq, const float2 *xds,
                                                 const IqGrids &g) {
     float acc = 0.0f;
+    if (!STAGED) __builtin_assume(__isGlobal(wrow));  // global loads of the weights (the select made them generic)
     for (int64_t sb0 = lane; sb0 < n_sub; sb0 += 32 * AHEAD) {
         WSub w[AHEAD];
         int4 x0[AHEAD], x1[AHEAD];
