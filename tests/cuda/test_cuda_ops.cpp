@@ -792,7 +792,7 @@ TEST(CudaFlashMma, HeavyFirstIsTheTileOrdersBits) {
 // A decoding MoE layer's tail in one launch against the launches it replaces (combine, shared expert, residual add
 // and norm), bit for bit: with and without the shared expert and the norm, 1 and 3 tokens, rows of 1024 to 6144
 // floats (each KPT form), the normed rows written over the layer's input as the trunk does; the one launch with its
-// reads before its wait and after it (early).
+// reads before its wait and after it (early), its pairs' rows loaded one pair at a time and ahead.
 TEST(CudaMoeTail, OneLaunchIsTheSeparateOnes) {
     const int64_t k = 8, n_pairs_per_token = k;
     for (int64_t E : {1024, 2048, 4096, 6144})
@@ -820,9 +820,10 @@ TEST(CudaMoeTail, OneLaunchIsTheSeparateOnes) {
                 CUDA_OK(cudaMemcpy(d_w.p, wts.data(), wts.size() * 4, cudaMemcpyHostToDevice));
                 CUDA_OK(cudaMemcpy(d_yrow.p, yrow.data(), yrow.size() * 4, cudaMemcpyHostToDevice));
                 CUDA_OK(cudaMemcpy(d_widx.p, widx.data(), widx.size() * 4, cudaMemcpyHostToDevice));
-                std::vector<float> got[3][3];  // [separate, one launch, one launch early][out, resid, normed]
+                // [separate, one launch, early, ahead, early and ahead][out, resid, normed]
+                std::vector<float> got[5][3];
                 DevBuf d_q(size_t(T * E)), d_ds(size_t(T * E / 32) * 8), d_q2(size_t(T * E)), d_ds2(size_t(T * E / 32) * 8);
-                for (int fused = 0; fused < 3; fused++) {
+                for (int fused = 0; fused < 5; fused++) {
                     DevBuf d_x(x.size() * 4), d_out(x.size() * 4), d_res(resid.size() * 4);
                     CUDA_OK(cudaMemcpy(d_x.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
                     CUDA_OK(cudaMemcpy(d_res.p, resid.data(), resid.size() * 4, cudaMemcpyHostToDevice));
@@ -837,7 +838,7 @@ TEST(CudaMoeTail, OneLaunchIsTheSeparateOnes) {
                         cuda::launch_moe_tail(r_ys, yr, wi, d_w.as<float>(), k, r_x,
                                               shared ? d_gw.as<float>() : nullptr, r_sy, r_out, r_res,
                                               norm ? d_nw.as<float>() : nullptr, 1e-6f, r_x, nullptr, q8,
-                                              fused == 2);  // the 8-bit form checked below: the last written
+                                              fused % 2 == 0, fused >= 3);  // the 8-bit form: the last written
                     } else {
                         cuda::launch_moe_combine(r_ys, yr, wi, d_w.as<float>(), k, r_out, nullptr);
                         if (shared) cuda::launch_shared_expert_add(r_x, d_gw.as<float>(), r_sy, r_out, nullptr);
@@ -849,11 +850,11 @@ TEST(CudaMoeTail, OneLaunchIsTheSeparateOnes) {
                     CUDA_OK(cudaMemcpy(got[fused][1].data(), d_res.p, x.size() * 4, cudaMemcpyDeviceToHost));
                     CUDA_OK(cudaMemcpy(got[fused][2].data(), d_x.p, x.size() * 4, cudaMemcpyDeviceToHost));
                 }
-                for (int f = 1; f < 3; f++)
+                for (int f = 1; f < 5; f++)
                     for (int i = 0; i < 3; i++)
                         ASSERT_EQ(std::memcmp(got[0][i].data(), got[f][i].data(), x.size() * 4), 0)
                             << "E " << E << ", T " << T << ", shared " << shared << ", norm " << norm << ", part " << i
-                            << (f == 2 ? ", reads early" : "");
+                            << (f % 2 == 0 ? ", reads early" : "") << (f >= 3 ? ", loads ahead" : "");
                 if (norm) {  // the normed rows' 8-bit form, as launch_quantize_act makes it from them
                     DevBuf d_n(x.size() * 4);
                     CUDA_OK(cudaMemcpy(d_n.p, got[1][2].data(), x.size() * 4, cudaMemcpyHostToDevice));

@@ -31,6 +31,12 @@ bool moe_tail_enabled() {
     static const bool on = env_switch("STRATA_CUDA_MOE_TAIL", true);
     return on;
 }
+// STRATA_CUDA_TAIL_AHEAD=1: the decoding MoE tail loads its pairs' rows before adding them (launch_moe_tail's ahead;
+// opt-in until measured on a GPU; the same bits).
+bool tail_ahead_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_TAIL_AHEAD", false);
+    return on;
+}
 // STRATA_CUDA_DEVICE_ROUTING=0 sends decoding through the host-grouped MoE path as well.
 bool device_routing_enabled() {
     static const bool on = env_switch("STRATA_CUDA_DEVICE_ROUTING", true);
@@ -774,7 +780,7 @@ void CudaBackend::experts_device_routed(const ExpertWeights &w, Act x, int64_t k
         launch_moe_tail(rows_of(ys), yrow, widx, wts_dev, k, rows_of(x),
                         tail.shared_gate ? dev_vector(*tail.shared_gate) : nullptr, rows_of(tail.shared_y),
                         rows_of(out), rows_of(tail.then.resid), norm_w, tail.then.eps, rows_of(tail.then.normed),
-                        stream_, q8, early_reads_enabled());
+                        stream_, q8, early_reads_enabled(), tail_ahead_enabled() && T <= k_mmv_max_rows);
         norm_quant_made(q8, tail.then.normed);
     } else {
         launch_moe_combine(rows_of(ys), yrow, widx, wts_dev, k, rows_of(out), stream_);

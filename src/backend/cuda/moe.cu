@@ -416,7 +416,10 @@ __global__ void k_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx,
 // norm_w is set the residual step (resid += out; normed = rms_norm(resid), as k_rms_norm_wide<KPT, true>). Each
 // value is computed by the same expressions as in those kernels, so the bits are theirs. normed may be x (the
 // layer's input, which the gate reads first).
-template <int KPT>
+// AHEAD (a decoding pass's few tokens): each thread loads its columns of the first 16 / KPT pairs' rows and of the
+// shared expert's row before adding any, then adds them in the same order (the same bits): the loop of pairs waited
+// for each pair's loads in turn (about eight waits a column group).
+template <int KPT, bool AHEAD>
 __global__ __launch_bounds__(256) void k_moe_tail(Rows ys, const int32_t *yrow, const int32_t *widx,
                                                   const float *weights, int64_t k, Rows x, const float *shared_w,
                                                   Rows shared_y, Rows out, Rows resid, const float *norm_w, float eps,
@@ -450,6 +453,28 @@ __global__ __launch_bounds__(256) void k_moe_tail(Rows ys, const int32_t *yrow, 
     if (!early) reads();
     const float gate = shared_w ? shared_gate_of(x, shared_w, t, red) : 0.0f;  // ends with a barrier
     if (!shared_w) __syncthreads();
+    // AHEAD: this thread's columns of the first PRE pairs' rows and of the shared expert's row (a valid row and column
+    // stand in for those past k and n4: loaded, never added)
+    constexpr int PRE = AHEAD ? 16 / KPT : 1;
+    float4 ya[KPT][PRE], sya[KPT];
+    if constexpr (AHEAD) {
+        const float4 *srow = reinterpret_cast<const float4 *>(shared_y.data + t * shared_y.stride);
+#pragma unroll
+        for (int j = 0; j < KPT; j++) {
+            const int i = min(int(threadIdx.x) + j * 256, n4 - 1);
+#pragma unroll
+            for (int p = 0; p < PRE; p++) {
+                const float4 *row = py[p < k ? p : 0];
+                __builtin_assume(__isGlobal(row));
+                ya[j][p] = row[i];
+            }
+            sya[j] = shared_w ? srow[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    }
+    auto add = [](float4 o, float wp, float4 y) {
+        return make_float4(__fmaf_rn(wp, y.x, o.x), __fmaf_rn(wp, y.y, o.y), __fmaf_rn(wp, y.z, o.z),
+                           __fmaf_rn(wp, y.w, o.w));
+    };
     float4 v[KPT];
 #pragma unroll
     for (int j = 0; j < KPT; j++) {
@@ -458,15 +483,17 @@ __global__ __launch_bounds__(256) void k_moe_tail(Rows ys, const int32_t *yrow, 
         if (i >= n4) continue;
         // combine_at's sums for four columns: from zero, a fused multiply-add a pair, in the order given
         float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 4
-        for (int64_t p = 0; p < k; p++) {
-            const float4 y = py[p][i];
-            const float wp = pw[p];
-            o = make_float4(__fmaf_rn(wp, y.x, o.x), __fmaf_rn(wp, y.y, o.y), __fmaf_rn(wp, y.z, o.z),
-                            __fmaf_rn(wp, y.w, o.w));
+        int64_t p0 = 0;
+        if constexpr (AHEAD) {
+#pragma unroll
+            for (int p = 0; p < PRE; p++)
+                if (p < k) o = add(o, pw[p], ya[j][p]);
+            p0 = PRE;
         }
+#pragma unroll 4
+        for (int64_t p = p0; p < k; p++) o = add(o, pw[p], py[p][i]);
         if (shared_w) {
-            const float4 sy = reinterpret_cast<const float4 *>(shared_y.data + t * shared_y.stride)[i];
+            const float4 sy = AHEAD ? sya[j] : reinterpret_cast<const float4 *>(shared_y.data + t * shared_y.stride)[i];
             o = make_float4(__fmaf_rn(gate, sy.x, o.x), __fmaf_rn(gate, sy.y, o.y), __fmaf_rn(gate, sy.z, o.z),
                             __fmaf_rn(gate, sy.w, o.w));
         }
@@ -639,7 +666,7 @@ bool moe_tail_fuses(const Rows &out, int64_t norm_group) {
 
 void launch_moe_tail(Rows ys, const int32_t *yrow, const int32_t *widx, const float *weights, int64_t k, Rows x,
                      const float *shared_w, Rows shared_y, Rows out, Rows resid, const float *norm_w, float eps,
-                     Rows normed, cudaStream_t stream, const NormQ8 &q8, bool early) {
+                     Rows normed, cudaStream_t stream, const NormQ8 &q8, bool early, bool ahead) {
     if (out.rows == 0) return;
     STRATA_ASSERT(out.rows <= 65535 && k >= 1 && k <= k_moe_tail_max_k && moe_tail_fuses(out, out.cols) &&
                   moe_tail_fuses(ys, out.cols) && (!shared_w || moe_tail_fuses(shared_y, out.cols)) && (!norm_w || (moe_tail_fuses(resid, out.cols) &&
@@ -647,9 +674,9 @@ void launch_moe_tail(Rows ys, const int32_t *yrow, const int32_t *widx, const fl
     STRATA_ASSERT(!q8.form || (norm_w && out.cols % (q8.form == 2 ? 256 : 32) == 0));
     const int64_t n4 = out.cols / 4;
     const unsigned grid = unsigned(out.rows);
-#define TAIL(KPT_)                                                                                                    \
-    pdl_launch(k_moe_tail<KPT_>, grid, 256, 0, stream, ys, yrow, widx, weights, k, x, shared_w, shared_y, out, resid, \
-               norm_w, eps, normed, q8, early)
+#define TAIL(KPT_)                                                                                             \
+    pdl_launch(ahead ? k_moe_tail<KPT_, true> : k_moe_tail<KPT_, false>, grid, 256, 0, stream, ys, yrow, widx, \
+               weights, k, x, shared_w, shared_y, out, resid, norm_w, eps, normed, q8, early)
     if (n4 <= 256)
         TAIL(1);
     else if (n4 <= 512)

@@ -69,12 +69,13 @@ void launch_moe_combine(Rows ys, const int32_t *yrow, const int32_t *widx, const
 // rows' 8-bit form too (NormQ8; norm_w set, the row a multiple of the form's block).
 // Also ys and shared_y (where shared_w is set) 16-byte aligned rows, and k <= k_moe_tail_max_k. early: the kernel
 // reads yrow, widx, weights, resid and norm_w before its pdl_wait() (early_reads_enabled(), pdl.cuh): only where the
-// kernel launched just before writes none of them (the caller knows its launches: the down matrices' mat-vec).
+// kernel launched just before writes none of them (the caller knows its launches: the down matrices' mat-vec). ahead:
+// each thread loads its columns of the first pairs' rows before adding any (a decoding pass's few rows; the same bits).
 constexpr int64_t k_moe_tail_max_k = 32;
 bool moe_tail_fuses(const Rows &out, int64_t norm_group);
 void launch_moe_tail(Rows ys, const int32_t *yrow, const int32_t *widx, const float *weights, int64_t k, Rows x,
                      const float *shared_w, Rows shared_y, Rows out, Rows resid, const float *norm_w, float eps,
-                     Rows normed, cudaStream_t stream, const NormQ8 &q8 = {}, bool early = false);
+                     Rows normed, cudaStream_t stream, const NormQ8 &q8 = {}, bool early = false, bool ahead = false);
 
 // Decoding with every expert resident (or mapped), without the host: for each token t and rank j, pair i = t k + j gets
 // the matmul groups {gate of ids[i], x row t, 1 row, row i}, {up of ids[i], x row t, 1 row, row M + i} (M = n_tokens k:
