@@ -334,15 +334,15 @@ void launch(MatmulArgs a, const MatmulParts &parts, dim3 grid, bool one_row, cud
     const IqGrids &g = iq_grids();
     set_stage(a);
     const int64_t per_lane = (a.k / 32 + 31) / 32;  // a lane's sub-blocks of a row
-    const bool ahead = a.loads_ahead < 0 ? mmvq_ahead_enabled() : a.loads_ahead > 0;
-    a.ahead = one_row && ahead && per_lane > 1 ? (per_lane == 2 ? 2 : 4) : 0;
+    const bool want = a.loads_ahead < 0 ? mmvq_ahead_enabled() : a.loads_ahead > 0;
+    const int ahead = one_row && want && per_lane > 1 ? (per_lane == 2 ? 2 : 4) : 0;  // sub-blocks a lane loads at once
     const size_t smem = size_t(k_mmvq_warps) * size_t(a.stage_stride);
     // clang-format off
     switch (a.type) {
 #define X(T_) \
     case DType::T_: \
-        if (a.ahead == 4) pdl_launch(k_mmvq<DType::T_, 1, 4>, grid, k_mmvq_warps * 32, smem, stream, a, g, parts); \
-        else if (a.ahead == 2) pdl_launch(k_mmvq<DType::T_, 1, 2>, grid, k_mmvq_warps * 32, smem, stream, a, g, parts); \
+        if (ahead == 4) pdl_launch(k_mmvq<DType::T_, 1, 4>, grid, k_mmvq_warps * 32, smem, stream, a, g, parts); \
+        else if (ahead == 2) pdl_launch(k_mmvq<DType::T_, 1, 2>, grid, k_mmvq_warps * 32, smem, stream, a, g, parts); \
         else if (one_row) pdl_launch(k_mmvq<DType::T_, 1, 1>, grid, k_mmvq_warps * 32, smem, stream, a, g, parts); \
         else pdl_launch(k_mmvq<DType::T_, k_mmv_max_rows, 1>, grid, k_mmvq_warps * 32, smem, stream, a, g, parts); \
         break;
