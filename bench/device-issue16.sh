@@ -7,9 +7,9 @@
 # host, the default; TESTS= skips them). Then (BUDGET= skips them) issue 17's row and issue 16's no-regression row at
 # 12 GiB under uniform routing, Strata `-p 16 -n 64 -r 2 --routing uniform --vram-budget 12G` (`-n 32` on the 80B)
 # before and after llama.cpp's best configuration at about that memory (`-ncmoe 26`; 40 on the 80B; TIMING=1 adds
-# STRATA_DECODE_TIMING's phases). EARLY= skips the reads before the wait (STRATA_CUDA_EARLY_READS=1): their GPU
-# tests beside the greedy ones, the greedy ids of `strata run --tokens` either way, and a tg128 A/B before the 12 GiB
-# rows.
+# STRATA_DECODE_TIMING's phases). EARLY= skips the reads before the wait (STRATA_CUDA_EARLY_READS, on by default):
+# their GPU tests beside the greedy ones, the greedy ids of `strata run --tokens` either way, and a tg128 A/B before
+# the 12 GiB rows; AHEAD=1 adds a tg128 A/B of STRATA_CUDA_MMVQ_AHEAD and STRATA_CUDA_TAIL_AHEAD together.
 # There (carry .peer):
 #   setsid nohup bash bench/device-issue16.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/i16/main.log 570
 L=/tmp/i16; mkdir -p $L
@@ -45,6 +45,9 @@ lb -p 512,4096 -n 128 -r 3
 sb -m $F -p 512,4096 -n 128 -r 3 --chunk 4096
 if [ -n "${EARLY-1}" ]; then  # reads before the wait, A/B alternated, resident decode
   for X in 0 1 0 1; do STRATA_CUDA_EARLY_READS=$X sb -m $F -p 1 -n 128 -r 3; done
+fi
+if [ -n "${AHEAD:-}" ]; then  # AHEAD=1: the mat-vec's and the MoE tail's loads ahead, both on against both off
+  for X in 0 1 0 1; do STRATA_CUDA_MMVQ_AHEAD=$X STRATA_CUDA_TAIL_AHEAD=$X sb -m $F -p 1 -n 128 -r 3; done
 fi
 if [ -n "${BUDGET-1}" ]; then
   if [ $PRESET = qwen3-30b-a3b ]; then NCMOE=26 N=64; else NCMOE=40 N=32; fi
