@@ -999,6 +999,13 @@ TEST(CudaFlashDecode, SplitFormIsTheOneBlockForm) {
                             << what << ", row " << r << " head " << h << " dim " << i;
                     }
                 }
+            // the merge with every part loaded before any is added: the same bits
+            cuda::launch_flash_decode(c, qr, o2row, n_head, n_kv, D, scale, td.as<cuda::AttnTile>(), int(T), 1, nullptr,
+                                      ws.as<float>(), {}, true);
+            CUDA_OK(cudaDeviceSynchronize());
+            std::vector<float> ahead(q.size());
+            CUDA_OK(cudaMemcpy(ahead.data(), o2.p, ahead.size() * 4, cudaMemcpyDeviceToHost));
+            EXPECT_EQ(std::memcmp(ahead.data(), split.data(), split.size() * 4), 0) << what << ", merge loads ahead";
             // the last row's tile alone: the same bits
             cuda::launch_flash_decode(c, qr, o2row, n_head, n_kv, D, scale, td.as<cuda::AttnTile>() + 2, 1, 1, nullptr,
                                       ws.as<float>());

@@ -66,10 +66,11 @@ constexpr int k_flash_decode_keys = 64, k_flash_decode_max_vectors = 16, k_flash
 bool flash_decode_applies(int64_t head_dim, int64_t group, int rows_per_tile);
 size_t flash_decode_workspace_floats(int n_tiles, int64_t n_head_kv, int64_t group, int rows_per_tile,
                                      int64_t head_dim);
-// q8 (form 1 only): out's Q8_0 form made too, as launch_quantize_act of out would make it.
+// q8 (form 1 only): out's Q8_0 form made too, as launch_quantize_act of out would make it. merge_ahead: the split
+// form's merge loads every part before adding any (the same bits).
 void launch_flash_decode(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                          float scale, const AttnTile *tiles_dev, int n_tiles, int rows_per_tile, cudaStream_t stream,
-                         float *ws = nullptr, const NormQ8 &q8 = {});
+                         float *ws = nullptr, const NormQ8 &q8 = {}, bool merge_ahead = false);
 
 // Merges the partials of n_split > 1 (written per tile of vectors_per_tile query vectors) into out. Forms of the same
 // bits: a block per KV head of a tile (Block), or a block per vector and a thread per value (Vector); Auto: Vector

@@ -42,6 +42,13 @@ bool flash_decode_split_enabled() {
     return on;
 }
 
+// STRATA_CUDA_MERGE_AHEAD=1: the split decoding attention's merge loads every part before adding any (opt-in until
+// measured on a GPU; the same bits).
+bool merge_ahead_enabled() {
+    static const bool on = env_switch("STRATA_CUDA_MERGE_AHEAD", false);
+    return on;
+}
+
 // STRATA_CUDA_GDN_PARALLEL=0 keeps long runs on the one-block-per-head chunked kernel.
 bool gdn_parallel_enabled() {
     static const bool on = env_switch("STRATA_CUDA_GDN_PARALLEL", true);
@@ -135,7 +142,7 @@ void CudaBackend::attention(int64_t il, Act q, Act k, Act v, int64_t n_head, int
                         : nullptr;
         const NormQ8 q8 = act_quant_begin(c.kv.k, out, true);
         launch_flash_decode(c.kv, rows_of(q), rows_of(out), n_head, n_head_kv, head_dim, scale, attn_tiles(tiles),
-                            int(tiles.size()), rpt, stream_, ws, q8);
+                            int(tiles.size()), rpt, stream_, ws, q8, merge_ahead_enabled());
         norm_quant_made(q8, out);
         release(m);
         return;

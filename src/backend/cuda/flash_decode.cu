@@ -189,7 +189,10 @@ __global__ __launch_bounds__(32) void k_flash_decode_part(KvCacheView c, Rows q,
     for (int r = 0; r < R; r++) w[2 + lane * R + r] = o[r];
 }
 
-template <int D>
+// AHEAD: every part's max, sum and this lane's values loaded before the first is added (the parts' workspace is
+// written whole: a part past the vector's position leaves -inf, 0 and zeros), then added in part order as the loop
+// that loads each part after testing it does (the same bits; that loop waited for each part's loads in turn).
+template <int D, bool AHEAD>
 __global__ __launch_bounds__(32) void k_flash_decode_merge(Rows out, int group, int vectors, const AttnTile *tiles,
                                                            const float *ws, NormQ8 q8) {
     pdl_wait();
@@ -199,26 +202,44 @@ __global__ __launch_bounds__(32) void k_flash_decode_merge(Rows out, int group, 
     const int kvh = int(blockIdx.y) / vectors, v = int(blockIdx.y) % vectors, lane = threadIdx.x;
     if (v >= t.n_rows * group) return;
     const Vec x = vec_of(t, kvh, v, group, D, lane);
-    float mx = -INFINITY;
-    for (int s = 0; s < k_parts; s++)
-        mx = fmaxf(mx, part_at<D>(ws, blockIdx.x, blockIdx.y, gridDim.y, s)[0]);
     float o[R], l = 0.0f;
 #pragma unroll
     for (int r = 0; r < R; r++) o[r] = 0.0f;
-    for (int s = 0; s < k_parts; s++) {
-        const float *w = part_at<D>(ws, blockIdx.x, blockIdx.y, gridDim.y, s);
-        if (w[0] == -INFINITY) continue;  // a part past the vector's position, or one that saw no finite score
-        const float f = expf(w[0] - mx);
-        l += w[1] * f;
+    // part s's max m and sum sl (its values read by val(r)) added to the vector's (mx the parts' max)
+    auto add = [&](float mx, float m, float sl, auto val) {
+        if (m == -INFINITY) return;  // a part past the vector's position, or one that saw no finite score
+        const float f = expf(m - mx);
+        l = __fmaf_rn(sl, f, l);
 #pragma unroll
-        for (int r = 0; r < R; r++) o[r] += w[2 + lane * R + r] * f;
+        for (int r = 0; r < R; r++) o[r] = __fmaf_rn(val(r), f, o[r]);
+    };
+    float mx = -INFINITY;
+    if constexpr (AHEAD) {
+        float pm[k_parts], pl[k_parts], pv[k_parts][R];
+#pragma unroll
+        for (int s = 0; s < k_parts; s++) {
+            const float *w = part_at<D>(ws, blockIdx.x, blockIdx.y, gridDim.y, s);
+            pm[s] = w[0], pl[s] = w[1];
+#pragma unroll
+            for (int r = 0; r < R; r++) pv[s][r] = w[2 + lane * R + r];
+        }
+#pragma unroll
+        for (int s = 0; s < k_parts; s++) mx = fmaxf(mx, pm[s]);
+#pragma unroll
+        for (int s = 0; s < k_parts; s++) add(mx, pm[s], pl[s], [&](int r) { return pv[s][r]; });
+    } else {
+        for (int s = 0; s < k_parts; s++) mx = fmaxf(mx, part_at<D>(ws, blockIdx.x, blockIdx.y, gridDim.y, s)[0]);
+        for (int s = 0; s < k_parts; s++) {
+            const float *w = part_at<D>(ws, blockIdx.x, blockIdx.y, gridDim.y, s);
+            add(mx, w[0], w[1], [&](int r) { return w[2 + lane * R + r]; });
+        }
     }
     put_vec<R>(out, x, lane, o, l, q8);
 }
 
 template <int D>
 void launch_dim(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, float scale, const AttnTile *tiles,
-                int n_tiles, int vectors, float *ws, cudaStream_t stream, const NormQ8 &q8) {
+                int n_tiles, int vectors, float *ws, cudaStream_t stream, const NormQ8 &q8, bool merge_ahead) {
     if (ws) {
         const dim3 grid{unsigned(n_tiles), unsigned(n_kv * vectors), unsigned(k_parts)};
         switch (c.type) {
@@ -236,8 +257,9 @@ void launch_dim(const KvCacheView &c, Rows q, Rows out, int group, int n_kv, flo
                 break;
         }
         STRATA_CUDA_LAUNCH_CHECK("k_flash_decode_part");
-        pdl_launch(k_flash_decode_merge<D>, dim3{unsigned(n_tiles), unsigned(n_kv * vectors)}, 32, 0, stream, out,
-                   group, vectors, tiles, ws, q8);
+        pdl_launch(merge_ahead ? k_flash_decode_merge<D, true> : k_flash_decode_merge<D, false>,
+                   dim3{unsigned(n_tiles), unsigned(n_kv * vectors)}, 32, 0, stream, out, group, vectors, tiles, ws,
+                   q8);
         STRATA_CUDA_LAUNCH_CHECK("k_flash_decode_merge");
         return;
     }
@@ -272,7 +294,7 @@ bool flash_decode_applies(int64_t head_dim, int64_t group, int rows_per_tile) {
 
 void launch_flash_decode(const KvCacheView &c, Rows q, Rows out, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                          float scale, const AttnTile *tiles_dev, int n_tiles, int rows_per_tile, cudaStream_t stream,
-                         float *ws, const NormQ8 &q8) {
+                         float *ws, const NormQ8 &q8, bool merge_ahead) {
     if (n_tiles == 0) return;
     STRATA_ASSERT(!q8.form || (q8.form == 1 && out.cols % 32 == 0));
     STRATA_ASSERT(n_head % n_head_kv == 0 && n_head_kv <= 65535);
@@ -281,11 +303,14 @@ void launch_flash_decode(const KvCacheView &c, Rows q, Rows out, int64_t n_head,
     const int vectors = group * rows_per_tile;
     switch (head_dim) {
         case 64:
-            return launch_dim<64>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, vectors, ws, stream, q8);
+            return launch_dim<64>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, vectors, ws, stream, q8,
+                                  merge_ahead);
         case 128:
-            return launch_dim<128>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, vectors, ws, stream, q8);
+            return launch_dim<128>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, vectors, ws, stream, q8,
+                                   merge_ahead);
         case 256:
-            return launch_dim<256>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, vectors, ws, stream, q8);
+            return launch_dim<256>(c, q, out, group, n_kv, scale, tiles_dev, n_tiles, vectors, ws, stream, q8,
+                                   merge_ahead);
         default:
             fail("CUDA attention: no decode kernel for head size %lld", (long long)head_dim);
     }
