@@ -14,12 +14,15 @@ F=/tmp/qwen3-30b-a3b.gguf
 synth_start qwen3-30b-a3b $F
 cmake --build /tmp/strata -j12 --target test_cuda_ops test_cuda_engine > $L/build2.log 2>&1
 echo "tests build rc=$? at $(el) s"; grep -E " error" $L/build2.log | head -5
-for X in 0 1; do
-  STRATA_CUDA_MMVQ_STAGE=$X timeout 120 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 \
-    --gtest_filter='*Mmvq*:*CudaMatmuls*:*CudaMoe*:*Router*:*FlashDecode*' > $L/ops$X.log 2>&1
-  echo "test_cuda_ops, MMVQ_STAGE=$X: rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|Which|k [0-9]" $L/ops$X.log | head -8
-done
 ALL="STRATA_CUDA_MMVQ_AHEAD=1 STRATA_CUDA_TAIL_AHEAD=1 STRATA_CUDA_MERGE_AHEAD=1"
+# the defaults, then the staged rows with the three switches on (the launches that take their form from the switch,
+# such as the q/k/v parts' mat-vec, run the new forms there)
+for X in 0 1; do
+  if [ $X = 1 ]; then E="STRATA_CUDA_MMVQ_STAGE=1 $ALL"; else E=""; fi
+  env $E timeout 150 /tmp/strata/bin/test_cuda_ops --gtest_brief=1 \
+    --gtest_filter='*Mmvq*:*CudaMatmuls*:*CudaMoe*:*Router*:*FlashDecode*:*Attention*' > $L/ops$X.log 2>&1
+  echo "test_cuda_ops [$E]: rc=$? at $(el) s"; grep -E "FAILED|PASSED|Failure|Which|k [0-9]" $L/ops$X.log | head -8
+done
 env $ALL timeout 200 /tmp/strata/bin/test_cuda_engine --gtest_brief=1 \
   --gtest_filter='*Greedy*:*GraphsDoNotChangeABit*:*MatchesTheCpuEngine*:*Split*' > $L/engine.log 2>&1
 echo "test_cuda_engine, all three on: rc=$? at $(el) s"
