@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Loads ahead in three decoding kernels (each opt-in until this has run): the mat-vec's (STRATA_CUDA_MMVQ_AHEAD=1),
+# Loads ahead in three decoding kernels (the thirty-fifth round ran this: the tail's and the merge's are now defaults,
+# the mat-vec's stays opt-in; a row of none below now has the two defaults on): the mat-vec's (STRATA_CUDA_MMVQ_AHEAD=1),
 # the MoE tail's (STRATA_CUDA_TAIL_AHEAD=1) and the split attention merge's (STRATA_CUDA_MERGE_AHEAD=1), in about six
 # minutes on the 30B file, all resident: their bit-for-bit tests (each test runs both forms; the mat-vec's with
 # staged rows too), the engine's greedy, graph and CPU-match tests with all three on, the greedy ids of `strata run

@@ -9,7 +9,8 @@
 # before and after llama.cpp's best configuration at about that memory (`-ncmoe 26`; 40 on the 80B; TIMING=1 adds
 # STRATA_DECODE_TIMING's phases). EARLY= skips the reads before the wait (STRATA_CUDA_EARLY_READS, on by default):
 # their GPU tests beside the greedy ones, the greedy ids of `strata run --tokens` either way, and a tg128 A/B before
-# the 12 GiB rows; AHEAD=1 adds a tg128 A/B of STRATA_CUDA_MMVQ_AHEAD and STRATA_CUDA_TAIL_AHEAD together.
+# the 12 GiB rows; AHEAD=1 adds a tg128 A/B of STRATA_CUDA_TAIL_AHEAD and STRATA_CUDA_MERGE_AHEAD together (both on by
+# default since the thirty-fifth round).
 # There (carry .peer):
 #   setsid nohup bash bench/device-issue16.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/i16/main.log 570
 L=/tmp/i16; mkdir -p $L
@@ -46,8 +47,8 @@ sb -m $F -p 512,4096 -n 128 -r 3 --chunk 4096
 if [ -n "${EARLY-1}" ]; then  # reads before the wait, A/B alternated, resident decode
   for X in 0 1 0 1; do STRATA_CUDA_EARLY_READS=$X sb -m $F -p 1 -n 128 -r 3; done
 fi
-if [ -n "${AHEAD:-}" ]; then  # AHEAD=1: the mat-vec's and the MoE tail's loads ahead, both on against both off
-  for X in 0 1 0 1; do STRATA_CUDA_MMVQ_AHEAD=$X STRATA_CUDA_TAIL_AHEAD=$X sb -m $F -p 1 -n 128 -r 3; done
+if [ -n "${AHEAD:-}" ]; then  # AHEAD=1: the MoE tail's and the merge's loads ahead, both on against both off
+  for X in 0 1 0 1; do STRATA_CUDA_TAIL_AHEAD=$X STRATA_CUDA_MERGE_AHEAD=$X sb -m $F -p 1 -n 128 -r 3; done
 fi
 if [ -n "${BUDGET-1}" ]; then
   if [ $PRESET = qwen3-30b-a3b ]; then NCMOE=26 N=64; else NCMOE=40 N=32; fi

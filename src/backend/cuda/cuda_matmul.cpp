@@ -31,10 +31,10 @@ bool moe_tail_enabled() {
     static const bool on = env_switch("STRATA_CUDA_MOE_TAIL", true);
     return on;
 }
-// STRATA_CUDA_TAIL_AHEAD=1: the decoding MoE tail loads its pairs' rows before adding them (launch_moe_tail's ahead;
-// opt-in until measured on a GPU; the same bits).
+// STRATA_CUDA_TAIL_AHEAD=0: the decoding MoE tail loads each pair's row after adding the one before instead of all of
+// them first (launch_moe_tail's ahead; the same bits; on: 1.02-1.04x the 30B's resident tg128, bench/RESULTS.md).
 bool tail_ahead_enabled() {
-    static const bool on = env_switch("STRATA_CUDA_TAIL_AHEAD", false);
+    static const bool on = env_switch("STRATA_CUDA_TAIL_AHEAD", true);
     return on;
 }
 // STRATA_CUDA_DEVICE_ROUTING=0 sends decoding through the host-grouped MoE path as well.

@@ -42,10 +42,10 @@ bool flash_decode_split_enabled() {
     return on;
 }
 
-// STRATA_CUDA_MERGE_AHEAD=1: the split decoding attention's merge loads every part before adding any (opt-in until
-// measured on a GPU; the same bits).
+// STRATA_CUDA_MERGE_AHEAD=0: the split decoding attention's merge loads each part after testing it instead of every
+// part before adding any (the same bits; on: 1.01-1.02x the 30B's resident tg128, bench/RESULTS.md).
 bool merge_ahead_enabled() {
-    static const bool on = env_switch("STRATA_CUDA_MERGE_AHEAD", false);
+    static const bool on = env_switch("STRATA_CUDA_MERGE_AHEAD", true);
     return on;
 }
 
