@@ -54,7 +54,7 @@ struct MatmulArgs {
     // sub-block's word loads may read a few bytes beyond it); 0: none.
     int32_t stage_bytes = 0, stage_sub = 0, stage_piece = 0, stage_stride = 0;
     // mmvq, one activation row a group: whether a lane with several sub-blocks of a row issues the loads of 2 or 4 of
-    // them before using the first (-1: as STRATA_CUDA_MMVQ_AHEAD says; 0 no; 1 yes). The same bits either way.
+    // them before using the first (-1: as STRATA_CUDA_MMVQ_AHEAD says, mmvq.cu; 0 no; 1 yes). The same bits either way.
     int32_t loads_ahead = -1;
 };
 

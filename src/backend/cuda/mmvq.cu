@@ -9,7 +9,11 @@
 #include "backend/cuda/matmul.cuh"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
 
+#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/qv_device.cuh"
 #include "backend/exact_math.h"
@@ -322,11 +326,42 @@ void set_stage(MatmulArgs &a) {
     a.stage_stride = int32_t((bytes + 15) / 16 * 16 + 16);
 }
 
-// STRATA_CUDA_MMVQ_AHEAD=1: a decoding mat-vec's lane issues the loads of 2 or 4 of its sub-blocks before using the
-// first (lane_sum_ahead; the same bits). Opt-in: 0.976-0.987x the 30B's resident tg128 on an H100 (bench/RESULTS.md).
-bool mmvq_ahead_enabled() {
-    static const bool on = env_switch("STRATA_CUDA_MMVQ_AHEAD", false);
-    return on;
+// STRATA_CUDA_MMVQ_AHEAD: whether a decoding mat-vec's lane issues the loads of 2 or 4 of its sub-blocks before
+// using the first (lane_sum_ahead; the same bits). 0 (default): never; 1: wherever a lane has several; 2: only where
+// the form ahead takes no more waves of blocks than the one-at-a-time form (its 70-128 registers a thread hold fewer
+// blocks an SM: a launch of few rows, such as a 2048-row o matrix, loses nothing by them, one of many rows loses
+// occupancy). 1 measured 0.976-0.987x the 30B's resident tg128 on an H100 (bench/RESULTS.md); 2 is opt-in until
+// measured.
+int mmvq_ahead_mode() {
+    static const int mode = int(std::min<long>(env_count("STRATA_CUDA_MMVQ_AHEAD", 0), 2));
+    return mode;
+}
+
+// Blocks of k an SM of the current device holds at once with smem bytes of dynamic shared memory (cached: one query
+// per kernel, device and size).
+int blocks_per_sm(const void *k, size_t smem) {
+    static std::mutex mu;
+    static std::map<std::tuple<const void *, int, size_t>, int> known;
+    int dev = 0;
+    STRATA_CUDA_CHECK(cudaGetDevice(&dev));
+    const std::lock_guard<std::mutex> lock(mu);
+    const auto key = std::make_tuple(k, dev, smem);
+    if (auto it = known.find(key); it != known.end()) return it->second;
+    int n = 0;
+    STRATA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, k_mmvq_warps * 32, smem));
+    return known[key] = std::max(n, 1);
+}
+
+// Whether a launch of `blocks` blocks takes no more waves in form `ahead` than in `one` (mode 2 above).
+bool ahead_costs_no_wave(const void *ahead, const void *one, int64_t blocks, size_t smem) {
+    int dev = 0, sms = 0;
+    STRATA_CUDA_CHECK(cudaGetDevice(&dev));
+    STRATA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const auto waves = [&](const void *k) {
+        const int64_t per_wave = int64_t(sms) * blocks_per_sm(k, smem);
+        return (blocks + per_wave - 1) / per_wave;
+    };
+    return waves(ahead) <= waves(one);
 }
 
 // one_row: every group has one activation row (a decoding token's).
@@ -334,9 +369,26 @@ void launch(MatmulArgs a, const MatmulParts &parts, dim3 grid, bool one_row, cud
     const IqGrids &g = iq_grids();
     set_stage(a);
     const int64_t per_lane = (a.k / 32 + 31) / 32;  // a lane's sub-blocks of a row
-    const bool want = a.loads_ahead < 0 ? mmvq_ahead_enabled() : a.loads_ahead > 0;
-    const int ahead = one_row && want && per_lane > 1 ? (per_lane == 2 ? 2 : 4) : 0;  // sub-blocks a lane loads at once
+    const int mode = a.loads_ahead < 0 ? mmvq_ahead_mode() : a.loads_ahead > 0 ? 1 : 0;
+    int ahead = one_row && mode > 0 && per_lane > 1 ? (per_lane == 2 ? 2 : 4) : 0;  // sub-blocks a lane loads at once
     const size_t smem = size_t(k_mmvq_warps) * size_t(a.stage_stride);
+    if (ahead > 0 && mode == 2) {
+        const int64_t blocks = int64_t(grid.x) * grid.y;
+        // clang-format off
+        switch (a.type) {
+#define X(T_) \
+        case DType::T_: \
+            if (!ahead_costs_no_wave(reinterpret_cast<const void *>(ahead == 4 ? k_mmvq<DType::T_, 1, 4> \
+                                                                               : k_mmvq<DType::T_, 1, 2>), \
+                                     reinterpret_cast<const void *>(k_mmvq<DType::T_, 1, 1>), blocks, smem)) \
+                ahead = 0; \
+            break;
+            X(Q8_0) X(Q4_0) X(MXFP4) X(IQ4_XS) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ2_XXS) X(IQ1_M)
+#undef X
+            default: break;
+        }
+        // clang-format on
+    }
     // clang-format off
     switch (a.type) {
 #define X(T_) \
