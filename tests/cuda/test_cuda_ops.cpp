@@ -2017,6 +2017,68 @@ TEST(CudaRouter, OneLaunchIsTheTwoLaunches) {
     }
 }
 
+// The one-launch router's one-token form (launch_router_fused's `one`, STRATA_CUDA_ROUTER_ONE) against its general
+// form for a token: logits, ids and weights bit for bit, the counter back at zero after each. F32, F16 and BF16
+// routers of 128 and 512 experts, rows of 2048 (weights loaded before the wait) and 5120 (read after it), top-8 and
+// top-10; an F32 router whose rows sit 2 bytes off a word (loaded byte by byte) beside the aligned one.
+TEST(CudaRouter, OneTokenFormIsTheGeneralForm) {
+    uint64_t seed = 9300;
+    for (DType rt : {DType::F32, DType::F16, DType::BF16})
+        for (int64_t ne : {128, 512})
+            for (int64_t E : {2048, 5120})
+                for (int64_t k : {8, 10})
+                    for (size_t off : {size_t(0), size_t(2)}) {
+                        if (off && rt != DType::F32) continue;
+                        HostWeight hw;
+                        make_weight(hw, rt, E, ne, 1, seed++, 0.05f, false);
+                        DevBuf wd(hw.bytes.size() + 16), xd(size_t(E) * 4), done(4);
+                        uint8_t *w = static_cast<uint8_t *>(wd.p) + off;
+                        CUDA_OK(cudaMemcpy(w, hw.bytes.data(), hw.bytes.size(), cudaMemcpyHostToDevice));
+                        const std::vector<float> x = randn(size_t(E), seed++);
+                        CUDA_OK(cudaMemcpy(xd.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+                        CUDA_OK(cudaMemset(done.p, 0, 4));
+                        struct Out {
+                            std::vector<float> logits, wts;
+                            std::vector<int32_t> ids;
+                        };
+                        auto run = [&](int one, Out &o) {
+                            DevBuf ld(size_t(ne) * 4), id(size_t(k) * 4), wtd(size_t(k) * 4);
+                            cuda::MatmulArgs a;
+                            a.type = rt;
+                            a.k = E;
+                            a.n = ne;
+                            a.row_bytes = hw.w.row_bytes;
+                            a.x = xd.as<float>();
+                            a.x_stride = E;
+                            a.y = ld.as<float>();
+                            a.y_stride = ne;
+                            a.single = {w, 0, 1, 0};
+                            cuda::launch_router_fused(a, k, true, 0.0f, id.as<int32_t>(), wtd.as<float>(),
+                                                      done.as<unsigned>(), nullptr, {}, one);
+                            CUDA_OK(cudaDeviceSynchronize());
+                            o.logits.resize(size_t(ne)), o.wts.resize(size_t(k)), o.ids.resize(size_t(k));
+                            CUDA_OK(cudaMemcpy(o.logits.data(), ld.p, o.logits.size() * 4, cudaMemcpyDeviceToHost));
+                            CUDA_OK(cudaMemcpy(o.wts.data(), wtd.p, o.wts.size() * 4, cudaMemcpyDeviceToHost));
+                            CUDA_OK(cudaMemcpy(o.ids.data(), id.p, o.ids.size() * 4, cudaMemcpyDeviceToHost));
+                            unsigned left = 1;
+                            CUDA_OK(cudaMemcpy(&left, done.p, 4, cudaMemcpyDeviceToHost));
+                            EXPECT_EQ(left, 0u) << "one " << one;
+                        };
+                        Out general, one;
+                        run(0, general);
+                        run(1, one);
+                        ASSERT_FALSE(HasFatalFailure());
+                        const std::string what = std::string(dtype_name(rt)) + " " + std::to_string(ne) +
+                                                 " experts, rows of " + std::to_string(E) + ", top-" +
+                                                 std::to_string(k) + ", offset " + std::to_string(off);
+                        EXPECT_EQ(std::memcmp(general.logits.data(), one.logits.data(), general.logits.size() * 4), 0)
+                            << what << ": logits";
+                        EXPECT_EQ(general.ids, one.ids) << what << ": ids";
+                        EXPECT_EQ(std::memcmp(general.wts.data(), one.wts.data(), general.wts.size() * 4), 0)
+                            << what << ": weights";
+                    }
+}
+
 // The one-launch router replayed from a CUDA graph: the counter it leaves at zero is what the next replay starts
 // from, so three replays over new inputs give what the two launches give for each.
 TEST(CudaRouter, OneLaunchReplaysFromAGraph) {

@@ -261,10 +261,22 @@ __global__ void k_router_topk(Rows logits, int64_t k, bool norm, float scale, bo
 }
 
 // A router row's first PRE k_mmv_split_threads weights, thread threadIdx.x's (0 past the row's end): loaded before the
-// kernel's wait (constant: pdl.cuh), while the kernel before still runs.
+// kernel's wait (constant: pdl.cuh), while the kernel before still runs. words: an F32 row whose floats are 4-byte
+// aligned, each loaded as one word instead of byte by byte (row_elem's loads take any alignment): the same values.
 template <DType T, int PRE>
-__device__ __forceinline__ void router_weights(const MatmulArgs &a, const IqGrids &g, float (&w)[PRE]) {
+__device__ __forceinline__ void router_weights(const MatmulArgs &a, const IqGrids &g, float (&w)[PRE],
+                                               bool words = false) {
     const uint8_t *wrow = static_cast<const uint8_t *>(a.single.w) + size_t(blockIdx.x) * a.row_bytes;
+    if constexpr (T == DType::F32)
+        if (words) {
+            const float *f = reinterpret_cast<const float *>(wrow);
+#pragma unroll
+            for (int i = 0; i < PRE; i++) {
+                const int64_t kk = threadIdx.x + int64_t(i) * k_mmv_split_threads;
+                w[i] = kk < a.k ? f[kk] : 0.0f;
+            }
+            return;
+        }
 #pragma unroll
     for (int i = 0; i < PRE; i++) {
         const int64_t kk = threadIdx.x + int64_t(i) * k_mmv_split_threads;
@@ -305,24 +317,25 @@ __device__ __forceinline__ void router_rank(const MatmulArgs &a, int64_t k, bool
 // The router's mat-vec and top-k in one launch (decode): block n computes logit n of every token exactly as the
 // split mat-vec does, and the block that finishes last ranks them, a warp per token, exactly as k_router_topk does.
 // done counts the finished blocks; the last one sets it back to zero for the next launch (a graph replays it as is).
-template <DType T>
+// MAXT: the most tokens (1: one decoding token's form, launch_router_fused's `one`; words as router_weights takes it).
+template <DType T, int MAXT>
 __global__ __launch_bounds__(k_mmv_split_threads) void k_router_fused(MatmulArgs a, IqGrids g, int64_t k, bool norm,
                                                                       float scale, bool regs, int32_t *ids,
-                                                                      float *weights, unsigned *done,
-                                                                      RouterPairs pairs) {
+                                                                      float *weights, unsigned *done, RouterPairs pairs,
+                                                                      bool words) {
     constexpr int PRE = 16;
     const bool loaded = a.k <= PRE * k_mmv_split_threads;
     float w[PRE];
-    if (loaded) router_weights<T, PRE>(a, g, w);
+    if (loaded) router_weights<T, PRE>(a, g, w, words);
     pdl_wait();
     pdl_release();
     extern __shared__ float prob[];
     __shared__ float red[32];
     __shared__ bool last;
     if (loaded)
-        mmv_split_row_loaded<PRE>(a, a.single, blockIdx.x, w, red);
+        mmv_split_row_loaded<PRE, MAXT>(a, a.single, blockIdx.x, w, red);
     else
-        mmv_split_row<T>(a, a.single, blockIdx.x, g, red);
+        mmv_split_row<T, MAXT>(a, a.single, blockIdx.x, g, red);
     if (!router_last_block(done, last)) return;
     router_rank(a, k, norm, scale, regs, ids, weights, done, pairs, prob);
 }
@@ -589,30 +602,39 @@ bool router_fused_supported(DType t, int64_t n_expert, int64_t k_row, int64_t n_
            size_t(k_mmv_split_threads / 32) * size_t(n_expert) * sizeof(float) <= 48 * 1024;
 }
 
+// STRATA_CUDA_ROUTER_ONE=1: a pass of one token routes by the one-launch router's one-token form (opt-in until measured
+// on a GPU; the same bits).
+bool router_one_on() {
+    static const bool on = env_switch("STRATA_CUDA_ROUTER_ONE", false);
+    return on;
+}
+
 void launch_router_fused(const MatmulArgs &a, int64_t k, bool norm, float scale, int32_t *ids, float *weights,
-                         unsigned *done, cudaStream_t stream, const RouterPairs &pairs) {
+                         unsigned *done, cudaStream_t stream, const RouterPairs &pairs, int one) {
     STRATA_ASSERT(router_fused_supported(a.type, a.n, a.k, a.single.n_rows) && a.groups == nullptr);
     STRATA_ASSERT(k >= 1 && k <= a.n && a.single.x_row0 == 0 && a.single.y_row0 == 0);
     const IqGrids &g = iq_grids();
     const size_t smem = size_t(k_mmv_split_threads / 32) * size_t(a.n) * sizeof(float);  // a warp's probabilities
     const unsigned grid = unsigned(a.n);
     const bool regs = router_regs_on() && router_regs_take(a.n, k);
+    const bool one_form = (one < 0 ? router_one_on() : one > 0) && a.single.n_rows == 1;
+    const bool words =
+        one_form && a.type == DType::F32 && (reinterpret_cast<uintptr_t>(a.single.w) % 4 == 0 && a.row_bytes % 4 == 0);
+    // clang-format off
     switch (a.type) {
-        case DType::F32:
-            pdl_launch(k_router_fused<DType::F32>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale, regs, ids,
-                       weights, done, pairs);
+#define X(T_) \
+        case DType::T_: \
+            if (one_form) pdl_launch(k_router_fused<DType::T_, 1>, grid, k_mmv_split_threads, smem, stream, a, g, k, \
+                                     norm, scale, regs, ids, weights, done, pairs, words); \
+            else pdl_launch(k_router_fused<DType::T_, k_mmv_max_rows>, grid, k_mmv_split_threads, smem, stream, a, g, \
+                            k, norm, scale, regs, ids, weights, done, pairs, false); \
             break;
-        case DType::F16:
-            pdl_launch(k_router_fused<DType::F16>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale, regs, ids,
-                       weights, done, pairs);
-            break;
-        case DType::BF16:
-            pdl_launch(k_router_fused<DType::BF16>, grid, k_mmv_split_threads, smem, stream, a, g, k, norm, scale, regs, ids,
-                       weights, done, pairs);
-            break;
+        X(F32) X(F16) X(BF16)
+#undef X
         default:
             fail("CUDA: no one-launch router for %s", dtype_name(a.type));
     }
+    // clang-format on
     STRATA_CUDA_LAUNCH_CHECK("k_router_fused");
 }
 

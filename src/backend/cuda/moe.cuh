@@ -36,8 +36,10 @@ struct RouterPairs {
     int32_t *yrow = nullptr, *widx = nullptr;
 };
 bool router_fused_supported(DType t, int64_t n_expert, int64_t k_row, int64_t n_tokens);
+// one: a pass of one token in the kernel's one-token form (fewer registers and instructions, an F32 router's weights
+// loaded as words where aligned; the same bits): -1 as STRATA_CUDA_ROUTER_ONE says (opt-in), 0 no, 1 yes.
 void launch_router_fused(const MatmulArgs &a, int64_t k, bool norm, float scale, int32_t *ids, float *weights,
-                         unsigned *done, cudaStream_t stream, const RouterPairs &pairs = {});
+                         unsigned *done, cudaStream_t stream, const RouterPairs &pairs = {}, int one = -1);
 // The residual step before the router, done by the same launch (launch_router_norm): resid += y, normed =
 // rms_norm(resid) with w over the whole row (launch_add_rms_norm's bits, with q8's form where it is set), and the
 // router's input is normed. a.x is unused.
