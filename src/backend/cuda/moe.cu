@@ -326,7 +326,7 @@ __global__ __launch_bounds__(k_mmv_split_threads) void k_router_fused(MatmulArgs
     constexpr int PRE = 16;
     const bool loaded = a.k <= PRE * k_mmv_split_threads;
     float w[PRE];
-    if (loaded) router_weights<T, PRE>(a, g, w, words);
+    if (loaded) router_weights<T, PRE>(a, g, w, MAXT == 1 && words);  // the general form as it was
     pdl_wait();
     pdl_release();
     extern __shared__ float prob[];
