@@ -2043,16 +2043,8 @@ TEST(CudaRouter, OneTokenFormIsTheGeneralForm) {
                         };
                         auto run = [&](int one, Out &o) {
                             DevBuf ld(size_t(ne) * 4), id(size_t(k) * 4), wtd(size_t(k) * 4);
-                            cuda::MatmulArgs a;
-                            a.type = rt;
-                            a.k = E;
-                            a.n = ne;
-                            a.row_bytes = hw.w.row_bytes;
-                            a.x = xd.as<float>();
-                            a.x_stride = E;
-                            a.y = ld.as<float>();
-                            a.y_stride = ne;
-                            a.single = {w, 0, 1, 0};
+                            cuda::MatmulArgs a = f32_args(w, E, ne, xd.as<float>(), ld.as<float>());
+                            a.type = rt, a.row_bytes = hw.w.row_bytes, a.single.n_rows = 1;
                             cuda::launch_router_fused(a, k, true, 0.0f, id.as<int32_t>(), wtd.as<float>(),
                                                       done.as<unsigned>(), nullptr, {}, one);
                             CUDA_OK(cudaDeviceSynchronize());
