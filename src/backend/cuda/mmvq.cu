@@ -364,45 +364,41 @@ bool ahead_costs_no_wave(const void *ahead, const void *one, int64_t blocks, siz
     return waves(ahead) <= waves(one);
 }
 
+// The forms of k_mmvq for one weight type: up to k_mmv_max_rows activation rows a group, one, and one with 2 or 4
+// sub-blocks a lane loaded ahead.
+using MmvqKernel = void (*)(MatmulArgs, IqGrids, MatmulParts);
+struct MmvqForms {
+    MmvqKernel rows, one, ahead2, ahead4;
+};
+MmvqForms mmvq_forms(DType t) {
+    switch (t) {
+#define X(T_)                                                                                           \
+    case DType::T_:                                                                                     \
+        return {k_mmvq<DType::T_, k_mmv_max_rows, 1>, k_mmvq<DType::T_, 1, 1>, k_mmvq<DType::T_, 1, 2>, \
+                k_mmvq<DType::T_, 1, 4>};
+        X(Q8_0)
+        X(Q4_0) X(MXFP4) X(IQ4_XS) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ2_XXS) X(IQ1_M)
+#undef X
+            default : fail("CUDA: no quantized mat-vec kernel for %s", dtype_name(t));
+    }
+}
+
 // one_row: every group has one activation row (a decoding token's).
 void launch(MatmulArgs a, const MatmulParts &parts, dim3 grid, bool one_row, cudaStream_t stream) {
     const IqGrids &g = iq_grids();
     set_stage(a);
+    const MmvqForms f = mmvq_forms(a.type);
     const int64_t per_lane = (a.k / 32 + 31) / 32;  // a lane's sub-blocks of a row
     const int mode = a.loads_ahead < 0 ? mmvq_ahead_mode() : a.loads_ahead > 0 ? 1 : 0;
-    int ahead = one_row && mode > 0 && per_lane > 1 ? (per_lane == 2 ? 2 : 4) : 0;  // sub-blocks a lane loads at once
     const size_t smem = size_t(k_mmvq_warps) * size_t(a.stage_stride);
-    if (ahead > 0 && mode == 2) {
-        const int64_t blocks = int64_t(grid.x) * grid.y;
-        // clang-format off
-        switch (a.type) {
-#define X(T_) \
-        case DType::T_: \
-            if (!ahead_costs_no_wave(reinterpret_cast<const void *>(ahead == 4 ? k_mmvq<DType::T_, 1, 4> \
-                                                                               : k_mmvq<DType::T_, 1, 2>), \
-                                     reinterpret_cast<const void *>(k_mmvq<DType::T_, 1, 1>), blocks, smem)) \
-                ahead = 0; \
-            break;
-            X(Q8_0) X(Q4_0) X(MXFP4) X(IQ4_XS) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ2_XXS) X(IQ1_M)
-#undef X
-            default: break;
-        }
-        // clang-format on
+    MmvqKernel k = one_row ? f.one : f.rows;
+    if (one_row && mode > 0 && per_lane > 1) {  // the loads of 2 or 4 sub-blocks a lane at once
+        const MmvqKernel ahead = per_lane == 2 ? f.ahead2 : f.ahead4;
+        if (mode == 1 || ahead_costs_no_wave(reinterpret_cast<const void *>(ahead), reinterpret_cast<const void *>(k),
+                                             int64_t(grid.x) * grid.y, smem))
+            k = ahead;
     }
-    // clang-format off
-    switch (a.type) {
-#define X(T_) \
-    case DType::T_: \
-        if (ahead == 4) pdl_launch(k_mmvq<DType::T_, 1, 4>, grid, k_mmvq_warps * 32, smem, stream, a, g, parts); \
-        else if (ahead == 2) pdl_launch(k_mmvq<DType::T_, 1, 2>, grid, k_mmvq_warps * 32, smem, stream, a, g, parts); \
-        else if (one_row) pdl_launch(k_mmvq<DType::T_, 1, 1>, grid, k_mmvq_warps * 32, smem, stream, a, g, parts); \
-        else pdl_launch(k_mmvq<DType::T_, k_mmv_max_rows, 1>, grid, k_mmvq_warps * 32, smem, stream, a, g, parts); \
-        break;
-        X(Q8_0) X(Q4_0) X(MXFP4) X(IQ4_XS) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ2_XXS) X(IQ1_M)
-#undef X
-        default: fail("CUDA: no quantized mat-vec kernel for %s", dtype_name(a.type));
-    }
-    // clang-format on
+    pdl_launch(k, grid, k_mmvq_warps * 32, smem, stream, a, g, parts);
     STRATA_CUDA_LAUNCH_CHECK("k_mmvq");
 }
 
