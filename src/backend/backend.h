@@ -483,6 +483,26 @@ class Backend {
     // dst rows from host floats (packed), ordered after the ops issued before and before those issued after, without
     // waiting for the device where the backend can; `host` may be reused on return.
     virtual void upload_rows(const float *host, Act dst) { upload(host, dst); }
+    // Rows the host writes after the call, handed to the device without the caller (decode's hybrid misses,
+    // STRATA_DECODE_HANDOFF): rows_handoff(bytes) gives a buffer of at least `bytes` that the device reads in place
+    // and a signal word with the ticket it will hold once the rows are written; handoff_rows(h, dst) queues, ordered
+    // like upload_rows, the copy of h.host's packed rows into dst, which the device starts once the word holds the
+    // ticket (stored with release by whoever writes the last of the rows: HostExperts). A buffer stays the
+    // caller's until the copy is queued and the next rows_handoff. {} (host null) where the backend has none. Once a
+    // copy is queued its ticket must be stored, or the device waits for ever.
+    struct RowsHandoff {
+        float *host = nullptr;
+        uint32_t *signal = nullptr;
+        uint32_t ticket = 0;
+    };
+    virtual RowsHandoff rows_handoff(size_t bytes) {
+        (void)bytes;
+        return {};
+    }
+    virtual void handoff_rows(const RowsHandoff &h, Act dst) {
+        (void)h, (void)dst;
+        fail("internal: the %s backend hands no rows over", name().c_str());
+    }
     // Device timestamps: mark_device() stands for the point in the backend's stream where it is issued;
     // device_ms(a, b) is the device time between two marks, or a negative value while either is still ahead of the
     // device (never waits). 0 and -1 where the backend has no device.

@@ -144,17 +144,20 @@ void DecodeHybrid::compute(const std::vector<HostExpertJob> &jobs, uint64_t byte
     finish();
 }
 
-void DecodeHybrid::start(const std::vector<HostExpertJob> &jobs, uint64_t bytes, int64_t dev_misses) {
+void DecodeHybrid::start(const std::vector<HostExpertJob> &jobs, uint64_t bytes, int64_t dev_misses, HostSignal done) {
     t0_ = std::chrono::steady_clock::now();
     n_jobs_ = int64_t(jobs.size());
     bytes_ = bytes;
     dev_misses_ = dev_misses;
-    pool_.start(jobs);
+    signalled_ = done.word != nullptr;
+    stats_.handoffs += signalled_;
+    pool_.start(jobs, done);
 }
 
 void DecodeHybrid::finish() {
     pool_.finish();
-    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count();
+    const auto end = signalled_ ? pool_.done_at() : std::chrono::steady_clock::now();
+    const double us = std::chrono::duration<double, std::micro>(end - t0_).count();
     model_.host(n_jobs_, us);
     if (n_jobs_ > 0) smooth(c_us_, us / double(n_jobs_));
     read_device_times();

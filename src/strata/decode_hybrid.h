@@ -12,7 +12,9 @@
 //   2. the schedule starts the host's experts (start(): the pool's threads begin), issues the device's between two
 //      device marks, then joins the host's (finish()): the pool computes while the device copies and computes its
 //      own (with STRATA_DECODE_OVERLAP=0, compute() after the device's part is issued);
-//   3. the host's outputs go up as rows of the experts' output (Backend::upload_rows), ordered before the combine.
+//   3. the host's outputs go up as rows of the experts' output (Backend::upload_rows), ordered before the combine;
+//      or, with the handoff (moe_schedule.h), the host writes them where the device reads them, the device's copy,
+//      queued after its part, starts at the signal the pool's last piece stores, and finish() comes later.
 // The device time between the marks is read once the device has passed them (never waited for), a few layers
 // later, and goes to the model with the layer's count of device misses; compute() times the host's part.
 // STRATA_DECODE_CPU=0 turns the split off (every miss copied in, as before). STRATA_DECODE_SPLIT_FIT=0 takes the
@@ -41,6 +43,7 @@ struct HybridOptions {
 struct HybridStats {
     uint64_t host_experts = 0, host_bytes = 0;  // misses computed on the host, and the expert bytes they read
     uint64_t device_misses = 0;                 // misses copied in while the host computed others
+    uint64_t handoffs = 0;                      // layers whose host rows the device took at the pool's signal
     double host_ms = 0.0;                       // the host's compute time in all
     double host_us_per_expert = 0.0, device_us_per_miss = 0.0;  // the cost model's current estimates (0: none yet)
 };
@@ -82,8 +85,12 @@ class DecodeHybrid {
     // compute() in two halves (HostExperts::start / finish): the host's threads begin on start(), the caller issues
     // the device's part, and finish() takes part and waits. The host's time is from start to finish: the path
     // its rows take, however long the caller was away.
-    void start(const std::vector<HostExpertJob> &jobs, uint64_t bytes, int64_t dev_misses);
+    // With a signal (the handoff: Backend::rows_handoff) the host's time ends where its last output was written,
+    // not at finish(), which may come any time later.
+    void start(const std::vector<HostExpertJob> &jobs, uint64_t bytes, int64_t dev_misses, HostSignal done = {});
     void finish();
+    // Whether the pool ends these jobs without the caller (HostExperts::runs_alone): a handoff's condition.
+    bool runs_alone(const std::vector<HostExpertJob> &jobs) const { return pool_.runs_alone(jobs); }
     const HybridStats &stats() const { return stats_; }
     int threads() const { return pool_.threads(); }
     bool pinned() const { return pool_.pinned(); }
@@ -100,6 +107,7 @@ class DecodeHybrid {
     };
     std::deque<Pending> pending_;
     std::chrono::steady_clock::time_point t0_;  // the started compute's
+    bool signalled_ = false;                    // the started compute stores a signal
     int64_t n_jobs_ = 0, dev_misses_ = 0;
     uint64_t bytes_ = 0;
     SplitModel model_;

@@ -177,6 +177,9 @@ MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::v
     // STRATA_DECODE_OVERLAP=0: decode-sized passes read x back apart from the routing, queue the shared expert
     // after the experts, and fill slots on the compute stream (the order before it).
     decode_overlap_ = env_switch("STRATA_DECODE_OVERLAP", true);
+    // STRATA_DECODE_HANDOFF=0: with the overlap on, the host's rows go up after this thread joins the pool, and the
+    // layer's later kernels are issued after that, instead of the device starting their copy at the pool's signal.
+    handoff_ = decode_overlap_ && env_switch("STRATA_DECODE_HANDOFF", true);
     // STRATA_DECODE_COPY_STREAM=0: with the overlap on, decode's fills stay on the compute stream.
     slot_fills_ahead_ = decode_overlap_ && env_switch("STRATA_DECODE_COPY_STREAM", true);
     // STRATA_PREFILL_SHARED_FIRST=0: a prompt pass queues its shared expert after the routed experts' combine.
@@ -217,7 +220,18 @@ static_assert(k_hybrid_max_tokens <= DecodeModeChooser::k_max_tokens);
 
 // The device alone is a choice where some layer of the pass maps its misses and routes on the device; a traced pass
 // (its intermediates read back) splits as before and gives no sample.
+void MoeSchedule::settle_host() {
+    if (!host_pending_) return;
+    host_pending_ = false;
+    hybrid_->finish();
+}
+
+MoeSchedule::~MoeSchedule() {
+    settle_host();
+}
+
 void MoeSchedule::start_pass(int64_t T, bool traced) {
+    settle_host();
     admit_after_alone_pass();
     if (slots_) slots_->begin_pass();  // after the last pass's requests, judged just above
     if (favourites_ && T >= 1 && T <= k_hybrid_max_tokens && slots_->favourites_pending()) keep_favourites();
@@ -622,8 +636,18 @@ void MoeSchedule::hybrid_experts(const ExpertWeights &w, const RouteGroups &g, c
                               g.count[size_t(e)]});
         bytes += w.expert_bytes();
     }
+    // The handoff: the host's outputs written where the device reads them, their copy queued after the device's
+    // part and started by the pool's last piece; this thread joins the pool only before its next use (settle_host).
+    // Only where the pool ends the call without this thread: the device waits for the signal.
+    Backend::RowsHandoff h{};
+    if (decode_overlap_ && handoff_ && hybrid_->runs_alone(host_jobs_)) {
+        h = be_.rows_handoff(size_t((M - r0) * E) * sizeof(float));
+        if (h.host)
+            for (HostExpertJob &j : host_jobs_) j.y = h.host + (j.y - host_ys_.data());
+    }
     // Overlapped: the host's threads begin before the device's part is issued, and this thread joins them after.
-    if (decode_overlap_) hybrid_->start(host_jobs_, bytes, dev_misses);
+    if (decode_overlap_)
+        hybrid_->start(host_jobs_, bytes, dev_misses, h.host ? HostSignal{h.signal, h.ticket} : HostSignal{});
     try {
         const uint64_t a = be_.mark_device();
         routed_experts(w, g, dev, n_exp, xs, ys, fills_ahead, mapped);
@@ -633,6 +657,11 @@ void MoeSchedule::hybrid_experts(const ExpertWeights &w, const RouteGroups &g, c
         throw;
     }
     if (tm) tm->phase_end(TimingPhase::Experts);
+    if (h.host) {
+        host_pending_ = true;  // first: a copy queued is a signal awaited, and the pool stores it whatever follows
+        be_.handoff_rows(h, ys.rows_view(r0, M - r0));
+        return;
+    }
     Region r(be_, "hybrid/host");
     if (decode_overlap_)
         hybrid_->finish();
@@ -655,6 +684,7 @@ void MoeSchedule::shared_ffn(const LayerWeights &L, Act x, Act sy) {
 void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out, const ResidualNorm *then,
                       const ResidualAdd *before) {
     ran_layers_ = true;
+    settle_host();  // the last layer's handoff: its pool and buffers serve this one
     STRATA_ASSERT(il >= 0 && size_t(il) < experts_.size() && experts_[size_t(il)].present());
     const ExpertWeights &w = experts_[size_t(il)];
     const int64_t T = x.rows, E = x.cols, k = p.n_expert_used, n_exp = p.n_expert;

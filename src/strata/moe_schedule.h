@@ -72,9 +72,13 @@
 // input rows the hybrid split needs come back with the routing (one wait for the device, not two); the shared
 // expert's FFN is queued right after the readback, so the device computes it while the host splits, groups and
 // computes its misses; the host's threads start on its misses before the device's part is issued (this thread
-// joins them after issuing it); the fills of the layer's misses go on the copy stream (Backend::fill_slots ahead),
-// beside the shared expert's kernels, where the layer has one (STRATA_DECODE_COPY_STREAM=0: on the compute stream).
-// Its gate and add come after the combine as always.
+// joins them after issuing it, or, with the handoff, only before the pool's next use: STRATA_DECODE_HANDOFF, on,
+// where the pool ends a call without this thread, writes the host's rows where the device reads them, and the
+// device's copy of them, queued after its part, starts when the pool's last piece stores the signal
+// (Backend::rows_handoff), so the layer's combine and the next layer's kernels are issued while the host computes;
+// =0: the rows uploaded after the join, everything after them issued then); the fills of the layer's misses go on
+// the copy stream (Backend::fill_slots ahead), beside the shared expert's kernels, where the layer has one
+// (STRATA_DECODE_COPY_STREAM=0: on the compute stream). Its gate and add come after the combine as always.
 // Decode mode (STRATA_DECODE_CHOOSE, on; decode_mode.h): where the split exists and the layers are mapped, each
 // decode-sized pass runs either alone (step 2: the device reads its misses in place, nothing read back, graphs
 // replay; nothing is filled during it, under LFU its admissions after it, step 2) or split (the host computes some
@@ -172,6 +176,7 @@ class MoeSchedule final : public ExpertRunner {
     // slots: the device's slot table (nullptr for a backend that reads experts in place).
     MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::vector<const Weight *> routers,
                 ExpertSlotTable *slots, const HybridOptions &hybrid = {});
+    ~MoeSchedule() override;
     const PrefetchStats &prefetch_stats() const { return prefetch_; }
     // The bus rate auto's cost model prices a copy at (prefill_cost.h; 0: the recall's line alone).
     void set_bus_rate(double gbs) { cost_.set_bus_rate(gbs); }
@@ -183,7 +188,10 @@ class MoeSchedule final : public ExpertRunner {
         return t.layers();
     }
     // The hybrid misses' figures (nullptr: the split is off or does not apply to this backend and plan).
-    const HybridStats *hybrid_stats() const { return hybrid_ ? &hybrid_->stats() : nullptr; }
+    const HybridStats *hybrid_stats() {
+        settle_host();
+        return hybrid_ ? &hybrid_->stats() : nullptr;
+    }
     int hybrid_threads() const { return hybrid_ ? hybrid_->threads() : 0; }
     bool hybrid_pinned() const { return hybrid_ && hybrid_->pinned(); }
     void run(int64_t il, const LayerWeights &L, Act x, const MoeParams &p, Act out, const ResidualNorm *then,
@@ -294,6 +302,9 @@ class MoeSchedule final : public ExpertRunner {
     PassTiming timing_, decode_timing_;
     PassTiming *layer_timing_ = nullptr;  // the layer's timing, where on (run() sets it for its layer)
     bool decode_overlap_;    // STRATA_DECODE_OVERLAP
+    bool handoff_;           // STRATA_DECODE_HANDOFF: the host's rows started by the pool's signal
+    bool host_pending_ = false;  // a handoff's pool call not joined yet
+    void settle_host();          // joins it
     bool slot_fills_ahead_;  // STRATA_DECODE_COPY_STREAM: decode's fills beside the shared expert
     bool shared_first_;      // STRATA_PREFILL_SHARED_FIRST: a prompt pass's shared expert before its routed experts
     std::unique_ptr<DecodeHybrid> hybrid_;  // nullptr: every miss copied in

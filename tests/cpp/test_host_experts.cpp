@@ -2,8 +2,11 @@
 // whatever the number of threads, jobs and rows.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "backend/host/host_experts.h"
@@ -118,6 +121,36 @@ TEST(HostExperts, TakeThreadsByTheWorkSameBits) {
         pool.run({{big.m[0], big.m[1], big.m[2], xb.data(), yb.data(), 2}});
         EXPECT_EQ(std::memcmp(yb.data(), want_b.data(), yb.size() * 4), 0) << "big, rep " << rep;
     }
+}
+
+// A call given a signal word (decoding's handoff to the device): where it wakes a worker (runs_alone) the workers
+// end it without the caller, the word holding the call's value once every output is written (read here with acquire,
+// before any finish(), as the device reads it), the outputs then expert_ffn_host's bit for bit; done_at() is the
+// time of the last output; a call without rows stores its value at once; the next call's value follows the last's.
+TEST(HostExperts, SignalEveryOutputWrittenWithoutTheCaller) {
+    HostExperts pool(3);
+    if (pool.threads() < 2) GTEST_SKIP() << "one hardware thread: the pool has no worker";
+    const Expert big = make_expert(DType::Q8_0, DType::Q4_K, DType::Q6_K, 256, 512, 8);
+    const std::vector<float> xb = gaussian(3 * 256, 9), want = reference(big, xb, 3);
+    const std::vector<HostExpertJob> probe = {{big.m[0], big.m[1], big.m[2], xb.data(), nullptr, 3}};
+    ASSERT_TRUE(pool.runs_alone(probe));
+    const Expert small = make_expert(DType::Q8_0, DType::Q8_0, 64, 64, 4);
+    const std::vector<HostExpertJob> one = {{small.m[0], small.m[1], small.m[2], xb.data(), nullptr, 1}};
+    EXPECT_FALSE(pool.runs_alone(one));  // the caller alone: no handoff
+    alignas(64) uint32_t word = 0;
+    for (uint32_t call = 1; call <= 30; call++) {
+        std::vector<float> y(want.size(), -1.0f);
+        const auto t0 = std::chrono::steady_clock::now();
+        pool.start({{big.m[0], big.m[1], big.m[2], xb.data(), y.data(), 3}}, {&word, call});
+        while (std::atomic_ref<uint32_t>(word).load(std::memory_order_acquire) != call) std::this_thread::yield();
+        EXPECT_EQ(std::memcmp(y.data(), want.data(), y.size() * 4), 0) << "call " << call;
+        pool.finish();
+        EXPECT_GE(pool.done_at(), t0);
+        EXPECT_LE(pool.done_at(), std::chrono::steady_clock::now());
+    }
+    pool.start({}, {&word, 31});
+    EXPECT_EQ(word, 31u);
+    pool.finish();
 }
 
 // The stager's copy (backend/host/stream_copy.h): memcpy's bytes for every alignment of source and destination and

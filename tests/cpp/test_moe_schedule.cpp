@@ -5,16 +5,20 @@
 // slot table, the set splitting, the fills and the eviction policies without a GPU.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/host/mmvq_host.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "core/threads.h"
 #include "runtime/engine.h"
 #include "strata/placement_plan.h"
 #include "synth_cache.h"
@@ -124,6 +128,21 @@ class HostSlotBackend final : public Backend {
             for (int64_t r = g.row0; r < g.row0 + g.n_rows; r++)
                 expert_ffn_host(mat(*w.gate, g.src.gate, E, n_ff), mat(*w.up, g.src.up, E, n_ff),
                                 mat(*w.down, g.src.down, n_ff, E), xs.row(r), ys.row(r));
+    }
+    // Handoffs (Backend::rows_handoff) as a device takes them, only in order: handoff_rows waits for the signal the
+    // host's pool stores, then copies the rows.
+    void hand_off() { handoff_on_ = true; }
+    RowsHandoff rows_handoff(size_t bytes) override {
+        if (!handoff_on_) return {};
+        handoff_buf_.assign(bytes / sizeof(float) + 1, std::nanf(""));  // the host writes every value it hands over
+        return {handoff_buf_.data(), &handoff_word_, ++handoff_tickets_};
+    }
+    void handoff_rows(const RowsHandoff &h, Act dst) override {
+        EXPECT_TRUE(handoff_on_);
+        EXPECT_EQ(h.signal, &handoff_word_);
+        while (int32_t(std::atomic_ref<uint32_t>(handoff_word_).load(std::memory_order_acquire) - h.ticket) < 0)
+            std::this_thread::yield();
+        upload(h.host, dst);
     }
     // GPU arithmetic: expert_ffn computes as expert_ffn_host does, so the hybrid split (decode_hybrid.h) applies.
     void gpu_arithmetic() { gpu_arith_ = true; }
@@ -236,6 +255,10 @@ class HostSlotBackend final : public Backend {
     MappedReads reads_;
     uint64_t grouped_mapped_ = 0;
     bool gpu_arith_ = false;
+    bool handoff_on_ = false;
+    std::vector<float> handoff_buf_;
+    alignas(64) uint32_t handoff_word_ = 0;
+    uint32_t handoff_tickets_ = 0;
     bool fake_marks_ = false;
     uint64_t marks_ = 0;
     double bus_gbs_ = 0;
@@ -588,6 +611,7 @@ TEST_P(MoeScheduleSlots, HybridSplitGivesTheBitsOfTheBackendAlone) {
         auto be = std::make_unique<HostSlotBackend>(uint64_t(1) << 34);
         be->gpu_arithmetic();
         be->fake_marks();
+        be->hand_off();
         EngineConfig cfg = config(slots);
         cfg.cpu_share = share;
         cfg.cpu_threads = 2;
@@ -598,18 +622,21 @@ TEST_P(MoeScheduleSlots, HybridSplitGivesTheBitsOfTheBackendAlone) {
         ::setenv("STRATA_DECODE_CPU", "0", 1);
         const std::vector<float> ref = run(*engine(slots, -1.0));
         ::unsetenv("STRATA_DECODE_CPU");
-        const char *cases[4][2] = {{"1", "1"}, {"0", "1"}, {"1", "0"}, {"0", "0"}};  // overlap, fit
+        // overlap, fit, handoff
+        const char *cases[5][3] = {{"1", "1", "1"}, {"0", "1", "1"}, {"1", "0", "1"}, {"0", "0", "1"}, {"1", "1", "0"}};
         for (double share : {1.0, 0.5, -1.0, 0.0})
             for (const auto &c : cases) {
                 if (share >= 0.0 && std::strcmp(c[1], "0") == 0) continue;  // a fixed share takes no model
                 ::setenv("STRATA_DECODE_OVERLAP", c[0], 1);
                 ::setenv("STRATA_DECODE_SPLIT_FIT", c[1], 1);
+                ::setenv("STRATA_DECODE_HANDOFF", c[2], 1);
                 auto e = engine(slots, share);
                 ::unsetenv("STRATA_DECODE_OVERLAP");
                 ::unsetenv("STRATA_DECODE_SPLIT_FIT");
+                ::unsetenv("STRATA_DECODE_HANDOFF");
                 const std::vector<float> got = run(*e);
                 const std::string what = std::to_string(slots) + " slots, share " + std::to_string(share) +
-                                         ", overlap " + c[0] + ", fit " + c[1];
+                                         ", overlap " + c[0] + ", fit " + c[1] + ", handoff " + c[2];
                 ASSERT_EQ(got.size(), ref.size()) << what;
                 EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
                 const ExpertCacheStats st = e->expert_stats();
@@ -619,6 +646,14 @@ TEST_P(MoeScheduleSlots, HybridSplitGivesTheBitsOfTheBackendAlone) {
                 }
                 if (share == 0.0) {
                     EXPECT_EQ(st.hybrid.host_experts, 0u) << what;
+                }
+                // the handoff where the overlap and its switch are on and the pool has a worker
+                const bool handoff = std::strcmp(c[0], "1") == 0 && std::strcmp(c[2], "1") == 0;
+                if (!handoff) {
+                    EXPECT_EQ(st.hybrid.handoffs, 0u) << what;
+                }
+                if (handoff && share > 0.0 && e->expert_stats().hybrid.host_experts > 0 && hardware_threads() >= 2) {
+                    EXPECT_GT(st.hybrid.handoffs, 0u) << what;
                 }
             }
     }

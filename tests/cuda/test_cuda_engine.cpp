@@ -556,16 +556,18 @@ TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
     auto all = make_cuda_engine(path(), config());
     const std::vector<float> ref = run(*all, prompt), ref2 = two(*all);
     const bool host_types = mmvq_host_supported(GetParam().expert_type);
-    // the decode overlap (moe_schedule.h) on, off, and on with its fills on the compute stream (at share 0.5); the
-    // cost model's rule before the fit (at share auto)
-    const char *overlaps[4][3] = {{"1", "1", "1"}, {"0", "1", "1"}, {"1", "0", "1"}, {"1", "1", "0"}};
+    // the decode overlap (moe_schedule.h) on, off, on with its fills on the compute stream, and on without the
+    // handoff of the host's rows (at share 0.5); the cost model's rule before the fit (at share auto)
+    const char *overlaps[5][4] = {
+        {"1", "1", "1", "1"}, {"0", "1", "1", "1"}, {"1", "0", "1", "1"}, {"1", "1", "0", "1"}, {"1", "1", "1", "0"}};
     for (int64_t slots : {5, 2})
         for (double share : {1.0, 0.5, -1.0, 0.0})
             for (const char *sw : {"1", "0"})
                 for (const auto &ov : overlaps)
                     for (const char *mapped : {"0", "1"}) {
                         if (std::strcmp(sw, "0") == 0 && share != 1.0) continue;
-                        if (std::strcmp(ov[0], "1") != 0 || std::strcmp(ov[1], "1") != 0)
+                        if (std::strcmp(ov[0], "1") != 0 || std::strcmp(ov[1], "1") != 0 ||
+                            std::strcmp(ov[3], "1") != 0)
                             if (share != 0.5 || std::strcmp(sw, "1") != 0) continue;
                         if (std::strcmp(ov[2], "1") != 0 && (share != -1.0 || std::strcmp(sw, "1") != 0)) continue;
                         // mapped: the device's part of the split reads its misses in place
@@ -579,6 +581,7 @@ TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
                         ::setenv("STRATA_DECODE_OVERLAP", ov[0], 1);
                         ::setenv("STRATA_DECODE_COPY_STREAM", ov[1], 1);
                         ::setenv("STRATA_DECODE_SPLIT_FIT", ov[2], 1);
+                        ::setenv("STRATA_DECODE_HANDOFF", ov[3], 1);
                         EngineConfig cfg = config();
                         cfg.expert_slots = slots;
                         cfg.cpu_share = share;
@@ -591,10 +594,12 @@ TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
                         ::unsetenv("STRATA_DECODE_OVERLAP");
                         ::unsetenv("STRATA_DECODE_COPY_STREAM");
                         ::unsetenv("STRATA_DECODE_SPLIT_FIT");
+                        ::unsetenv("STRATA_DECODE_HANDOFF");
                         const std::string what = strfmt(
                             "%lld slots, share %.1f, STRATA_DECODE_CPU=%s, STRATA_DECODE_OVERLAP=%s, "
-                            "STRATA_DECODE_COPY_STREAM=%s, STRATA_DECODE_SPLIT_FIT=%s, STRATA_DECODE_MAPPED=%s",
-                            (long long)slots, share, sw, ov[0], ov[1], ov[2], mapped);
+                            "STRATA_DECODE_COPY_STREAM=%s, STRATA_DECODE_SPLIT_FIT=%s, STRATA_DECODE_HANDOFF=%s, "
+                            "STRATA_DECODE_MAPPED=%s",
+                            (long long)slots, share, sw, ov[0], ov[1], ov[2], ov[3], mapped);
                         const std::vector<float> got = run(*e, prompt), got2 = two(*e);
                         ASSERT_EQ(got.size(), ref.size());
                         ASSERT_EQ(got2.size(), ref2.size());
@@ -606,6 +611,12 @@ TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
                         EXPECT_EQ(st.hybrid_on, on) << what;
                         if (on && share > 0.0) {
                             EXPECT_GT(st.hybrid.host_experts, 0u) << what;
+                        }
+                        // the host's rows handed over at the pool's signal where the overlap and the handoff are on
+                        if (on && share > 0.0 && std::strcmp(ov[0], "1") == 0 && std::strcmp(ov[3], "1") == 0) {
+                            EXPECT_GT(st.hybrid.handoffs, 0u) << what;
+                        } else {
+                            EXPECT_EQ(st.hybrid.handoffs, 0u) << what;
                         }
                         if (!on) {
                             EXPECT_EQ(st.hybrid.host_experts, 0u) << what;

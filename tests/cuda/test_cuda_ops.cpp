@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/attention.cuh"
@@ -1207,6 +1210,44 @@ TEST(CudaUpload, KernelCopyFromPinnedMemoryIsExact) {
                              << c.row << " bytes, pitch " << c.pitch;
     }
     CUDA_OK(cudaFreeHost(host));
+}
+
+// The host's rows handed over (Backend::rows_handoff): the copy queued before the host writes them starts only at
+// the signal, so the rows read back are those written after a wait of the host's, never the buffer's earlier bytes;
+// a signal stored before the copy is queued starts it at once; the two buffers in turn, then a larger handoff that
+// grows them, the tickets going on.
+TEST(CudaUpload, HandoffCopiesTheRowsWrittenBeforeTheSignal) {
+    auto gpu = cuda_backend();
+    for (int round = 0; round < 6; round++) {
+        const int64_t rows = round < 4 ? 5 : 40, cols = round < 4 ? 96 : 2048;  // 40 x 2048 floats: past 64 KiB
+        const Act dst = gpu->alloc(rows, cols), after = gpu->alloc(1, cols);
+        std::vector<float> old(size_t(rows * cols), -7.0f), want(size_t(rows * cols));
+        gpu->upload(old.data(), dst);
+        const Backend::RowsHandoff h = gpu->rows_handoff(want.size() * sizeof(float));
+        ASSERT_NE(h.host, nullptr);
+        for (size_t i = 0; i < want.size(); i++) want[i] = float(round * 100000 + int(i));
+        std::fill(h.host, h.host + want.size(), std::nanf(""));
+        const bool early = round == 2;  // the signal before the copy is queued
+        auto write = [&] {
+            std::memcpy(h.host, want.data(), want.size() * sizeof(float));
+            std::atomic_ref<uint32_t>(*h.signal).store(h.ticket, std::memory_order_release);
+        };
+        if (early) write();
+        gpu->handoff_rows(h, dst);
+        std::vector<float> one(size_t(cols), 1.0f);
+        gpu->upload_rows(one.data(), after);  // work queued behind the copy
+        std::thread host;
+        if (!early)
+            host = std::thread([&] {
+                std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                write();
+            });
+        std::vector<float> got(want.size());
+        gpu->download(dst, got.data());  // waits for the stream: the copy, so the signal
+        if (host.joinable()) host.join();
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "round " << round;
+        gpu->reset_scratch();
+    }
 }
 
 // ---- norms, RoPE, elementwise -----------------------------------------------------------------------------------

@@ -120,6 +120,9 @@ CudaBackend::~CudaBackend() {
     for (auto &a : allocations_) cudaFree(a.first), cuda::track_device_bytes(device_, -int64_t(a.second));
     free_slots();
     if (stage_) cudaFreeHost(stage_);
+    if (handoff_) cudaFreeHost(handoff_);
+    for (cudaEvent_t e : handoff_done_)
+        if (e) cudaEventDestroy(e);
     for (cudaEvent_t e : read_done_)
         if (e) cudaEventDestroy(e);
     if (fill_done_) cudaEventDestroy(fill_done_);
@@ -494,6 +497,50 @@ void CudaBackend::upload_rows(const float *host, Act dst) {
     uint8_t *h = stage(host, row * size_t(dst.rows));
     if (capturing_) note_upload(h, row * size_t(dst.rows), src);
     copy_up(dst.data, size_t(dst.stride) * sizeof(float), h, row, size_t(dst.rows));
+}
+
+CudaBackend::RowsHandoff CudaBackend::rows_handoff(size_t bytes) {
+    use_device();
+    if (capturing_) return {};  // a recorded pass replays without its host
+    bytes = align_up(std::max<size_t>(bytes, 1));
+    if (bytes > handoff_bytes_) {
+        // Every copy queued from the old block has run: each one's signal is stored whatever the caller does.
+        STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        const uint32_t signal = handoff_ ? *reinterpret_cast<uint32_t *>(handoff_) : 0;
+        if (handoff_) STRATA_CUDA_CHECK(cudaFreeHost(handoff_));
+        handoff_ = handoff_dev_ = nullptr;
+        handoff_bytes_ = 0;
+        const size_t each = std::max(bytes, size_t(64) << 10);
+        STRATA_CUDA_CHECK(
+            cudaHostAlloc(reinterpret_cast<void **>(&handoff_), k_handoff_head + 2 * each, cudaHostAllocMapped));
+        STRATA_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void **>(&handoff_dev_), handoff_, 0));
+        *reinterpret_cast<uint32_t *>(handoff_) = signal;  // the tickets go on from where they were
+        handoff_bytes_ = each;
+        for (cudaEvent_t &e : handoff_done_)
+            if (!e) STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+    const int i = handoff_next_;
+    handoff_next_ ^= 1;
+    STRATA_CUDA_CHECK(cudaEventSynchronize(handoff_done_[i]));  // the copy two handoffs ago (long since run)
+    RowsHandoff h;
+    h.host = reinterpret_cast<float *>(handoff_ + k_handoff_head + size_t(i) * handoff_bytes_);
+    h.signal = reinterpret_cast<uint32_t *>(handoff_);
+    h.ticket = ++handoff_tickets_;
+    return h;
+}
+
+void CudaBackend::handoff_rows(const RowsHandoff &h, Act dst) {
+    use_device();
+    wrote(dst);
+    const uint8_t *at = reinterpret_cast<const uint8_t *>(h.host);
+    const size_t row = size_t(dst.cols) * sizeof(float), off = size_t(at - handoff_);
+    STRATA_ASSERT(handoff_ && h.signal == reinterpret_cast<uint32_t *>(handoff_) && off >= k_handoff_head &&
+                  (off - k_handoff_head) % handoff_bytes_ == 0 && row * size_t(dst.rows) <= handoff_bytes_ &&
+                  !capturing_);
+    cuda::launch_copy_from_host_after(dst.data, size_t(dst.stride) * sizeof(float), handoff_dev_ + off, row,
+                                      size_t(dst.rows), reinterpret_cast<const uint32_t *>(handoff_dev_), h.ticket,
+                                      stream_);
+    STRATA_CUDA_CHECK(cudaEventRecord(handoff_done_[(off - k_handoff_head) / handoff_bytes_], stream_));
 }
 
 uint64_t CudaBackend::mark_device() {

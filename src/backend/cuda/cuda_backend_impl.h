@@ -149,6 +149,8 @@ class CudaBackend final : public Backend {
     bool host_computes_like(const ExpertWeights &w, int64_t n_rows) const override;
     ExpertSrc expert_host_bytes(const ExpertWeights &w, int32_t e) const override;
     void upload_rows(const float *host, Act dst) override;
+    RowsHandoff rows_handoff(size_t bytes) override;
+    void handoff_rows(const RowsHandoff &h, Act dst) override;
     uint64_t mark_device() override;
     double device_ms(uint64_t a, uint64_t b) override;
 
@@ -337,6 +339,14 @@ class CudaBackend final : public Backend {
     // wait for the next layer's fills (bench/RESULTS.md, seventh round).
     void copy_up(void *dst, size_t pitch, const uint8_t *staged, size_t row, size_t rows);
     bool upload_kernel_ = true;
+    // Handoffs (Backend::rows_handoff): one pinned, mapped block: the signal word (a line of its own), then two row
+    // buffers used in turn, each free again once the copy last queued from it has run (handoff_done_).
+    uint8_t *handoff_ = nullptr, *handoff_dev_ = nullptr;
+    size_t handoff_bytes_ = 0;  // a buffer's
+    int handoff_next_ = 0;
+    uint32_t handoff_tickets_ = 0;
+    cudaEvent_t handoff_done_[2] = {};
+    static constexpr size_t k_handoff_head = 128;
 
     std::unordered_map<const uint8_t *, void *> weights_dev_;  // host bytes -> device copy (matrices and vectors)
 

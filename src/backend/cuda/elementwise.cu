@@ -160,7 +160,48 @@ void copy_from_host_as(void *dst, size_t dst_pitch, const void *src, size_t row_
                                                         static_cast<const U *>(src), row_u, n);
 }
 
+// k_copy_from_host after the host's signal: thread 0 of each block polls the word (acquire, system scope: the host's
+// stores before its release of the word are seen), the block's barrier passes that on, and the rows are read with
+// loads that fetch again (ld.global.cv), none of it before the word said they were written.
+template <typename U>
+__global__ void k_copy_from_host_after(U *dst, size_t dst_pitch_u, const U *src, size_t row_u, size_t n,
+                                       const uint32_t *signal, uint32_t ticket) {
+    if (threadIdx.x == 0)
+        for (;;) {
+            uint32_t v;
+            asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(signal) : "memory");
+            if (int32_t(v - ticket) >= 0) break;
+            __nanosleep(100);
+        }
+    __syncthreads();
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+        const size_t r = i / row_u, c = i - r * row_u;
+        dst[r * dst_pitch_u + c] = __ldcv(src + i);
+    }
+}
+
+template <typename U>
+void copy_from_host_after_as(void *dst, size_t dst_pitch, const void *src, size_t row_bytes, size_t rows,
+                             const uint32_t *signal, uint32_t ticket, cudaStream_t stream) {
+    const size_t row_u = row_bytes / sizeof(U), n = row_u * rows;
+    const unsigned threads = 256, blocks = unsigned(std::clamp<size_t>(ceil_div(n, threads), 1, 64));
+    k_copy_from_host_after<U><<<blocks, threads, 0, stream>>>(static_cast<U *>(dst), dst_pitch / sizeof(U),
+                                                              static_cast<const U *>(src), row_u, n, signal, ticket);
+}
+
 }  // namespace
+
+void launch_copy_from_host_after(void *dst, size_t dst_pitch, const void *src_dev, size_t row_bytes, size_t rows,
+                                 const uint32_t *signal_dev, uint32_t ticket, cudaStream_t stream) {
+    STRATA_ASSERT((uintptr_t(dst) | uintptr_t(src_dev) | dst_pitch | row_bytes) % 4 == 0);
+    // every block waits, also one without rows: the copy ends only after the signal either way
+    rows = row_bytes ? rows : 0;
+    if ((uintptr_t(dst) | uintptr_t(src_dev) | dst_pitch | row_bytes) % 16 == 0)
+        copy_from_host_after_as<uint4>(dst, dst_pitch, src_dev, row_bytes, rows, signal_dev, ticket, stream);
+    else
+        copy_from_host_after_as<uint32_t>(dst, dst_pitch, src_dev, row_bytes, rows, signal_dev, ticket, stream);
+    STRATA_CUDA_LAUNCH_CHECK("k_copy_from_host_after");
+}
 
 void launch_copy_from_host(void *dst, size_t dst_pitch, const void *src_dev, size_t row_bytes, size_t rows,
                            cudaStream_t stream) {

@@ -45,5 +45,10 @@ void launch_rope_neox(Rows x, int64_t head_dim, int64_t n_rot, const float *inv_
 // the expert fills another stream has on that engine.
 void launch_copy_from_host(void *dst, size_t dst_pitch, const void *src_dev, size_t row_bytes, size_t rows,
                            cudaStream_t stream);
+// The same copy started only once the host has stored a value at least `ticket` (as a wrapping count) in the word at
+// signal_dev (pinned, mapped): each block waits for it (an acquire load at system scope) before reading src, whose
+// bytes the host writes after the launch; rows of 4-byte multiples at 4-byte aligned addresses.
+void launch_copy_from_host_after(void *dst, size_t dst_pitch, const void *src_dev, size_t row_bytes, size_t rows,
+                                 const uint32_t *signal_dev, uint32_t ticket, cudaStream_t stream);
 
 }  // namespace strata::cuda

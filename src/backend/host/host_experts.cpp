@@ -51,8 +51,9 @@ void HostExperts::finish() {
     pool_.join();
 }
 
-void HostExperts::start(const std::vector<HostExpertJob> &jobs) {
+void HostExperts::start(const std::vector<HostExpertJob> &jobs, HostSignal done) {
     STRATA_ASSERT(!started_);
+    done_ = done;
     int64_t n_rows = 0;
     for (const HostExpertJob &j : jobs) {
         STRATA_ASSERT(j.gate.k == j.up.k && j.gate.n == j.up.n && j.down.k == j.gate.n && j.n_rows >= 0);
@@ -62,7 +63,10 @@ void HostExperts::start(const std::vector<HostExpertJob> &jobs) {
                      (long long)m->k);
         n_rows += j.n_rows;
     }
-    if (n_rows == 0) return;
+    if (n_rows == 0) {
+        signal_done();
+        return;
+    }
     if (int64_t(rows_.size()) < n_rows) rows_.resize(size_t(n_rows));
     if (n_sync_ < n_rows) sync_.reset(new RowSync[size_t(n_rows)]), n_sync_ = n_rows;
     gu_.clear();
@@ -86,6 +90,7 @@ void HostExperts::start(const std::vector<HostExpertJob> &jobs) {
             for (int64_t p = 0; p < pieces(j.down.n); p++) dn_.push_back({at, 2, p * k_piece_rows});
         }
     for (Counter &c : next_) c.n.store(0, std::memory_order_relaxed);
+    dn_left_.store(int64_t(dn_.size()), std::memory_order_relaxed);
     // The pool's start publishes all of the above to the threads it wakes.
     work_rows_ = n_rows;
     started_ = true;
@@ -128,7 +133,13 @@ void HostExperts::work(int64_t n_rows) {
         const Piece &p = dn_[size_t(i)];
         wait_stage(sync_[size_t(p.row)].stage, 2);
         rows(p);
+        if (dn_left_.fetch_sub(1, std::memory_order_acq_rel) == 1) signal_done();  // the call's last output
     }
+}
+
+void HostExperts::signal_done() {
+    done_at_ = std::chrono::steady_clock::now();
+    if (done_.word) std::atomic_ref<uint32_t>(*done_.word).store(done_.value, std::memory_order_release);
 }
 
 }  // namespace strata

@@ -17,9 +17,14 @@
 // A thread reaches a list only when the one before is all taken, so a stage it waits for is in the hands of a
 // thread already working on it: nothing waits in a cycle. Each output value is written by one piece only, with the
 // same code whatever the threads, so the results depend neither on their number nor on their order.
+// The thread whose down piece ends the call's countdown of down pieces (acq_rel: it sees every other output) notes
+// the time (done_at) and stores the call's signal word, where start() was given one (release), so that a reader of
+// the word sees every output without a join: decoding's handoff to the device (Backend::rows_handoff). Where the
+// call wakes a worker (runs_alone), the workers end it without the caller, who may then join at any later point.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -28,6 +33,12 @@
 #include "core/spin_pool.h"
 
 namespace strata {
+
+// A word the call stores `value` into once every output is written (std::atomic_ref, release); word null: none.
+struct HostSignal {
+    uint32_t *word = nullptr;
+    uint32_t value = 0;
+};
 
 // One expert's rows: n_rows inputs of gate.k floats (packed) to n_rows outputs of down.n floats (packed).
 struct HostExpertJob {
@@ -50,8 +61,12 @@ class HostExperts {
     // run() in two halves: start() lays the call out and wakes the threads, which begin at once; finish() takes
     // part and returns when every output is written. Between them the caller may do other work but must leave the
     // jobs, their inputs and outputs alone; each start() is finished before the next.
-    void start(const std::vector<HostExpertJob> &jobs);
+    void start(const std::vector<HostExpertJob> &jobs, HostSignal done = {});
     void finish();
+    // Whether start() on these jobs wakes a worker, who ends the call without the caller's finish().
+    bool runs_alone(const std::vector<HostExpertJob> &jobs) const { return threads_for(jobs) >= 2; }
+    // After finish(): when the call's last output was written (its start where it had no rows).
+    std::chrono::steady_clock::time_point done_at() const { return done_at_; }
 
   private:
     struct Row {  // one input row of one job, with its buffers
@@ -73,6 +88,7 @@ class HostExperts {
         int64_t r0;
     };
     void work(int64_t n_rows);  // one thread's part of a call
+    void signal_done();         // the call's outputs are all written
     struct Work {
         HostExperts *self;
         void operator()(int, int) const { self->work(self->work_rows_); }
@@ -90,6 +106,9 @@ class HostExperts {
         std::atomic<int64_t> n{0};
     };
     Counter next_[3];
+    alignas(64) std::atomic<int64_t> dn_left_{0};  // down pieces not done yet
+    HostSignal done_;
+    std::chrono::steady_clock::time_point done_at_{};
 };
 
 }  // namespace strata
