@@ -16,6 +16,7 @@ source bench/device-lib.sh
 G=/tmp/qwen3-next-80b-a3b.gguf
 rm -f /tmp/qwen3-30b-a3b.gguf  # a warm machine's: the disk holds one of the two beside the build
 synth_start qwen3-next-80b-a3b $G
+bash tools/profile/build_kernel_trace.sh /tmp/kernel_trace.so > $L/kt.log 2>&1 || cat $L/kt.log
 cmake --build /tmp/strata -j12 --target test_cuda_ops test_cuda_engine bench_host_experts > $L/build2.log 2>&1
 echo "tests build rc=$? at $(el) s"; grep -E " error" $L/build2.log | head -5
 BOTH="STRATA_CUDA_MMVQ_AHEAD=2 STRATA_CUDA_ROUTER_ONE=1"
@@ -33,6 +34,12 @@ synth_wait
 B="-m $G -p 16 -n 32 -r 2 --chunk 4096 --routing uniform --vram-budget 12G"
 for R in 1 2; do for H in 1 0; do STRATA_DECODE_HANDOFF=$H sb $B; done; done
 (export STRATA_DECODE_CHOOSE=0 STRATA_DECODE_TIMING=1; sb $B -r 1; grep -A14 "^| phase |" $L/s.txt)
+# a split decode's CUPTI trace (tools/profile/kernel_trace.cpp), pass by pass: the GPU's busy and idle time
+STRATA_DECODE_CHOOSE=0 CUDA_INJECTION64_PATH=/tmp/kernel_trace.so STRATA_KERNEL_TRACE=$L/split.csv \
+  $S bench -m $G -p 16 -n 24 -r 1 --chunk 4096 --routing uniform --vram-budget 12G > $L/split.out 2>&1
+echo "== traced split decode rc=$? at $(el) s"; grep -E "tg24" $L/split.out
+python3 -m tools.profile.timeline $L/split.csv --marker embed --passes 8 --each | head -60
+[ -n "${OUT:-}" ] && gzip -c $L/split.csv > $OUT/split.csv.gz
 SETS=("" "STRATA_CUDA_MMVQ_AHEAD=2" "STRATA_CUDA_ROUTER_ONE=1" "$BOTH")
 # each setting in a subshell of its own, so that nothing it exports outlives it
 for R in 1 2; do for E in "${SETS[@]}"; do (if [ -n "$E" ]; then export $E; fi; sb -m $G -p 1 -n 64 -r 2); done; done
