@@ -177,9 +177,10 @@ MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::v
     // STRATA_DECODE_OVERLAP=0: decode-sized passes read x back apart from the routing, queue the shared expert
     // after the experts, and fill slots on the compute stream (the order before it).
     decode_overlap_ = env_switch("STRATA_DECODE_OVERLAP", true);
-    // STRATA_DECODE_HANDOFF=0: with the overlap on, the host's rows go up after this thread joins the pool, and the
-    // layer's later kernels are issued after that, instead of the device starting their copy at the pool's signal.
-    handoff_ = decode_overlap_ && env_switch("STRATA_DECODE_HANDOFF", true);
+    // STRATA_DECODE_HANDOFF=1 (opt-in until measured on a GPU): with the overlap on, the device starts the copy of
+    // the host's rows at the pool's signal, the layer's later kernels issued meanwhile, instead of the rows going up
+    // after this thread joins the pool and the rest of the layer issued after that.
+    handoff_ = decode_overlap_ && env_switch("STRATA_DECODE_HANDOFF", false);
     // STRATA_DECODE_COPY_STREAM=0: with the overlap on, decode's fills stay on the compute stream.
     slot_fills_ahead_ = decode_overlap_ && env_switch("STRATA_DECODE_COPY_STREAM", true);
     // STRATA_PREFILL_SHARED_FIRST=0: a prompt pass queues its shared expert after the routed experts' combine.

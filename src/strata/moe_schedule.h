@@ -72,11 +72,11 @@
 // input rows the hybrid split needs come back with the routing (one wait for the device, not two); the shared
 // expert's FFN is queued right after the readback, so the device computes it while the host splits, groups and
 // computes its misses; the host's threads start on its misses before the device's part is issued (this thread
-// joins them after issuing it, or, with the handoff, only before the pool's next use: STRATA_DECODE_HANDOFF, on,
-// where the pool ends a call without this thread, writes the host's rows where the device reads them, and the
-// device's copy of them, queued after its part, starts when the pool's last piece stores the signal
-// (Backend::rows_handoff), so the layer's combine and the next layer's kernels are issued while the host computes;
-// =0: the rows uploaded after the join, everything after them issued then); the fills of the layer's misses go on
+// joins them after issuing it, or, with the handoff, only before the pool's next use: STRATA_DECODE_HANDOFF=1,
+// opt-in until measured on a GPU, where the pool ends a call without this thread, writes the host's rows where the
+// device reads them, and the device's copy of them, queued after its part, starts when the pool's last piece stores
+// the signal (Backend::rows_handoff), so the layer's combine and the next layer's kernels are issued while the host
+// computes; off: the rows uploaded after the join, everything after them issued then); the fills of the layer's misses go on
 // the copy stream (Backend::fill_slots ahead), beside the shared expert's kernels, where the layer has one
 // (STRATA_DECODE_COPY_STREAM=0: on the compute stream). Its gate and add come after the combine as always.
 // Decode mode (STRATA_DECODE_CHOOSE, on; decode_mode.h): where the split exists and the layers are mapped, each
