@@ -606,25 +606,20 @@ std::vector<int32_t> MoeSchedule::host_experts(const ExpertWeights &w, const std
     return misses;
 }
 
-void MoeSchedule::hybrid_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &host,
-                                 int64_t E, int64_t n_exp, Act xs, Act ys, bool fills_ahead, bool mapped,
-                                 PassTiming *tm) {
+void MoeSchedule::host_part(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &host, int64_t E) {
     const int64_t M = int64_t(g.src_row.size());
     const int64_t r0 = g.first[size_t(host.front())];  // the host's rows: [r0, M)
-    std::vector<int32_t> dev;
-    int64_t dev_misses = 0;
+    host_r0_ = r0;
+    host_dev_misses_ = 0;  // before the device's part acquires slots for its misses
     for (int32_t e : g.used)
-        if (!std::binary_search(host.begin(), host.end(), e)) {
-            dev.push_back(e);
-            dev_misses += slots_->slot_of(w.il, e) < 0;
-        }
+        if (!std::binary_search(host.begin(), host.end(), e)) host_dev_misses_ += slots_->slot_of(w.il, e) < 0;
     // The host's rows: its experts' inputs gathered (x read back with the routing), outputs in the same order.
     host_xs_.resize(size_t((M - r0) * E));
     host_ys_.resize(size_t((M - r0) * E));
     for (int64_t i = r0; i < M; i++)
         std::copy_n(host_x_.data() + g.src_row[size_t(i)] * E, E, host_xs_.data() + (i - r0) * E);
     host_jobs_.clear();
-    uint64_t bytes = 0;
+    host_bytes_ = 0;
     for (int32_t e : host) {
         const ExpertSrc src = be_.expert_host_bytes(w, e);
         const int64_t n_ff = w.gate->ne[1];
@@ -635,39 +630,46 @@ void MoeSchedule::hybrid_experts(const ExpertWeights &w, const RouteGroups &g, c
         host_jobs_.push_back({mat(*w.gate, src.gate, E, n_ff), mat(*w.up, src.up, E, n_ff),
                               mat(*w.down, src.down, n_ff, E), host_xs_.data() + at * E, host_ys_.data() + at * E,
                               g.count[size_t(e)]});
-        bytes += w.expert_bytes();
+        host_bytes_ += w.expert_bytes();
     }
     // The handoff: the host's outputs written where the device reads them, their copy queued after the device's
-    // part and started by the pool's last piece; this thread joins the pool only before its next use (settle_host).
-    // Only where the pool ends the call without this thread: the device waits for the signal.
-    Backend::RowsHandoff h{};
+    // part and started by the pool's last piece. Only where the pool ends the call without this thread: the device
+    // waits for the signal.
+    handoff_rows_ = {};
     if (decode_overlap_ && handoff_ && hybrid_->runs_alone(host_jobs_)) {
-        h = be_.rows_handoff(size_t((M - r0) * E) * sizeof(float));
-        if (h.host)
-            for (HostExpertJob &j : host_jobs_) j.y = h.host + (j.y - host_ys_.data());
+        handoff_rows_ = be_.rows_handoff(size_t((M - r0) * E) * sizeof(float));
+        if (handoff_rows_.host)
+            for (HostExpertJob &j : host_jobs_) j.y = handoff_rows_.host + (j.y - host_ys_.data());
     }
-    // Overlapped: the host's threads begin before the device's part is issued, and this thread joins them after.
-    if (decode_overlap_)
-        hybrid_->start(host_jobs_, bytes, dev_misses, h.host ? HostSignal{h.signal, h.ticket} : HostSignal{});
-    try {
-        const uint64_t a = be_.mark_device();
-        routed_experts(w, g, dev, n_exp, xs, ys, fills_ahead, mapped);
-        hybrid_->device_part(dev_misses, a, be_.mark_device());
-    } catch (...) {
-        if (decode_overlap_) hybrid_->finish();  // the threads read and write this schedule's buffers
-        throw;
+    // Overlapped: the host's threads begin before the device's gather and part are issued; this thread joins them
+    // after issuing those (settle_host), or with the handoff only before the pool's next use.
+    if (decode_overlap_) {
+        const Backend::RowsHandoff &h = handoff_rows_;
+        hybrid_->start(host_jobs_, host_bytes_, host_dev_misses_,
+                       h.host ? HostSignal{h.signal, h.ticket} : HostSignal{});
+        host_pending_ = true;  // joined by settle_host, whatever is thrown before
     }
+}
+
+void MoeSchedule::hybrid_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &host,
+                                 int64_t n_exp, Act xs, Act ys, bool fills_ahead, bool mapped, PassTiming *tm) {
+    const int64_t M = int64_t(g.src_row.size()), r0 = host_r0_;
+    std::vector<int32_t> dev;
+    for (int32_t e : g.used)
+        if (!std::binary_search(host.begin(), host.end(), e)) dev.push_back(e);
+    const uint64_t a = be_.mark_device();
+    routed_experts(w, g, dev, n_exp, xs, ys, fills_ahead, mapped);
+    hybrid_->device_part(host_dev_misses_, a, be_.mark_device());
     if (tm) tm->phase_end(TimingPhase::Experts);
-    if (h.host) {
-        host_pending_ = true;  // first: a copy queued is a signal awaited, and the pool stores it whatever follows
-        be_.handoff_rows(h, ys.rows_view(r0, M - r0));
+    if (handoff_rows_.host) {  // the pool stores the signal whatever follows, and is joined at its next use
+        be_.handoff_rows(handoff_rows_, ys.rows_view(r0, M - r0));
         return;
     }
     Region r(be_, "hybrid/host");
     if (decode_overlap_)
-        hybrid_->finish();
+        settle_host();
     else
-        hybrid_->compute(host_jobs_, bytes, dev_misses);
+        hybrid_->compute(host_jobs_, host_bytes_, host_dev_misses_);
     be_.upload_rows(host_ys_.data(), ys.rows_view(r0, M - r0));
 }
 
@@ -844,6 +846,11 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
             last_rows_[size_t(il)] = g.count;
         }
         if (favourites_ && T > k_hybrid_max_tokens) slots_->note_prompt_rows(il, g.count, T);
+        if (!host.empty() && !decode) {  // the order before the overlap: x read back only where the host takes part
+            Region rx(be_, "hybrid/read_x");
+            be_.download(x, host_x_.data());
+        }
+        if (!host.empty()) host_part(w, g, host, E);  // with the overlap, started before the device's gather
         const Act xs = be_.gather_expert_input(w, x, g.src_row), ys = be_.alloc(M, E);
         // the fills beside the shared expert's kernels where those went first
         const bool fills_ahead = shared && decode && slot_fills_ahead_;
@@ -860,11 +867,7 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
             stream_next(il, T, k, share);
             if (tm) tm->phase_end(TimingPhase::Experts);
         } else {
-            if (!decode) {  // the order before the overlap: x read back only for a layer the host takes part in
-                Region rx(be_, "hybrid/read_x");
-                be_.download(x, host_x_.data());
-            }
-            hybrid_experts(w, g, host, E, n_exp, xs, ys, fills_ahead, mapped && split_mapped_, tm);
+            hybrid_experts(w, g, host, n_exp, xs, ys, fills_ahead, mapped && split_mapped_, tm);
             stream_next(il, T, k, share);
         }
         if (tm) tm->phase_end(TimingPhase::Host);

@@ -245,8 +245,11 @@ class MoeSchedule final : public ExpertRunner {
     // The hybrid split: the misses the host takes for this layer (ascending; empty: none).
     std::vector<int32_t> host_experts(const ExpertWeights &w, const std::vector<int32_t> &ids, int64_t n_expert);
     // Steps 4-5 with `host`'s experts on the host (their rows last in g; the pass's input rows, E floats each, in
-    // host_x_); ends tm's experts phase (where given) once the device's part is issued.
-    void hybrid_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &host, int64_t E,
+    // host_x_): host_part lays the host's part out and, with the overlap, starts it (before the device's gather);
+    // hybrid_experts issues the device's part, ends tm's experts phase (where given), then hands the host's rows over
+    // or joins the host and uploads them (without the overlap: computes them first).
+    void host_part(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &host, int64_t E);
+    void hybrid_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &host,
                         int64_t n_expert, Act xs, Act ys, bool fills_ahead, bool mapped, PassTiming *tm);
     // The shared expert's FFN of x into sy (its gate and the add are the caller's).
     void shared_ffn(const LayerWeights &L, Act x, Act sy);
@@ -310,6 +313,9 @@ class MoeSchedule final : public ExpertRunner {
     std::unique_ptr<DecodeHybrid> hybrid_;  // nullptr: every miss copied in
     std::vector<float> host_x_, host_xs_, host_ys_;
     std::vector<HostExpertJob> host_jobs_;  // the host's part of the layer (its threads may still be on it)
+    int64_t host_r0_ = 0, host_dev_misses_ = 0;  // its first row; the device's misses beside it
+    uint64_t host_bytes_ = 0;                    // its experts' bytes
+    Backend::RowsHandoff handoff_rows_;          // its rows' handoff ({}: uploaded after the join)
     RouteGroups groups_;  // the layer's grouping, its memory kept from layer to layer
     std::unique_ptr<ThreadPool> group_pool_;  // for big passes' grouping (made on the first)
     static constexpr int k_group_threads = 8;

@@ -141,7 +141,8 @@ TEST(HostExperts, SignalEveryOutputWrittenWithoutTheCaller) {
     for (uint32_t call = 1; call <= 30; call++) {
         std::vector<float> y(want.size(), -1.0f);
         const auto t0 = std::chrono::steady_clock::now();
-        pool.start({{big.m[0], big.m[1], big.m[2], xb.data(), y.data(), 3}}, {&word, call});
+        const std::vector<HostExpertJob> jobs = {{big.m[0], big.m[1], big.m[2], xb.data(), y.data(), 3}};  // kept
+        pool.start(jobs, {&word, call});
         while (std::atomic_ref<uint32_t>(word).load(std::memory_order_acquire) != call) std::this_thread::yield();
         EXPECT_EQ(std::memcmp(y.data(), want.data(), y.size() * 4), 0) << "call " << call;
         pool.finish();
