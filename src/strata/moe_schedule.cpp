@@ -219,8 +219,8 @@ MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::v
 constexpr int64_t k_hybrid_max_tokens = 16;
 static_assert(k_hybrid_max_tokens <= DecodeModeChooser::k_max_tokens);
 
-// The device alone is a choice where some layer of the pass maps its misses and routes on the device; a traced pass
-// (its intermediates read back) splits as before and gives no sample.
+// The host's part of a split layer, started and not joined yet, is joined: before the pool or the schedule's buffers
+// serve anything else (the next MoE layer, the next pass, the statistics, the schedule's end).
 void MoeSchedule::settle_host() {
     if (!host_pending_) return;
     host_pending_ = false;
@@ -231,6 +231,8 @@ MoeSchedule::~MoeSchedule() {
     settle_host();
 }
 
+// The device alone is a choice where some layer of the pass maps its misses and routes on the device; a traced pass
+// (its intermediates read back) splits as before and gives no sample.
 void MoeSchedule::start_pass(int64_t T, bool traced) {
     settle_host();
     admit_after_alone_pass();

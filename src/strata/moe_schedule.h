@@ -76,9 +76,9 @@
 // opt-in until measured on a GPU, where the pool ends a call without this thread, writes the host's rows where the
 // device reads them, and the device's copy of them, queued after its part, starts when the pool's last piece stores
 // the signal (Backend::rows_handoff), so the layer's combine and the next layer's kernels are issued while the host
-// computes; off: the rows uploaded after the join, everything after them issued then); the fills of the layer's misses go on
-// the copy stream (Backend::fill_slots ahead), beside the shared expert's kernels, where the layer has one
-// (STRATA_DECODE_COPY_STREAM=0: on the compute stream). Its gate and add come after the combine as always.
+// computes; off: the rows uploaded after the join, everything after them issued then); the fills of the layer's
+// misses go on the copy stream (Backend::fill_slots ahead), beside the shared expert's kernels, where the layer has
+// one (STRATA_DECODE_COPY_STREAM=0: on the compute stream). Its gate and add come after the combine as always.
 // Decode mode (STRATA_DECODE_CHOOSE, on; decode_mode.h): where the split exists and the layers are mapped, each
 // decode-sized pass runs either alone (step 2: the device reads its misses in place, nothing read back, graphs
 // replay; nothing is filled during it, under LFU its admissions after it, step 2) or split (the host computes some
@@ -306,7 +306,7 @@ class MoeSchedule final : public ExpertRunner {
     PassTiming *layer_timing_ = nullptr;  // the layer's timing, where on (run() sets it for its layer)
     bool decode_overlap_;    // STRATA_DECODE_OVERLAP
     bool handoff_;           // STRATA_DECODE_HANDOFF: the host's rows started by the pool's signal
-    bool host_pending_ = false;  // a handoff's pool call not joined yet
+    bool host_pending_ = false;  // the host's part of a split layer started and not joined yet
     void settle_host();          // joins it
     bool slot_fills_ahead_;  // STRATA_DECODE_COPY_STREAM: decode's fills beside the shared expert
     bool shared_first_;      // STRATA_PREFILL_SHARED_FIRST: a prompt pass's shared expert before its routed experts
