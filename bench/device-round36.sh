@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The thirty-sixth round in one call (about ten minutes: poll it from a second call on the warm machine), Next-80B
-# only (its file written beside the build): the handoff of the host's rows (STRATA_DECODE_HANDOFF=1, opt-in) and the two
-# opt-in decoding forms of the thirty-fifth round (STRATA_CUDA_MMVQ_AHEAD=2, STRATA_CUDA_ROUTER_ONE=1). Their tests
-# first: the handoff copy's, the mat-vec's and the router's bit-for-bit ones, then the engine's hybrid test (the
-# handoff on and off) and its greedy, graph and CPU-match tests with both opt-ins on. Then Next-80B at 12 GiB under
-# uniform routing with the handoff on and off, twice, and with it on the split's phases (STRATA_DECODE_CHOOSE=0
-# STRATA_DECODE_TIMING=1); all resident, tg64 under none / each opt-in / both, twice, and the greedy ids of
-# `strata run --tokens` under each; last the split at fixed host shares and the host's expert rate alone.
+# The thirty-sixth round in one call (about ten minutes: poll it from a second call on the warm machine), Next-80B only
+# (its file written beside the build): the handoff of the host's rows (STRATA_DECODE_HANDOFF=1, opt-in) and the two opt-
+# in decoding forms of the thirty-fifth round (STRATA_CUDA_MMVQ_AHEAD=2, STRATA_CUDA_ROUTER_ONE=1). Their tests first:
+# the handoff copy's, the mat-vec's and the router's bit-for-bit ones, then the engine's hybrid test (the handoff on and
+# off) and its greedy, graph and CPU-match tests with both opt-ins on. Then Next-80B at 12 GiB under uniform routing
+# with the handoff on and off, twice, the split's phases both ways (STRATA_DECODE_CHOOSE=0 STRATA_DECODE_TIMING=1) and a
+# split decode's CUPTI trace with it on; all resident, tg64 under none / each opt-in / both, twice, and the greedy ids
+# of `strata run --tokens` under each; last the split at fixed host shares and the host's expert rate alone.
 # There (carry .peer):
 #   setsid nohup bash bench/device-round36.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/r36/main.log 570
 L=/tmp/r36; mkdir -p $L
@@ -33,9 +33,12 @@ grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/engine.log | head -8
 synth_wait
 B="-m $G -p 16 -n 32 -r 2 --chunk 4096 --routing uniform --vram-budget 12G"
 for R in 1 2; do for H in 1 0; do STRATA_DECODE_HANDOFF=$H sb $B; done; done
-(export STRATA_DECODE_CHOOSE=0 STRATA_DECODE_TIMING=1; sb $B -r 1; grep -A14 "^| phase |" $L/s.txt)
+for H in 0 1; do
+  (export STRATA_DECODE_CHOOSE=0 STRATA_DECODE_TIMING=1 STRATA_DECODE_HANDOFF=$H; sb $B -r 1
+   grep -A14 "^| phase |" $L/s.txt)
+done
 # a split decode's CUPTI trace (tools/profile/kernel_trace.cpp), pass by pass: the GPU's busy and idle time
-STRATA_DECODE_CHOOSE=0 CUDA_INJECTION64_PATH=/tmp/kernel_trace.so STRATA_KERNEL_TRACE=$L/split.csv \
+STRATA_DECODE_HANDOFF=1 STRATA_DECODE_CHOOSE=0 CUDA_INJECTION64_PATH=/tmp/kernel_trace.so STRATA_KERNEL_TRACE=$L/split.csv \
   $S bench -m $G -p 16 -n 24 -r 1 --chunk 4096 --routing uniform --vram-budget 12G > $L/split.out 2>&1
 echo "== traced split decode rc=$? at $(el) s"; grep -E "tg24" $L/split.out
 python3 -m tools.profile.timeline $L/split.csv --marker embed --passes 8 --each | head -60
