@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The thirty-sixth round in one call (about ten minutes: poll it from a second call on the warm machine), Next-80B only
-# (its file written beside the build): the handoff of the host's rows (STRATA_DECODE_HANDOFF=1, opt-in) and the two opt-
-# in decoding forms of the thirty-fifth round (STRATA_CUDA_MMVQ_AHEAD=2, STRATA_CUDA_ROUTER_ONE=1). Their tests first:
+# (its file written beside the build): the handoff of the host's rows (STRATA_DECODE_HANDOFF=1, opt-in) and the two
+# opt-in decoding forms of the thirty-fifth round (STRATA_CUDA_MMVQ_AHEAD=2, STRATA_CUDA_ROUTER_ONE=1). Their tests first:
 # the handoff copy's, the mat-vec's and the router's bit-for-bit ones, then the engine's hybrid test (the handoff on and
 # off) and its greedy, graph and CPU-match tests with both opt-ins on. Then Next-80B at 12 GiB under uniform routing
 # with the handoff on and off, twice, the split's phases both ways (STRATA_DECODE_CHOOSE=0 STRATA_DECODE_TIMING=1) and a
