@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The thirty-sixth round in one call (about ten minutes: poll it from a second call on the warm machine), Next-80B only
-# (its file written beside the build): the handoff of the host's rows (STRATA_DECODE_HANDOFF=1, opt-in) and the two
-# opt-in decoding forms of the thirty-fifth round (STRATA_CUDA_MMVQ_AHEAD=2, STRATA_CUDA_ROUTER_ONE=1). Their tests first:
-# the handoff copy's, the mat-vec's and the router's bit-for-bit ones, then the engine's hybrid test (the handoff on and
-# off) and its greedy, graph and CPU-match tests with both opt-ins on. Then Next-80B at 12 GiB under uniform routing
-# with the handoff on and off, twice, the split's phases both ways (STRATA_DECODE_CHOOSE=0 STRATA_DECODE_TIMING=1) and a
-# split decode's CUPTI trace with it on; all resident, tg64 under none / each opt-in / both, twice, and the greedy ids
-# of `strata run --tokens` under each; last the split at fixed host shares and the host's expert rate alone.
+# The thirty-sixth round in one call (about twelve minutes: poll it from a second call on the warm machine), Next-80B
+# only (its file written beside the build): two opt-in changes to a split decoding layer, the handoff of the host's rows
+# (STRATA_DECODE_HANDOFF=1) and the early fills (STRATA_DECODE_EARLY_FILLS=1), and the two opt-in decoding forms of the
+# thirty-fifth round (STRATA_CUDA_MMVQ_AHEAD=2, STRATA_CUDA_ROUTER_ONE=1). Their tests first: the handoff copy's, the
+# mat-vec's and the router's bit-for-bit ones, then the engine's hybrid test (the handoff and the early fills on and
+# off) and its greedy, graph and CPU-match tests with both opt-in forms on. Then Next-80B at 12 GiB under uniform
+# routing with none, each and both of the two split changes, twice; the split's phases (STRATA_DECODE_CHOOSE=0
+# STRATA_DECODE_TIMING=1) without and with both, and a split decode's CUPTI trace with both; all resident, tg64 under
+# none / each opt-in form / both, twice, and the greedy ids of `strata run --tokens` under each; last the split at fixed
+# host shares and the host's expert rate alone.
 # There (carry .peer):
 #   setsid nohup bash bench/device-round36.sh > /dev/null 2>&1 < /dev/null & sleep 5; bash bench/poll.sh /tmp/r36/main.log 570
 L=/tmp/r36; mkdir -p $L
@@ -32,13 +34,14 @@ echo "test_cuda_engine, both on: rc=$? at $(el) s"
 grep -E "FAILED|PASSED|SKIPPED|Failure|Expected|Which" $L/engine.log | head -8
 synth_wait
 B="-m $G -p 16 -n 32 -r 2 --chunk 4096 --routing uniform --vram-budget 12G"
-for R in 1 2; do for H in 1 0; do STRATA_DECODE_HANDOFF=$H sb $B; done; done
-for H in 0 1; do
-  (export STRATA_DECODE_CHOOSE=0 STRATA_DECODE_TIMING=1 STRATA_DECODE_HANDOFF=$H; sb $B -r 1
+SPLIT=("" "STRATA_DECODE_HANDOFF=1" "STRATA_DECODE_EARLY_FILLS=1" "STRATA_DECODE_HANDOFF=1 STRATA_DECODE_EARLY_FILLS=1")
+for R in 1 2; do for E in "${SPLIT[@]}"; do (if [ -n "$E" ]; then export $E; fi; sb $B); done; done
+for E in "" "STRATA_DECODE_HANDOFF=1 STRATA_DECODE_EARLY_FILLS=1"; do
+  (if [ -n "$E" ]; then export $E; fi; export STRATA_DECODE_CHOOSE=0 STRATA_DECODE_TIMING=1; sb $B -r 1
    grep -A14 "^| phase |" $L/s.txt)
 done
 # a split decode's CUPTI trace (tools/profile/kernel_trace.cpp), pass by pass: the GPU's busy and idle time
-STRATA_DECODE_HANDOFF=1 STRATA_DECODE_CHOOSE=0 CUDA_INJECTION64_PATH=/tmp/kernel_trace.so STRATA_KERNEL_TRACE=$L/split.csv \
+STRATA_DECODE_HANDOFF=1 STRATA_DECODE_EARLY_FILLS=1 STRATA_DECODE_CHOOSE=0 CUDA_INJECTION64_PATH=/tmp/kernel_trace.so STRATA_KERNEL_TRACE=$L/split.csv \
   $S bench -m $G -p 16 -n 24 -r 1 --chunk 4096 --routing uniform --vram-budget 12G > $L/split.out 2>&1
 echo "== traced split decode rc=$? at $(el) s"; grep -E "tg24" $L/split.out
 python3 -m tools.profile.timeline $L/split.csv --marker embed --passes 8 --each | head -60

@@ -646,12 +646,12 @@ Run add_bench(CLI::App &app) {
             std::printf(
                 "\nhost-computed misses: %llu, at %.1f GB/s of expert bytes while computing; mat-vec form %s "
                 "(256 Q4_K rows of 2048: AVX2 %.1f us, AVX-512 %s); %llu layers' rows handed over at the host's "
-                "signal (STRATA_DECODE_HANDOFF)\n",
+                "signal (STRATA_DECODE_HANDOFF), %llu layers' fills issued early (STRATA_DECODE_EARLY_FILLS)\n",
                 (unsigned long long)st.hybrid.host_experts,
                 st.hybrid.host_ms > 0 ? double(st.hybrid.host_bytes) / st.hybrid.host_ms / 1e6 : 0.0,
                 cpu_isa_name(mmvq_host_form()), ht.avx2_us,
                 ht.avx512_us > 0 ? strfmt("%.1f us", ht.avx512_us).c_str() : "not run here",
-                (unsigned long long)st.hybrid.handoffs);
+                (unsigned long long)st.hybrid.handoffs, (unsigned long long)st.hybrid.early_fills);
         }
         if (const uint64_t n = eng->backend().scratch_overflows())
             std::printf("\nscratch outgrew the plan %llu times (each an allocation during a pass)\n",

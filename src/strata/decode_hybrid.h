@@ -44,6 +44,7 @@ struct HybridStats {
     uint64_t host_experts = 0, host_bytes = 0;  // misses computed on the host, and the expert bytes they read
     uint64_t device_misses = 0;                 // misses copied in while the host computed others
     uint64_t handoffs = 0;                      // layers whose host rows the device took at the pool's signal
+    uint64_t early_fills = 0;                   // layers whose device fills went before the shared expert
     double host_ms = 0.0;                       // the host's compute time in all
     double host_us_per_expert = 0.0, device_us_per_miss = 0.0;  // the cost model's current estimates (0: none yet)
 };
@@ -92,6 +93,7 @@ class DecodeHybrid {
     // Whether the pool ends these jobs without the caller (HostExperts::runs_alone): a handoff's condition.
     bool runs_alone(const std::vector<HostExpertJob> &jobs) const { return pool_.runs_alone(jobs); }
     const HybridStats &stats() const { return stats_; }
+    void note_early_fills() { stats_.early_fills++; }  // a split layer's fills went early (moe_schedule.h)
     int threads() const { return pool_.threads(); }
     bool pinned() const { return pool_.pinned(); }
 

@@ -181,6 +181,9 @@ MoeSchedule::MoeSchedule(Backend &be, std::vector<ExpertWeights> experts, std::v
     // the host's rows at the pool's signal, the layer's later kernels issued meanwhile, instead of the rows going up
     // after this thread joins the pool and the rest of the layer issued after that.
     handoff_ = decode_overlap_ && env_switch("STRATA_DECODE_HANDOFF", false);
+    // STRATA_DECODE_EARLY_FILLS=1 (opt-in until measured on a GPU): with the overlap on, a split layer issues the
+    // host's part and the device's fills before the shared expert's kernels and the gather, instead of after them.
+    early_fills_ = decode_overlap_ && env_switch("STRATA_DECODE_EARLY_FILLS", false);
     // STRATA_DECODE_COPY_STREAM=0: with the overlap on, decode's fills stay on the compute stream.
     slot_fills_ahead_ = decode_overlap_ && env_switch("STRATA_DECODE_COPY_STREAM", true);
     // STRATA_PREFILL_SHARED_FIRST=0: a prompt pass queues its shared expert after the routed experts' combine.
@@ -527,7 +530,8 @@ bool MoeSchedule::streamed_experts(const ExpertWeights &w, const RouteGroups &g,
 }
 
 void MoeSchedule::routed_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &used,
-                                 int64_t n_exp, Act xs, Act ys, bool fills_ahead, bool mapped) {
+                                 int64_t n_exp, Act xs, Act ys, bool fills_ahead, bool mapped,
+                                 const std::vector<int32_t> *acquired) {
     std::vector<ExpertGroup> groups;
     auto group = [&](int32_t e, const ExpertSrc &src, int32_t slot) {
         groups.push_back({src, g.first[size_t(e)], g.count[size_t(e)], slot});
@@ -571,6 +575,13 @@ void MoeSchedule::routed_experts(const ExpertWeights &w, const RouteGroups &g, c
         }
         return;
     }
+    if (acquired) {  // early_fills: acquired and filled already, one set
+        STRATA_ASSERT(acquired->size() == used.size());
+        Region r(be_, "experts");
+        for (size_t i = 0; i < used.size(); i++) group(used[i], be_.expert_slot(w, (*acquired)[i]), (*acquired)[i]);
+        if (!used.empty()) be_.expert_ffn(w, xs, groups, ys);
+        return;
+    }
     if (used.empty() || streamed_experts(w, g, used, n_exp, xs, ys)) return;
     // As many experts at a time as there are slots: with a small cache a layer's experts come in several sets.
     const size_t per_set = size_t(std::max<int64_t>(1, slots_->n_slots_for(w.il)));
@@ -608,13 +619,28 @@ std::vector<int32_t> MoeSchedule::host_experts(const ExpertWeights &w, const std
     return misses;
 }
 
-void MoeSchedule::host_part(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &host, int64_t E) {
+bool MoeSchedule::early_fills(const ExpertWeights &w, const std::vector<int32_t> &dev, int64_t n_exp, int64_t pairs,
+                              bool fills_ahead) {
+    // as routed_experts would: one set, not the streamed schedule (streamed_experts' conditions)
+    const int64_t n_slots = slots_->n_slots_for(w.il);
+    if (dev.empty() || int64_t(dev.size()) > n_slots) return false;
+    if (stream_ahead_ > 0 && n_slots >= 2 && (stream_ahead_set_ || pairs > k_decode_max_pairs)) return false;
+    Region r(be_, "acquire");
+    early_slots_.resize(dev.size());
+    std::vector<SlotFill> fills;
+    slots_->acquire(w.il, dev.data(), int64_t(dev.size()), early_slots_.data(),
+                    scan_evict_ && 2 * int64_t(dev.size()) >= n_exp, fills);
+    fill(w, fills, fills_ahead);
+    hybrid_->note_early_fills();
+    return true;
+}
+
+void MoeSchedule::host_part(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &host, int64_t E,
+                            int64_t dev_misses) {
     const int64_t M = int64_t(g.src_row.size());
     const int64_t r0 = g.first[size_t(host.front())];  // the host's rows: [r0, M)
     host_r0_ = r0;
-    host_dev_misses_ = 0;  // before the device's part acquires slots for its misses
-    for (int32_t e : g.used)
-        if (!std::binary_search(host.begin(), host.end(), e)) host_dev_misses_ += slots_->slot_of(w.il, e) < 0;
+    host_dev_misses_ = dev_misses;
     // The host's rows: its experts' inputs gathered (x read back with the routing), outputs in the same order.
     host_xs_.resize(size_t((M - r0) * E));
     host_ys_.resize(size_t((M - r0) * E));
@@ -653,14 +679,12 @@ void MoeSchedule::host_part(const ExpertWeights &w, const RouteGroups &g, const 
     }
 }
 
-void MoeSchedule::hybrid_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &host,
-                                 int64_t n_exp, Act xs, Act ys, bool fills_ahead, bool mapped, PassTiming *tm) {
+void MoeSchedule::hybrid_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &dev,
+                                 int64_t n_exp, Act xs, Act ys, bool fills_ahead, bool mapped, PassTiming *tm,
+                                 const std::vector<int32_t> *acquired) {
     const int64_t M = int64_t(g.src_row.size()), r0 = host_r0_;
-    std::vector<int32_t> dev;
-    for (int32_t e : g.used)
-        if (!std::binary_search(host.begin(), host.end(), e)) dev.push_back(e);
     const uint64_t a = be_.mark_device();
-    routed_experts(w, g, dev, n_exp, xs, ys, fills_ahead, mapped);
+    routed_experts(w, g, dev, n_exp, xs, ys, fills_ahead, mapped, acquired);
     hybrid_->device_part(host_dev_misses_, a, be_.mark_device());
     if (tm) tm->phase_end(TimingPhase::Experts);
     if (handoff_rows_.host) {  // the pool stores the signal whatever follows, and is joined at its next use
@@ -817,7 +841,10 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
     Act sy{};
     const bool shared = L.gate_shexp.present();
     const bool shared_first = shared && (decode || (shared_first_ && !on_device && T > k_hybrid_max_tokens));
-    if (shared_first) {
+    // Early fills (a split pass grouped on the host): the host's part and the device's fills are issued first, the
+    // shared expert's kernels after them.
+    const bool early = early_fills_ && hybrid && decode && !on_device && !(mapped && split_mapped_);
+    if (shared_first && !early) {
         sy = be_.alloc(T, E);
         shared_ffn(L, x, sy);
     }
@@ -852,24 +879,36 @@ void MoeSchedule::run(int64_t il, const LayerWeights &L, Act x, const MoeParams 
             Region rx(be_, "hybrid/read_x");
             be_.download(x, host_x_.data());
         }
-        if (!host.empty()) host_part(w, g, host, E);  // with the overlap, started before the device's gather
-        const Act xs = be_.gather_expert_input(w, x, g.src_row), ys = be_.alloc(M, E);
+        // the device's experts and, in a split layer, its misses (the cost model's count, before any acquire)
+        std::vector<int32_t> dev;
+        int64_t dev_misses = 0;
+        for (int32_t e : g.used)
+            if (!std::binary_search(host.begin(), host.end(), e)) {
+                dev.push_back(e);
+                if (hybrid) dev_misses += slots_->slot_of(w.il, e) < 0;
+            }
+        if (!host.empty()) host_part(w, g, host, E, dev_misses);  // with the overlap, started before the gather
         // the fills beside the shared expert's kernels where those went first
         const bool fills_ahead = shared && decode && slot_fills_ahead_;
+        const bool acquired = early && early_fills(w, dev, n_exp, M, fills_ahead);
+        if (shared_first && early) {
+            sy = be_.alloc(T, E);
+            shared_ffn(L, x, sy);
+        }
+        const Act xs = be_.gather_expert_input(w, x, g.src_row), ys = be_.alloc(M, E);
         const double share = double(g.used.size()) / double(n_exp);
         last_share_ = share;
         if (host.empty()) {
             // a layer of the split that gives the host nothing still tells the model what the device's part costs
-            int64_t misses = 0;
-            if (hybrid)
-                for (int32_t e : g.used) misses += slots_->slot_of(w.il, e) < 0;
             const uint64_t a = hybrid ? be_.mark_device() : 0;
-            routed_experts(w, g, g.used, n_exp, xs, ys, fills_ahead, mapped && hybrid && split_mapped_);
-            if (hybrid) hybrid_->device_part(misses, a, be_.mark_device());
+            routed_experts(w, g, dev, n_exp, xs, ys, fills_ahead, mapped && hybrid && split_mapped_,
+                           acquired ? &early_slots_ : nullptr);
+            if (hybrid) hybrid_->device_part(dev_misses, a, be_.mark_device());
             stream_next(il, T, k, share);
             if (tm) tm->phase_end(TimingPhase::Experts);
         } else {
-            hybrid_experts(w, g, host, n_exp, xs, ys, fills_ahead, mapped && split_mapped_, tm);
+            hybrid_experts(w, g, dev, n_exp, xs, ys, fills_ahead, mapped && split_mapped_, tm,
+                           acquired ? &early_slots_ : nullptr);
             stream_next(il, T, k, share);
         }
         if (tm) tm->phase_end(TimingPhase::Host);

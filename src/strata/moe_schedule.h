@@ -79,6 +79,10 @@
 // computes; off: the rows uploaded after the join, everything after them issued then); the fills of the layer's
 // misses go on the copy stream (Backend::fill_slots ahead), beside the shared expert's kernels, where the layer has
 // one (STRATA_DECODE_COPY_STREAM=0: on the compute stream). Its gate and add come after the combine as always.
+// Early fills (STRATA_DECODE_EARLY_FILLS=1, opt-in until measured on a GPU; with the overlap, in a split pass grouped
+// on the host): the host's part starts and the device's experts are acquired and their fills issued right after the
+// grouping, and the shared expert's kernels after those, so the host's threads and the copies start before this
+// thread has issued the shared expert's launches and the gather (the same slots, so the same bits).
 // Decode mode (STRATA_DECODE_CHOOSE, on; decode_mode.h): where the split exists and the layers are mapped, each
 // decode-sized pass runs either alone (step 2: the device reads its misses in place, nothing read back, graphs
 // replay; nothing is filled during it, under LFU its admissions after it, step 2) or split (the host computes some
@@ -237,8 +241,15 @@ class MoeSchedule final : public ExpertRunner {
     // Step 4-5 for one layer: the experts `used` (ascending, each with rows in `g`), in sets the slot table can hold.
     // fills_ahead: the fills go on the backend's copy stream (Backend::fill_slots).
     // mapped: the misses are read in place (Backend::mapped_expert), not filled.
+    // acquired: the slots early_fills took for `used` (nullptr: acquired and filled here).
     void routed_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &used,
-                        int64_t n_expert, Act xs, Act ys, bool fills_ahead = false, bool mapped = false);
+                        int64_t n_expert, Act xs, Act ys, bool fills_ahead = false, bool mapped = false,
+                        const std::vector<int32_t> *acquired = nullptr);
+    // A split layer's device experts acquired and their fills issued ahead of the shared expert and the gather
+    // (STRATA_DECODE_EARLY_FILLS), into early_slots_, where routed_experts would take them in one set without
+    // streaming; false: left to routed_experts.
+    bool early_fills(const ExpertWeights &w, const std::vector<int32_t> &dev, int64_t n_expert, int64_t pairs,
+                     bool fills_ahead);
     // The same, streamed (see the protocol above); false where it does not apply (nothing missing, too few slots).
     bool streamed_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &used,
                           int64_t n_expert, Act xs, Act ys);
@@ -248,9 +259,12 @@ class MoeSchedule final : public ExpertRunner {
     // host_x_): host_part lays the host's part out and, with the overlap, starts it (before the device's gather);
     // hybrid_experts issues the device's part, ends tm's experts phase (where given), then hands the host's rows over
     // or joins the host and uploads them (without the overlap: computes them first).
-    void host_part(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &host, int64_t E);
-    void hybrid_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &host,
-                        int64_t n_expert, Act xs, Act ys, bool fills_ahead, bool mapped, PassTiming *tm);
+    // dev_misses: the device's misses beside the host's part; dev: the device's experts.
+    void host_part(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &host, int64_t E,
+                   int64_t dev_misses);
+    void hybrid_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &dev, int64_t n_expert,
+                        Act xs, Act ys, bool fills_ahead, bool mapped, PassTiming *tm,
+                        const std::vector<int32_t> *acquired);
     // The shared expert's FFN of x into sy (its gate and the add are the caller's).
     void shared_ffn(const LayerWeights &L, Act x, Act sy);
     // Next-layer prefetch: scores the prediction made for layer il, then predicts (and prefetches) the next one.
@@ -306,6 +320,8 @@ class MoeSchedule final : public ExpertRunner {
     PassTiming *layer_timing_ = nullptr;  // the layer's timing, where on (run() sets it for its layer)
     bool decode_overlap_;    // STRATA_DECODE_OVERLAP
     bool handoff_;           // STRATA_DECODE_HANDOFF: the host's rows started by the pool's signal
+    bool early_fills_;       // STRATA_DECODE_EARLY_FILLS: a split layer's fills before the shared expert
+    std::vector<int32_t> early_slots_;  // the slots early_fills took
     bool host_pending_ = false;  // the host's part of a split layer started and not joined yet
     void settle_host();          // joins it
     bool slot_fills_ahead_;  // STRATA_DECODE_COPY_STREAM: decode's fills beside the shared expert

@@ -602,7 +602,8 @@ TEST_P(MoeScheduleSlots, DecodeTimingCountsEveryPhaseAndChangesNoBit) {
 
 // The hybrid split (decode_hybrid.h) on a backend that computes experts in the GPU's arithmetic on the host: the
 // misses it gives the host give the bits of the same misses copied in and computed by the backend, for every share,
-// the fitted model and the rule before it, the decode overlap on and off, at two cache sizes; the host takes some
+// the fitted model and the rule before it, the decode overlap on and off, the handoff of the host's rows and the
+// early fills (STRATA_DECODE_HANDOFF, STRATA_DECODE_EARLY_FILLS) on and off, at two cache sizes; the host takes some
 // wherever the share is above zero, and none with the split off. Runs the split's grouping (the host's rows last),
 // the rows' upload and the combine in CPU-only CI; the GPU suite checks the same against the CUDA kernels.
 TEST_P(MoeScheduleSlots, HybridSplitGivesTheBitsOfTheBackendAlone) {
@@ -622,21 +623,26 @@ TEST_P(MoeScheduleSlots, HybridSplitGivesTheBitsOfTheBackendAlone) {
         ::setenv("STRATA_DECODE_CPU", "0", 1);
         const std::vector<float> ref = run(*engine(slots, -1.0));
         ::unsetenv("STRATA_DECODE_CPU");
-        // overlap, fit, handoff
-        const char *cases[5][3] = {{"1", "1", "1"}, {"0", "1", "1"}, {"1", "0", "1"}, {"0", "0", "1"}, {"1", "1", "0"}};
+        // overlap, fit, handoff, early fills
+        const char *cases[7][4] = {{"1", "1", "1", "0"}, {"0", "1", "1", "0"}, {"1", "0", "1", "0"},
+                                   {"0", "0", "1", "0"}, {"1", "1", "0", "0"}, {"1", "1", "1", "1"},
+                                   {"1", "1", "0", "1"}};
         for (double share : {1.0, 0.5, -1.0, 0.0})
             for (const auto &c : cases) {
                 if (share >= 0.0 && std::strcmp(c[1], "0") == 0) continue;  // a fixed share takes no model
                 ::setenv("STRATA_DECODE_OVERLAP", c[0], 1);
                 ::setenv("STRATA_DECODE_SPLIT_FIT", c[1], 1);
                 ::setenv("STRATA_DECODE_HANDOFF", c[2], 1);
+                ::setenv("STRATA_DECODE_EARLY_FILLS", c[3], 1);
                 auto e = engine(slots, share);
                 ::unsetenv("STRATA_DECODE_OVERLAP");
                 ::unsetenv("STRATA_DECODE_SPLIT_FIT");
                 ::unsetenv("STRATA_DECODE_HANDOFF");
+                ::unsetenv("STRATA_DECODE_EARLY_FILLS");
                 const std::vector<float> got = run(*e);
                 const std::string what = std::to_string(slots) + " slots, share " + std::to_string(share) +
-                                         ", overlap " + c[0] + ", fit " + c[1] + ", handoff " + c[2];
+                                         ", overlap " + c[0] + ", fit " + c[1] + ", handoff " + c[2] +
+                                         ", early fills " + c[3];
                 ASSERT_EQ(got.size(), ref.size()) << what;
                 EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << what;
                 const ExpertCacheStats st = e->expert_stats();
@@ -654,6 +660,15 @@ TEST_P(MoeScheduleSlots, HybridSplitGivesTheBitsOfTheBackendAlone) {
                 }
                 if (handoff && share > 0.0 && e->expert_stats().hybrid.host_experts > 0 && hardware_threads() >= 2) {
                     EXPECT_GT(st.hybrid.handoffs, 0u) << what;
+                }
+                // early fills where the overlap and their switch are on and the device has part of a split layer
+                // (at share 1 the host takes every miss, and the few slots seldom hold a routed expert)
+                const bool early = std::strcmp(c[0], "1") == 0 && std::strcmp(c[3], "1") == 0;
+                if (early && share != 0.0 && share != 1.0) {
+                    EXPECT_GT(st.hybrid.early_fills, 0u) << what;
+                }
+                if (!early) {
+                    EXPECT_EQ(st.hybrid.early_fills, 0u) << what;
                 }
             }
     }

@@ -556,10 +556,12 @@ TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
     auto all = make_cuda_engine(path(), config());
     const std::vector<float> ref = run(*all, prompt), ref2 = two(*all);
     const bool host_types = mmvq_host_supported(GetParam().expert_type);
-    // the decode overlap (moe_schedule.h) on, off, on with its fills on the compute stream, and on without the
-    // handoff of the host's rows (at share 0.5); the cost model's rule before the fit (at share auto)
-    const char *overlaps[5][4] = {
-        {"1", "1", "1", "1"}, {"0", "1", "1", "1"}, {"1", "0", "1", "1"}, {"1", "1", "0", "1"}, {"1", "1", "1", "0"}};
+    // the decode overlap (moe_schedule.h) on, off, on with its fills on the compute stream, on without the handoff of
+    // the host's rows, and with the early fills with the handoff and without (at share 0.5); the cost model's rule
+    // before the fit (at share auto). Columns: overlap, copy stream, fit, handoff, early fills.
+    const char *overlaps[7][5] = {{"1", "1", "1", "1", "0"}, {"0", "1", "1", "1", "0"}, {"1", "0", "1", "1", "0"},
+                                  {"1", "1", "0", "1", "0"}, {"1", "1", "1", "0", "0"}, {"1", "1", "1", "1", "1"},
+                                  {"1", "1", "1", "0", "1"}};
     for (int64_t slots : {5, 2})
         for (double share : {1.0, 0.5, -1.0, 0.0})
             for (const char *sw : {"1", "0"})
@@ -567,7 +569,7 @@ TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
                     for (const char *mapped : {"0", "1"}) {
                         if (std::strcmp(sw, "0") == 0 && share != 1.0) continue;
                         if (std::strcmp(ov[0], "1") != 0 || std::strcmp(ov[1], "1") != 0 ||
-                            std::strcmp(ov[3], "1") != 0)
+                            std::strcmp(ov[3], "1") != 0 || std::strcmp(ov[4], "0") != 0)
                             if (share != 0.5 || std::strcmp(sw, "1") != 0) continue;
                         if (std::strcmp(ov[2], "1") != 0 && (share != -1.0 || std::strcmp(sw, "1") != 0)) continue;
                         // mapped: the device's part of the split reads its misses in place
@@ -582,6 +584,7 @@ TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
                         ::setenv("STRATA_DECODE_COPY_STREAM", ov[1], 1);
                         ::setenv("STRATA_DECODE_SPLIT_FIT", ov[2], 1);
                         ::setenv("STRATA_DECODE_HANDOFF", ov[3], 1);
+                        ::setenv("STRATA_DECODE_EARLY_FILLS", ov[4], 1);
                         EngineConfig cfg = config();
                         cfg.expert_slots = slots;
                         cfg.cpu_share = share;
@@ -595,11 +598,12 @@ TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
                         ::unsetenv("STRATA_DECODE_COPY_STREAM");
                         ::unsetenv("STRATA_DECODE_SPLIT_FIT");
                         ::unsetenv("STRATA_DECODE_HANDOFF");
+                        ::unsetenv("STRATA_DECODE_EARLY_FILLS");
                         const std::string what = strfmt(
                             "%lld slots, share %.1f, STRATA_DECODE_CPU=%s, STRATA_DECODE_OVERLAP=%s, "
                             "STRATA_DECODE_COPY_STREAM=%s, STRATA_DECODE_SPLIT_FIT=%s, STRATA_DECODE_HANDOFF=%s, "
-                            "STRATA_DECODE_MAPPED=%s",
-                            (long long)slots, share, sw, ov[0], ov[1], ov[2], ov[3], mapped);
+                            "STRATA_DECODE_EARLY_FILLS=%s, STRATA_DECODE_MAPPED=%s",
+                            (long long)slots, share, sw, ov[0], ov[1], ov[2], ov[3], ov[4], mapped);
                         const std::vector<float> got = run(*e, prompt), got2 = two(*e);
                         ASSERT_EQ(got.size(), ref.size());
                         ASSERT_EQ(got2.size(), ref2.size());
@@ -617,6 +621,13 @@ TEST_P(CudaEngine, HybridMissesDoNotChangeABit) {
                             EXPECT_GT(st.hybrid.handoffs, 0u) << what;
                         } else {
                             EXPECT_EQ(st.hybrid.handoffs, 0u) << what;
+                        }
+                        // early fills where their switch is on and the split ran at share 0.5, its device part
+                        // copying its misses in (not reading them in place)
+                        if (on && std::strcmp(ov[4], "1") == 0 && std::strcmp(mapped, "0") == 0) {
+                            EXPECT_GT(st.hybrid.early_fills, 0u) << what;
+                        } else {
+                            EXPECT_EQ(st.hybrid.early_fills, 0u) << what;
                         }
                         if (!on) {
                             EXPECT_EQ(st.hybrid.host_experts, 0u) << what;
