@@ -461,11 +461,14 @@ void MoeSchedule::stream_next(int64_t il, int64_t T, int64_t k, double share) {
     next_ahead_layer_ = nl;
 }
 
+bool MoeSchedule::may_stream(int64_t n_slots, int64_t pairs) const {
+    return stream_ahead_ > 0 && n_slots >= 2 && (stream_ahead_set_ || pairs > k_decode_max_pairs);
+}
+
 bool MoeSchedule::streamed_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &used,
                                    int64_t n_exp, Act xs, Act ys) {
     const int64_t n_slots = slots_->n_slots_for(w.il), m = int64_t(used.size());
-    if (stream_ahead_ <= 0 || n_slots < 2) return false;
-    if (!stream_ahead_set_ && int64_t(g.src_row.size()) <= k_decode_max_pairs) return false;
+    if (!may_stream(n_slots, int64_t(g.src_row.size()))) return false;
     // resident experts first (they compute while the first fills run), then the missing ones, each in id order
     std::vector<int32_t> order;
     for (int32_t e : used)
@@ -624,7 +627,7 @@ bool MoeSchedule::early_fills(const ExpertWeights &w, const std::vector<int32_t>
     // as routed_experts would: one set, not the streamed schedule (streamed_experts' conditions)
     const int64_t n_slots = slots_->n_slots_for(w.il);
     if (dev.empty() || int64_t(dev.size()) > n_slots) return false;
-    if (stream_ahead_ > 0 && n_slots >= 2 && (stream_ahead_set_ || pairs > k_decode_max_pairs)) return false;
+    if (may_stream(n_slots, pairs)) return false;
     Region r(be_, "acquire");
     early_slots_.resize(dev.size());
     std::vector<SlotFill> fills;

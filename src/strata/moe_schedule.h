@@ -245,6 +245,9 @@ class MoeSchedule final : public ExpertRunner {
     void routed_experts(const ExpertWeights &w, const RouteGroups &g, const std::vector<int32_t> &used,
                         int64_t n_expert, Act xs, Act ys, bool fills_ahead = false, bool mapped = false,
                         const std::vector<int32_t> *acquired = nullptr);
+    // Whether a layer of n_slots slots (its class's) and `pairs` routed pairs takes the streamed schedule where some
+    // of its experts miss (streamed_experts).
+    bool may_stream(int64_t n_slots, int64_t pairs) const;
     // A split layer's device experts acquired and their fills issued ahead of the shared expert and the gather
     // (STRATA_DECODE_EARLY_FILLS), into early_slots_, where routed_experts would take them in one set without
     // streaming; false: left to routed_experts.
